@@ -1,0 +1,345 @@
+/* cmd_eval.c - `strata logits`, `strata perplexity` and `strata bench-model`:
+ * whole-model evaluation without sampling. */
+#include "cli.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ logits */
+
+static void s_logits_help(FILE *f) {
+    fprintf(f, "usage: strata logits [-m MODEL] (--ids LIST | -p PROMPT) -o OUT [options]\n"
+               "\n"
+               "Runs the prompt and writes the logits of every position to OUT as\n"
+               "little-endian int32 n_tokens, int32 n_vocab, then n_tokens x n_vocab float32.\n"
+               "\n"
+               "  -m, --model PATH    GGUF model (default: %s)\n"
+               "      --ids LIST      token ids (\"1 2 3\")\n"
+               "  -p, --prompt TEXT   text, tokenized without BOS unless the model asks for it\n"
+               "  -o, --out PATH      output file\n"
+               "  -t, --threads N     threads (default %d)\n"
+               "      --ubatch N      tokens per forward pass (default 512)\n"
+               "      --kv-type TYPE  f32 (default) or f16\n"
+               "  -h, --help\n",
+               cli_default_model(), cli_default_threads());
+}
+
+int cmd_logits(int argc, char **argv) {
+    const char *C = "logits", *model = NULL, *ids_s = NULL, *prompt = NULL, *out = NULL;
+    long threads = cli_default_threads(), ubatch = 512;
+    kern_type_t kv_type = KERN_F32;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"ids", required_argument, 0, 1},
+        {"prompt", required_argument, 0, 'p'}, {"out", required_argument, 0, 'o'},
+        {"threads", required_argument, 0, 't'}, {"ubatch", required_argument, 0, 2},
+        {"kv-type", required_argument, 0, 3}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int o;
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "m:p:o:t:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model = optarg; break;
+        case 1: ids_s = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'o': out = optarg; break;
+        case 't': if (!cli_int(C, "--threads", optarg, 1, 256, &threads)) return 1; break;
+        case 2: if (!cli_int(C, "--ubatch", optarg, 1, 8192, &ubatch)) return 1; break;
+        case 3:
+            if (!strcmp(optarg, "f32")) kv_type = KERN_F32;
+            else if (!strcmp(optarg, "f16")) kv_type = KERN_F16;
+            else { fprintf(stderr, "strata logits: --kv-type must be f32 or f16\n"); return 1; }
+            break;
+        case 'h': s_logits_help(stdout); return 0;
+        default: s_logits_help(stderr); return 2;
+        }
+    }
+    if (!!ids_s + !!prompt != 1 || !out) {
+        fprintf(stderr, "strata logits: give --ids or -p, and -o (see --help)\n");
+        return 2;
+    }
+    cli_runner_t r;
+    if (!cli_runner_open(&r, C, model ? model : cli_default_model()))
+        return 1;
+    int rc = 1, n = 0;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    FILE *f = NULL;
+    if (ids_s) {
+        ids = cli_parse_ids(ids_s, &n);
+    } else {
+        bool bos = model_tokenizer_add_bos(r.tok);
+        int need = model_tokenizer_encode(r.tok, prompt, strlen(prompt), bos, false, NULL, 0);
+        ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
+        if (ids && need > 0)
+            n = model_tokenizer_encode(r.tok, prompt, strlen(prompt), bos, false, ids, need);
+    }
+    const model_config_t *cfg = model_llama_config(r.model);
+    if (!ids || n < 1) {
+        fprintf(stderr, "strata logits: empty or malformed token list\n");
+        goto out;
+    }
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= cfg->n_vocab) {
+            fprintf(stderr, "strata logits: token id %d out of range (vocabulary %d)\n", ids[i],
+                    cfg->n_vocab);
+            goto out;
+        }
+    if (!cli_runner_reserve(&r, C, n, (int)ubatch, (int)threads, kv_type))
+        goto out;
+    logits = malloc((size_t)n * cfg->n_vocab * sizeof(float));
+    if (!logits || cli_runner_eval(&r, ids, n, 0, true, logits)) {
+        fprintf(stderr, "strata logits: evaluation failed\n");
+        goto out;
+    }
+    f = fopen(out, "wb");
+    int32_t hdr[2] = {n, cfg->n_vocab};
+    if (!f || fwrite(hdr, sizeof hdr, 1, f) != 1 ||
+        fwrite(logits, sizeof(float) * cfg->n_vocab, (size_t)n, f) != (size_t)n) {
+        fprintf(stderr, "strata logits: cannot write '%s'\n", out);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (f && fclose(f) && rc == 0) {
+        fprintf(stderr, "strata logits: cannot write '%s'\n", out);
+        rc = 1;
+    }
+    free(ids);
+    free(logits);
+    cli_runner_close(&r);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ perplexity */
+
+static void s_ppl_help(FILE *f) {
+    fprintf(f, "usage: strata perplexity [-m MODEL] -f FILE [options]\n"
+               "\n"
+               "Splits the tokenized file into chunks of --ctx tokens and scores the second\n"
+               "half of each chunk given the first (as llama.cpp's perplexity does).\n"
+               "\n"
+               "  -m, --model PATH    GGUF model (default: %s)\n"
+               "  -f, --file PATH     text file\n"
+               "  -c, --ctx N         tokens per chunk (default 512)\n"
+               "      --chunks N      score at most N chunks (default: all)\n"
+               "  -t, --threads N     threads (default %d)\n"
+               "      --kv-type TYPE  f32 (default) or f16\n"
+               "  -h, --help\n",
+               cli_default_model(), cli_default_threads());
+}
+
+int cmd_perplexity(int argc, char **argv) {
+    const char *C = "perplexity", *model = NULL, *file = NULL;
+    long threads = cli_default_threads(), ctx = 512, max_chunks = 0;
+    kern_type_t kv_type = KERN_F32;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"file", required_argument, 0, 'f'},
+        {"ctx", required_argument, 0, 'c'}, {"chunks", required_argument, 0, 1},
+        {"threads", required_argument, 0, 't'}, {"kv-type", required_argument, 0, 2},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int o;
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "m:f:c:t:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model = optarg; break;
+        case 'f': file = optarg; break;
+        case 'c': if (!cli_int(C, "--ctx", optarg, 8, 1 << 16, &ctx)) return 1; break;
+        case 1: if (!cli_int(C, "--chunks", optarg, 0, 1 << 30, &max_chunks)) return 1; break;
+        case 't': if (!cli_int(C, "--threads", optarg, 1, 256, &threads)) return 1; break;
+        case 2:
+            if (!strcmp(optarg, "f32")) kv_type = KERN_F32;
+            else if (!strcmp(optarg, "f16")) kv_type = KERN_F16;
+            else { fprintf(stderr, "strata perplexity: --kv-type must be f32 or f16\n"); return 1; }
+            break;
+        case 'h': s_ppl_help(stdout); return 0;
+        default: s_ppl_help(stderr); return 2;
+        }
+    }
+    if (!file) {
+        fprintf(stderr, "strata perplexity: -f FILE is required (see --help)\n");
+        return 2;
+    }
+    size_t len;
+    char *text = cli_read_file(file, &len);
+    if (!text) {
+        fprintf(stderr, "strata perplexity: cannot read '%s'\n", file);
+        return 1;
+    }
+    cli_runner_t r;
+    if (!cli_runner_open(&r, C, model ? model : cli_default_model())) {
+        free(text);
+        return 1;
+    }
+    int rc = 1;
+    float *logits = NULL;
+    int need = model_tokenizer_encode(r.tok, text, len, false, false, NULL, 0);
+    int32_t *ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
+    int n = ids && need > 0 ? model_tokenizer_encode(r.tok, text, len, false, false, ids, need) : 0;
+    const model_config_t *cfg = model_llama_config(r.model);
+    int n_chunks = n / (int)ctx;
+    if (max_chunks && n_chunks > max_chunks)
+        n_chunks = (int)max_chunks;
+    if (n_chunks < 1) {
+        fprintf(stderr, "strata perplexity: '%s' has %d tokens, fewer than one chunk of %ld\n",
+                file, n, ctx);
+        goto out;
+    }
+    bool bos = model_tokenizer_bos(r.tok) >= 0 && model_tokenizer_add_bos(r.tok);
+    if (!cli_runner_reserve(&r, C, (int)ctx, (int)ctx, (int)threads, kv_type))
+        goto out;
+    logits = malloc((size_t)ctx * cfg->n_vocab * sizeof(float));
+    int32_t *chunk = malloc((size_t)ctx * sizeof *chunk);
+    if (!logits || !chunk) {
+        free(chunk);
+        fprintf(stderr, "strata perplexity: out of memory\n");
+        goto out;
+    }
+    fprintf(stderr, "strata perplexity: %d tokens, %d chunks of %ld\n", n, n_chunks, ctx);
+    double nll = 0;
+    long count = 0;
+    double t0 = cli_now();
+    for (int c = 0; c < n_chunks; c++) {
+        memcpy(chunk, ids + (size_t)c * ctx, (size_t)ctx * sizeof *chunk);
+        if (bos)
+            chunk[0] = model_tokenizer_bos(r.tok);
+        if (cli_runner_eval(&r, chunk, (int)ctx, 0, true, logits)) {
+            fprintf(stderr, "strata perplexity: evaluation failed\n");
+            free(chunk);
+            goto out;
+        }
+        for (int i = (int)ctx / 2; i < ctx - 1; i++) {
+            const float *lg = logits + (size_t)i * cfg->n_vocab;
+            float mx = lg[0];
+            for (int v = 1; v < cfg->n_vocab; v++)
+                mx = lg[v] > mx ? lg[v] : mx;
+            double s = 0;
+            for (int v = 0; v < cfg->n_vocab; v++)
+                s += exp((double)lg[v] - mx);
+            nll += log(s) + mx - lg[ids[(size_t)c * ctx + i + 1]];
+            count++;
+        }
+        fprintf(stderr, "[%d/%d] ppl %.4f  (%.1f tok/s)\n", c + 1, n_chunks, exp(nll / count),
+                (c + 1) * ctx / (cli_now() - t0));
+    }
+    free(chunk);
+    printf("perplexity %.4f over %ld scored tokens (%d chunks of %ld)\n", exp(nll / count), count,
+           n_chunks, ctx);
+    rc = 0;
+out:
+    free(ids);
+    free(logits);
+    free(text);
+    cli_runner_close(&r);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ bench-model */
+
+static int s_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void s_bench_help(FILE *f) {
+    fprintf(f, "usage: strata bench-model [-m MODEL] [options]\n"
+               "\n"
+               "Measures prompt processing (one batch of -p tokens) and generation (-n tokens,\n"
+               "one at a time after the prompt) and prints the median tokens/s of -r runs.\n"
+               "\n"
+               "  -m, --model PATH    GGUF model (default: %s)\n"
+               "  -p, --n-prompt N    prompt tokens (default 512)\n"
+               "  -n, --n-gen N       generated tokens (default 128)\n"
+               "  -r, --reps N        repetitions (default 5)\n"
+               "  -t, --threads N     threads (default %d)\n"
+               "      --kv-type TYPE  f32 (default) or f16\n"
+               "  -h, --help\n",
+               cli_default_model(), cli_default_threads());
+}
+
+int cmd_bench_model(int argc, char **argv) {
+    const char *C = "bench-model", *model = NULL;
+    long threads = cli_default_threads(), np = 512, ng = 128, reps = 5;
+    kern_type_t kv_type = KERN_F32;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"n-prompt", required_argument, 0, 'p'},
+        {"n-gen", required_argument, 0, 'n'}, {"reps", required_argument, 0, 'r'},
+        {"threads", required_argument, 0, 't'}, {"kv-type", required_argument, 0, 1},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int o;
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "m:p:n:r:t:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model = optarg; break;
+        case 'p': if (!cli_int(C, "--n-prompt", optarg, 1, 8192, &np)) return 1; break;
+        case 'n': if (!cli_int(C, "--n-gen", optarg, 1, 8192, &ng)) return 1; break;
+        case 'r': if (!cli_int(C, "--reps", optarg, 1, 1000, &reps)) return 1; break;
+        case 't': if (!cli_int(C, "--threads", optarg, 1, 256, &threads)) return 1; break;
+        case 1:
+            if (!strcmp(optarg, "f32")) kv_type = KERN_F32;
+            else if (!strcmp(optarg, "f16")) kv_type = KERN_F16;
+            else { fprintf(stderr, "strata bench-model: --kv-type must be f32 or f16\n"); return 1; }
+            break;
+        case 'h': s_bench_help(stdout); return 0;
+        default: s_bench_help(stderr); return 2;
+        }
+    }
+    model = model ? model : cli_default_model();
+    cli_runner_t r;
+    if (!cli_runner_open(&r, C, model))
+        return 1;
+    const model_config_t *cfg = model_llama_config(r.model);
+    int rc = 1;
+    int32_t *toks = malloc((size_t)np * sizeof *toks);
+    float *logits = malloc((size_t)cfg->n_vocab * sizeof(float));
+    double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
+    if (!toks || !logits || !pp || !tg ||
+        !cli_runner_reserve(&r, C, (int)(np + ng), (int)np, (int)threads, kv_type))
+        goto out;
+    uint64_t st = 42;
+    for (int i = 0; i < np; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        toks[i] = (int32_t)((st >> 33) % (uint64_t)cfg->n_vocab);
+    }
+    /* warm-up: touch the weights once */
+    cli_runner_eval(&r, toks, 16, 0, false, logits);
+    for (int k = 0; k < reps; k++) {
+        double t0 = cli_now();
+        if (cli_runner_eval(&r, toks, (int)np, 0, false, logits))
+            goto out;
+        double t1 = cli_now();
+        int32_t next = model_argmax(logits, cfg->n_vocab);
+        for (int i = 0; i < ng; i++) {
+            if (cli_runner_eval(&r, &next, 1, (int)np + i, false, logits))
+                goto out;
+            next = model_argmax(logits, cfg->n_vocab);
+        }
+        double t2 = cli_now();
+        pp[k] = np / (t1 - t0);
+        tg[k] = ng / (t2 - t1);
+        fprintf(stderr, "run %d/%ld: pp%ld %.1f tok/s, tg%ld %.1f tok/s\n", k + 1, reps, np,
+                pp[k], ng, tg[k]);
+    }
+    qsort(pp, (size_t)reps, sizeof *pp, s_cmp_double);
+    qsort(tg, (size_t)reps, sizeof *tg, s_cmp_double);
+    const char *base = strrchr(model, '/');
+    printf("model %s (%s weights, %.1f MiB)  threads %ld  kernels %s  kv %s\n",
+           base ? base + 1 : model, kern_type_traits(cfg->ftype)->name,
+           model_llama_weight_bytes(r.model) / 1048576.0, threads, kern_ops_best()->name,
+           kv_type == KERN_F16 ? "f16" : "f32");
+    printf("pp%ld: %.1f tok/s (median of %ld; min %.1f max %.1f)\n", np, pp[reps / 2], reps, pp[0],
+           pp[reps - 1]);
+    printf("tg%ld: %.1f tok/s (median of %ld; min %.1f max %.1f)\n", ng, tg[reps / 2], reps, tg[0],
+           tg[reps - 1]);
+    rc = 0;
+out:
+    if (rc)
+        fprintf(stderr, "strata bench-model: failed\n");
+    free(toks);
+    free(logits);
+    free(pp);
+    free(tg);
+    cli_runner_close(&r);
+    return rc;
+}

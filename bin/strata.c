@@ -1,0 +1,47 @@
+/* strata.c - the command-line entry point: dispatches to the subcommands. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;              /* subcommand */
+    int (*fn)(int argc, char **argv);
+    const char *help;              /* one line */
+} s_cmd_t;
+
+static const s_cmd_t s_cmds[] = {
+    {"generate", cmd_generate, "generate text from a prompt with a GGUF model"},
+    {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
+    {"bench-model", cmd_bench_model, "prompt-processing and generation speed (tokens/s)"},
+    {"quantize", cmd_quantize, "rewrite a GGUF with another weight type"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"detokenize", cmd_detokenize, "print the text of token ids read from stdin"},
+    {"logits", cmd_logits, "dump the logits of every position (for the numerical oracle)"},
+};
+
+static void s_usage(FILE *f) {
+    fprintf(f, "usage: strata COMMAND [options]    (strata COMMAND --help for its options)\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < sizeof s_cmds / sizeof s_cmds[0]; i++)
+        fprintf(f, "  %-12s %s\n", s_cmds[i].name, s_cmds[i].help);
+    fprintf(f, "\nWith no -m, commands use the default model: %s\n", cli_default_model());
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
+        s_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("strata 0.1.0\n");
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof s_cmds / sizeof s_cmds[0]; i++)
+        if (!strcmp(argv[1], s_cmds[i].name))
+            return s_cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "strata: unknown command '%s'\n", argv[1]);
+    s_usage(stderr);
+    return 2;
+}

@@ -1,0 +1,97 @@
+/* kern_ops.h - the CPU compute kernels behind one table of function pointers.
+ * Every op has a scalar reference (kernels/cpu/NAME_ref.c) and SIMD variants
+ * (AVX2/FMA, AVX-512/VNNI); kern_ops_best() picks once from the CPU's features.
+ * Kernels do compute only: no allocation, no I/O, no threads (callers split work).
+ */
+#ifndef KERN_OPS_H
+#define KERN_OPS_H
+
+#include "kern_blocks.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What a type is: name, elements per block, bytes per block, and the type the
+ * activations must be quantized to before a dot product with a row of it. */
+typedef struct {
+    const char *name;          /* "q4_1", as GGUF tools spell it */
+    int block_size;            /* elements per block (1 for float types) */
+    size_t type_size;          /* bytes per block */
+    kern_type_t vec_dot_type;  /* activation format for kern_ops_t.gemm */
+    bool is_weight;            /* may appear as a weight tensor */
+} kern_type_traits_t;
+
+/* Traits of type t, or NULL when t is not a type strata supports. */
+const kern_type_traits_t *kern_type_traits(int t);
+/* Bytes of a row of n elements of type t (n must be a multiple of its block size). */
+size_t kern_row_size(kern_type_t t, int64_t n);
+
+float kern_f16_to_f32(kern_f16_t h);
+kern_f16_t kern_f32_to_f16(float f);
+float kern_bf16_to_f32(kern_bf16_t h);
+kern_bf16_t kern_f32_to_bf16(float f); /* round to nearest even */
+
+/* Attention of one KV head's query group at one query position, over paged KV.
+ * Position p of the sequence lives in block blocks[p / block_size], slot
+ * p % block_size; K of slot s of block b starts at
+ * k_base + b * block_stride + s * head_dim * elt (elt = 4 for F32, 2 for F16),
+ * and V likewise from v_base. */
+typedef struct {
+    int head_dim;          /* D */
+    int n_q;               /* query heads sharing this KV head (GQA group) */
+    const float *q;        /* (n_q, D) queries, RoPE applied */
+    float *out;            /* (n_q, D) softmax(q.K^T * scale) . V */
+    int n_ctx;             /* attend to positions 0 .. n_ctx-1 (causal: pos + 1) */
+    const int32_t *blocks; /* block table of the sequence */
+    int block_size;        /* tokens per block */
+    const uint8_t *k_base; /* K of this layer and KV head, in block 0 */
+    const uint8_t *v_base; /* V of this layer and KV head, in block 0 */
+    size_t block_stride;   /* bytes from one block to the next */
+    kern_type_t kv_type;   /* KERN_F32 or KERN_F16 */
+    float scale;           /* usually 1/sqrt(D) */
+    float *scratch;        /* at least n_q * n_ctx floats */
+} kern_attn_args_t;
+
+typedef struct {
+    const char *name; /* "scalar", "avx2", "avx512" */
+
+    /* dst[0..n) = values of the n elements at src (n a multiple of the block size). */
+    void (*dequant_row)(kern_type_t t, const void *src, float *dst, int64_t n);
+    /* Quantize n floats into type t (weights for `strata quantize`, and
+     * activations into Q8_0 / Q8_1 / Q8_K / F32 for gemm). */
+    void (*quant_row)(kern_type_t t, const float *src, void *dst, int64_t n);
+
+    /* out[c * out_stride + r] = sum_i W[r][i] * X[c][i]   for r < nr, c < nc.
+     * W: nr rows of type wt, each k elements, row r at (char*)w + r * w_stride.
+     * X: nc columns already quantized with quant_row(vec_dot_type(wt)),
+     *    column c at (char*)x + c * x_stride.  (For F32/F16/BF16 weights the
+     *    vec_dot_type is F32: X is plain floats.)
+     * out_stride counts floats.  nr, nc >= 1 and any size; the kernel tiles internally. */
+    void (*gemm)(kern_type_t wt, int64_t k, int nr, int nc, const void *w, size_t w_stride,
+                 const void *x, size_t x_stride, float *out, size_t out_stride);
+
+    /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; out may equal x. */
+    void (*rmsnorm)(float *out, const float *x, const float *w, int n, float eps);
+    /* x = softmax(x), in place, numerically stable (max subtracted). */
+    void (*softmax)(float *x, int n);
+    /* Rotate the first n_rot dims of each of n_heads heads of x (n_heads, head_dim) in place.
+     * cos_sin holds n_rot/2 pairs (cos theta_i, sin theta_i) for this position.
+     * neox = false: pairs are (x[2i], x[2i+1]) (GGUF llama layout);
+     * neox = true: pairs are (x[i], x[i + n_rot/2]). */
+    void (*rope)(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin, bool neox);
+    /* out[i] = silu(gate[i]) * up[i]; out may equal gate. */
+    void (*swiglu)(float *out, const float *gate, const float *up, int n);
+    /* See kern_attn_args_t. */
+    void (*attention)(const kern_attn_args_t *a);
+} kern_ops_t;
+
+/* The scalar reference: slow, obviously correct, always available. */
+const kern_ops_t *kern_ops_ref(void);
+/* The AVX2/FMA table, or NULL if this build or this CPU lacks AVX2+FMA+F16C. */
+const kern_ops_t *kern_ops_avx2(void);
+/* The AVX-512 (F, BW, VL, VNNI) table, or NULL if this build or CPU lacks it. */
+const kern_ops_t *kern_ops_avx512(void);
+/* The fastest table this CPU runs; STRATA_KERNELS=scalar|avx2|avx512 overrides. */
+const kern_ops_t *kern_ops_best(void);
+
+#endif

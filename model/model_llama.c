@@ -1,0 +1,666 @@
+/* model_llama.c - llama-architecture weights and the batched forward pass.
+ *
+ * The forward pass reads like the paper, one section per stage in dataflow order:
+ *   x = embed(tokens)
+ *   for each layer:
+ *       h = rmsnorm(x) ; q,k,v = h Wq, h Wk, h Wv ; rope(q, k) ; KV[pos] = k, v
+ *       x += attention(q, KV) Wo
+ *       h = rmsnorm(x) ; x += (silu(h Wgate) * h Wup) Wdown
+ *   logits = rmsnorm(x) Wout           (only for tokens that want them)
+ * The whole pass is one base_pool_run: every thread walks the same stages and
+ * takes its share of each (rows of a matrix, or tokens), with a barrier where a
+ * stage reads what another thread wrote.  Time goes to the matrix products
+ * (kern gemm, activations quantized to 8 bits first) and, for long contexts,
+ * attention.
+ */
+#include "model_llama.h"
+#include "base_log.h"
+#include "base_pool.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define S_TAG "model"
+#define S_MAX_QTYPES 3 /* distinct activation formats one input may need */
+
+typedef struct {
+    float *attn_norm;   /* (d_model) */
+    model_weight_t wq;  /* (n_head*head_dim, d_model) */
+    model_weight_t wk;  /* (n_head_kv*head_dim, d_model) */
+    model_weight_t wv;  /* (n_head_kv*head_dim, d_model) */
+    model_weight_t wo;  /* (d_model, n_head*head_dim) */
+    float *ffn_norm;    /* (d_model) */
+    model_weight_t wg;  /* (d_ff, d_model) */
+    model_weight_t wu;  /* (d_ff, d_model) */
+    model_weight_t wd;  /* (d_model, d_ff) */
+} s_layer_t;
+
+struct model_llama_t {
+    model_gguf_t *gguf;     /* owns the mapping the weights point into */
+    model_config_t cfg;     /* hyper-parameters */
+    model_weight_t embd;    /* (n_vocab, d_model) token embeddings */
+    float *out_norm;        /* (d_model) */
+    model_weight_t out;     /* (n_vocab, d_model); token_embd when tied */
+    float *rope_freqs;      /* (n_rot/2) frequency divisors, or NULL */
+    s_layer_t *layers;      /* (n_layer) */
+    size_t weight_bytes;    /* sum of tensor sizes */
+};
+
+/* ------------------------------------------------------------------ loading */
+
+static int s_err(char *err, size_t errlen, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int s_err(char *err, size_t errlen, const char *path, const char *fmt, ...) {
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (err && errlen)
+        snprintf(err, errlen, "%s: %s", path, msg);
+    return -EINVAL;
+}
+
+/* Find tensor `name` with shape (cols, rows) in GGUF order (ne[0] = cols). */
+static int s_weight(model_llama_t *m, const char *name, int64_t cols, int64_t rows,
+                    model_weight_t *w, char *err, size_t errlen) {
+    const model_gguf_tensor_t *t = model_gguf_tensor(m->gguf, name);
+    const char *path = model_gguf_path(m->gguf);
+    if (!t)
+        return s_err(err, errlen, path, "missing tensor '%s'", name);
+    if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows)
+        return s_err(err, errlen, path, "tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]",
+                     name, (long long)t->ne[0], (long long)t->ne[1], (long long)cols,
+                     (long long)rows);
+    w->type = t->type;
+    w->data = t->data;
+    w->rows = rows;
+    w->cols = cols;
+    w->row_bytes = kern_row_size(t->type, cols);
+    m->weight_bytes += t->nbytes;
+    return 0;
+}
+
+/* A 1-D tensor of n elements, converted to a malloc'd float array. */
+static int s_vector(model_llama_t *m, const char *name, int64_t n, float **out, char *err,
+                    size_t errlen) {
+    const model_gguf_tensor_t *t = model_gguf_tensor(m->gguf, name);
+    const char *path = model_gguf_path(m->gguf);
+    if (!t)
+        return s_err(err, errlen, path, "missing tensor '%s'", name);
+    if (t->n_dims != 1 || t->ne[0] != n)
+        return s_err(err, errlen, path, "tensor '%s' has %lld elements, expected %lld", name,
+                     (long long)t->ne[0], (long long)n);
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v)
+        return s_err(err, errlen, path, "out of memory");
+    kern_ops_ref()->dequant_row(t->type, t->data, v, n);
+    m->weight_bytes += t->nbytes;
+    *out = v;
+    return 0;
+}
+
+static bool s_get_int(const model_gguf_t *g, const char *arch, const char *key, int *out,
+                      bool required) {
+    char k[160];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    int64_t v;
+    if (!model_gguf_get_i64(g, k, &v) || v <= 0 || v > (1 << 30))
+        return !required;
+    *out = (int)v;
+    return true;
+}
+
+static int s_load_config(model_llama_t *m, char *err, size_t errlen) {
+    const model_gguf_t *g = m->gguf;
+    const char *path = model_gguf_path(g);
+    model_config_t *c = &m->cfg;
+    char *arch = NULL;
+    if (!model_gguf_get_str(g, "general.architecture", &arch))
+        return s_err(err, errlen, path, "missing general.architecture");
+    snprintf(c->arch, sizeof c->arch, "%s", arch);
+    bool ok = !strcmp(arch, "llama") || !strcmp(arch, "mistral");
+    free(arch);
+    if (!ok)
+        return s_err(err, errlen, path,
+                     "unsupported architecture '%s' (strata runs llama-architecture models: "
+                     "SmolLM2, TinyLlama, Llama 2/3.x, Mistral)",
+                     c->arch);
+    char *name = NULL;
+    if (model_gguf_get_str(g, "general.name", &name)) {
+        snprintf(c->name, sizeof c->name, "%s", name);
+        free(name);
+    } else {
+        const char *b = strrchr(path, '/');
+        snprintf(c->name, sizeof c->name, "%s", b ? b + 1 : path);
+    }
+    const char *a = c->arch;
+    if (!s_get_int(g, a, "block_count", &c->n_layer, true) ||
+        !s_get_int(g, a, "embedding_length", &c->d_model, true) ||
+        !s_get_int(g, a, "feed_forward_length", &c->d_ff, true) ||
+        !s_get_int(g, a, "attention.head_count", &c->n_head, true))
+        return s_err(err, errlen, path,
+                     "missing or invalid %s.block_count / embedding_length / "
+                     "feed_forward_length / attention.head_count",
+                     a);
+    c->n_head_kv = c->n_head;
+    s_get_int(g, a, "attention.head_count_kv", &c->n_head_kv, false);
+    c->n_ctx_train = 2048;
+    s_get_int(g, a, "context_length", &c->n_ctx_train, false);
+    c->head_dim = c->d_model / c->n_head;
+    s_get_int(g, a, "attention.key_length", &c->head_dim, false);
+    c->n_rot = c->head_dim;
+    s_get_int(g, a, "rope.dimension_count", &c->n_rot, false);
+    if (c->n_head % c->n_head_kv || c->n_rot > c->head_dim || c->n_rot % 2 || c->head_dim % 2)
+        return s_err(err, errlen, path, "inconsistent heads: %d query heads, %d KV heads, "
+                     "head_dim %d, rope dims %d", c->n_head, c->n_head_kv, c->head_dim, c->n_rot);
+    char k[160];
+    double v;
+    c->rope_base = 10000.0f;
+    snprintf(k, sizeof k, "%s.rope.freq_base", a);
+    if (model_gguf_get_f64(g, k, &v) && v > 0)
+        c->rope_base = (float)v;
+    c->rms_eps = 1e-5f;
+    snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", a);
+    if (model_gguf_get_f64(g, k, &v) && v > 0)
+        c->rms_eps = (float)v;
+    c->rope_neox = false; /* GGUF llama stores Q/K permuted for the adjacent-pair layout */
+    return 0;
+}
+
+model_llama_t *model_llama_load(const char *path, char *err, size_t errlen) {
+    model_llama_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return NULL;
+    }
+    m->gguf = model_gguf_open(path, err, errlen);
+    if (!m->gguf || s_load_config(m, err, errlen))
+        goto fail;
+    model_config_t *c = &m->cfg;
+    const model_gguf_tensor_t *te = model_gguf_tensor(m->gguf, "token_embd.weight");
+    if (!te || te->n_dims != 2) {
+        s_err(err, errlen, path, "missing 2-D tensor 'token_embd.weight'");
+        goto fail;
+    }
+    c->n_vocab = (int)te->ne[1];
+    int q_dim = c->n_head * c->head_dim, kv_dim = c->n_head_kv * c->head_dim;
+    if (s_weight(m, "token_embd.weight", c->d_model, c->n_vocab, &m->embd, err, errlen) ||
+        s_vector(m, "output_norm.weight", c->d_model, &m->out_norm, err, errlen))
+        goto fail;
+    if (model_gguf_tensor(m->gguf, "output.weight")) {
+        if (s_weight(m, "output.weight", c->d_model, c->n_vocab, &m->out, err, errlen))
+            goto fail;
+    } else {
+        m->out = m->embd; /* tied embeddings */
+    }
+    if (model_gguf_tensor(m->gguf, "rope_freqs.weight") &&
+        s_vector(m, "rope_freqs.weight", c->n_rot / 2, &m->rope_freqs, err, errlen))
+        goto fail;
+    m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
+    if (!m->layers) {
+        s_err(err, errlen, path, "out of memory");
+        goto fail;
+    }
+    for (int l = 0; l < c->n_layer; l++) {
+        s_layer_t *L = &m->layers[l];
+        char n[9][64];
+        const char *suffix[9] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                                 "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
+        for (int i = 0; i < 9; i++)
+            snprintf(n[i], sizeof n[i], "blk.%d.%s.weight", l, suffix[i]);
+        if (s_vector(m, n[0], c->d_model, &L->attn_norm, err, errlen) ||
+            s_weight(m, n[1], c->d_model, q_dim, &L->wq, err, errlen) ||
+            s_weight(m, n[2], c->d_model, kv_dim, &L->wk, err, errlen) ||
+            s_weight(m, n[3], c->d_model, kv_dim, &L->wv, err, errlen) ||
+            s_weight(m, n[4], q_dim, c->d_model, &L->wo, err, errlen) ||
+            s_vector(m, n[5], c->d_model, &L->ffn_norm, err, errlen) ||
+            s_weight(m, n[6], c->d_model, c->d_ff, &L->wg, err, errlen) ||
+            s_weight(m, n[7], c->d_model, c->d_ff, &L->wu, err, errlen) ||
+            s_weight(m, n[8], c->d_ff, c->d_model, &L->wd, err, errlen))
+            goto fail;
+    }
+    c->ftype = c->n_layer > 0 ? m->layers[0].wq.type : m->embd.type;
+    return m;
+fail:
+    model_llama_destroy(&m);
+    return NULL;
+}
+
+void model_llama_destroy(model_llama_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    model_llama_t *m = *self_p;
+    for (int l = 0; m->layers && l < m->cfg.n_layer; l++) {
+        free(m->layers[l].attn_norm);
+        free(m->layers[l].ffn_norm);
+    }
+    free(m->layers);
+    free(m->out_norm);
+    free(m->rope_freqs);
+    model_gguf_destroy(&m->gguf);
+    free(m);
+    *self_p = NULL;
+}
+
+const model_config_t *model_llama_config(const model_llama_t *self) { return &self->cfg; }
+const model_gguf_t *model_llama_gguf(const model_llama_t *self) { return self->gguf; }
+size_t model_llama_weight_bytes(const model_llama_t *self) { return self->weight_bytes; }
+
+/* ------------------------------------------------------------------ KV pool */
+
+static size_t s_kv_elt(kern_type_t t) {
+    return t == KERN_F16 ? 2 : 4;
+}
+
+size_t model_kv_block_bytes(const model_config_t *c, kern_type_t type, int block_size) {
+    return (size_t)c->n_layer * 2 * c->n_head_kv * block_size * c->head_dim * s_kv_elt(type);
+}
+
+int model_kv_pool_init(model_kv_pool_t *pool, const model_config_t *cfg, kern_type_t type,
+                       int block_size, int n_blocks) {
+    memset(pool, 0, sizeof *pool);
+    if ((type != KERN_F32 && type != KERN_F16) || block_size < 1 || n_blocks < 1)
+        return -EINVAL;
+    size_t bb = model_kv_block_bytes(cfg, type, block_size);
+    size_t total = (bb * (size_t)n_blocks + 63) & ~(size_t)63;
+    uint8_t *base = aligned_alloc(64, total);
+    if (!base)
+        return -ENOMEM;
+    memset(base, 0, total);
+    *pool = (model_kv_pool_t){type, block_size, bb, n_blocks, base};
+    return 0;
+}
+
+void model_kv_pool_free(model_kv_pool_t *pool) {
+    free(pool->base);
+    memset(pool, 0, sizeof *pool);
+}
+
+/* ------------------------------------------------------------------ context */
+
+/* The activation formats one input must be quantized into for its consumers. */
+typedef struct {
+    int n;                            /* formats in use */
+    kern_type_t type[S_MAX_QTYPES];   /* format; slot j lives in ctx->qbuf[j] */
+    size_t row_bytes[S_MAX_QTYPES];   /* bytes per row in that format */
+} s_plan_t;
+
+enum { S_PLAN_QKV, S_PLAN_WO, S_PLAN_GU, S_PLAN_WD, S_PLANS_PER_LAYER };
+
+struct model_ctx_t {
+    const model_llama_t *m;  /* borrowed */
+    const kern_ops_t *k;     /* kernel table */
+    base_pool_t *pool;       /* threads */
+    int max_tokens;          /* batch capacity */
+    int max_ctx;             /* positions attended at most */
+    float *x;        /* (max_tokens, d_model) residual stream */
+    float *h;        /* (max_tokens, d_model) normed input of a sub-layer */
+    float *q;        /* (max_tokens, n_head*head_dim) */
+    float *kv_k;     /* (max_tokens, n_head_kv*head_dim) new keys */
+    float *kv_v;     /* (max_tokens, n_head_kv*head_dim) new values */
+    float *att;      /* (max_tokens, n_head*head_dim) attention output */
+    float *tmp;      /* (max_tokens, d_model) sub-layer output before the residual add */
+    float *ff_g;     /* (max_tokens, d_ff) gate, then silu(gate)*up */
+    float *ff_u;     /* (max_tokens, d_ff) up */
+    float *cs;       /* (max_tokens, n_rot) cos/sin pairs per token */
+    float *scratch;  /* (n_threads, n_head/n_head_kv * max_ctx) attention scores */
+    int *out_rows;   /* (max_tokens) batch index of each wanted token */
+    uint8_t *qbuf[S_MAX_QTYPES]; /* (max_tokens, widest row) quantized activations */
+    s_plan_t *plans; /* (n_layer * S_PLANS_PER_LAYER + 1) formats per input, fixed at creation */
+    /* per-run state, read by the workers */
+    const model_batch_t *batch;
+    const model_kv_pool_t *kv;
+    float *logits;
+    int n_out;
+};
+
+static size_t s_max_row_bytes(int64_t cols) {
+    size_t best = cols * sizeof(float);
+    kern_type_t act[] = {KERN_Q8_0, KERN_Q8_1, KERN_Q8_K};
+    for (int i = 0; i < 3; i++)
+        if (cols % kern_type_traits(act[i])->block_size == 0) {
+            size_t b = kern_row_size(act[i], cols);
+            if (b > best)
+                best = b;
+        }
+    return best;
+}
+
+/* Which activation formats an input consumed by weights ws[0..nw) needs. */
+static void s_plan_make(s_plan_t *qi, const model_weight_t *const *ws, int nw) {
+    qi->n = 0;
+    for (int i = 0; i < nw; i++) {
+        kern_type_t t = kern_type_traits(ws[i]->type)->vec_dot_type;
+        bool seen = false;
+        for (int j = 0; j < qi->n; j++)
+            seen |= qi->type[j] == t;
+        if (!seen) {
+            qi->type[qi->n] = t;
+            qi->row_bytes[qi->n] = kern_row_size(t, ws[i]->cols);
+            qi->n++;
+        }
+    }
+}
+
+static const uint8_t *s_plan_get(const model_ctx_t *c, const s_plan_t *qi, kern_type_t t,
+                                 size_t *row_bytes) {
+    for (int j = 0; j < qi->n; j++)
+        if (qi->type[j] == t) {
+            *row_bytes = qi->row_bytes[j];
+            return c->qbuf[j];
+        }
+    return NULL; /* unreachable: s_plan_make saw every weight */
+}
+
+/* Quantize rows [t0, t1) of src (cols each) into every format of plan qi. */
+static void s_plan_fill(model_ctx_t *c, const s_plan_t *qi, const float *src, int cols, int t0,
+                        int t1) {
+    for (int j = 0; j < qi->n; j++)
+        for (int t = t0; t < t1; t++)
+            c->k->quant_row(qi->type[j], src + (size_t)t * cols,
+                            c->qbuf[j] + (size_t)t * qi->row_bytes[j], cols);
+}
+
+model_ctx_t *model_ctx_new(const model_llama_t *m, int max_tokens, int max_ctx, int n_threads,
+                           const kern_ops_t *kernels) {
+    if (max_tokens < 1 || max_ctx < 1 || n_threads < 1)
+        return NULL;
+    model_ctx_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    const model_config_t *cfg = &m->cfg;
+    c->m = m;
+    c->k = kernels ? kernels : kern_ops_best();
+    c->max_tokens = max_tokens;
+    c->max_ctx = max_ctx;
+    c->pool = base_pool_new(n_threads);
+    size_t T = (size_t)max_tokens;
+    int q_dim = cfg->n_head * cfg->head_dim, kv_dim = cfg->n_head_kv * cfg->head_dim;
+    int widest = cfg->d_model > q_dim ? cfg->d_model : q_dim;
+    if (cfg->d_ff > widest)
+        widest = cfg->d_ff;
+    c->x = malloc(T * cfg->d_model * sizeof(float));
+    c->h = malloc(T * cfg->d_model * sizeof(float));
+    c->q = malloc(T * q_dim * sizeof(float));
+    c->kv_k = malloc(T * kv_dim * sizeof(float));
+    c->kv_v = malloc(T * kv_dim * sizeof(float));
+    c->att = malloc(T * q_dim * sizeof(float));
+    c->tmp = malloc(T * cfg->d_model * sizeof(float));
+    c->ff_g = malloc(T * cfg->d_ff * sizeof(float));
+    c->ff_u = malloc(T * cfg->d_ff * sizeof(float));
+    c->cs = malloc(T * cfg->n_rot * sizeof(float));
+    c->scratch = malloc((size_t)n_threads * (cfg->n_head / cfg->n_head_kv) * max_ctx *
+                        sizeof(float));
+    c->out_rows = malloc(T * sizeof(int));
+    bool ok = c->pool && c->x && c->h && c->q && c->kv_k && c->kv_v && c->att && c->tmp &&
+              c->ff_g && c->ff_u && c->cs && c->scratch && c->out_rows;
+    for (int i = 0; ok && i < S_MAX_QTYPES; i++) {
+        c->qbuf[i] = malloc(T * s_max_row_bytes(widest) + 64);
+        ok = c->qbuf[i] != NULL;
+    }
+    c->plans = calloc((size_t)cfg->n_layer * S_PLANS_PER_LAYER + 1, sizeof *c->plans);
+    ok = ok && c->plans;
+    for (int l = 0; ok && l < cfg->n_layer; l++) {
+        const s_layer_t *L = &m->layers[l];
+        s_plan_t *p = c->plans + (size_t)l * S_PLANS_PER_LAYER;
+        const model_weight_t *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->wg, &L->wu};
+        s_plan_make(&p[S_PLAN_QKV], qkv, 3);
+        s_plan_make(&p[S_PLAN_WO], (const model_weight_t *[]){&L->wo}, 1);
+        s_plan_make(&p[S_PLAN_GU], gu, 2);
+        s_plan_make(&p[S_PLAN_WD], (const model_weight_t *[]){&L->wd}, 1);
+    }
+    if (ok)
+        s_plan_make(&c->plans[(size_t)cfg->n_layer * S_PLANS_PER_LAYER],
+                    (const model_weight_t *[]){&m->out}, 1);
+    if (!ok)
+        model_ctx_destroy(&c);
+    return c;
+}
+
+void model_ctx_destroy(model_ctx_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    model_ctx_t *c = *self_p;
+    base_pool_destroy(&c->pool);
+    free(c->x); free(c->h); free(c->q); free(c->kv_k); free(c->kv_v); free(c->att);
+    free(c->tmp); free(c->ff_g); free(c->ff_u); free(c->cs); free(c->scratch);
+    free(c->out_rows);
+    for (int i = 0; i < S_MAX_QTYPES; i++)
+        free(c->qbuf[i]);
+    free(c->plans);
+    free(c);
+    *self_p = NULL;
+}
+
+int model_ctx_max_tokens(const model_ctx_t *self) { return self->max_tokens; }
+int model_ctx_threads(const model_ctx_t *self) { return base_pool_size(self->pool); }
+
+/* ------------------------------------------------------------------ stages */
+
+/* This thread's share of out = X W^T for each weight in ws (outputs outs, each
+ * row-major (n, rows)).  Rows are split in multiples of 16 so SIMD tiles stay whole. */
+static void s_matmul(model_ctx_t *c, const s_plan_t *qi, const model_weight_t *const *ws,
+                     float *const *outs, int nw, int n, int ith, int nth) {
+    int total = 0;
+    for (int i = 0; i < nw; i++)
+        total += (int)ws[i]->rows;
+    int lo, hi;
+    base_pool_split(total, 16, ith, nth, &lo, &hi);
+    int base = 0;
+    for (int i = 0; i < nw && lo < hi; i++) {
+        const model_weight_t *w = ws[i];
+        int r0 = lo - base, r1 = hi - base;
+        if (r0 < 0) r0 = 0;
+        if (r1 > w->rows) r1 = (int)w->rows;
+        if (r0 < r1) {
+            size_t xs = 0;
+            const uint8_t *xq = s_plan_get(c, qi, kern_type_traits(w->type)->vec_dot_type, &xs);
+            c->k->gemm(w->type, w->cols, r1 - r0, n, (const uint8_t *)w->data + r0 * w->row_bytes,
+                       w->row_bytes, xq, xs, outs[i] + r0, (size_t)w->rows);
+        }
+        base += (int)w->rows;
+    }
+}
+
+/* Embedding lookup and RoPE angles for this thread's tokens. */
+static void s_stage_embed(model_ctx_t *c, int t0, int t1) {
+    const model_config_t *cfg = &c->m->cfg;
+    const model_batch_t *b = c->batch;
+    for (int t = t0; t < t1; t++) {
+        const model_weight_t *e = &c->m->embd;
+        c->k->dequant_row(e->type, (const uint8_t *)e->data + (size_t)b->tokens[t] * e->row_bytes,
+                          c->x + (size_t)t * cfg->d_model, cfg->d_model);
+        float *cs = c->cs + (size_t)t * cfg->n_rot;
+        for (int i = 0; i < cfg->n_rot / 2; i++) {
+            double freq = pow((double)cfg->rope_base, -2.0 * i / cfg->n_rot);
+            if (c->m->rope_freqs)
+                freq /= c->m->rope_freqs[i];
+            double th = b->pos[t] * freq;
+            cs[2 * i] = (float)cos(th);
+            cs[2 * i + 1] = (float)sin(th);
+        }
+    }
+}
+
+/* Apply RoPE to q and k of this thread's tokens and store k, v into the pool. */
+static void s_stage_rope_store(model_ctx_t *c, int layer, int t0, int t1) {
+    const model_config_t *cfg = &c->m->cfg;
+    const model_batch_t *b = c->batch;
+    const model_kv_pool_t *kv = c->kv;
+    int D = cfg->head_dim, H = cfg->n_head, Hkv = cfg->n_head_kv;
+    size_t slab = (size_t)kv->block_size * D; /* elements of one (layer, K|V, head) in a block */
+    for (int t = t0; t < t1; t++) {
+        const float *cs = c->cs + (size_t)t * cfg->n_rot;
+        float *q = c->q + (size_t)t * H * D;
+        float *k = c->kv_k + (size_t)t * Hkv * D;
+        const float *v = c->kv_v + (size_t)t * Hkv * D;
+        c->k->rope(q, H, D, cfg->n_rot, cs, cfg->rope_neox);
+        c->k->rope(k, Hkv, D, cfg->n_rot, cs, cfg->rope_neox);
+        const model_seq_view_t *s = &b->seqs[b->seq[t]];
+        int p = b->pos[t];
+        uint8_t *blk = kv->base + (size_t)s->blocks[p / kv->block_size] * kv->block_bytes;
+        size_t slot = (size_t)(p % kv->block_size) * D;
+        for (int h = 0; h < Hkv; h++) {
+            size_t ko = ((size_t)(layer * 2 + 0) * Hkv + h) * slab + slot;
+            size_t vo = ((size_t)(layer * 2 + 1) * Hkv + h) * slab + slot;
+            if (kv->type == KERN_F32) {
+                memcpy((float *)blk + ko, k + h * D, D * sizeof(float));
+                memcpy((float *)blk + vo, v + h * D, D * sizeof(float));
+            } else {
+                kern_f16_t *kb = (kern_f16_t *)blk + ko, *vb = (kern_f16_t *)blk + vo;
+                for (int i = 0; i < D; i++) {
+                    kb[i] = kern_f32_to_f16(k[h * D + i]);
+                    vb[i] = kern_f32_to_f16(v[h * D + i]);
+                }
+            }
+        }
+    }
+}
+
+/* Attention for this thread's share of (token, kv head) pairs. */
+static void s_stage_attention(model_ctx_t *c, int layer, int n, int ith, int nth) {
+    const model_config_t *cfg = &c->m->cfg;
+    const model_batch_t *b = c->batch;
+    const model_kv_pool_t *kv = c->kv;
+    int D = cfg->head_dim, H = cfg->n_head, Hkv = cfg->n_head_kv, G = H / Hkv;
+    size_t elt = s_kv_elt(kv->type);
+    size_t slab = (size_t)kv->block_size * D * elt;
+    int lo, hi;
+    base_pool_split(n * Hkv, 1, ith, nth, &lo, &hi);
+    float *scratch = c->scratch + (size_t)ith * G * c->max_ctx;
+    for (int w = lo; w < hi; w++) {
+        int t = w / Hkv, h = w % Hkv;
+        const model_seq_view_t *s = &b->seqs[b->seq[t]];
+        kern_attn_args_t a = {
+            .head_dim = D,
+            .n_q = G,
+            .q = c->q + ((size_t)t * H + (size_t)h * G) * D,
+            .out = c->att + ((size_t)t * H + (size_t)h * G) * D,
+            .n_ctx = b->pos[t] + 1,
+            .blocks = s->blocks,
+            .block_size = kv->block_size,
+            .k_base = kv->base + ((size_t)(layer * 2 + 0) * Hkv + h) * slab,
+            .v_base = kv->base + ((size_t)(layer * 2 + 1) * Hkv + h) * slab,
+            .block_stride = kv->block_bytes,
+            .kv_type = kv->type,
+            .scale = 1.0f / sqrtf((float)D),
+            .scratch = scratch,
+        };
+        c->k->attention(&a);
+    }
+}
+
+static void s_forward_worker(void *arg, int ith, int nth) {
+    model_ctx_t *c = arg;
+    const model_llama_t *m = c->m;
+    const model_config_t *cfg = &m->cfg;
+    const kern_ops_t *k = c->k;
+    base_pool_t *pool = c->pool;
+    const int n = c->batch->n_tokens, d = cfg->d_model, ff = cfg->d_ff;
+    const int q_dim = cfg->n_head * cfg->head_dim;
+    int t0, t1; /* this thread's tokens */
+    base_pool_split(n, 1, ith, nth, &t0, &t1);
+
+    s_stage_embed(c, t0, t1);
+
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const s_layer_t *L = &m->layers[l];
+        const s_plan_t *P = c->plans + (size_t)l * S_PLANS_PER_LAYER;
+        /* ---- attention block: h = rmsnorm(x); q, k, v = h W */
+        const model_weight_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *qkv_out[3] = {c->q, c->kv_k, c->kv_v};
+        for (int t = t0; t < t1; t++)
+            k->rmsnorm(c->h + (size_t)t * d, c->x + (size_t)t * d, L->attn_norm, d, cfg->rms_eps);
+        s_plan_fill(c, &P[S_PLAN_QKV], c->h, d, t0, t1);
+        base_pool_barrier(pool);
+        s_matmul(c, &P[S_PLAN_QKV], qkv, qkv_out, 3, n, ith, nth);
+        base_pool_barrier(pool);
+        s_stage_rope_store(c, l, t0, t1);
+        base_pool_barrier(pool);
+        s_stage_attention(c, l, n, ith, nth);
+        base_pool_barrier(pool);
+        /* ---- x += att Wo */
+        const model_weight_t *wo[1] = {&L->wo};
+        s_plan_fill(c, &P[S_PLAN_WO], c->att, q_dim, t0, t1);
+        base_pool_barrier(pool);
+        s_matmul(c, &P[S_PLAN_WO], wo, &c->tmp, 1, n, ith, nth);
+        base_pool_barrier(pool);
+        /* ---- feed-forward: h = rmsnorm(x); x += (silu(h Wg) * h Wu) Wd */
+        const model_weight_t *gu[2] = {&L->wg, &L->wu};
+        float *gu_out[2] = {c->ff_g, c->ff_u};
+        for (int t = t0; t < t1; t++) {
+            float *x = c->x + (size_t)t * d;
+            const float *o = c->tmp + (size_t)t * d;
+            for (int i = 0; i < d; i++)
+                x[i] += o[i];
+            k->rmsnorm(c->h + (size_t)t * d, x, L->ffn_norm, d, cfg->rms_eps);
+        }
+        s_plan_fill(c, &P[S_PLAN_GU], c->h, d, t0, t1);
+        base_pool_barrier(pool);
+        s_matmul(c, &P[S_PLAN_GU], gu, gu_out, 2, n, ith, nth);
+        base_pool_barrier(pool);
+        const model_weight_t *wd[1] = {&L->wd};
+        for (int t = t0; t < t1; t++)
+            k->swiglu(c->ff_g + (size_t)t * ff, c->ff_g + (size_t)t * ff,
+                      c->ff_u + (size_t)t * ff, ff);
+        s_plan_fill(c, &P[S_PLAN_WD], c->ff_g, ff, t0, t1);
+        base_pool_barrier(pool);
+        s_matmul(c, &P[S_PLAN_WD], wd, &c->tmp, 1, n, ith, nth);
+        base_pool_barrier(pool);
+        for (int t = t0; t < t1; t++) {
+            float *x = c->x + (size_t)t * d;
+            const float *o = c->tmp + (size_t)t * d;
+            for (int i = 0; i < d; i++)
+                x[i] += o[i];
+        }
+        /* The next stage reads only this thread's own tokens of x, so no barrier. */
+    }
+    if (c->n_out == 0)
+        return;
+    /* ---- logits = rmsnorm(x) Wout, for the wanted tokens only (compacted) */
+    const model_weight_t *wout[1] = {&m->out};
+    const s_plan_t *PO = c->plans + (size_t)cfg->n_layer * S_PLANS_PER_LAYER;
+    base_pool_barrier(pool); /* every token's x is final */
+    int o0, o1;
+    base_pool_split(c->n_out, 1, ith, nth, &o0, &o1);
+    for (int o = o0; o < o1; o++)
+        k->rmsnorm(c->h + (size_t)o * d, c->x + (size_t)c->out_rows[o] * d, m->out_norm, d,
+                   cfg->rms_eps);
+    s_plan_fill(c, PO, c->h, d, o0, o1);
+    base_pool_barrier(pool);
+    s_matmul(c, PO, wout, &c->logits, 1, c->n_out, ith, nth);
+}
+
+int model_ctx_forward(model_ctx_t *c, const model_batch_t *b, const model_kv_pool_t *kv,
+                      float *logits) {
+    const model_config_t *cfg = &c->m->cfg;
+    if (b->n_tokens < 1 || b->n_tokens > c->max_tokens || !kv->base)
+        return -EINVAL;
+    int n_out = 0;
+    for (int t = 0; t < b->n_tokens; t++) {
+        if (b->tokens[t] < 0 || b->tokens[t] >= cfg->n_vocab || b->seq[t] < 0 ||
+            b->seq[t] >= b->n_seqs || b->pos[t] < 0 || b->pos[t] >= c->max_ctx)
+            return -EINVAL;
+        const model_seq_view_t *s = &b->seqs[b->seq[t]];
+        int blk = b->pos[t] / kv->block_size;
+        if (blk >= s->n_blocks || s->blocks[blk] < 0 || s->blocks[blk] >= kv->n_blocks)
+            return -EINVAL;
+        if (b->want && b->want[t])
+            c->out_rows[n_out++] = t;
+    }
+    if (n_out && !logits)
+        return -EINVAL;
+    c->batch = b;
+    c->kv = kv;
+    c->logits = logits;
+    c->n_out = n_out;
+    base_pool_run(c->pool, s_forward_worker, c);
+    c->batch = NULL;
+    c->kv = NULL;
+    return n_out;
+}

@@ -1,0 +1,273 @@
+/* model_sampler.c - penalties, temperature, top-k, top-p, min-p, seeded draws;
+ * and stop-string detection with hold-back for streaming. */
+#include "model_sampler.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    float logit; /* value, then probability */
+    int32_t id;  /* token */
+} s_cand_t;
+
+struct model_sampler_t {
+    int n_vocab;     /* logits per call */
+    s_cand_t *cand;  /* (n_vocab) candidates */
+};
+
+model_sampler_params_t model_sampler_defaults(void) {
+    return (model_sampler_params_t){0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0};
+}
+
+int model_sampler_check(const model_sampler_params_t *p, char *err, size_t errlen) {
+    const char *why = NULL;
+    if (!(p->temperature >= 0 && p->temperature <= 100))
+        why = "temperature must be in [0, 100]";
+    else if (!(p->top_p > 0 && p->top_p <= 1))
+        why = "top_p must be in (0, 1]";
+    else if (!(p->min_p >= 0 && p->min_p <= 1))
+        why = "min_p must be in [0, 1]";
+    else if (!(p->repeat_penalty > 0 && p->repeat_penalty <= 10))
+        why = "repeat_penalty must be in (0, 10]";
+    else if (p->repeat_last_n < 0)
+        why = "repeat_last_n must be >= 0";
+    else if (p->top_k < 0)
+        why = "top_k must be >= 0";
+    if (!why)
+        return 0;
+    if (err && errlen)
+        snprintf(err, errlen, "%s", why);
+    return -EINVAL;
+}
+
+model_sampler_t *model_sampler_new(int n_vocab) {
+    model_sampler_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->n_vocab = n_vocab;
+    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+    if (!s->cand)
+        model_sampler_destroy(&s);
+    return s;
+}
+
+void model_sampler_destroy(model_sampler_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    free((*self_p)->cand);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+int32_t model_argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* splitmix64: a well-mixed 64-bit value from (seed, pos). */
+static uint64_t s_mix(uint64_t seed, uint64_t pos) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (pos + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int s_cmp_desc(const void *a, const void *b) {
+    float x = ((const s_cand_t *)a)->logit, y = ((const s_cand_t *)b)->logit;
+    if (x != y)
+        return x < y ? 1 : -1;
+    return ((const s_cand_t *)a)->id - ((const s_cand_t *)b)->id;
+}
+
+/* Move the k largest candidates to the front, sorted (k small: selection). */
+static void s_top_k(s_cand_t *c, int n, int k) {
+    /* A bounded insertion into a sorted prefix: O(n k) worst, O(n) typical. */
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        s_cand_t x = c[i];
+        if (m == k && s_cmp_desc(&x, &c[k - 1]) >= 0)
+            continue;
+        int j = m < k ? m++ : k - 1;
+        while (j > 0 && s_cmp_desc(&x, &c[j - 1]) < 0) {
+            c[j] = c[j - 1];
+            j--;
+        }
+        c[j] = x;
+    }
+}
+
+int32_t model_sampler_sample(model_sampler_t *s, const model_sampler_params_t *p, float *logits,
+                             const int32_t *history, int n_history, int pos) {
+    int n = s->n_vocab;
+    if (p->repeat_penalty != 1.0f && p->repeat_last_n > 0) {
+        int from = n_history > p->repeat_last_n ? n_history - p->repeat_last_n : 0;
+        /* Penalise each distinct token once: mark by negating a copy is not
+         * possible in place, so dedupe by checking earlier occurrences. */
+        for (int i = from; i < n_history; i++) {
+            int32_t t = history[i];
+            if (t < 0 || t >= n)
+                continue;
+            bool seen = false;
+            for (int j = from; j < i && !seen; j++)
+                seen = history[j] == t;
+            if (seen)
+                continue;
+            logits[t] = logits[t] > 0 ? logits[t] / p->repeat_penalty
+                                      : logits[t] * p->repeat_penalty;
+        }
+    }
+    if (p->temperature <= 0)
+        return model_argmax(logits, n);
+
+    s_cand_t *c = s->cand;
+    for (int i = 0; i < n; i++)
+        c[i] = (s_cand_t){logits[i] / p->temperature, i};
+    int m = n;
+    if (p->top_k > 0 && p->top_k < n) {
+        s_top_k(c, n, p->top_k);
+        m = p->top_k;
+    } else {
+        qsort(c, (size_t)n, sizeof *c, s_cmp_desc);
+    }
+    /* softmax over the survivors (sorted descending) */
+    float mx = c[0].logit;
+    double sum = 0;
+    for (int i = 0; i < m; i++) {
+        c[i].logit = expf(c[i].logit - mx);
+        sum += c[i].logit;
+    }
+    for (int i = 0; i < m; i++)
+        c[i].logit = (float)(c[i].logit / sum);
+    if (p->top_p < 1.0f) {
+        double cum = 0;
+        int keep = m;
+        for (int i = 0; i < m; i++) {
+            cum += c[i].logit;
+            if (cum >= p->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        m = keep;
+    }
+    if (p->min_p > 0) {
+        float thr = p->min_p * c[0].logit;
+        int keep = 1;
+        while (keep < m && c[keep].logit >= thr)
+            keep++;
+        m = keep;
+    }
+    double total = 0;
+    for (int i = 0; i < m; i++)
+        total += c[i].logit;
+    double u = (double)(s_mix(p->seed, (uint64_t)pos) >> 11) * (1.0 / 9007199254740992.0) * total;
+    double cum = 0;
+    for (int i = 0; i < m; i++) {
+        cum += c[i].logit;
+        if (u < cum)
+            return c[i].id;
+    }
+    return c[m - 1].id;
+}
+
+/* ------------------------------------------------------------------ stops */
+
+int model_stopper_init(model_stopper_t *s, const char *const *stops, int n) {
+    memset(s, 0, sizeof *s);
+    if (n < 0 || n > MODEL_MAX_STOP)
+        return -EINVAL;
+    for (int i = 0; i < n; i++) {
+        if (!stops[i] || !stops[i][0]) {
+            model_stopper_free(s);
+            return -EINVAL;
+        }
+        s->stops[i] = strdup(stops[i]);
+        if (!s->stops[i]) {
+            model_stopper_free(s);
+            return -ENOMEM;
+        }
+        s->n_stops = i + 1;
+    }
+    return 0;
+}
+
+void model_stopper_free(model_stopper_t *s) {
+    for (int i = 0; i < s->n_stops; i++)
+        free(s->stops[i]);
+    free(s->held);
+    memset(s, 0, sizeof *s);
+}
+
+/* Length of the longest suffix of buf[0..n) that is a proper prefix of a stop string. */
+static size_t s_partial(const model_stopper_t *s, const char *buf, size_t n) {
+    size_t best = 0;
+    for (int i = 0; i < s->n_stops; i++) {
+        size_t L = strlen(s->stops[i]);
+        for (size_t k = L - 1; k > best; k--)
+            if (k <= n && !memcmp(buf + n - k, s->stops[i], k)) {
+                best = k;
+                break;
+            }
+    }
+    return best;
+}
+
+size_t model_stopper_push(model_stopper_t *s, const char *piece, size_t n_piece, char *out,
+                          size_t cap) {
+    if (cap)
+        out[0] = 0;
+    if (s->stopped)
+        return 0;
+    if (s->n_stops == 0) {
+        size_t n = n_piece < cap - 1 ? n_piece : cap - 1;
+        memcpy(out, piece, n);
+        out[n] = 0;
+        return n;
+    }
+    if (s->n_held + n_piece + 1 > s->cap_held) {
+        size_t nc = (s->n_held + n_piece + 1) * 2;
+        char *h = realloc(s->held, nc);
+        if (!h)
+            return 0;
+        s->held = h;
+        s->cap_held = nc;
+    }
+    memcpy(s->held + s->n_held, piece, n_piece);
+    s->n_held += n_piece;
+    s->held[s->n_held] = 0;
+    /* earliest complete stop string */
+    size_t cut = s->n_held;
+    for (int i = 0; i < s->n_stops; i++) {
+        const char *f = memmem(s->held, s->n_held, s->stops[i], strlen(s->stops[i]));
+        if (f && (size_t)(f - s->held) < cut) {
+            cut = (size_t)(f - s->held);
+            s->stopped = true;
+        }
+    }
+    size_t emit = s->stopped ? cut : s->n_held - s_partial(s, s->held, s->n_held);
+    if (emit > cap - 1)
+        emit = cap - 1;
+    memcpy(out, s->held, emit);
+    out[emit] = 0;
+    memmove(s->held, s->held + emit, s->n_held - emit);
+    s->n_held -= emit;
+    if (s->stopped)
+        s->n_held = 0;
+    return emit;
+}
+
+size_t model_stopper_flush(model_stopper_t *s, char *out, size_t cap) {
+    size_t n = s->stopped ? 0 : s->n_held;
+    if (n > cap - 1)
+        n = cap - 1;
+    memcpy(out, s->held ? s->held : "", n);
+    out[n] = 0;
+    s->n_held = 0;
+    return n;
+}

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Bad input to the strata CLI: each case must exit non-zero with one clear
+line on stderr (no crash, no stack of messages), and --help must work on every
+command.  Files are made here: a missing path, a text file, a truncated copy of
+the default model, a GGUF of another architecture, a GGUF with an unsupported
+tensor type."""
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+BIN = os.environ.get("STRATA_BIN", "build/strata")
+MODEL = os.environ.get("STRATA_MODEL") or os.path.expanduser(
+    "~/.cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+failures = []
+
+
+def gguf(kvs, tensors=()):
+    """Bytes of a small GGUF v3: kvs = [(key, str)], tensors = [(name, dims, type)]."""
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
+    for k, v in kvs:
+        kb, vb = k.encode(), v.encode()
+        out += struct.pack("<Q", len(kb)) + kb + struct.pack("<IQ", 8, len(vb)) + vb
+    for name, dims, typ in tensors:
+        nb = name.encode()
+        out += struct.pack("<Q", len(nb)) + nb + struct.pack("<I", len(dims))
+        out += b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", typ, 0)
+    out += b"\0" * (-len(out) % 32) + b"\0" * 4096
+    return bytes(out)
+
+
+def expect_error(name, args, needle):
+    p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=60)
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    ok = (p.returncode not in (0,) and p.returncode < 128 and len(lines) == 1
+          and needle in lines[0])
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: rc={p.returncode} stderr={lines!r}")
+    if not ok:
+        failures.append(name)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        text = os.path.join(d, "notes.gguf")
+        open(text, "w").write("hello, I am not a model\n" * 10)
+        trunc = os.path.join(d, "trunc.gguf")
+        with open(MODEL, "rb") as f:
+            open(trunc, "wb").write(f.read(5_000_000))
+        neox = os.path.join(d, "neox.gguf")
+        open(neox, "wb").write(gguf([("general.architecture", "gpt-neox")]))
+        badtype = os.path.join(d, "badtype.gguf")
+        open(badtype, "wb").write(gguf([("general.architecture", "llama")],
+                                       [("token_embd.weight", [256, 4], 16)]))
+        for cmd in (["generate", "-p", "hi"], ["bench-model"], ["perplexity", "-f", text]):
+            c = cmd[0]
+            expect_error(f"{c}: missing file", cmd + ["-m", os.path.join(d, "nope.gguf")],
+                         "cannot open")
+            expect_error(f"{c}: not gguf", cmd + ["-m", text], "not a GGUF file")
+            expect_error(f"{c}: truncated", cmd + ["-m", trunc], "truncated")
+            expect_error(f"{c}: other arch", cmd + ["-m", neox], "unsupported architecture")
+            expect_error(f"{c}: bad tensor type", cmd + ["-m", badtype], "unsupported type 16")
+        expect_error("generate: bad -n", ["generate", "-p", "x", "-n", "lots"], "bad value for --n-predict")
+        expect_error("generate: no prompt", ["generate"], "give exactly one of")
+        expect_error("generate: bad temp", ["generate", "-p", "x", "--temp", "-1"], "bad value for --temp")
+        expect_error("generate: bad ids", ["generate", "--ids", "1 two"], "--ids must be")
+        expect_error("generate: id out of range", ["generate", "--ids", "99999999"], "out of range")
+        expect_error("unknown command", ["frobnicate"], "unknown command")
+        expect_error("quantize: bad type", ["quantize", MODEL, os.path.join(d, "o.gguf"), "q3_x"], "q3_x")
+        expect_error("perplexity: missing text", ["perplexity", "-f", os.path.join(d, "none.txt")], "cannot read")
+    for c in ("generate", "perplexity", "bench-model", "quantize", "tokenize", "detokenize", "logits"):
+        p = subprocess.run([BIN, c, "--help"], capture_output=True, text=True, timeout=30)
+        ok = p.returncode == 0 and "usage:" in p.stdout
+        print(f"{'ok  ' if ok else 'FAIL'} {c} --help")
+        if not ok:
+            failures.append(c + " --help")
+    print(f"{len(failures) == 0 and 'PASS' or 'FAIL'}: {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
