@@ -141,8 +141,13 @@ void base_pool_run(base_pool_t *p, base_pool_fn fn, void *arg) {
         pthread_mutex_unlock(&p->mu);
     }
     fn(arg, 0, p->n);
-    while (atomic_load(&p->n_done) < p->n - 1)
+    for (int spins = 0; atomic_load(&p->n_done) < p->n - 1;) {
         S_PAUSE();
+        if (++spins > 2000) {
+            sched_yield();
+            spins = 0;
+        }
+    }
 }
 
 void base_pool_barrier(base_pool_t *p) {
@@ -158,7 +163,7 @@ void base_pool_barrier(base_pool_t *p) {
     while (atomic_load(&p->bar_gen) == g) {
         S_PAUSE();
         /* A preempted peer (more threads than free cores) must get the CPU. */
-        if (++spins > 100000) {
+        if (++spins > 2000) {
             sched_yield();
             spins = 0;
         }

@@ -41,7 +41,6 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof s_cmds / sizeof s_cmds[0]; i++)
         if (!strcmp(argv[1], s_cmds[i].name))
             return s_cmds[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "strata: unknown command '%s'\n", argv[1]);
-    s_usage(stderr);
+    fprintf(stderr, "strata: unknown command '%s' (strata --help lists them)\n", argv[1]);
     return 2;
 }

@@ -251,8 +251,11 @@ model_gguf_t *model_gguf_open(const char *path, char *err, size_t errlen) {
     }
     self->size = (size_t)st.st_size;
     if (self->size < 24) {
+        char head[4] = {0};
+        bool gguf = pread(fd, head, 4, 0) == 4 && !memcmp(head, "GGUF", 4);
         if (err)
-            snprintf(err, errlen, "%s: not a GGUF file (only %zu bytes)", path, self->size);
+            snprintf(err, errlen, "%s: %s (only %zu bytes)", path,
+                     gguf ? "truncated file" : "not a GGUF file", self->size);
         goto fail;
     }
     void *m = mmap(NULL, self->size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -282,7 +285,8 @@ model_gguf_t *model_gguf_open(const char *path, char *err, size_t errlen) {
         goto fail;
     /* Each entry takes at least 8+1+4 (kv) or 8+1+4+8+4+8 (tensor) bytes. */
     if (nkv > self->size / 13 || nt > self->size / 33) {
-        s_fail(&c, "implausible counts: %llu tensors, %llu metadata entries in %zu bytes",
+        s_fail(&c, "truncated or corrupt file: %llu tensors and %llu metadata entries cannot "
+                   "fit in %zu bytes",
                (unsigned long long)nt, (unsigned long long)nkv, self->size);
         goto fail;
     }

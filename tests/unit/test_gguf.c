@@ -158,7 +158,7 @@ START_TEST(bad_fields) {
     b = make_valid(0);
     uint64_t huge = 1ull << 60;
     memcpy(b.p + 16, &huge, 8); /* kv count */
-    expect_fail(&b, "implausible counts");
+    expect_fail(&b, "cannot fit");
     free(b.p);
 
     b = make_valid(0);
