@@ -1,0 +1,268 @@
+"""ref_llama.py - an independent NumPy reference forward pass for GGUF llama-architecture models.
+
+This is the numerical oracle strata is checked against. It shares no code with strata: weights
+are dequantized with the `gguf` package (gguf.quants.dequantize) and the math is written out
+plainly, one function per stage in dataflow order. Matrix products run in float32 (BLAS);
+norms, softmax and the RoPE angles use float64, where it is cheap.
+
+    model = load(path)                 # read hyper-parameters, dequantize every tensor
+    logits = forward(model, ids)       # (n_tokens, n_vocab) float32, one row per position
+    cont = greedy(model, ids, 64)      # 64 greedy continuation ids (KV cache, so it is quick)
+
+Conventions that matter:
+- A GGUF weight of shape [ne0 = n_in, ne1 = n_out] reads as a (n_out, n_in) array: y = W @ x.
+- The llama converter stores Q and K weights permuted so that RoPE rotates interleaved pairs
+  (x[2i], x[2i+1]) (llama.cpp's rope mode 0 for arch llama); we rotate exactly those pairs.
+- With no output.weight the output head is tied to token_embd.weight.
+"""
+
+import os
+import sys
+
+# One BLAS thread: the matrices here are small, and OpenBLAS's thread hand-offs cost ~100x more
+# than the work on a busy machine with few cores (7 ms instead of 0.07 ms per matvec).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+from gguf import GGUFReader  # noqa: E402
+from gguf.quants import dequantize  # noqa: E402
+
+
+class Model:
+    """Hyper-parameters plus dequantized float32 weights, indexed by GGUF tensor name."""
+
+    def __init__(self):
+        self.path = ""
+        self.arch = ""
+        self.n_layers = 0
+        self.d_model = 0
+        self.n_heads = 0
+        self.n_kv_heads = 0
+        self.head_dim = 0
+        self.n_rot = 0  # dims of each head that RoPE rotates (rope.dimension_count)
+        self.d_ff = 0
+        self.n_vocab = 0
+        self.rope_base = 10000.0
+        self.eps = 1e-5
+        self.w = {}  # name -> float32 ndarray ((n_out, n_in) for matrices)
+        self.types = {}  # name -> GGML type name as stored in the file
+        # When True, round each matmul input to 8 bits per block of 32 first, as llama.cpp-style
+        # engines (strata included) do before an integer dot product.  Off for the oracle; used
+        # only to estimate how far such an engine may legitimately drift from exact math.
+        self.act_q8 = False
+
+
+def _field(reader, key, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    v = f.contents()
+    return v
+
+
+def load(path):
+    """Read the GGUF at path and dequantize every tensor to float32."""
+    r = GGUFReader(path)
+    m = Model()
+    m.path = path
+    m.arch = _field(r, "general.architecture", "llama")
+    if m.arch != "llama":
+        raise ValueError(f"{path}: architecture {m.arch!r}, the reference handles only llama")
+    a = m.arch
+    m.n_layers = int(_field(r, f"{a}.block_count"))
+    m.d_model = int(_field(r, f"{a}.embedding_length"))
+    m.n_heads = int(_field(r, f"{a}.attention.head_count"))
+    m.n_kv_heads = int(_field(r, f"{a}.attention.head_count_kv", m.n_heads))
+    m.d_ff = int(_field(r, f"{a}.feed_forward_length"))
+    m.rope_base = float(_field(r, f"{a}.rope.freq_base", 10000.0))
+    m.eps = float(_field(r, f"{a}.attention.layer_norm_rms_epsilon", 1e-5))
+    m.head_dim = m.d_model // m.n_heads
+    m.n_rot = int(_field(r, f"{a}.rope.dimension_count", m.head_dim))
+
+    for t in r.tensors:
+        # t.data is (ne1, ne0) for matrices; dequantize keeps that row layout.
+        arr = dequantize(t.data, t.tensor_type)
+        m.w[t.name] = np.ascontiguousarray(arr, dtype=np.float32)
+        m.types[t.name] = t.tensor_type.name
+    if "output.weight" not in m.w:
+        m.w["output.weight"] = m.w["token_embd.weight"]  # tied embeddings
+    m.n_vocab = m.w["token_embd.weight"].shape[0]
+    assert m.w["token_embd.weight"].shape == (m.n_vocab, m.d_model)
+    return m
+
+
+# ---- the stages of one layer, in dataflow order -----------------------------------------
+
+
+def rmsnorm(x, w, eps):
+    """x (n, d) -> x / sqrt(mean(x^2) + eps) * w, computed in float64."""
+    x64 = x.astype(np.float64)
+    inv = 1.0 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
+    return (x64 * inv * w.astype(np.float64)).astype(np.float32)
+
+
+def rope(x, positions, n_rot, base):
+    """Rotate interleaved pairs (x[..., 2i], x[..., 2i+1]) of the first n_rot dims of each head.
+
+    x: (n, n_heads, head_dim); positions: (n,). theta_i = pos * base^(-2i / n_rot).
+    """
+    half = n_rot // 2
+    inv_freq = base ** (-np.arange(half, dtype=np.float64) * 2.0 / n_rot)  # (half,)
+    ang = positions.astype(np.float64)[:, None] * inv_freq[None, :]  # (n, half)
+    cos = np.cos(ang)[:, None, :]
+    sin = np.sin(ang)[:, None, :]
+    out = x.astype(np.float64).copy()
+    x0 = out[..., 0:n_rot:2].copy()
+    x1 = out[..., 1:n_rot:2].copy()
+    out[..., 0:n_rot:2] = x0 * cos - x1 * sin
+    out[..., 1:n_rot:2] = x0 * sin + x1 * cos
+    return out.astype(np.float32)
+
+
+def softmax(s):
+    """Row softmax over the last axis, float64, max subtracted."""
+    s = s - np.max(s, axis=-1, keepdims=True)
+    e = np.exp(s)
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x.astype(np.float64))).astype(np.float32)
+
+
+def q8_roundtrip(x):
+    """x (n, k) with k % 32 == 0, rounded as Q8_0 would store it: per block d = amax/127."""
+    n, k = x.shape
+    b = x.reshape(n, k // 32, 32).astype(np.float64)
+    d = np.max(np.abs(b), axis=-1, keepdims=True) / 127.0
+    d = d.astype(np.float16).astype(np.float64)  # the block scale is stored as f16
+    q = np.where(d > 0, np.round(b / np.where(d > 0, d, 1.0)), 0.0)
+    return (np.clip(q, -127, 127) * d).reshape(n, k).astype(np.float32)
+
+
+def matmul(m, x, name):
+    """x (n, n_in) @ W.T -> (n, n_out) for the weight called name."""
+    if m.act_q8 and x.shape[1] % 32 == 0:
+        x = q8_roundtrip(x)
+    return x @ m.w[name].T
+
+
+class Cache:
+    """KV cache: per layer, K and V of every position seen so far, (n_ctx, n_kv_heads, head_dim)."""
+
+    def __init__(self, m, max_ctx):
+        shape = (m.n_layers, max_ctx, m.n_kv_heads, m.head_dim)
+        self.k = np.zeros(shape, dtype=np.float32)
+        self.v = np.zeros(shape, dtype=np.float32)
+        self.n = 0  # positions filled
+
+
+def _attention(m, q, cache, layer, pos0, n):
+    """Causal GQA attention of n new queries at positions pos0.. over cache positions 0..pos0+n-1.
+
+    q: (n, n_heads, head_dim) -> (n, n_heads * head_dim).
+    """
+    group = m.n_heads // m.n_kv_heads
+    ctx = pos0 + n
+    k = cache.k[layer, :ctx].astype(np.float64)  # (ctx, n_kv, hd)
+    v = cache.v[layer, :ctx].astype(np.float64)
+    scale = 1.0 / np.sqrt(m.head_dim)
+    out = np.empty((n, m.n_heads, m.head_dim), dtype=np.float64)
+    # query i (position pos0+i) sees keys 0..pos0+i
+    mask = np.arange(ctx)[None, :] > (pos0 + np.arange(n))[:, None]  # (n, ctx) True = hidden
+    for h in range(m.n_heads):
+        kvh = h // group  # query heads h*group.. share KV head kvh (llama GQA order)
+        s = (q[:, h, :].astype(np.float64) @ k[:, kvh, :].T) * scale  # (n, ctx)
+        s[mask] = -np.inf
+        out[:, h, :] = softmax(s) @ v[:, kvh, :]
+    return out.reshape(n, -1).astype(np.float32)
+
+
+def _step(m, ids, cache):
+    """Run tokens ids (continuing at cache.n) through the model; return logits (n, n_vocab)."""
+    n = len(ids)
+    pos0 = cache.n
+    positions = np.arange(pos0, pos0 + n)
+    x = m.w["token_embd.weight"][np.asarray(ids, dtype=np.int64)].copy()  # (n, d)
+    for L in range(m.n_layers):
+        p = f"blk.{L}."
+        # attention block
+        h = rmsnorm(x, m.w[p + "attn_norm.weight"], m.eps)
+        q = matmul(m, h, p + "attn_q.weight").reshape(n, m.n_heads, m.head_dim)
+        k = matmul(m, h, p + "attn_k.weight").reshape(n, m.n_kv_heads, m.head_dim)
+        v = matmul(m, h, p + "attn_v.weight").reshape(n, m.n_kv_heads, m.head_dim)
+        q = rope(q, positions, m.n_rot, m.rope_base)
+        k = rope(k, positions, m.n_rot, m.rope_base)
+        cache.k[L, pos0 : pos0 + n] = k
+        cache.v[L, pos0 : pos0 + n] = v
+        a = _attention(m, q, cache, L, pos0, n)
+        x = x + matmul(m, a, p + "attn_output.weight")
+        # feed-forward block (SwiGLU)
+        h = rmsnorm(x, m.w[p + "ffn_norm.weight"], m.eps)
+        g = matmul(m, h, p + "ffn_gate.weight")
+        u = matmul(m, h, p + "ffn_up.weight")
+        x = x + matmul(m, silu(g) * u, p + "ffn_down.weight")
+    cache.n += n
+    x = rmsnorm(x, m.w["output_norm.weight"], m.eps)
+    return matmul(m, x, "output.weight").astype(np.float32)
+
+
+def forward(m, ids):
+    """Logits (n_tokens, n_vocab) float32 for token ids, one row per position."""
+    cache = Cache(m, len(ids))
+    return _step(m, list(ids), cache)
+
+
+def greedy(m, ids, n, return_logits=False):
+    """Greedy continuation of n tokens after prompt ids (argmax, lowest id on exact ties).
+
+    With return_logits, also returns the (n, n_vocab) logits each token was chosen from.
+    """
+    cache = Cache(m, len(ids) + n)
+    logits = _step(m, list(ids), cache)[-1]
+    out, rows = [], []
+    for i in range(n):
+        t = int(np.argmax(logits))
+        out.append(t)
+        rows.append(logits)
+        if i + 1 < n:
+            logits = _step(m, [t], cache)[0]
+    if return_logits:
+        return out, np.stack(rows)
+    return out
+
+
+def detok(m_path, ids):
+    """Rough text of ids from the GGUF vocab (GPT-2 byte-level BPE), for eyeballing only."""
+    r = GGUFReader(m_path)
+    toks = r.fields["tokenizer.ggml.tokens"].contents()
+    # inverse of GPT-2's bytes_to_unicode
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    k = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + k)
+            k += 1
+    u2b = {chr(c): b for b, c in zip(bs, cs)}
+    data = bytearray()
+    for i in ids:
+        for ch in toks[i]:
+            data.append(u2b.get(ch, ord("?")) if ord(ch) >= 256 or chr(ord(ch)) in u2b else ord(ch))
+    return data.decode("utf-8", errors="replace")
+
+
+if __name__ == "__main__":
+    import time
+
+    path = sys.argv[1] if len(sys.argv) > 1 else "/root/.cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    t0 = time.time()
+    model = load(path)
+    print(f"loaded {path} in {time.time() - t0:.1f}s")
+    ids = [int(x) for x in sys.argv[2].split()] if len(sys.argv) > 2 else [1, 9690, 198]
+    t0 = time.time()
+    cont = greedy(model, ids, 32)
+    print(f"greedy 32 in {time.time() - t0:.1f}s: {cont}")
+    print(repr(detok(path, ids + cont)))
