@@ -1,0 +1,180 @@
+#!/usr/bin/python3
+"""strata_client.py - a small Python client for a strata server (docs/PROTOCOL.md).
+
+Needs Debian's python3-zmq and python3-msgpack (import zmq, msgpack).
+
+    from strata_client import StrataClient
+    with StrataClient("tcp://127.0.0.1:5555") as c:
+        for ev in c.generate("Once upon a time", max_tokens=32):
+            if ev["type"] == "token":
+                print(ev["text"], end="", flush=True)
+        print(c.stats())
+
+As a command:  python3 clients/python/strata_client.py "prompt" [-n 64] [--chat] ...
+"""
+import argparse
+import itertools
+import os
+import sys
+
+import msgpack
+import zmq
+
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
+MAX_FRAME = 1 << 20
+
+
+class StrataError(Exception):
+    """The server answered with an error message (code: bad_request, overloaded,
+    not_found, internal), or did not answer in time (code: timeout)."""
+
+    def __init__(self, code, message):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class StrataClient:
+    def __init__(self, endpoint=DEFAULT_ENDPOINT, timeout=30.0):
+        self.timeout_ms = int(timeout * 1000)
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)
+        self.sock.connect(endpoint)
+        self._ids = itertools.count(1)
+        self.current = None  # id of the generation in progress
+
+    def close(self):
+        self.sock.close(0)
+        self.ctx.term()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- transport
+    def _send(self, msg):
+        msg.setdefault("v", 1)
+        self.sock.send(msgpack.packb(msg, use_bin_type=True))
+
+    def _recv(self):
+        if not self.sock.poll(self.timeout_ms):
+            raise StrataError("timeout", f"no answer from the server within "
+                              f"{self.timeout_ms / 1000:.1f} s (is it running?)")
+        return msgpack.unpackb(self.sock.recv(), raw=False)
+
+    # ---- requests
+    def generate(self, prompt=None, messages=None, stream=True, **params):
+        """Start a generation and yield its events (dicts): "token" events when
+        stream is true, then one "done".  An "error" raises StrataError.
+        params: max_tokens, temperature, top_k, top_p, min_p, repeat_penalty,
+        repeat_last_n, seed, stop (list of str)."""
+        rid = f"py{os.getpid()}-{next(self._ids)}"
+        req = {"type": "generate", "id": rid, "stream": bool(stream)}
+        if messages is not None:
+            req["messages"] = list(messages)
+        else:
+            req["prompt"] = prompt if prompt is not None else ""
+        req.update({k: v for k, v in params.items() if v is not None})
+        self._send(req)
+        self.current = rid
+        try:
+            while True:
+                ev = self._recv()
+                if ev.get("id") not in (rid, None):
+                    continue  # a late event of an earlier request
+                t = ev.get("type")
+                if t == "error":
+                    raise StrataError(ev.get("code"), ev.get("message"))
+                if t == "token":
+                    yield ev
+                elif t == "done":
+                    yield ev
+                    return
+        finally:
+            self.current = None
+
+    def cancel(self, rid=None):
+        """Cancel request rid (default: the generation in progress); the generate
+        iterator then ends with a done whose finish_reason is "cancelled"."""
+        rid = rid or self.current
+        if rid:
+            self._send({"type": "cancel", "id": rid})
+
+    def _query(self, typ, want):
+        self._send({"type": typ})
+        while True:
+            ev = self._recv()
+            if ev.get("type") == want:
+                return ev
+            if ev.get("type") == "error" and ev.get("id") is None:
+                raise StrataError(ev.get("code"), ev.get("message"))
+
+    def stats(self):
+        """The server's counters as a list of (name, value)."""
+        return sorted(self._query("stats", "stats_reply")["counters"].items())
+
+    def health(self):
+        """(ok, actors): ok is true when every actor is ready; actors a list of
+        dicts {name, state, last_seen_ms}."""
+        r = self._query("health", "health_reply")
+        return r["ok"], r["actors"]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Talk to a running strata server.")
+    ap.add_argument("prompt", nargs="*", help="prompt (default: stdin)")
+    ap.add_argument("-e", "--endpoint", default=DEFAULT_ENDPOINT)
+    ap.add_argument("-n", "--max-tokens", type=int, default=None)
+    ap.add_argument("--chat", action="store_true", help="send as a user chat message")
+    ap.add_argument("--temp", type=float, default=None)
+    ap.add_argument("--top-k", type=int, default=None)
+    ap.add_argument("--top-p", type=float, default=None)
+    ap.add_argument("--min-p", type=float, default=None)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--stop", action="append", default=None)
+    ap.add_argument("--no-stream", action="store_true")
+    ap.add_argument("--stats", action="store_true")
+    ap.add_argument("--health", action="store_true")
+    ap.add_argument("--timeout", type=float, default=30.0)
+    a = ap.parse_args(argv)
+    try:
+        with StrataClient(a.endpoint, a.timeout) as c:
+            if a.stats:
+                for name, value in c.stats():
+                    print(name, value)
+                return 0
+            if a.health:
+                ok, actors = c.health()
+                print("ok" if ok else "not ok")
+                for x in actors:
+                    print(f"{x['name']:16} {x['state']:10} last seen {x['last_seen_ms']} ms ago")
+                return 0 if ok else 1
+            prompt = " ".join(a.prompt) if a.prompt else sys.stdin.read()
+            kw = dict(max_tokens=a.max_tokens, temperature=a.temp, top_k=a.top_k,
+                      top_p=a.top_p, min_p=a.min_p, seed=a.seed, stop=a.stop)
+            if a.chat:
+                events = c.generate(messages=[{"role": "user", "content": prompt}],
+                                    stream=not a.no_stream, **kw)
+            else:
+                events = c.generate(prompt, stream=not a.no_stream, **kw)
+            for ev in events:
+                if ev["type"] == "token":
+                    print(ev["text"], end="", flush=True)
+                elif ev.get("text"):
+                    print(ev["text"], end="")
+            print()
+            return 0
+    except StrataError as e:
+        print(f"strata_client: {e.message}" if e.code == "timeout"
+              else f"strata_client: server error ({e.code}): {e.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+/* msg_client.c - the client protocol family as schemas: one field table per message
+ * (key, kind, limits) from which msg_codec.c decodes, validates and encodes.  The
+ * tables are the normative list of fields; docs/PROTOCOL.md describes the same.
+ */
+#include "msg_client.h"
+#include "msg_codec.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REQ MSG_FF_REQUIRED
+
+
+/* ---- 1 generate */
+
+static const msg_field_t s_chat_fields[] = {
+    {.key = "role", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_chat_t, role),
+     .min = 1, .max = MSG_MAX_ROLE_BYTES},
+    {.key = "content", .kind = MSG_F_STR_HEAP, .flags = REQ,
+     .off = offsetof(msg_chat_t, content), .off2 = offsetof(msg_chat_t, content_len),
+     .max = MSG_MAX_PROMPT_BYTES},
+};
+static const msg_schema_t s_chat_schema = {"", sizeof(msg_chat_t), s_chat_fields,
+                                           MSG_NFIELDS(s_chat_fields), NULL, NULL};
+
+static void s_generate_init(void *p) {
+    msg_generate_t *m = p;
+    m->max_tokens = MSG_DEFAULT_MAX_TOKENS;
+    m->sampling = model_sampler_defaults();
+    m->stream = true;
+}
+
+static int s_generate_check(const void *p, msg_err_t *err) {
+    const msg_generate_t *m = p;
+    if (m->prompt && m->n_messages > 0)
+        return msg_err_set(err, -EPROTO, MSG_E_INVALID, "messages",
+                           "give either 'prompt' or 'messages', not both");
+    if (!m->prompt && m->n_messages <= 0)
+        return msg_err_set(err, -EPROTO, MSG_E_MISSING, "prompt",
+                           "missing required field 'prompt' (or 'messages')");
+    size_t total = 0;
+    for (int i = 0; i < m->n_messages; i++)
+        total += m->messages[i].content_len;
+    if (total > MSG_MAX_PROMPT_BYTES)
+        return msg_err_set(err, -EPROTO, MSG_E_TOO_LONG, "messages",
+                           "field 'messages': %zu content bytes in all, limit %u", total,
+                           MSG_MAX_PROMPT_BYTES);
+    return 0;
+}
+
+static const msg_field_t s_generate_fields[] = {
+    {.key = "id", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_generate_t, id),
+     .min = 1, .max = MSG_MAX_ID_BYTES},
+    {.key = "prompt", .kind = MSG_F_STR_HEAP, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_generate_t, prompt), .off2 = offsetof(msg_generate_t, prompt_len),
+     .max = MSG_MAX_PROMPT_BYTES},
+    {.key = "messages", .kind = MSG_F_ARRAY, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_generate_t, messages), .off2 = offsetof(msg_generate_t, n_messages),
+     .min = 1, .max = MSG_MAX_MESSAGES, .sub = &s_chat_schema},
+    MSG_SAMPLING_FIELDS(msg_generate_t),
+    {.key = "seed", .kind = MSG_F_U64, .flags = MSG_FF_HAS,
+     .off = offsetof(msg_generate_t, sampling.seed), .off2 = offsetof(msg_generate_t, has_seed)},
+};
+const msg_schema_t msg_schema_generate = {"generate",        sizeof(msg_generate_t),
+                                          s_generate_fields, MSG_NFIELDS(s_generate_fields),
+                                          s_generate_init,   s_generate_check};
+
+/* ---- 2 cancel, 3 stats, 4 health */
+
+static const msg_field_t s_cancel_fields[] = {
+    {.key = "id", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_cancel_t, id),
+     .min = 1, .max = MSG_MAX_ID_BYTES},
+};
+const msg_schema_t msg_schema_cancel = {"cancel",    sizeof(msg_cancel_t), s_cancel_fields,
+                                        MSG_NFIELDS(s_cancel_fields), NULL, NULL};
+const msg_schema_t msg_schema_stats = {"stats", sizeof(msg_stats_t), NULL, 0, NULL, NULL};
+const msg_schema_t msg_schema_health = {"health", sizeof(msg_health_t), NULL, 0, NULL, NULL};
+
+/* ---- 5 token */
+
+static const msg_field_t s_token_fields[] = {
+    {.key = "id", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_token_t, id),
+     .min = 1, .max = MSG_MAX_ID_BYTES},
+    {.key = "index", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_token_t, index),
+     .lo = 0, .hi = INT32_MAX},
+    {.key = "token", .kind = MSG_F_I32, .flags = REQ, .off = offsetof(msg_token_t, token),
+     .lo = 0, .hi = INT32_MAX},
+    {.key = "text", .kind = MSG_F_STR_HEAP, .flags = REQ, .off = offsetof(msg_token_t, text),
+     .off2 = offsetof(msg_token_t, text_len), .max = MSG_MAX_TEXT_BYTES},
+};
+const msg_schema_t msg_schema_token = {"token",      sizeof(msg_token_t), s_token_fields,
+                                       MSG_NFIELDS(s_token_fields), NULL, NULL};
+
+/* ---- 6 done */
+
+static const msg_field_t s_usage_fields[] = {
+    {.key = "prompt_tokens", .kind = MSG_F_INT, .flags = REQ,
+     .off = offsetof(msg_usage_t, prompt_tokens), .lo = 0, .hi = INT32_MAX},
+    {.key = "completion_tokens", .kind = MSG_F_INT, .flags = REQ,
+     .off = offsetof(msg_usage_t, completion_tokens), .lo = 0, .hi = INT32_MAX},
+};
+static const msg_schema_t s_usage_schema = {"", sizeof(msg_usage_t), s_usage_fields,
+                                            MSG_NFIELDS(s_usage_fields), NULL, NULL};
+
+#define S_MS(k)                                                                                    \
+    {.key = #k, .kind = MSG_F_DOUBLE, .flags = REQ, .off = offsetof(msg_timings_ms_t, k),         \
+     .flo = 0, .fhi = 1e12}
+static const msg_field_t s_timings_ms_fields[] = {S_MS(queued_ms), S_MS(prefill_ms),
+                                                  S_MS(decode_ms), S_MS(ttft_ms)};
+static const msg_schema_t s_timings_ms_schema = {"", sizeof(msg_timings_ms_t),
+                                                 s_timings_ms_fields,
+                                                 MSG_NFIELDS(s_timings_ms_fields), NULL, NULL};
+
+static void s_done_init(void *p) {
+    ((msg_done_t *)p)->finish_reason = MSG_FINISH_EOS;
+}
+
+static const msg_field_t s_done_fields[] = {
+    {.key = "id", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_done_t, id),
+     .min = 1, .max = MSG_MAX_ID_BYTES},
+    {.key = "finish_reason", .kind = MSG_F_ENUM, .flags = REQ,
+     .off = offsetof(msg_done_t, finish_reason), .names = msg_finish_names, .n_names = 5},
+    {.key = "text", .kind = MSG_F_STR_HEAP, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_done_t, text), .off2 = offsetof(msg_done_t, text_len),
+     .max = MSG_MAX_TEXT_BYTES},
+    {.key = "usage", .kind = MSG_F_STRUCT, .flags = REQ, .off = offsetof(msg_done_t, usage),
+     .sub = &s_usage_schema},
+    {.key = "timings", .kind = MSG_F_STRUCT, .flags = REQ, .off = offsetof(msg_done_t, timings),
+     .sub = &s_timings_ms_schema},
+};
+const msg_schema_t msg_schema_done = {"done",      sizeof(msg_done_t), s_done_fields,
+                                      MSG_NFIELDS(s_done_fields), s_done_init, NULL};
+
+/* ---- 7 error */
+
+static const msg_field_t s_error_fields[] = {
+    {.key = "id", .kind = MSG_F_STR_FIX, .flags = REQ | MSG_FF_NIL_OK,
+     .off = offsetof(msg_error_t, id), .max = MSG_MAX_ID_BYTES},
+    {.key = "code", .kind = MSG_F_ENUM, .flags = REQ, .off = offsetof(msg_error_t, code),
+     .names = msg_code_names, .n_names = 4},
+    {.key = "message", .kind = MSG_F_STR_FIX, .flags = REQ,
+     .off = offsetof(msg_error_t, message), .max = MSG_MAX_ERRMSG_BYTES},
+};
+const msg_schema_t msg_schema_error = {"error",      sizeof(msg_error_t), s_error_fields,
+                                       MSG_NFIELDS(s_error_fields), NULL, NULL};
+
+/* ---- 8 stats_reply */
+
+static const msg_field_t s_stats_reply_fields[] = {
+    {.key = "counters", .kind = MSG_F_COUNTERS, .flags = REQ,
+     .off = offsetof(msg_stats_reply_t, counters), .off2 = offsetof(msg_stats_reply_t, n_counters),
+     .max = MSG_MAX_COUNTERS},
+};
+const msg_schema_t msg_schema_stats_reply = {"stats_reply", sizeof(msg_stats_reply_t),
+                                             s_stats_reply_fields,
+                                             MSG_NFIELDS(s_stats_reply_fields), NULL, NULL};
+
+/* ---- 9 health_reply */
+
+static const msg_field_t s_actor_fields[] = {
+    {.key = "name", .kind = MSG_F_STR_FIX, .flags = REQ,
+     .off = offsetof(msg_actor_health_t, name), .min = 1, .max = MSG_MAX_NAME_BYTES},
+    {.key = "state", .kind = MSG_F_ENUM, .flags = REQ, .off = offsetof(msg_actor_health_t, state),
+     .names = msg_state_names, .n_names = 4},
+    {.key = "last_seen_ms", .kind = MSG_F_I64, .flags = REQ,
+     .off = offsetof(msg_actor_health_t, last_seen_ms), .lo = 0, .hi = INT64_MAX},
+};
+static const msg_schema_t s_actor_schema = {"", sizeof(msg_actor_health_t), s_actor_fields,
+                                            MSG_NFIELDS(s_actor_fields), NULL, NULL};
+
+static const msg_field_t s_health_reply_fields[] = {
+    {.key = "ok", .kind = MSG_F_BOOL, .flags = REQ, .off = offsetof(msg_health_reply_t, ok)},
+    {.key = "actors", .kind = MSG_F_ARRAY, .flags = REQ,
+     .off = offsetof(msg_health_reply_t, actors), .off2 = offsetof(msg_health_reply_t, n_actors),
+     .max = MSG_MAX_ACTORS, .sub = &s_actor_schema},
+};
+const msg_schema_t msg_schema_health_reply = {"health_reply", sizeof(msg_health_reply_t),
+                                              s_health_reply_fields,
+                                              MSG_NFIELDS(s_health_reply_fields), NULL, NULL};
+
+/* ---- helpers */
+
+int msg_set_str(char *dst, size_t cap, const char *s) {
+    if (!dst || !cap)
+        return -EINVAL;
+    size_t n = s ? strlen(s) : 0;
+    if (n >= cap) {
+        dst[0] = 0;
+        return -EINVAL;
+    }
+    memcpy(dst, s ? s : "", n + 1);
+    return 0;
+}
+
+int msg_counters_add(msg_counter_t **counters, int *n, const char *name, int64_t value) {
+    if (!name || !*name || strlen(name) > MSG_MAX_COUNTER_NAME_BYTES || *n >= MSG_MAX_COUNTERS)
+        return -EINVAL;
+    msg_counter_t *c = realloc(*counters, (size_t)(*n + 1) * sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    *counters = c;
+    msg_set_str(c[*n].name, sizeof c[*n].name, name);
+    c[*n].value = value;
+    (*n)++;
+    return 0;
+}

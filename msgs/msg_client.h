@@ -1,0 +1,129 @@
+/* msg_client.h - the client protocol family (client DEALER <-> frontend ROUTER):
+ * generate, cancel, stats, health (client -> server); token, done, error, stats_reply,
+ * health_reply (server -> client).  Plain structs; docs/PROTOCOL.md is the wire spec.
+ *
+ * Ownership: a decoder mallocs the pointer members (prompt, messages, text, counters,
+ * actors) and msg_<name>_clear frees them.  An encoder only reads the struct: pointer
+ * members may point anywhere (they are borrowed).  Fixed char arrays are NUL-terminated.
+ */
+#ifndef MSG_CLIENT_H
+#define MSG_CLIENT_H
+
+#include "msg_types.h"
+#include "model/model_sampler.h"
+
+/* one chat message of generate.messages */
+typedef struct {
+    char role[MSG_MAX_ROLE_BYTES + 1]; /* non-empty */
+    char *content;                     /* NUL-terminated, content_len bytes */
+    size_t content_len;
+} msg_chat_t;
+
+/* 1 generate: start a generation.  Exactly one of prompt / messages. */
+typedef struct {
+    char id[MSG_MAX_ID_BYTES + 1];   /* required, 1..64 bytes: the client's request id */
+    char *prompt;                    /* NULL when messages are used; raw prompt text */
+    size_t prompt_len;               /* <= MSG_MAX_PROMPT_BYTES */
+    msg_chat_t *messages;            /* (n_messages) chat; NULL when prompt is used */
+    int n_messages;                  /* 1..MSG_MAX_MESSAGES when used */
+    int max_tokens;                  /* 1..MSG_MAX_TOKENS, default 256 */
+    model_sampler_params_t sampling; /* defaults: model_sampler_defaults() */
+    bool has_seed;                   /* "seed" was given (else the server picks 0) */
+    char stop[MSG_MAX_STOP][MSG_MAX_STOP_BYTES + 1]; /* stop strings, each 1..64 bytes */
+    int n_stop;                                      /* 0..MSG_MAX_STOP */
+    bool stream;                                     /* default true: token events */
+} msg_generate_t;
+
+/* 2 cancel: stop the generation with this id (answered by its done, "cancelled") */
+typedef struct {
+    char id[MSG_MAX_ID_BYTES + 1]; /* required */
+} msg_cancel_t;
+
+/* 3 stats, 4 health: no fields */
+typedef struct {
+    int unused_;
+} msg_stats_t;
+typedef struct {
+    int unused_;
+} msg_health_t;
+
+/* 5 token: one generated token (stream = true only) */
+typedef struct {
+    char id[MSG_MAX_ID_BYTES + 1]; /* the request id */
+    int index;                     /* 0-based position in the completion */
+    int32_t token;                 /* the token id (>= 0) */
+    char *text;                    /* the text piece; "" while a UTF-8 char is incomplete */
+    size_t text_len;
+} msg_token_t;
+
+typedef struct {
+    int prompt_tokens;     /* >= 0 */
+    int completion_tokens; /* >= 0 */
+} msg_usage_t;
+
+typedef struct {
+    double queued_ms;  /* arrival -> start of prefill */
+    double prefill_ms; /* prefill */
+    double decode_ms;  /* first token -> last token */
+    double ttft_ms;    /* arrival -> first token */
+} msg_timings_ms_t;
+
+/* 6 done: the last event of every generate that was accepted */
+typedef struct {
+    char id[MSG_MAX_ID_BYTES + 1];
+    int finish_reason;         /* msg_finish_t, never MSG_FINISH_NONE */
+    char *text;                /* the whole completion when stream = false; else NULL */
+    size_t text_len;
+    msg_usage_t usage;
+    msg_timings_ms_t timings;
+} msg_done_t;
+
+/* 7 error: a request failed (it ends that request: no done follows) */
+typedef struct {
+    char id[MSG_MAX_ID_BYTES + 1]; /* "" = nil on the wire (the request had no usable id) */
+    int code;                      /* msg_code_t */
+    char message[MSG_MAX_ERRMSG_BYTES + 1];
+} msg_error_t;
+
+/* a counter of stats_reply / stats_answer */
+typedef struct {
+    char name[MSG_MAX_COUNTER_NAME_BYTES + 1]; /* dotted, e.g. "frontend.requests" */
+    int64_t value;
+} msg_counter_t;
+
+/* 8 stats_reply */
+typedef struct {
+    msg_counter_t *counters; /* (n_counters), order as on the wire */
+    int n_counters;          /* 0..MSG_MAX_COUNTERS */
+} msg_stats_reply_t;
+
+typedef struct {
+    char name[MSG_MAX_NAME_BYTES + 1];
+    int state;            /* msg_state_t */
+    int64_t last_seen_ms; /* ms since the last heartbeat answer, >= 0 */
+} msg_actor_health_t;
+
+/* 9 health_reply */
+typedef struct {
+    bool ok;                    /* every actor ready */
+    msg_actor_health_t *actors; /* (n_actors) */
+    int n_actors;               /* 0..MSG_MAX_ACTORS */
+} msg_health_reply_t;
+
+MSG_DECLARE_CODEC(generate)
+MSG_DECLARE_CODEC(cancel)
+MSG_DECLARE_CODEC(stats)
+MSG_DECLARE_CODEC(health)
+MSG_DECLARE_CODEC(token)
+MSG_DECLARE_CODEC(done)
+MSG_DECLARE_CODEC(error)
+MSG_DECLARE_CODEC(stats_reply)
+MSG_DECLARE_CODEC(health_reply)
+
+/* Helpers for building messages (0, -EINVAL if too long, or -ENOMEM). */
+/* Copy s into a fixed char array field (id, name, ...) of capacity cap (incl. NUL). */
+int msg_set_str(char *dst, size_t cap, const char *s);
+/* Append a counter to a malloc'd counters array (stats_reply / stats_answer). */
+int msg_counters_add(msg_counter_t **counters, int *n, const char *name, int64_t value);
+
+#endif

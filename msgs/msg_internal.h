@@ -1,0 +1,101 @@
+/* msg_internal.h - the internal family (actor <-> actor): the request as it flows
+ * frontend -> tokenizer -> router -> worker, the events flowing back, load reports and
+ * worker failure notices.  Plain structs; same ownership rules as msg_client.h.
+ *
+ * rid is the server-side request id (the frontend assigns it); times are microseconds
+ * (t_arrival_us on the frontend's clock, CLOCK_MONOTONIC).
+ */
+#ifndef MSG_INTERNAL_H
+#define MSG_INTERNAL_H
+
+#include "msg_client.h"
+#include "msg_types.h"
+
+typedef struct {
+    uint64_t queued_us;  /* arrival -> start of prefill */
+    uint64_t prefill_us; /* prefill */
+    uint64_t decode_us;  /* first token -> last token */
+    uint64_t ttft_us;    /* arrival -> first token */
+} msg_timings_us_t;
+
+/* 20 tok_request (frontend -> tokenizer): the client's generate plus server fields.
+ * On the wire: the generate keys (id, prompt|messages, max_tokens, ...) + rid, t_arrival_us. */
+typedef struct {
+    uint64_t rid;
+    msg_generate_t gen; /* the validated client request (owns prompt / messages) */
+    uint64_t t_arrival_us;
+} msg_tok_request_t;
+
+/* 21 work_request (tokenizer -> router -> worker) */
+typedef struct {
+    uint64_t rid;
+    int32_t *tokens;                 /* (n_tokens) prompt token ids, >= 0; "bin" int32 LE */
+    int n_tokens;                    /* 1..MSG_MAX_SEQ_TOKENS */
+    int max_tokens;                  /* 1..MSG_MAX_TOKENS */
+    model_sampler_params_t sampling; /* seed included */
+    char stop[MSG_MAX_STOP][MSG_MAX_STOP_BYTES + 1];
+    int n_stop;
+    bool stream;
+    uint64_t t_arrival_us;
+} msg_work_request_t;
+
+/* 22 work_event (worker -> tokenizer): one token, or the end.  When finish != 0 the
+ * event may carry a last token (index >= 0) or none (index = -1, token = -1). */
+typedef struct {
+    uint64_t rid;
+    int index;                /* 0-based position in the completion, or -1 = no token */
+    int32_t token;            /* >= 0, or -1 with index -1 */
+    int finish;               /* msg_finish_t: 0 = running */
+    int prompt_tokens;        /* >= 0 */
+    msg_timings_us_t timings; /* meaningful when finish != 0 */
+} msg_work_event_t;
+
+/* 23 text_event (tokenizer -> frontend): work_event plus its detokenized text piece. */
+typedef struct {
+    uint64_t rid;
+    int index;     /* as in work_event */
+    int32_t token; /* as in work_event */
+    char *text;    /* UTF-8-safe piece ("" while incomplete) */
+    size_t text_len;
+    int finish;
+    int prompt_tokens;
+    msg_timings_us_t timings;
+} msg_text_event_t;
+
+/* 24 work_cancel (frontend -> router -> worker) */
+typedef struct {
+    uint64_t rid;
+} msg_work_cancel_t;
+
+/* 25 load_report (worker -> router) */
+typedef struct {
+    int worker;             /* worker index, >= 0 */
+    int64_t queued_tokens;  /* prompt tokens waiting for prefill */
+    int64_t active_tokens;  /* tokens held by running sequences */
+    int n_queued;           /* requests waiting */
+    int n_active;           /* requests running */
+    int64_t kv_free_blocks; /* free KV blocks in the worker's own tier */
+} msg_load_report_t;
+
+/* 26 work_error (any -> frontend): request rid failed */
+typedef struct {
+    uint64_t rid;
+    int code; /* msg_code_t */
+    char message[MSG_MAX_ERRMSG_BYTES + 1];
+} msg_work_error_t;
+
+/* 27 worker_down (supervisor -> router) */
+typedef struct {
+    int worker; /* >= 0 */
+} msg_worker_down_t;
+
+MSG_DECLARE_CODEC(tok_request)
+MSG_DECLARE_CODEC(work_request)
+MSG_DECLARE_CODEC(work_event)
+MSG_DECLARE_CODEC(text_event)
+MSG_DECLARE_CODEC(work_cancel)
+MSG_DECLARE_CODEC(load_report)
+MSG_DECLARE_CODEC(work_error)
+MSG_DECLARE_CODEC(worker_down)
+
+#endif
