@@ -61,5 +61,9 @@ int cmd_bench_model(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_client(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_actor(int argc, char **argv);
+int cmd_bench_serve(int argc, char **argv);
 
 #endif

@@ -11,12 +11,16 @@ typedef struct {
 } s_cmd_t;
 
 static const s_cmd_t s_cmds[] = {
+    {"serve", cmd_serve, "run the inference service (ZeroMQ + MessagePack, continuous batching)"},
+    {"actor", cmd_actor, "run one actor of a topology as its own process"},
+    {"bench-serve", cmd_bench_serve, "load generator for a running service (also: bench serve)"},
     {"generate", cmd_generate, "generate text from a prompt with a GGUF model"},
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
     {"bench-model", cmd_bench_model, "prompt-processing and generation speed (tokens/s)"},
     {"quantize", cmd_quantize, "rewrite a GGUF with another weight type"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"detokenize", cmd_detokenize, "print the text of token ids read from stdin"},
+    {"client", cmd_client, "send a request to a running strata server (stream the answer)"},
     {"logits", cmd_logits, "dump the logits of every position (for the numerical oracle)"},
 };
 
@@ -38,6 +42,8 @@ int main(int argc, char **argv) {
         printf("strata 0.1.0\n");
         return 0;
     }
+    if (!strcmp(argv[1], "bench") && argc > 2 && !strcmp(argv[2], "serve"))
+        return cmd_bench_serve(argc - 2, argv + 2);
     for (size_t i = 0; i < sizeof s_cmds / sizeof s_cmds[0]; i++)
         if (!strcmp(argv[1], s_cmds[i].name))
             return s_cmds[i].fn(argc - 1, argv + 1);

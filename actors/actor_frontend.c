@@ -1,0 +1,694 @@
+/* actor_frontend.c - the frontend actor: client envelope handling, the request
+ * table, heartbeats and the stats / health answers. */
+#include "actor_frontend.h"
+
+#include "base/base_log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TAG "frontend"
+#define PING_US 250000
+#define UNHEALTHY_US 1000000
+#define MAX_IDENT 256
+
+/* One accepted request. */
+typedef struct {
+    uint64_t rid;             /* server-side id; 0 = free slot */
+    uint8_t ident[MAX_IDENT]; /* client's ROUTER identity */
+    size_t ident_len;
+    bool delim;                    /* the client used an empty delimiter frame */
+    int fd;                        /* connection it came from (disconnect detection) */
+    char id[MSG_MAX_ID_BYTES + 1]; /* client's request id */
+    bool stream;                   /* token events wanted */
+    bool gone;                     /* client went away: nothing more is sent */
+    bool cancel_sent;              /* work_cancel sent */
+    char *text;                    /* (text_cap) completion text when !stream */
+    size_t text_len, text_cap;
+    int n_tokens; /* completion tokens so far */
+} s_req_t;
+
+/* Another actor as the frontend sees it. */
+typedef struct {
+    char name[ACTOR_TOPO_NAME]; /* tokenizer, router, worker0, ... */
+    zsock_t *push;              /* where its pings go */
+    uint64_t last_seen_us;      /* last pong or stats_answer; 0 = never */
+    bool restarting;            /* the supervisor reported it dead; no answer since */
+    uint64_t last_stats_us;     /* when its last stats_answer arrived */
+    msg_counter_t *counters;    /* its last stats_answer */
+    int n_counters;
+} s_peer_t;
+
+/* A stats request waiting for fresh counters from every peer. */
+typedef struct {
+    uint8_t ident[MAX_IDENT]; /* client */
+    size_t ident_len;
+    bool delim;
+    uint64_t t_us; /* when it arrived; 0 = free slot */
+} s_pending_stats_t;
+
+#define MAX_PENDING_STATS 64
+#define STATS_WAIT_US 200000
+
+typedef struct {
+    actor_env_t *env;                             /* runtime */
+    s_pending_stats_t pending[MAX_PENDING_STATS]; /* stats requests being answered */
+    zsock_t *clients;                             /* ROUTER for clients */
+    zsock_t *monitor;                             /* PAIR: socket events of clients */
+    zsock_t *in;                                  /* inbound PULL (internal) */
+    zsock_t *to_tok;                              /* PUSH to the tokenizer */
+    s_peer_t *peers;                              /* (n_peers) */
+    int n_peers;
+    s_req_t *reqs; /* (max_requests) */
+    int max_requests, n_reqs;
+    uint64_t next_rid; /* next server-side id */
+    uint64_t ping_seq; /* heartbeat sequence */
+    uint64_t last_ping_us;
+    actor_counters_t *counters;         /* stats */
+    char endpoint[ACTOR_TOPO_ENDPOINT]; /* client endpoint */
+} s_front_t;
+
+/* ---- sending to clients */
+
+/* Send one encoded message to a client.  0, -EHOSTUNREACH (client gone),
+ * -EAGAIN (its queue is full), or an encoder error. */
+static int s_reply(s_front_t *f, const uint8_t *ident, size_t ident_len, bool delim, int type,
+                   const void *m) {
+    void *buf = NULL;
+    size_t len = 0;
+    msg_err_t err;
+    int rc = msg_encode(type, m, &buf, &len, &err);
+    if (rc) {
+        LOG_W(TAG, "cannot encode %s: %s", msg_type_name(type), err.msg);
+        actor_counters_add(f->counters, "send.encode_failed", 1);
+        return rc;
+    }
+    void *h = zsock_resolve(f->clients);
+    rc = zmq_send(h, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ? -zmq_errno() : 0;
+    if (!rc && delim)
+        rc = zmq_send(h, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ? -zmq_errno() : 0;
+    if (!rc)
+        rc = zmq_send(h, buf, len, ZMQ_DONTWAIT) < 0 ? -zmq_errno() : 0;
+    free(buf);
+    if (rc == -EAGAIN)
+        actor_counters_add(f->counters, "send.client_full", 1);
+    return rc;
+}
+
+static void s_reply_error(s_front_t *f, const uint8_t *ident, size_t ident_len, bool delim,
+                          const char *id, int code, const char *message) {
+    msg_error_t e;
+    msg_error_init(&e);
+    msg_set_str(e.id, sizeof e.id, id ? id : "");
+    e.code = code;
+    msg_set_str(e.message, sizeof e.message, message);
+    if (s_reply(f, ident, ident_len, delim, MSG_ERROR, &e))
+        actor_counters_add(f->counters, "errors.undelivered", 1);
+}
+
+/* ---- the request table */
+
+static s_req_t *s_find_rid(s_front_t *f, uint64_t rid) {
+    for (int i = 0; i < f->max_requests; i++)
+        if (f->reqs[i].rid == rid)
+            return &f->reqs[i];
+    return NULL;
+}
+
+static s_req_t *s_find_client(s_front_t *f, const uint8_t *ident, size_t ident_len,
+                              const char *id) {
+    for (int i = 0; i < f->max_requests; i++) {
+        s_req_t *r = &f->reqs[i];
+        if (r->rid && !r->gone && r->ident_len == ident_len &&
+            !memcmp(r->ident, ident, ident_len) && !strcmp(r->id, id))
+            return r;
+    }
+    return NULL;
+}
+
+static void s_remove(s_front_t *f, s_req_t *r) {
+    free(r->text);
+    memset(r, 0, sizeof *r);
+    f->n_reqs--;
+}
+
+static void s_cancel(s_front_t *f, s_req_t *r, const char *why) {
+    if (r->cancel_sent)
+        return;
+    msg_work_cancel_t c = {r->rid};
+    if (actor_send(f->to_tok, MSG_WORK_CANCEL, &c) == 0) {
+        r->cancel_sent = true;
+        char name[64];
+        snprintf(name, sizeof name, "cancelled.%s", why);
+        actor_counters_add(f->counters, name, 1);
+    }
+}
+
+/* The client behind ident is gone: stop sending to it, cancel its requests. */
+static void s_client_gone(s_front_t *f, const uint8_t *ident, size_t ident_len) {
+    for (int i = 0; i < f->max_requests; i++) {
+        s_req_t *r = &f->reqs[i];
+        if (r->rid && r->ident_len == ident_len && !memcmp(r->ident, ident, ident_len)) {
+            r->gone = true;
+            s_cancel(f, r, "unreachable");
+        }
+    }
+}
+
+/* Send to the client of r; a vanished client cancels its requests. */
+static void s_to_client(s_front_t *f, s_req_t *r, int type, const void *m) {
+    if (r->gone)
+        return;
+    int rc = s_reply(f, r->ident, r->ident_len, r->delim, type, m);
+    if (rc == -EHOSTUNREACH) {
+        uint8_t ident[MAX_IDENT];
+        size_t n = r->ident_len;
+        memcpy(ident, r->ident, n);
+        s_client_gone(f, ident, n);
+    }
+}
+
+/* ---- client frames */
+
+static void s_malformed(s_front_t *f, const char *kind) {
+    char name[96];
+    snprintf(name, sizeof name, "malformed.%s", kind);
+    actor_counters_add(f->counters, name, 1);
+    actor_counters_add(f->counters, "malformed", 1);
+}
+
+static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, bool delim, int fd,
+                          msg_generate_t *g) {
+    actor_counters_add(f->counters, "requests", 1);
+    if (s_find_client(f, ident, ident_len, g->id)) {
+        actor_counters_add(f->counters, "rejected.duplicate_id", 1);
+        s_reply_error(f, ident, ident_len, delim, g->id, MSG_CODE_BAD_REQUEST,
+                      "a request with this id is already running");
+        return;
+    }
+    s_req_t *r = NULL;
+    if (f->n_reqs < f->max_requests)
+        for (int i = 0; i < f->max_requests && !r; i++)
+            if (!f->reqs[i].rid)
+                r = &f->reqs[i];
+    if (!r || ident_len > MAX_IDENT) {
+        actor_counters_add(f->counters, "rejected.overloaded", 1);
+        s_reply_error(f, ident, ident_len, delim, g->id, MSG_CODE_OVERLOADED,
+                      "too many requests in flight");
+        return;
+    }
+    memset(r, 0, sizeof *r);
+    r->rid = f->next_rid++;
+    memcpy(r->ident, ident, ident_len);
+    r->ident_len = ident_len;
+    r->delim = delim;
+    r->fd = fd;
+    snprintf(r->id, sizeof r->id, "%s", g->id);
+    r->stream = g->stream;
+    f->n_reqs++;
+    msg_tok_request_t q;
+    msg_tok_request_init(&q);
+    q.rid = r->rid;
+    q.gen = *g; /* borrowed: the caller clears g */
+    q.t_arrival_us = actor_now_us();
+    int rc = actor_send(f->to_tok, MSG_TOK_REQUEST, &q);
+    if (rc) {
+        actor_counters_add(f->counters, "rejected.overloaded", 1);
+        s_reply_error(f, ident, ident_len, delim, g->id,
+                      rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_INTERNAL,
+                      rc == -EAGAIN ? "the tokenizer's queue is full"
+                                    : "cannot reach the tokenizer");
+        s_remove(f, r);
+    }
+}
+
+static void s_stats_reply(s_front_t *f, const uint8_t *ident, size_t ident_len, bool delim) {
+    msg_stats_reply_t s;
+    msg_stats_reply_init(&s);
+    char name[MSG_MAX_COUNTER_NAME_BYTES + ACTOR_TOPO_NAME + 2];
+    actor_counters_set(f->counters, "requests.active", f->n_reqs);
+    for (int i = 0; i < actor_counters_count(f->counters); i++) {
+        snprintf(name, sizeof name, "frontend.%s", actor_counters_name_at(f->counters, i));
+        msg_counters_add(&s.counters, &s.n_counters, name, actor_counters_value_at(f->counters, i));
+    }
+    for (int p = 0; p < f->n_peers; p++)
+        for (int i = 0; i < f->peers[p].n_counters; i++) {
+            snprintf(name, sizeof name, "%s.%s", f->peers[p].name, f->peers[p].counters[i].name);
+            msg_counters_add(&s.counters, &s.n_counters, name, f->peers[p].counters[i].value);
+        }
+    s_reply(f, ident, ident_len, delim, MSG_STATS_REPLY, &s);
+    free(s.counters);
+}
+
+/* Ask every peer for fresh counters; the reply goes out when all answered (or
+ * after STATS_WAIT_US with what is known). */
+static void s_on_stats(s_front_t *f, const uint8_t *ident, size_t ident_len, bool delim) {
+    s_pending_stats_t *p = NULL;
+    for (int i = 0; i < MAX_PENDING_STATS && !p; i++)
+        if (!f->pending[i].t_us)
+            p = &f->pending[i];
+    if (!p || ident_len > MAX_IDENT) { /* too many at once: answer from the cache */
+        s_stats_reply(f, ident, ident_len, delim);
+        return;
+    }
+    memcpy(p->ident, ident, ident_len);
+    p->ident_len = ident_len;
+    p->delim = delim;
+    p->t_us = actor_now_us();
+    msg_stats_query_t q = {0};
+    for (int i = 0; i < f->n_peers; i++)
+        actor_send(f->peers[i].push, MSG_STATS_QUERY, &q);
+}
+
+static void s_stats_flush(s_front_t *f) {
+    uint64_t now = actor_now_us();
+    for (int i = 0; i < MAX_PENDING_STATS; i++) {
+        s_pending_stats_t *p = &f->pending[i];
+        if (!p->t_us)
+            continue;
+        bool fresh = true;
+        for (int k = 0; k < f->n_peers && fresh; k++)
+            fresh = f->peers[k].last_stats_us >= p->t_us;
+        if (fresh || now - p->t_us > STATS_WAIT_US) {
+            s_stats_reply(f, p->ident, p->ident_len, p->delim);
+            p->t_us = 0;
+        }
+    }
+}
+
+static void s_on_health(s_front_t *f, const uint8_t *ident, size_t ident_len, bool delim) {
+    msg_health_reply_t h;
+    msg_health_reply_init(&h);
+    h.actors = calloc((size_t)f->n_peers + 1, sizeof *h.actors);
+    if (!h.actors)
+        return;
+    uint64_t now = actor_now_us();
+    h.ok = true;
+    msg_set_str(h.actors[0].name, sizeof h.actors[0].name, "frontend");
+    h.actors[0].state = MSG_STATE_READY;
+    h.n_actors = 1;
+    for (int p = 0; p < f->n_peers; p++) {
+        msg_actor_health_t *a = &h.actors[h.n_actors++];
+        const s_peer_t *x = &f->peers[p];
+        msg_set_str(a->name, sizeof a->name, x->name);
+        if (!x->last_seen_us) {
+            a->state = MSG_STATE_STARTING;
+            a->last_seen_ms = 0;
+        } else {
+            a->last_seen_ms = (int64_t)((now - x->last_seen_us) / 1000);
+            a->state = now - x->last_seen_us > UNHEALTHY_US ? MSG_STATE_UNHEALTHY : MSG_STATE_READY;
+        }
+        if (x->restarting) {
+            a->state = MSG_STATE_RESTARTING;
+        }
+        if (a->state != MSG_STATE_READY)
+            h.ok = false;
+    }
+    s_reply(f, ident, ident_len, delim, MSG_HEALTH_REPLY, &h);
+    free(h.actors);
+}
+
+/* Read one client message (identity, optional delimiter, payload) and act on it. */
+static void s_on_client(s_front_t *f) {
+    void *h = zsock_resolve(f->clients);
+    zmq_msg_t part[4];
+    int n = 0;
+    bool more = true, ok = true;
+    int fd = -1;
+    while (more) {
+        zmq_msg_t x;
+        zmq_msg_init(&x);
+        if (zmq_msg_recv(&x, h, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&x);
+            break;
+        }
+        more = zmq_msg_more(&x);
+        if (n == 1)
+            fd = zmq_msg_get(&x, ZMQ_SRCFD);
+        if (n < 4)
+            part[n++] = x;
+        else {
+            zmq_msg_close(&x);
+            ok = false;
+        }
+    }
+    if (n == 0)
+        return;
+    const uint8_t *ident = zmq_msg_data(&part[0]);
+    size_t ident_len = zmq_msg_size(&part[0]);
+    bool delim = n == 3 && zmq_msg_size(&part[1]) == 0;
+    if (!ok || n < 2 || n > 3 || (n == 3 && !delim)) {
+        s_malformed(f, "envelope");
+        s_reply_error(f, ident, ident_len, false, NULL, MSG_CODE_BAD_REQUEST,
+                      "expected one MessagePack frame per message");
+        goto done;
+    }
+    {
+        const void *buf = zmq_msg_data(&part[n - 1]);
+        size_t len = zmq_msg_size(&part[n - 1]);
+        msg_any_t m;
+        msg_err_t err;
+        if (msg_any_decode(buf, len, &m, &err) < 0) {
+            char id[MSG_MAX_ID_BYTES + 1] = "";
+            if (len <= MSG_MAX_CLIENT_FRAME)
+                msg_peek_id(buf, len, id, sizeof id);
+            s_malformed(f, msg_err_kind_name(err.kind));
+            s_reply_error(f, ident, ident_len, delim, id, MSG_CODE_BAD_REQUEST, err.msg);
+            goto done;
+        }
+        switch (m.type) {
+        case MSG_GENERATE:
+            s_on_generate(f, ident, ident_len, delim, fd, &m.u.generate);
+            break;
+        case MSG_CANCEL: {
+            s_req_t *r = s_find_client(f, ident, ident_len, m.u.cancel.id);
+            if (r)
+                s_cancel(f, r, "client");
+            else
+                s_reply_error(f, ident, ident_len, delim, m.u.cancel.id, MSG_CODE_NOT_FOUND,
+                              "no running request with this id");
+            break;
+        }
+        case MSG_STATS:
+            s_on_stats(f, ident, ident_len, delim);
+            break;
+        case MSG_HEALTH:
+            s_on_health(f, ident, ident_len, delim);
+            break;
+        default: {
+            char id[MSG_MAX_ID_BYTES + 1] = "";
+            msg_peek_id(buf, len, id, sizeof id);
+            s_malformed(f, "not_a_request");
+            char why[128];
+            snprintf(why, sizeof why, "'%s' is not a client request", msg_type_name(m.type));
+            s_reply_error(f, ident, ident_len, delim, id, MSG_CODE_BAD_REQUEST, why);
+        }
+        }
+        msg_any_clear(&m);
+    }
+done:
+    for (int i = 0; i < n; i++)
+        zmq_msg_close(&part[i]);
+}
+
+/* ---- socket monitor: a closed client connection cancels what came from it */
+
+static void s_on_monitor(s_front_t *f) {
+    zmsg_t *msg = zmsg_recv(f->monitor);
+    if (!msg)
+        return;
+    zframe_t *ev = zmsg_first(msg);
+    if (ev && zframe_size(ev) >= 6) {
+        const uint8_t *d = zframe_data(ev);
+        uint16_t event = (uint16_t)(d[0] | d[1] << 8);
+        int32_t value = (int32_t)((uint32_t)d[2] | (uint32_t)d[3] << 8 | (uint32_t)d[4] << 16 |
+                                  (uint32_t)d[5] << 24);
+        if (event == ZMQ_EVENT_DISCONNECTED) {
+            actor_counters_add(f->counters, "clients.disconnected", 1);
+            for (int i = 0; i < f->max_requests; i++) {
+                s_req_t *r = &f->reqs[i];
+                if (r->rid && r->fd == value) {
+                    r->gone = true;
+                    s_cancel(f, r, "disconnect");
+                }
+            }
+        } else if (event == ZMQ_EVENT_ACCEPTED) {
+            actor_counters_add(f->counters, "clients.accepted", 1);
+        }
+    }
+    zmsg_destroy(&msg);
+}
+
+/* ---- internal events */
+
+static double s_ms(uint64_t us) {
+    return (double)us / 1000.0;
+}
+
+static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
+    s_req_t *r = s_find_rid(f, te->rid);
+    if (!r) {
+        actor_counters_add(f->counters, "events.unknown_rid", 1);
+        return;
+    }
+    if (te->index >= 0) {
+        r->n_tokens++;
+        actor_counters_add(f->counters, "tokens", 1);
+        if (r->stream) {
+            msg_token_t t;
+            msg_token_init(&t);
+            msg_set_str(t.id, sizeof t.id, r->id);
+            t.index = te->index;
+            t.token = te->token;
+            t.text = te->text;
+            t.text_len = te->text_len;
+            s_to_client(f, r, MSG_TOKEN, &t);
+        }
+    }
+    if (!r->stream && te->text_len) {
+        if (r->text_len + te->text_len + 1 > r->text_cap) {
+            size_t cap = r->text_cap ? r->text_cap : 256;
+            while (cap < r->text_len + te->text_len + 1)
+                cap *= 2;
+            char *t = realloc(r->text, cap);
+            if (t) {
+                r->text = t;
+                r->text_cap = cap;
+            }
+        }
+        if (r->text_len + te->text_len + 1 <= r->text_cap) {
+            memcpy(r->text + r->text_len, te->text, te->text_len);
+            r->text_len += te->text_len;
+            r->text[r->text_len] = 0;
+        }
+    }
+    if (!te->finish)
+        return;
+    msg_done_t d;
+    msg_done_init(&d);
+    msg_set_str(d.id, sizeof d.id, r->id);
+    d.finish_reason = te->finish;
+    if (!r->stream) {
+        d.text = r->text ? r->text : "";
+        d.text_len = r->text_len;
+    }
+    d.usage.prompt_tokens = te->prompt_tokens;
+    d.usage.completion_tokens = r->n_tokens;
+    d.timings.queued_ms = s_ms(te->timings.queued_us);
+    d.timings.prefill_ms = s_ms(te->timings.prefill_us);
+    d.timings.decode_ms = s_ms(te->timings.decode_us);
+    d.timings.ttft_ms = s_ms(te->timings.ttft_us);
+    s_to_client(f, r, MSG_DONE, &d);
+    char name[48];
+    snprintf(name, sizeof name, "finished.%s", msg_finish_name(te->finish));
+    actor_counters_add(f->counters, name, 1);
+    s_remove(f, r);
+}
+
+static void s_on_work_error(s_front_t *f, const msg_work_error_t *e) {
+    s_req_t *r = s_find_rid(f, e->rid);
+    if (!r) {
+        actor_counters_add(f->counters, "events.unknown_rid", 1);
+        return;
+    }
+    msg_error_t x;
+    msg_error_init(&x);
+    msg_set_str(x.id, sizeof x.id, r->id);
+    x.code = e->code;
+    msg_set_str(x.message, sizeof x.message, e->message);
+    s_to_client(f, r, MSG_ERROR, &x);
+    char name[48];
+    snprintf(name, sizeof name, "failed.%s", msg_code_name(e->code) ? msg_code_name(e->code) : "?");
+    actor_counters_add(f->counters, name, 1);
+    s_remove(f, r);
+}
+
+static s_peer_t *s_peer(s_front_t *f, const char *name) {
+    for (int i = 0; i < f->n_peers; i++)
+        if (!strcmp(f->peers[i].name, name))
+            return &f->peers[i];
+    return NULL;
+}
+
+static void s_on_internal(s_front_t *f, msg_any_t *m, bool *stop) {
+    switch (m->type) {
+    case MSG_TEXT_EVENT:
+        s_on_text(f, &m->u.text_event);
+        break;
+    case MSG_WORK_ERROR:
+        s_on_work_error(f, &m->u.work_error);
+        break;
+    case MSG_PONG: {
+        s_peer_t *p = s_peer(f, m->u.pong.name);
+        if (p) {
+            p->last_seen_us = actor_now_us();
+            p->restarting = false;
+        }
+        break;
+    }
+    case MSG_STATS_ANSWER: {
+        s_peer_t *p = s_peer(f, m->u.stats_answer.name);
+        if (p) {
+            p->last_seen_us = p->last_stats_us = actor_now_us();
+            p->restarting = false;
+            free(p->counters);
+            p->counters = m->u.stats_answer.counters; /* take it over */
+            p->n_counters = m->u.stats_answer.n_counters;
+            m->u.stats_answer.counters = NULL;
+            m->u.stats_answer.n_counters = 0;
+        }
+        break;
+    }
+    case MSG_WORKER_DOWN: {
+        char name[32];
+        snprintf(name, sizeof name, "worker%d", m->u.worker_down.worker);
+        s_peer_t *p = s_peer(f, name);
+        if (p)
+            p->restarting = true;
+        actor_counters_add(f->counters, "workers_down", 1);
+        break;
+    }
+    default:
+        if (actor_ctl_handle(f->env, m, NULL, f->counters) == 1)
+            *stop = true;
+        else
+            actor_counters_add(f->counters, "internal.unexpected", 1);
+    }
+}
+
+static void s_heartbeat(s_front_t *f) {
+    uint64_t now = actor_now_us();
+    if (now - f->last_ping_us < PING_US)
+        return;
+    f->last_ping_us = now;
+    msg_ping_t p = {++f->ping_seq};
+    msg_stats_query_t q = {0};
+    for (int i = 0; i < f->n_peers; i++) {
+        if (actor_send(f->peers[i].push, MSG_PING, &p) ||
+            actor_send(f->peers[i].push, MSG_STATS_QUERY, &q))
+            actor_counters_add(f->counters, "heartbeat.unsent", 1);
+    }
+}
+
+static void s_cleanup(s_front_t *f) {
+    for (int i = 0; f->reqs && i < f->max_requests; i++)
+        free(f->reqs[i].text);
+    free(f->reqs);
+    for (int i = 0; f->peers && i < f->n_peers; i++) {
+        if (f->peers[i].push != f->to_tok)
+            zsock_destroy(&f->peers[i].push);
+        free(f->peers[i].counters);
+    }
+    free(f->peers);
+    zsock_destroy(&f->monitor);
+    zsock_destroy(&f->clients);
+    zsock_destroy(&f->in);
+    zsock_destroy(&f->to_tok);
+    actor_counters_destroy(&f->counters);
+}
+
+int actor_frontend_main(actor_env_t *env) {
+    const actor_topology_t *t = actor_env_topology(env);
+    s_front_t f = {0};
+    f.env = env;
+    f.next_rid = 1;
+    snprintf(f.endpoint, sizeof f.endpoint, "%s",
+             actor_topology_opt(t, "frontend", "client", ACTOR_FRONTEND_DEFAULT_ENDPOINT));
+    f.max_requests = (int)actor_topology_opt_int(t, "frontend", "max_requests", 1024);
+    if (f.max_requests < 1)
+        f.max_requests = 1;
+    f.reqs = calloc((size_t)f.max_requests, sizeof *f.reqs);
+    f.counters = actor_counters_new();
+    int nw = actor_topology_workers(t);
+    f.peers = calloc((size_t)nw + 2, sizeof *f.peers);
+    f.in = actor_sock_inbound(actor_topology_endpoint(t, "frontend"), MSG_MAX_INTERNAL_FRAME + 4096,
+                              100000);
+    f.to_tok = actor_sock_outbound(actor_topology_endpoint(t, "tokenizer"), 10000);
+    if (!f.reqs || !f.counters || !f.peers || !f.in || !f.to_tok) {
+        actor_env_fail(env, "frontend: cannot set up (sockets or memory)");
+        s_cleanup(&f);
+        return 1;
+    }
+    /* peers: the tokenizer shares the request socket; the others get their own */
+    snprintf(f.peers[0].name, sizeof f.peers[0].name, "tokenizer");
+    f.peers[0].push = f.to_tok;
+    snprintf(f.peers[1].name, sizeof f.peers[1].name, "router");
+    f.peers[1].push = actor_sock_outbound(actor_topology_endpoint(t, "router"), 100);
+    f.n_peers = 2;
+    for (int i = 0; i < nw; i++) {
+        s_peer_t *p = &f.peers[f.n_peers++];
+        snprintf(p->name, sizeof p->name, "worker%d", i);
+        p->push = actor_sock_outbound(actor_topology_endpoint(t, p->name), 100);
+    }
+    for (int i = 0; i < f.n_peers; i++)
+        if (!f.peers[i].push) {
+            actor_env_fail(env, "frontend: cannot connect to %s", f.peers[i].name);
+            s_cleanup(&f);
+            return 1;
+        }
+    /* the client socket: bounded frames (frames above the protocol limit but
+     * below this one get a "too_big" error; bigger ones drop the connection),
+     * unroutable replies reported, dead peers found by ZMTP heartbeats */
+    f.clients = zsock_new(ZMQ_ROUTER);
+    if (f.clients) {
+        zsock_set_maxmsgsize(f.clients, (int)(4 * MSG_MAX_CLIENT_FRAME));
+        zsock_set_router_mandatory(f.clients, 1);
+        zsock_set_sndhwm(f.clients, 100000);
+        zsock_set_rcvhwm(f.clients, 10000);
+        zsock_set_linger(f.clients, 0);
+        zsock_set_heartbeat_ivl(f.clients, 1000);
+        zsock_set_heartbeat_timeout(f.clients, 3000);
+        char mon[128];
+        snprintf(mon, sizeof mon, "inproc://strata-frontend-monitor-%d-%p", (int)getpid(),
+                 (void *)f.clients);
+        if (zmq_socket_monitor(zsock_resolve(f.clients), mon,
+                               ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED) == 0)
+            f.monitor = zsock_new(ZMQ_PAIR);
+        if (f.monitor && zsock_connect(f.monitor, "%s", mon) < 0)
+            zsock_destroy(&f.monitor);
+    }
+    if (!f.clients || !f.monitor || zsock_bind(f.clients, "%s", f.endpoint) < 0) {
+        actor_env_fail(env, "frontend: cannot listen on %s: %s", f.endpoint,
+                       zmq_strerror(zmq_errno()));
+        s_cleanup(&f);
+        return 1;
+    }
+    LOG_I(TAG, "listening on %s", f.endpoint);
+    actor_env_ready(env);
+
+    zpoller_t *poller = zpoller_new(actor_env_pipe(env), f.monitor, f.in, f.clients, NULL);
+    zpoller_set_nonstop(poller, true);
+    bool stop = false;
+    while (!stop) {
+        bool waiting_stats = false;
+        for (int i = 0; i < MAX_PENDING_STATS && !waiting_stats; i++)
+            waiting_stats = f.pending[i].t_us != 0;
+        void *which = zpoller_wait(poller, waiting_stats ? 10 : 100);
+        if (which == actor_env_pipe(env))
+            break;
+        /* disconnects first, so a reused fd cannot cancel a newer request */
+        while (zsock_events(f.monitor) & ZMQ_POLLIN)
+            s_on_monitor(&f);
+        msg_any_t m;
+        msg_err_t e;
+        int rc, budget = 1000;
+        while (!stop && budget-- > 0 && (rc = actor_recv(f.in, &m, &e)) != -EAGAIN) {
+            if (rc < 0) {
+                actor_counters_add(f.counters, "internal.malformed", 1);
+                continue;
+            }
+            s_on_internal(&f, &m, &stop);
+            msg_any_clear(&m);
+        }
+        for (budget = 1000; budget-- > 0 && (zsock_events(f.clients) & ZMQ_POLLIN);)
+            s_on_client(&f);
+        s_heartbeat(&f);
+        s_stats_flush(&f);
+    }
+    zpoller_destroy(&poller);
+    s_cleanup(&f);
+    return 0;
+}

@@ -1,0 +1,173 @@
+/* actor_router.c - the router actor: decode, ask router_dispatch, forward. */
+#include "actor_router.h"
+
+#include "base/base_log.h"
+#include "router/router_dispatch.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct {
+    actor_env_t *env;    /* runtime */
+    zsock_t *in;         /* inbound PULL */
+    zsock_t *to_tok;     /* PUSH to the tokenizer (errors) */
+    zsock_t *to_front;   /* PUSH to the frontend (pong, stats) */
+    zsock_t **to_worker; /* (n_workers) PUSH to each worker */
+    int n_workers;
+    router_dispatch_t *dispatch; /* load table + rid -> worker */
+    actor_counters_t *counters;  /* stats */
+} s_router_t;
+
+static void s_fail(s_router_t *r, uint64_t rid, int code, const char *what) {
+    msg_work_error_t e;
+    msg_work_error_init(&e);
+    e.rid = rid;
+    e.code = code;
+    msg_set_str(e.message, sizeof e.message, what);
+    if (actor_send(r->to_tok, MSG_WORK_ERROR, &e))
+        actor_counters_add(r->counters, "send.failed", 1);
+}
+
+static void s_on_request(s_router_t *r, const msg_work_request_t *q) {
+    int w = router_dispatch_assign(r->dispatch, q->rid, (int64_t)q->n_tokens + q->max_tokens);
+    if (w < 0) {
+        actor_counters_add(r->counters, "rejected.no_worker", 1);
+        s_fail(r, q->rid, MSG_CODE_INTERNAL,
+               w == -EHOSTDOWN ? "no target worker is alive" : "cannot dispatch");
+        return;
+    }
+    int rc = actor_send(r->to_worker[w], MSG_WORK_REQUEST, q);
+    if (rc) {
+        router_dispatch_finish(r->dispatch, q->rid);
+        actor_counters_add(r->counters, "rejected.overloaded", 1);
+        s_fail(r, q->rid, rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_INTERNAL,
+               rc == -EAGAIN ? "the worker's queue is full" : "cannot reach the worker");
+        return;
+    }
+    char name[32];
+    snprintf(name, sizeof name, "dispatched.worker%d", w);
+    actor_counters_add(r->counters, name, 1);
+    actor_counters_add(r->counters, "dispatched", 1);
+}
+
+static void s_on_down(s_router_t *r, int w) {
+    if (w < 0 || w >= r->n_workers) {
+        actor_counters_add(r->counters, "worker_down.bad", 1);
+        return;
+    }
+    enum { CAP = 4096 };
+    uint64_t *rids = malloc(CAP * sizeof *rids);
+    int n = router_dispatch_down(r->dispatch, w, rids, rids ? CAP : 0);
+    LOG_W("router", "worker%d is down: failing its %d requests", w, n);
+    actor_counters_add(r->counters, "worker_down", 1);
+    for (int i = 0; i < n && i < CAP && rids; i++)
+        s_fail(r, rids[i], MSG_CODE_INTERNAL, "the worker running this request died");
+    actor_counters_add(r->counters, "failed.worker_down", n);
+    free(rids);
+}
+
+static void s_cleanup(s_router_t *r) {
+    for (int i = 0; r->to_worker && i < r->n_workers; i++)
+        zsock_destroy(&r->to_worker[i]);
+    free(r->to_worker);
+    zsock_destroy(&r->in);
+    zsock_destroy(&r->to_tok);
+    zsock_destroy(&r->to_front);
+    router_dispatch_destroy(&r->dispatch);
+    actor_counters_destroy(&r->counters);
+}
+
+int actor_router_main(actor_env_t *env) {
+    const actor_topology_t *t = actor_env_topology(env);
+    s_router_t r = {0};
+    r.env = env;
+    r.n_workers = actor_topology_workers(t);
+    r.dispatch = router_dispatch_new(r.n_workers > 0 ? r.n_workers : 1);
+    r.counters = actor_counters_new();
+    r.to_worker = calloc((size_t)(r.n_workers > 0 ? r.n_workers : 1), sizeof *r.to_worker);
+    r.in = actor_sock_inbound(actor_topology_endpoint(t, "router"), MSG_MAX_INTERNAL_FRAME + 4096,
+                              100000);
+    r.to_tok = actor_sock_outbound(actor_topology_endpoint(t, "tokenizer"), 100000);
+    r.to_front = actor_sock_outbound(actor_topology_endpoint(t, "frontend"), 1000);
+    bool ok = r.dispatch && r.counters && r.to_worker && r.in && r.to_tok && r.to_front &&
+              r.n_workers > 0;
+    for (int i = 0; ok && i < r.n_workers; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "worker%d", i);
+        /* the worker's queue is the bound (router_sched); this HWM only absorbs bursts */
+        r.to_worker[i] = actor_sock_outbound(actor_topology_endpoint(t, name), 10000);
+        ok = r.to_worker[i] != NULL;
+    }
+    if (!ok) {
+        actor_env_fail(env, "router: cannot set up (sockets or memory)");
+        s_cleanup(&r);
+        return 1;
+    }
+    actor_env_ready(env);
+    zpoller_t *poller = zpoller_new(actor_env_pipe(env), r.in, NULL);
+    zpoller_set_nonstop(poller, true);
+    bool stop = false;
+    while (!stop) {
+        void *which = zpoller_wait(poller, 500);
+        if (which == actor_env_pipe(env))
+            break;
+        msg_any_t m;
+        msg_err_t e;
+        int rc;
+        while (!stop && (rc = actor_recv(r.in, &m, &e)) != -EAGAIN) {
+            if (rc < 0) {
+                actor_counters_add(r.counters, "malformed", 1);
+                continue;
+            }
+            switch (m.type) {
+            case MSG_WORK_REQUEST:
+                s_on_request(&r, &m.u.work_request);
+                break;
+            case MSG_WORK_CANCEL: {
+                int w = router_dispatch_worker_of(r.dispatch, m.u.work_cancel.rid);
+                if (w < 0 || actor_send(r.to_worker[w], MSG_WORK_CANCEL, &m.u.work_cancel))
+                    actor_counters_add(r.counters, "cancel.unrouted", 1);
+                else
+                    actor_counters_add(r.counters, "cancel.forwarded", 1);
+                break;
+            }
+            case MSG_WORK_EVENT:
+                if (m.u.work_event.finish)
+                    router_dispatch_finish(r.dispatch, m.u.work_event.rid);
+                break;
+            case MSG_WORK_ERROR:
+                router_dispatch_finish(r.dispatch, m.u.work_error.rid);
+                break;
+            case MSG_LOAD_REPORT: {
+                const msg_load_report_t *l = &m.u.load_report;
+                bool was_alive = router_dispatch_alive(r.dispatch, l->worker);
+                if (router_dispatch_report(r.dispatch, l->worker, l->queued_tokens,
+                                           l->active_tokens) == 0 &&
+                    !was_alive)
+                    LOG_I("router", "worker%d is back", l->worker);
+                break;
+            }
+            case MSG_WORKER_DOWN:
+                s_on_down(&r, m.u.worker_down.worker);
+                break;
+            default:
+                if (actor_ctl_handle(env, &m, r.to_front, r.counters) == 1)
+                    stop = true;
+                else if (m.type != MSG_PING && m.type != MSG_STATS_QUERY)
+                    actor_counters_add(r.counters, "unexpected", 1);
+            }
+            msg_any_clear(&m);
+        }
+        for (int i = 0; i < r.n_workers; i++) {
+            char name[48];
+            snprintf(name, sizeof name, "load.worker%d", i);
+            actor_counters_set(r.counters, name, router_dispatch_load(r.dispatch, i));
+            snprintf(name, sizeof name, "alive.worker%d", i);
+            actor_counters_set(r.counters, name, router_dispatch_alive(r.dispatch, i));
+        }
+    }
+    zpoller_destroy(&poller);
+    s_cleanup(&r);
+    return 0;
+}

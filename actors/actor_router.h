@@ -1,0 +1,24 @@
+/* actor_router.h - the router: sends each tokenized request to the least
+ * loaded live target worker (router/router_dispatch), forwards cancels to the
+ * worker that holds the request, and fails the requests of a dead worker.
+ *
+ * Command / reply table (inbound PULL socket):
+ *   work_request (tokenizer) -> to the chosen worker; no live worker or its
+ *                               queue full: work_error "internal"/"overloaded"
+ *                               to the tokenizer (which forwards it)
+ *   work_cancel  (tokenizer) -> to the request's worker (unknown rid: counted)
+ *   work_event   (worker, finish != 0), work_error (worker) -> forgets the rid
+ *   load_report  (worker)    -> updates the worker's load (and marks it alive)
+ *   worker_down  (supervisor)-> marks it dead; each of its requests gets
+ *                               work_error "internal" (to the tokenizer)
+ *   ping / stats_query       -> pong / stats_answer to the frontend
+ *   stop                     -> ends the actor
+ */
+#ifndef ACTOR_ROUTER_H
+#define ACTOR_ROUTER_H
+
+#include "actor_runtime.h"
+
+int actor_router_main(actor_env_t *env);
+
+#endif

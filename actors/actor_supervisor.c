@@ -1,0 +1,270 @@
+/* actor_supervisor.c - fork/exec, ready reports over a PULL socket, waitpid
+ * reaping, restart with exponential backoff, worker_down to the router. */
+#include "actor_supervisor.h"
+
+#include "actor_runtime.h"
+#include "base/base_log.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define TAG "supervisor"
+#define BACKOFF0_US 200000
+#define BACKOFF_MAX_US 10000000
+#define STABLE_US 30000000
+
+typedef struct {
+    char name[ACTOR_TOPO_NAME]; /* the actor */
+    pid_t pid;                  /* its process; 0 when not running */
+    bool ready;                 /* reported ready since its last start */
+    uint64_t started_us;        /* last start */
+    uint64_t restart_at_us;     /* when to restart it (0: not scheduled) */
+    uint64_t backoff_us;        /* next delay */
+} s_child_t;
+
+struct actor_supervisor_t {
+    const actor_topology_t *topo; /* borrowed */
+    char path[1024];              /* topology file for the children */
+    char exe[1024];               /* the strata binary */
+    zsock_t *ctl;                 /* PULL: ready reports */
+    zsock_t *to_router;           /* PUSH: worker_down */
+    zsock_t *to_front;            /* PUSH: worker_down (health says "restarting") */
+    s_child_t *kids;              /* (n) */
+    int n;
+    int restarts;
+};
+
+static pid_t s_spawn(actor_supervisor_t *self, s_child_t *c) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the supervisor */
+        char *argv[] = {"strata", "actor", c->name, "--topology", self->path, NULL};
+        execv(self->exe, argv);
+        _exit(127);
+    }
+    if (pid < 0) {
+        LOG_E(TAG, "cannot fork for %s: %s", c->name, strerror(errno));
+        return -1;
+    }
+    c->pid = pid;
+    c->ready = false;
+    c->started_us = actor_now_us();
+    c->restart_at_us = 0;
+    LOG_I(TAG, "started %s (pid %d)", c->name, (int)pid);
+    return pid;
+}
+
+actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const char *path,
+                                         const char *exe, char *err, size_t errlen) {
+    const char *sup = actor_topology_endpoint(topo, "supervisor");
+    if (!sup) {
+        snprintf(err, errlen, "the topology needs a 'supervisor ENDPOINT' line for process mode");
+        return NULL;
+    }
+    actor_supervisor_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    self->topo = topo;
+    snprintf(self->path, sizeof self->path, "%s", path);
+    snprintf(self->exe, sizeof self->exe, "%s", exe);
+    self->kids = calloc((size_t)topo->n, sizeof *self->kids);
+    self->ctl = actor_sock_inbound(sup, MSG_MAX_INTERNAL_FRAME, 1000);
+    self->to_router = actor_sock_outbound(actor_topology_endpoint(topo, "router"), 1000);
+    self->to_front = actor_sock_outbound(actor_topology_endpoint(topo, "frontend"), 1000);
+    if (!self->kids || !self->ctl || !self->to_router || !self->to_front) {
+        snprintf(err, errlen, "cannot set up the supervisor (bind %s)", sup);
+        actor_supervisor_destroy(&self);
+        return NULL;
+    }
+    /* workers first (they take longest to load), frontend last */
+    const char *order[] = {"worker", "router", "tokenizer", "frontend"};
+    for (int o = 0; o < 4; o++)
+        for (int i = 0; i < topo->n; i++) {
+            const char *name = topo->entries[i].name;
+            if (actor_topology_reserved(name) || strncmp(name, order[o], strlen(order[o])))
+                continue;
+            if (!actor_lookup(name)) {
+                snprintf(err, errlen, "unknown actor '%s' in the topology", name);
+                actor_supervisor_destroy(&self);
+                return NULL;
+            }
+            s_child_t *c = &self->kids[self->n++];
+            snprintf(c->name, sizeof c->name, "%s", name);
+            c->backoff_us = BACKOFF0_US;
+        }
+    return self;
+}
+
+void actor_supervisor_destroy(actor_supervisor_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    actor_supervisor_t *self = *self_p;
+    /* stop in reverse start order: the frontend first */
+    for (int i = self->n - 1; i >= 0; i--)
+        if (self->kids[i].pid > 0)
+            kill(self->kids[i].pid, SIGTERM);
+    uint64_t deadline = actor_now_us() + 5000000;
+    for (;;) {
+        int alive = 0;
+        for (int i = 0; i < self->n; i++) {
+            if (self->kids[i].pid <= 0)
+                continue;
+            int st;
+            pid_t p = waitpid(self->kids[i].pid, &st, WNOHANG);
+            if (p == self->kids[i].pid || (p < 0 && errno == ECHILD))
+                self->kids[i].pid = 0;
+            else
+                alive++;
+        }
+        if (!alive)
+            break;
+        if (actor_now_us() > deadline) {
+            for (int i = 0; i < self->n; i++)
+                if (self->kids[i].pid > 0) {
+                    LOG_W(TAG, "%s did not stop: killing it", self->kids[i].name);
+                    kill(self->kids[i].pid, SIGKILL);
+                    waitpid(self->kids[i].pid, NULL, 0);
+                    self->kids[i].pid = 0;
+                }
+            break;
+        }
+        zclock_sleep(20);
+    }
+    zsock_destroy(&self->ctl);
+    zsock_destroy(&self->to_router);
+    zsock_destroy(&self->to_front);
+    free(self->kids);
+    free(self);
+    *self_p = NULL;
+}
+
+static s_child_t *s_by_name(actor_supervisor_t *self, const char *name) {
+    for (int i = 0; i < self->n; i++)
+        if (!strcmp(self->kids[i].name, name))
+            return &self->kids[i];
+    return NULL;
+}
+
+/* Read ready reports waiting on the control socket. */
+static void s_read_ready(actor_supervisor_t *self) {
+    msg_any_t m;
+    msg_err_t e;
+    int rc;
+    while ((rc = actor_recv(self->ctl, &m, &e)) != -EAGAIN) {
+        if (rc == 0 && m.type == MSG_READY) {
+            s_child_t *c = s_by_name(self, m.u.ready.name);
+            if (c && c->pid == (pid_t)m.u.ready.pid) {
+                c->ready = true;
+                LOG_I(TAG, "%s is ready (pid %d)", c->name, (int)c->pid);
+            }
+        }
+        msg_any_clear(&m);
+    }
+}
+
+/* Reap children that exited; schedule their restart. */
+static int s_reap(actor_supervisor_t *self) {
+    int died = 0;
+    for (int i = 0; i < self->n; i++) {
+        s_child_t *c = &self->kids[i];
+        if (c->pid <= 0)
+            continue;
+        int st;
+        if (waitpid(c->pid, &st, WNOHANG) != c->pid)
+            continue;
+        died++;
+        if (WIFSIGNALED(st))
+            LOG_W(TAG, "%s (pid %d) was killed by signal %d", c->name, (int)c->pid, WTERMSIG(st));
+        else
+            LOG_W(TAG, "%s (pid %d) exited with status %d", c->name, (int)c->pid, WEXITSTATUS(st));
+        c->pid = 0;
+        c->ready = false;
+        uint64_t now = actor_now_us();
+        if (now - c->started_us > STABLE_US)
+            c->backoff_us = BACKOFF0_US;
+        c->restart_at_us = now + c->backoff_us;
+        c->backoff_us = c->backoff_us * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : c->backoff_us * 2;
+        if (!strncmp(c->name, "worker", 6)) {
+            msg_worker_down_t d = {atoi(c->name + 6)};
+            if (actor_send(self->to_router, MSG_WORKER_DOWN, &d))
+                LOG_E(TAG, "cannot tell the router that %s is down", c->name);
+            actor_send(self->to_front, MSG_WORKER_DOWN, &d);
+        }
+    }
+    return died;
+}
+
+int actor_supervisor_start(actor_supervisor_t *self, int timeout_ms, char *err, size_t errlen) {
+    for (int i = 0; i < self->n; i++)
+        if (s_spawn(self, &self->kids[i]) < 0) {
+            snprintf(err, errlen, "cannot start %s", self->kids[i].name);
+            return -ECHILD;
+        }
+    uint64_t deadline = actor_now_us() + (uint64_t)timeout_ms * 1000;
+    zpoller_t *poller = zpoller_new(self->ctl, NULL);
+    zpoller_set_nonstop(poller, true);
+    int rc = 0;
+    for (;;) {
+        s_read_ready(self);
+        int ready = 0;
+        for (int i = 0; i < self->n; i++)
+            ready += self->kids[i].ready;
+        if (ready == self->n)
+            break;
+        for (int i = 0; i < self->n; i++) {
+            int st;
+            if (self->kids[i].pid > 0 &&
+                waitpid(self->kids[i].pid, &st, WNOHANG) == self->kids[i].pid) {
+                snprintf(err, errlen, "%s exited before it was ready", self->kids[i].name);
+                self->kids[i].pid = 0;
+                rc = -ECHILD;
+                goto out;
+            }
+        }
+        if (zsys_interrupted) {
+            snprintf(err, errlen, "interrupted");
+            rc = -EINTR;
+            goto out;
+        }
+        if (actor_now_us() > deadline) {
+            snprintf(err, errlen, "not every actor was ready within %d ms", timeout_ms);
+            rc = -ETIMEDOUT;
+            goto out;
+        }
+        zpoller_wait(poller, 100);
+    }
+out:
+    zpoller_destroy(&poller);
+    return rc;
+}
+
+int actor_supervisor_poll(actor_supervisor_t *self, int timeout_ms) {
+    zpoller_t *poller = zpoller_new(self->ctl, NULL);
+    zpoller_set_nonstop(poller, true);
+    zpoller_wait(poller, timeout_ms);
+    zpoller_destroy(&poller);
+    s_read_ready(self);
+    s_reap(self);
+    uint64_t now = actor_now_us();
+    for (int i = 0; i < self->n; i++) {
+        s_child_t *c = &self->kids[i];
+        if (c->pid == 0 && c->restart_at_us && now >= c->restart_at_us) {
+            LOG_W(TAG, "restarting %s", c->name);
+            self->restarts++;
+            s_spawn(self, c);
+        }
+    }
+    return 0;
+}
+
+int actor_supervisor_restarts(const actor_supervisor_t *self) {
+    return self->restarts;
+}

@@ -1,0 +1,30 @@
+/* actor_tokenizer.h - the tokenizer: owns the vocabulary, merges and chat
+ * template.  Turns a client's prompt or messages into token ids exactly as
+ * `strata generate` does (chat template + special tokens for messages, BOS from
+ * the tokenizer's metadata), and turns the workers' token ids back into text
+ * incrementally per request (never splitting a UTF-8 character), applying the
+ * request's stop strings.
+ *
+ * Options (topology, actor "tokenizer" or "defaults"): model=PATH
+ *
+ * Command / reply table (inbound PULL socket):
+ *   tok_request (frontend) -> work_request to the router; empty prompt or no
+ *                             chat template: work_error "bad_request" to the
+ *                             frontend; router queue full: "overloaded"
+ *   work_cancel (frontend) -> to the router (same path as the request, so it
+ *                             never overtakes it)
+ *   work_event  (worker)   -> text_event to the frontend (one per event); when a
+ *                             stop string matches: text_event finish "stop" and
+ *                             work_cancel to the router
+ *   work_error  (worker, router) -> forwarded to the frontend; state dropped
+ *   ping / stats_query     -> pong / stats_answer to the frontend
+ *   stop                   -> ends the actor
+ */
+#ifndef ACTOR_TOKENIZER_H
+#define ACTOR_TOKENIZER_H
+
+#include "actor_runtime.h"
+
+int actor_tokenizer_main(actor_env_t *env);
+
+#endif

@@ -1,0 +1,197 @@
+/* actor_topology.c - the topology text format: '#' comments, blank lines, and
+ * lines "NAME ENDPOINT [key=value...]" separated by spaces or tabs. */
+#include "actor_topology.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool s_valid_name(const char *s, size_t n) {
+    if (n == 0 || n >= ACTOR_TOPO_NAME)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-')
+            return false;
+    return true;
+}
+
+actor_topo_entry_t *actor_topology_add(actor_topology_t *t, const char *name,
+                                       const char *endpoint) {
+    if (t->n >= ACTOR_TOPO_MAX_ACTORS || actor_topology_find(t, name) ||
+        strlen(name) >= ACTOR_TOPO_NAME || strlen(endpoint) >= ACTOR_TOPO_ENDPOINT)
+        return NULL;
+    actor_topo_entry_t *e = &t->entries[t->n++];
+    memset(e, 0, sizeof *e);
+    strcpy(e->name, name);
+    strcpy(e->endpoint, endpoint);
+    return e;
+}
+
+int actor_topology_set(actor_topo_entry_t *e, const char *key, const char *value) {
+    if (strlen(key) >= ACTOR_TOPO_NAME || strlen(value) >= ACTOR_TOPO_VALUE || !key[0])
+        return -EINVAL;
+    for (int i = 0; i < e->n_opts; i++)
+        if (!strcmp(e->opts[i].key, key)) {
+            strcpy(e->opts[i].value, value);
+            return 0;
+        }
+    if (e->n_opts >= ACTOR_TOPO_MAX_OPTS)
+        return -ENOSPC;
+    strcpy(e->opts[e->n_opts].key, key);
+    strcpy(e->opts[e->n_opts].value, value);
+    e->n_opts++;
+    return 0;
+}
+
+/* Next whitespace-separated word of line [*p, end): its start and length. */
+static bool s_word(const char **p, const char *end, const char **w, size_t *n) {
+    while (*p < end && (**p == ' ' || **p == '\t' || **p == '\r'))
+        (*p)++;
+    if (*p >= end)
+        return false;
+    *w = *p;
+    while (*p < end && **p != ' ' && **p != '\t' && **p != '\r')
+        (*p)++;
+    *n = (size_t)(*p - *w);
+    return true;
+}
+
+int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    int line = 0;
+    const char *p = text;
+    while (*p) {
+        line++;
+        const char *eol = strchr(p, '\n');
+        if (!eol)
+            eol = p + strlen(p);
+        const char *hash = memchr(p, '#', (size_t)(eol - p));
+        const char *end = hash ? hash : eol;
+        const char *w, *q = p;
+        size_t n;
+        if (s_word(&q, end, &w, &n)) {
+            char name[ACTOR_TOPO_NAME], ep[ACTOR_TOPO_ENDPOINT];
+            if (!s_valid_name(w, n)) {
+                snprintf(err, errlen, "line %d: bad actor name '%.*s'", line, (int)n, w);
+                return -EINVAL;
+            }
+            memcpy(name, w, n);
+            name[n] = 0;
+            if (!s_word(&q, end, &w, &n) || n >= ACTOR_TOPO_ENDPOINT) {
+                snprintf(err, errlen, "line %d: '%s' needs an endpoint", line, name);
+                return -EINVAL;
+            }
+            memcpy(ep, w, n);
+            ep[n] = 0;
+            if (strcmp(ep, "-") && !strstr(ep, "://")) {
+                snprintf(err, errlen, "line %d: endpoint '%s' is not ipc://, tcp:// or inproc://",
+                         line, ep);
+                return -EINVAL;
+            }
+            actor_topo_entry_t *e = actor_topology_add(t, name, ep);
+            if (!e) {
+                snprintf(err, errlen, "line %d: '%s' repeats or too many actors", line, name);
+                return -EINVAL;
+            }
+            while (s_word(&q, end, &w, &n)) {
+                const char *eq = memchr(w, '=', n);
+                char key[ACTOR_TOPO_NAME], val[ACTOR_TOPO_VALUE];
+                size_t kn = eq ? (size_t)(eq - w) : 0, vn = eq ? n - kn - 1 : 0;
+                if (!eq || kn == 0 || kn >= sizeof key || vn >= sizeof val) {
+                    snprintf(err, errlen, "line %d: expected key=value, got '%.*s'", line, (int)n,
+                             w);
+                    return -EINVAL;
+                }
+                memcpy(key, w, kn);
+                key[kn] = 0;
+                memcpy(val, eq + 1, vn);
+                val[vn] = 0;
+                if (actor_topology_set(e, key, val)) {
+                    snprintf(err, errlen, "line %d: too many options", line);
+                    return -EINVAL;
+                }
+            }
+        }
+        p = *eol ? eol + 1 : eol;
+    }
+    if (!actor_topology_endpoint(t, "frontend") || !actor_topology_endpoint(t, "tokenizer") ||
+        !actor_topology_endpoint(t, "router") || actor_topology_workers(t) < 1) {
+        snprintf(err, errlen, "the topology needs frontend, tokenizer, router and worker0 lines");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int actor_topology_load(actor_topology_t *t, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "cannot read topology file '%s'", path);
+        return -ENOENT;
+    }
+    char *buf = malloc(1 << 16);
+    size_t n = buf ? fread(buf, 1, (1 << 16) - 1, f) : 0;
+    fclose(f);
+    if (!buf) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    buf[n] = 0;
+    int rc = actor_topology_parse(t, buf, err, errlen);
+    free(buf);
+    return rc;
+}
+
+const actor_topo_entry_t *actor_topology_find(const actor_topology_t *t, const char *name) {
+    for (int i = 0; i < t->n; i++)
+        if (!strcmp(t->entries[i].name, name))
+            return &t->entries[i];
+    return NULL;
+}
+
+const char *actor_topology_endpoint(const actor_topology_t *t, const char *name) {
+    const actor_topo_entry_t *e = actor_topology_find(t, name);
+    return e && strcmp(e->endpoint, "-") ? e->endpoint : NULL;
+}
+
+static const char *s_opt(const actor_topo_entry_t *e, const char *key) {
+    if (e)
+        for (int i = 0; i < e->n_opts; i++)
+            if (!strcmp(e->opts[i].key, key))
+                return e->opts[i].value;
+    return NULL;
+}
+
+const char *actor_topology_opt(const actor_topology_t *t, const char *name, const char *key,
+                               const char *def) {
+    const char *v = s_opt(actor_topology_find(t, name), key);
+    if (!v)
+        v = s_opt(actor_topology_find(t, "defaults"), key);
+    return v ? v : def;
+}
+
+long actor_topology_opt_int(const actor_topology_t *t, const char *name, const char *key,
+                            long def) {
+    const char *v = actor_topology_opt(t, name, key, NULL);
+    if (!v || !*v)
+        return def;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return *end ? def : x;
+}
+
+int actor_topology_workers(const actor_topology_t *t) {
+    int n = 0;
+    char name[ACTOR_TOPO_NAME];
+    for (;;) {
+        snprintf(name, sizeof name, "worker%d", n);
+        if (!actor_topology_endpoint(t, name))
+            return n;
+        n++;
+    }
+}
+
+bool actor_topology_reserved(const char *name) {
+    return !strcmp(name, "supervisor") || !strcmp(name, "defaults");
+}

@@ -1,0 +1,61 @@
+/* actor_topology.h - which actors exist, where each one listens, and their
+ * options: the topology of a strata deployment (docs/TOPOLOGY.md).  Parsed
+ * from a text file (one line per actor: NAME ENDPOINT [key=value...]) or built
+ * in memory by `strata serve` for thread mode (inproc:// endpoints).
+ * Plain data after parsing; shared read-only by the actors of one process.
+ */
+#ifndef ACTOR_TOPOLOGY_H
+#define ACTOR_TOPOLOGY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define ACTOR_TOPO_MAX_ACTORS 64
+#define ACTOR_TOPO_MAX_OPTS 16
+#define ACTOR_TOPO_NAME 32
+#define ACTOR_TOPO_ENDPOINT 256
+#define ACTOR_TOPO_VALUE 256
+
+typedef struct {
+    char key[ACTOR_TOPO_NAME];    /* e.g. "threads" */
+    char value[ACTOR_TOPO_VALUE]; /* e.g. "1" */
+} actor_topo_opt_t;
+
+/* One line: an actor (or the reserved names "supervisor" and "defaults"). */
+typedef struct {
+    char name[ACTOR_TOPO_NAME];         /* frontend, tokenizer, router, worker0.. */
+    char endpoint[ACTOR_TOPO_ENDPOINT]; /* where its inbound socket binds; "-" for none */
+    actor_topo_opt_t opts[ACTOR_TOPO_MAX_OPTS];
+    int n_opts;
+} actor_topo_entry_t;
+
+typedef struct {
+    actor_topo_entry_t entries[ACTOR_TOPO_MAX_ACTORS];
+    int n;
+} actor_topology_t;
+
+/* Parse the text (NUL-terminated).  0, or -EINVAL with "line N: why" in err. */
+int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_t errlen);
+/* Read and parse a file.  0, -ENOENT (cannot read it) or -EINVAL, with err. */
+int actor_topology_load(actor_topology_t *t, const char *path, char *err, size_t errlen);
+
+/* Add an entry (for in-memory topologies); NULL when full or a name repeats. */
+actor_topo_entry_t *actor_topology_add(actor_topology_t *t, const char *name, const char *endpoint);
+/* Set key=value on an entry (replacing an earlier value).  0 or -EINVAL/-ENOSPC. */
+int actor_topology_set(actor_topo_entry_t *e, const char *key, const char *value);
+
+/* The entry called name, or NULL. */
+const actor_topo_entry_t *actor_topology_find(const actor_topology_t *t, const char *name);
+/* The endpoint of name, or NULL (no such actor, or "-"). */
+const char *actor_topology_endpoint(const actor_topology_t *t, const char *name);
+/* Option key of actor name, else of "defaults", else def. */
+const char *actor_topology_opt(const actor_topology_t *t, const char *name, const char *key,
+                               const char *def);
+/* The same parsed as an integer; def when absent or not a number. */
+long actor_topology_opt_int(const actor_topology_t *t, const char *name, const char *key, long def);
+/* Number of target workers: entries named worker0, worker1, ... (contiguous). */
+int actor_topology_workers(const actor_topology_t *t);
+/* True for names that are not actors ("supervisor", "defaults"). */
+bool actor_topology_reserved(const char *name);
+
+#endif

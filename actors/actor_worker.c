@@ -1,0 +1,407 @@
+/* actor_worker.c - the target worker actor: a thin loop around router_sched
+ * (what runs), kv_blocks (where its KV lives) and model_ctx_forward (one
+ * batched step), emitting a work_event per generated token. */
+#include "actor_worker.h"
+
+#include "base/base_log.h"
+#include "kvstore/kv_blocks.h"
+#include "model/model_llama.h"
+#include "model/model_sampler.h"
+#include "model/model_tokenizer.h"
+#include "router/router_sched.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* One request the worker holds (waiting or running). */
+typedef struct {
+    uint64_t rid;              /* server-side request id */
+    int32_t *hist;             /* (n_prompt + max_tokens) prompt then generated tokens */
+    int n_prompt;              /* prompt tokens */
+    int n_hist;                /* tokens in hist */
+    int max_tokens;            /* generation limit */
+    model_sampler_params_t sp; /* sampling */
+    kv_table_t kv;             /* its blocks */
+    uint64_t t_arrival;        /* frontend arrival (us) */
+    uint64_t t_prefill;        /* first prefill chunk started */
+    uint64_t t_first;          /* first token sampled */
+    uint64_t t_last;           /* last token sampled */
+} s_req_t;
+
+typedef struct {
+    actor_env_t *env;           /* runtime */
+    const char *name;           /* "worker0" */
+    int index;                  /* worker number */
+    zsock_t *in;                /* inbound PULL */
+    zsock_t *to_tok;            /* PUSH to the tokenizer */
+    zsock_t *to_router;         /* PUSH to the router */
+    zsock_t *to_front;          /* PUSH to the frontend (pong, stats) */
+    model_llama_t *model;       /* weights */
+    model_tokenizer_t *tok;     /* for end-of-generation tokens */
+    model_ctx_t *ctx;           /* forward scratch and threads */
+    kv_blocks_t *kv;            /* KV pool + allocator */
+    router_sched_t *sched;      /* continuous batching policy */
+    model_sampler_t *sampler;   /* scratch shared by all requests (one thread) */
+    actor_counters_t *counters; /* stats */
+    int n_vocab;
+    int max_batch, step_tokens;
+    /* step buffers */
+    router_sched_item_t *items;     /* (max_batch) */
+    int32_t *b_tok, *b_pos, *b_seq; /* (step_tokens) */
+    bool *b_want;                   /* (step_tokens) */
+    model_seq_view_t *b_seqs;       /* (max_batch) */
+    float *logits;                  /* (max_batch, n_vocab) */
+    uint64_t last_report_us;        /* last load_report */
+    bool dirty;                     /* state changed since the last report */
+} s_worker_t;
+
+#define TAG "worker"
+
+static void s_req_free(s_worker_t *w, s_req_t **rp) {
+    s_req_t *r = *rp;
+    if (!r)
+        return;
+    int doubles = kv_blocks_release(w->kv, &r->kv);
+    if (doubles)
+        actor_counters_add(w->counters, "kv.double_free", doubles);
+    free(r->hist);
+    free(r);
+    *rp = NULL;
+}
+
+/* Internal event streams must not lose messages: wait up to a second for room. */
+static int s_send(s_worker_t *w, zsock_t *s, int type, const void *m) {
+    int rc;
+    for (int i = 0; (rc = actor_send(s, type, m)) == -EAGAIN && i < 1000; i++)
+        zclock_sleep(1);
+    if (rc)
+        actor_counters_add(w->counters, "send.failed", 1);
+    return rc;
+}
+
+static void s_error(s_worker_t *w, uint64_t rid, int code, const char *what) {
+    msg_work_error_t e;
+    msg_work_error_init(&e);
+    e.rid = rid;
+    e.code = code;
+    msg_set_str(e.message, sizeof e.message, what);
+    s_send(w, w->to_tok, MSG_WORK_ERROR, &e);
+    s_send(w, w->to_router, MSG_WORK_ERROR, &e);
+    actor_counters_add(w->counters,
+                       code == MSG_CODE_OVERLOADED ? "rejected.overloaded" : "rejected.bad_request",
+                       1);
+}
+
+/* Send a work_event (to the router too when it ends the request). */
+static void s_event(s_worker_t *w, const s_req_t *r, int index, int32_t token, int finish) {
+    msg_work_event_t ev;
+    msg_work_event_init(&ev);
+    ev.rid = r->rid;
+    ev.index = index;
+    ev.token = token;
+    ev.finish = finish;
+    ev.prompt_tokens = r->n_prompt;
+    if (finish) {
+        uint64_t now = actor_now_us();
+        uint64_t tp = r->t_prefill ? r->t_prefill : now, tf = r->t_first ? r->t_first : now;
+        ev.timings.queued_us = tp > r->t_arrival ? tp - r->t_arrival : 0;
+        ev.timings.prefill_us = tf - tp;
+        ev.timings.ttft_us = tf > r->t_arrival ? tf - r->t_arrival : 0;
+        ev.timings.decode_us = r->t_last > tf ? r->t_last - tf : 0;
+    }
+    s_send(w, w->to_tok, MSG_WORK_EVENT, &ev);
+    if (finish)
+        s_send(w, w->to_router, MSG_WORK_EVENT, &ev);
+}
+
+static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
+    actor_counters_add(w->counters, "requests", 1);
+    for (int i = 0; i < q->n_tokens; i++)
+        if (q->tokens[i] >= w->n_vocab) {
+            s_error(w, q->rid, MSG_CODE_BAD_REQUEST, "token id out of the vocabulary");
+            return;
+        }
+    char why[128];
+    if (model_sampler_check(&q->sampling, why, sizeof why)) {
+        s_error(w, q->rid, MSG_CODE_BAD_REQUEST, why);
+        return;
+    }
+    s_req_t *r = calloc(1, sizeof *r);
+    if (r)
+        r->hist = malloc(((size_t)q->n_tokens + q->max_tokens) * sizeof *r->hist);
+    if (!r || !r->hist) {
+        free(r);
+        s_error(w, q->rid, MSG_CODE_INTERNAL, "out of memory");
+        return;
+    }
+    r->rid = q->rid;
+    memcpy(r->hist, q->tokens, (size_t)q->n_tokens * sizeof *r->hist);
+    r->n_prompt = r->n_hist = q->n_tokens;
+    r->max_tokens = q->max_tokens;
+    r->sp = q->sampling;
+    r->t_arrival = q->t_arrival_us;
+    int rc = router_sched_submit(w->sched, r->rid, r->n_prompt, r->max_tokens, r);
+    if (rc) {
+        s_error(w, q->rid, rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_BAD_REQUEST,
+                rc == -EAGAIN   ? "the worker's queue is full"
+                : rc == -E2BIG  ? "prompt + max_tokens do not fit in the context or KV pool"
+                : rc == -EEXIST ? "duplicate request id"
+                                : "invalid request");
+        s_req_free(w, &r);
+        return;
+    }
+    w->dirty = true;
+}
+
+static void s_on_cancel(s_worker_t *w, uint64_t rid) {
+    s_req_t *r = router_sched_remove(w->sched, rid);
+    if (!r) {
+        actor_counters_add(w->counters, "cancel.unknown", 1);
+        return;
+    }
+    actor_counters_add(w->counters, "cancelled", 1);
+    s_event(w, r, -1, -1, MSG_FINISH_CANCELLED);
+    s_req_free(w, &r);
+    w->dirty = true;
+}
+
+/* Finish r (already out of the scheduler). */
+static void s_finish(s_worker_t *w, s_req_t *r, int index, int32_t token, int finish) {
+    router_sched_remove(w->sched, r->rid);
+    s_event(w, r, index, token, finish);
+    actor_counters_add(w->counters, "completed", 1);
+    s_req_free(w, &r);
+}
+
+/* One forward step over everything the scheduler picked. */
+static int s_step(s_worker_t *w) {
+    int n_items = router_sched_plan(w->sched, w->items, w->max_batch);
+    if (n_items <= 0)
+        return 0;
+    uint64_t now = actor_now_us();
+    int nt = 0;
+    for (int k = 0; k < n_items; k++) {
+        router_sched_item_t *it = &w->items[k];
+        s_req_t *r = it->user;
+        if (kv_blocks_reserve(w->kv, &r->kv, it->pos0 + it->n)) {
+            /* cannot happen while the scheduler's accounting holds */
+            actor_counters_add(w->counters, "kv.reserve_failed", 1);
+            return -ENOSPC;
+        }
+        if (it->prefill && it->pos0 == 0)
+            r->t_prefill = now;
+        w->b_seqs[k] = (model_seq_view_t){r->kv.blocks, r->kv.n};
+        for (int j = 0; j < it->n; j++, nt++) {
+            w->b_tok[nt] = r->hist[it->pos0 + j];
+            w->b_pos[nt] = it->pos0 + j;
+            w->b_seq[nt] = k;
+            w->b_want[nt] = it->sample && j == it->n - 1;
+        }
+        actor_counters_add(w->counters, it->prefill ? "tokens.prefill" : "tokens.decode", it->n);
+    }
+    model_batch_t b = {nt, w->b_tok, w->b_pos, w->b_seq, w->b_want, n_items, w->b_seqs};
+    int got = model_ctx_forward(w->ctx, &b, kv_blocks_pool(w->kv), w->logits);
+    actor_counters_add(w->counters, "steps", 1);
+    if (got < 0) {
+        LOG_E(w->name, "forward pass failed (%d): failing the batch", got);
+        for (int k = 0; k < n_items; k++) {
+            s_req_t *r = router_sched_remove(w->sched, w->items[k].rid);
+            s_error(w, r->rid, MSG_CODE_INTERNAL, "forward pass failed");
+            s_req_free(w, &r);
+        }
+        return got;
+    }
+    now = actor_now_us();
+    int row = 0;
+    for (int k = 0; k < n_items; k++) {
+        router_sched_item_t *it = &w->items[k];
+        s_req_t *r = it->user;
+        if (!it->sample) {
+            router_sched_advance(w->sched, r->rid, it->n, false);
+            continue;
+        }
+        float *lg = w->logits + (size_t)row++ * w->n_vocab;
+        int pos = it->pos0 + it->n;
+        int index = r->n_hist - r->n_prompt;
+        int32_t next = model_sampler_sample(w->sampler, &r->sp, lg, r->hist, r->n_hist, pos);
+        if (!r->t_first)
+            r->t_first = now;
+        r->t_last = now;
+        if (model_tokenizer_is_eog(w->tok, next)) {
+            s_finish(w, r, -1, -1, MSG_FINISH_EOS);
+            continue;
+        }
+        r->hist[r->n_hist++] = next;
+        actor_counters_add(w->counters, "tokens.generated", 1);
+        if (index + 1 >= r->max_tokens) {
+            s_finish(w, r, index, next, MSG_FINISH_LENGTH);
+            continue;
+        }
+        router_sched_advance(w->sched, r->rid, it->n, true);
+        s_event(w, r, index, next, MSG_FINISH_NONE);
+    }
+    w->dirty = true;
+    return n_items;
+}
+
+static void s_report(s_worker_t *w) {
+    router_sched_load_t l = router_sched_load(w->sched);
+    msg_load_report_t m;
+    msg_load_report_init(&m);
+    m.worker = w->index;
+    m.queued_tokens = l.queued_tokens;
+    m.active_tokens = l.active_tokens;
+    m.n_queued = l.n_waiting;
+    m.n_active = l.n_running;
+    m.kv_free_blocks = kv_blocks_free_count(w->kv);
+    actor_send(w->to_router, MSG_LOAD_REPORT, &m); /* a lost report is replaced soon */
+    actor_counters_set(w->counters, "running", l.n_running);
+    actor_counters_set(w->counters, "waiting", l.n_waiting);
+    actor_counters_set(w->counters, "kv.free_blocks", kv_blocks_free_count(w->kv));
+    actor_counters_set(w->counters, "kv.total_blocks", kv_blocks_total(w->kv));
+    w->last_report_us = actor_now_us();
+    w->dirty = false;
+}
+
+static void s_cleanup(s_worker_t *w) {
+    /* free every request still held */
+    s_req_t *r;
+    while (w->sched && (r = router_sched_pop(w->sched)))
+        s_req_free(w, &r);
+    router_sched_destroy(&w->sched);
+    kv_blocks_destroy(&w->kv);
+    model_ctx_destroy(&w->ctx);
+    model_sampler_destroy(&w->sampler);
+    model_tokenizer_destroy(&w->tok);
+    model_llama_destroy(&w->model);
+    actor_counters_destroy(&w->counters);
+    zsock_destroy(&w->in);
+    zsock_destroy(&w->to_tok);
+    zsock_destroy(&w->to_router);
+    zsock_destroy(&w->to_front);
+    free(w->items);
+    free(w->b_tok);
+    free(w->b_pos);
+    free(w->b_seq);
+    free(w->b_want);
+    free(w->b_seqs);
+    free(w->logits);
+}
+
+int actor_worker_main(actor_env_t *env) {
+    const actor_topology_t *t = actor_env_topology(env);
+    const char *name = actor_env_name(env);
+    s_worker_t w = {0};
+    w.env = env;
+    w.name = name;
+    w.index = atoi(name + 6);
+    char err[512];
+    const char *path = actor_topology_opt(t, name, "model", NULL);
+    if (!path) {
+        actor_env_fail(env, "%s: no model= option in the topology", name);
+        return 1;
+    }
+    int threads = (int)actor_topology_opt_int(t, name, "threads", 1);
+    w.max_batch = (int)actor_topology_opt_int(t, name, "max_batch", 16);
+    int n_blocks = (int)actor_topology_opt_int(t, name, "kv_blocks", 512);
+    int queue = (int)actor_topology_opt_int(t, name, "queue", 64);
+    w.step_tokens = (int)actor_topology_opt_int(t, name, "step_tokens", 256);
+    int max_ctx = (int)actor_topology_opt_int(t, name, "max_ctx", 2048);
+    int bs = (int)actor_topology_opt_int(t, name, "block_size", 16);
+    if (threads < 1 || w.max_batch < 1 || n_blocks < 1 || queue < 0 || w.step_tokens < 1 ||
+        max_ctx < 2 || bs < 1) {
+        actor_env_fail(env, "%s: bad option value", name);
+        return 1;
+    }
+    if (w.step_tokens < w.max_batch)
+        w.step_tokens = w.max_batch;
+    w.model = model_llama_load(path, err, sizeof err);
+    if (!w.model) {
+        actor_env_fail(env, "%s: %s", name, err);
+        return 1;
+    }
+    const model_config_t *cfg = model_llama_config(w.model);
+    w.n_vocab = cfg->n_vocab;
+    w.tok = model_tokenizer_new(model_llama_gguf(w.model), err, sizeof err);
+    w.ctx = model_ctx_new(w.model, w.step_tokens, max_ctx, threads, NULL);
+    w.kv = kv_blocks_new(cfg, KERN_F32, bs, n_blocks);
+    router_sched_config_t sc = {w.max_batch, queue, n_blocks, bs, w.step_tokens, max_ctx};
+    w.sched = router_sched_new(&sc);
+    w.sampler = model_sampler_new(cfg->n_vocab);
+    w.counters = actor_counters_new();
+    w.items = malloc((size_t)w.max_batch * sizeof *w.items);
+    w.b_tok = malloc((size_t)w.step_tokens * sizeof *w.b_tok);
+    w.b_pos = malloc((size_t)w.step_tokens * sizeof *w.b_pos);
+    w.b_seq = malloc((size_t)w.step_tokens * sizeof *w.b_seq);
+    w.b_want = malloc((size_t)w.step_tokens * sizeof *w.b_want);
+    w.b_seqs = malloc((size_t)w.max_batch * sizeof *w.b_seqs);
+    w.logits = malloc((size_t)w.max_batch * cfg->n_vocab * sizeof *w.logits);
+    if (!w.tok || !w.ctx || !w.kv || !w.sched || !w.sampler || !w.counters || !w.items ||
+        !w.b_tok || !w.b_pos || !w.b_seq || !w.b_want || !w.b_seqs || !w.logits) {
+        actor_env_fail(env, "%s: cannot set up (%s)", name,
+                       !w.tok  ? err
+                       : !w.kv ? "KV pool too large"
+                               : "out of memory");
+        s_cleanup(&w);
+        return 1;
+    }
+    w.in =
+        actor_sock_inbound(actor_topology_endpoint(t, name), MSG_MAX_INTERNAL_FRAME + 4096, 100000);
+    w.to_tok = actor_sock_outbound(actor_topology_endpoint(t, "tokenizer"), 100000);
+    w.to_router = actor_sock_outbound(actor_topology_endpoint(t, "router"), 100000);
+    w.to_front = actor_sock_outbound(actor_topology_endpoint(t, "frontend"), 1000);
+    if (!w.in || !w.to_tok || !w.to_router || !w.to_front) {
+        actor_env_fail(env, "%s: cannot open its sockets", name);
+        s_cleanup(&w);
+        return 1;
+    }
+    actor_counters_set(w.counters, "kv.total_blocks", n_blocks);
+    LOG_I(name, "ready: %d threads, batch %d, %d KV blocks of %d, queue %d, step %d tokens",
+          threads, w.max_batch, n_blocks, bs, queue, w.step_tokens);
+    actor_env_ready(env);
+    s_report(&w);
+
+    zpoller_t *poller = zpoller_new(actor_env_pipe(env), w.in, NULL);
+    zpoller_set_nonstop(poller, true);
+    bool stop = false;
+    bool busy = false;
+    while (!stop) {
+        if (!busy)
+            zpoller_wait(poller, 100);
+        if (zsock_events(actor_env_pipe(env)) & ZMQ_POLLIN)
+            break;
+        msg_any_t m;
+        msg_err_t e;
+        int rc;
+        while ((rc = actor_recv(w.in, &m, &e)) != -EAGAIN) {
+            if (rc < 0) {
+                actor_counters_add(w.counters, "malformed", 1);
+                continue;
+            }
+            switch (m.type) {
+            case MSG_WORK_REQUEST:
+                s_on_request(&w, &m.u.work_request);
+                break;
+            case MSG_WORK_CANCEL:
+                s_on_cancel(&w, m.u.work_cancel.rid);
+                break;
+            default:
+                if (actor_ctl_handle(env, &m, w.to_front, w.counters) == 1)
+                    stop = true;
+                else if (m.type != MSG_PING && m.type != MSG_STATS_QUERY)
+                    actor_counters_add(w.counters, "unexpected", 1);
+            }
+            msg_any_clear(&m);
+        }
+        busy = s_step(&w) > 0;
+        uint64_t now = actor_now_us();
+        if ((w.dirty && now - w.last_report_us > 20000) || now - w.last_report_us > 100000)
+            s_report(&w);
+    }
+    zpoller_destroy(&poller);
+    LOG_I(name, "stopping");
+    s_cleanup(&w);
+    return 0;
+}

@@ -1,0 +1,31 @@
+/* actor_worker.h - the target worker: owns the model weights, its KV pool
+ * (kvstore/kv_blocks) and a continuous-batching scheduler (router/router_sched).
+ * New requests join the running batch at every step; prefill chunks and decode
+ * tokens of different requests share one model_ctx_forward call.  Sampling is
+ * per request with model_sampler (seeded per position), so a request's tokens
+ * do not depend on what else is in the batch.
+ *
+ * Options (topology, actor "workerN" or "defaults"):
+ *   model=PATH  threads=N  max_batch=N (16)  kv_blocks=N (512)  queue=N (64)
+ *   step_tokens=N (256)  max_ctx=N (2048)  block_size=N (16)
+ *
+ * Command / reply table (inbound PULL socket):
+ *   work_request  (router)   -> queued; then work_event per token to the tokenizer;
+ *                               the last one (finish != 0) also to the router.
+ *                               Queue full: work_error "overloaded"; does not fit
+ *                               or bad ids: work_error "bad_request" (to the
+ *                               tokenizer and the router).
+ *   work_cancel   (router)   -> frees the request and its KV; work_event finish
+ *                               "cancelled" (index -1) to the tokenizer and router
+ *   ping / stats_query       -> pong / stats_answer to the frontend
+ *   stop                     -> ends the actor
+ * Every ~100 ms (and after steps): load_report to the router.
+ */
+#ifndef ACTOR_WORKER_H
+#define ACTOR_WORKER_H
+
+#include "actor_runtime.h"
+
+int actor_worker_main(actor_env_t *env);
+
+#endif

@@ -1,0 +1,86 @@
+/* router_sched.h - the continuous-batching scheduler of a target worker, as
+ * pure policy (no sockets, no model): which requests run in the next forward
+ * step, how many prompt tokens each prefills (chunked prefill under a per-step
+ * token budget), and admission of waiting requests against the batch cap and
+ * the KV-memory cap.
+ *
+ * Policy.  A request that arrives while nobody waits and there is room runs
+ * from the next step (it never occupies the queue).  Every step: (1) admit waiting requests in
+ * arrival order while the batch has room and the KV pool can hold the request's whole footprint
+ * (prompt + max_tokens positions, reserved up front so a running request never
+ * runs out of KV); the head of the queue blocks the rest (no starvation).
+ * (2) every running request that is decoding gets one token; (3) the rest of
+ * the budget goes to prefill chunks in admission order.  A request's positions
+ * only ever grow, so its tokens are computed exactly as a lone run would
+ * compute them.  Not thread-safe: one worker thread owns it.
+ */
+#ifndef ROUTER_SCHED_H
+#define ROUTER_SCHED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    int max_batch;   /* requests running at once (>= 1) */
+    int max_queue;   /* requests waiting at most (>= 0); beyond: -EAGAIN ("overloaded") */
+    int kv_blocks;   /* blocks in the worker's KV pool */
+    int block_size;  /* positions per block */
+    int step_tokens; /* tokens per forward step (decode + prefill); raised to max_batch */
+    int max_ctx;     /* positions one request may use (prompt + max_tokens) */
+} router_sched_config_t;
+
+/* One request's share of a step: tokens [pos0, pos0 + n) of its sequence. */
+typedef struct {
+    uint64_t rid; /* request id */
+    void *user;   /* what the caller gave router_sched_submit */
+    int pos0;     /* first position run this step */
+    int n;        /* tokens run this step (>= 1) */
+    bool sample;  /* the step ends on the last known token: sample the next one */
+    bool prefill; /* the tokens are (part of) the prompt */
+} router_sched_item_t;
+
+/* Counters of the scheduler's state (for load reports and stats). */
+typedef struct {
+    int n_waiting;         /* requests in the queue */
+    int n_running;         /* requests admitted */
+    int64_t queued_tokens; /* prompt + max_tokens of the waiting requests */
+    int64_t active_tokens; /* tokens still to compute for the running requests */
+    int kv_free_blocks;    /* blocks not reserved by a running request */
+} router_sched_load_t;
+
+typedef struct router_sched_t router_sched_t;
+
+/* NULL on bad configuration (max_batch < 1, kv_blocks < 1, ...) or no memory. */
+router_sched_t *router_sched_new(const router_sched_config_t *cfg);
+void router_sched_destroy(router_sched_t **self_p);
+const router_sched_config_t *router_sched_config(const router_sched_t *self);
+
+/* Admit (when nothing waits and it fits) or queue a request of n_prompt prompt
+ * tokens that generates at most max_tokens.
+ * 0; -EINVAL (n_prompt < 1 or max_tokens < 1); -EEXIST (rid already known);
+ * -E2BIG (it can never fit: more positions than max_ctx or more blocks than the
+ * pool); -EAGAIN (the queue is full: answer "overloaded"). */
+int router_sched_submit(router_sched_t *self, uint64_t rid, int n_prompt, int max_tokens,
+                        void *user);
+/* Take a request out (finished or cancelled), waiting or running, releasing its
+ * KV reservation.  Returns its user pointer, or NULL when rid is unknown. */
+void *router_sched_remove(router_sched_t *self, uint64_t rid);
+/* Take out any one request (for shutdown); its user pointer, NULL when empty. */
+void *router_sched_pop(router_sched_t *self);
+/* True when rid is waiting or running. */
+bool router_sched_has(const router_sched_t *self, uint64_t rid);
+
+/* Plan the next step: admit what fits, then write at most cap items (cap >=
+ * max_batch is enough) into items.  Returns the number of items (0: nothing to
+ * run).  The caller runs them all in one forward pass, then calls
+ * router_sched_advance for each. */
+int router_sched_plan(router_sched_t *self, router_sched_item_t *items, int cap);
+/* Record that n tokens of rid were computed; generated: a new token was sampled
+ * (it becomes the next token to run).  0, or -ENOENT / -EINVAL. */
+int router_sched_advance(router_sched_t *self, uint64_t rid, int n, bool generated);
+/* Tokens rid has generated so far (-ENOENT if unknown). */
+int router_sched_generated(const router_sched_t *self, uint64_t rid);
+
+router_sched_load_t router_sched_load(const router_sched_t *self);
+
+#endif

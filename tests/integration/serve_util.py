@@ -1,0 +1,206 @@
+"""serve_util.py - helpers for the service integration tests: start `strata serve`
+(thread or process mode) on a free port, talk to it with raw ZeroMQ + MessagePack
+(docs/PROTOCOL.md), and compute the `strata generate --greedy` reference."""
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import msgpack
+import zmq
+
+BIN = os.environ.get("STRATA_BIN") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "build", "strata")
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about autumn.",
+    "Name three primary colors.",
+    "How many legs does a spider have?",
+    "Explain gravity to a child.",
+    "What is 12 times 12?",
+    "Give me a synonym for happy.",
+    "Describe the smell of rain.",
+    "Why do cats purr?",
+    "Tell me a joke about computers.",
+    "What is the boiling point of water?",
+    "Translate 'good morning' into Spanish.",
+    "List two planets larger than Earth.",
+    "What does a baker do?",
+    "Suggest a name for a pet goldfish.",
+    "Summarize the story of Cinderella in one sentence.",
+]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Server:
+    """A running `strata serve`; use as a context manager."""
+
+    def __init__(self, args, ready_timeout=120):
+        self.port = free_port()
+        self.endpoint = "tcp://127.0.0.1:%d" % self.port
+        self.args = args
+        self.ready_timeout = ready_timeout
+        self.log = tempfile.NamedTemporaryFile(prefix="strata-serve-", suffix=".log", delete=False)
+        self.proc = None
+
+    def start(self):
+        env = dict(os.environ, STRATA_LOG=os.environ.get("STRATA_LOG", "info"))
+        cmd = [BIN, "serve"] + [a.replace("@ENDPOINT@", self.endpoint) for a in self.args]
+        if "--topology" not in self.args:
+            cmd += ["--endpoint", self.endpoint]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=env)
+        deadline = time.time() + self.ready_timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("strata serve exited (%d):\n%s" % (self.proc.returncode,
+                                                                       self.read_log()))
+            if "strata serve: ready on" in self.read_log():
+                return self
+            time.sleep(0.1)
+        raise RuntimeError("strata serve not ready:\n" + self.read_log())
+
+    def read_log(self):
+        with open(self.log.name, errors="replace") as f:
+            return f.read()
+
+    def stop(self, timeout=15):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                return self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError("strata serve did not stop on SIGTERM:\n" + self.read_log())
+        return self.proc.returncode if self.proc else 0
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        rc = self.stop()
+        if exc[0] is None and rc != 0:
+            raise RuntimeError("strata serve exited with %s:\n%s" % (rc, self.read_log()))
+        os.unlink(self.log.name)
+
+
+def pack(m):
+    return msgpack.packb(m, use_bin_type=True)
+
+
+def unpack(b):
+    return msgpack.unpackb(b, raw=False)
+
+
+class Client:
+    """One DEALER connection."""
+
+    def __init__(self, ctx, endpoint):
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+
+    def send(self, m):
+        self.sock.send(pack(m) if isinstance(m, dict) else m)
+
+    def recv(self, timeout=60):
+        if not self.sock.poll(int(timeout * 1000)):
+            raise TimeoutError("no answer from the server")
+        return unpack(self.sock.recv())
+
+    def call(self, m, timeout=30):
+        self.send(m)
+        return self.recv(timeout)
+
+    def close(self):
+        self.sock.close(0)
+
+
+def chat_request(rid, prompt, max_tokens):
+    return {"type": "generate", "v": 1, "id": rid, "max_tokens": max_tokens, "temperature": 0,
+            "messages": [{"role": "user", "content": prompt}]}
+
+
+def run_concurrent(endpoint, prompts, max_tokens, timeout=180):
+    """Send every prompt at once from its own client; return {i: (tokens, done)}."""
+    ctx = zmq.Context.instance()
+    clients = [Client(ctx, endpoint) for _ in prompts]
+    for i, (c, p) in enumerate(zip(clients, prompts)):
+        c.send(chat_request("r%d" % i, p, max_tokens))
+    poller = zmq.Poller()
+    for c in clients:
+        poller.register(c.sock, zmq.POLLIN)
+    by_sock = {c.sock: i for i, c in enumerate(clients)}
+    toks = {i: [] for i in range(len(prompts))}
+    result = {}
+    deadline = time.time() + timeout
+    while len(result) < len(prompts):
+        if time.time() > deadline:
+            raise TimeoutError("only %d of %d requests finished" % (len(result), len(prompts)))
+        for sock, _ in poller.poll(1000):
+            i = by_sock[sock]
+            m = unpack(sock.recv())
+            if m["type"] == "token":
+                assert m["index"] == len(toks[i]), (m, toks[i])
+                toks[i].append(m["token"])
+            elif m["type"] in ("done", "error"):
+                result[i] = (toks[i], m)
+    for c in clients:
+        c.close()
+    return result
+
+
+def reference(prompt, max_tokens):
+    """Token ids of `strata generate --chat --greedy` (the service's reference)."""
+    out = subprocess.run([BIN, "generate", "--chat", "-p", prompt, "-n", str(max_tokens),
+                          "--greedy", "--print-ids", "-t", "1"],
+                         capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError("strata generate failed: " + out.stderr)
+    return [int(x) for x in out.stdout.split()]
+
+
+def stats(endpoint):
+    c = Client(zmq.Context.instance(), endpoint)
+    try:
+        m = c.call({"type": "stats"})
+        assert m["type"] == "stats_reply", m
+        return m["counters"]
+    finally:
+        c.close()
+
+
+def health(endpoint):
+    c = Client(zmq.Context.instance(), endpoint)
+    try:
+        m = c.call({"type": "health"})
+        assert m["type"] == "health_reply", m
+        return m
+    finally:
+        c.close()
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def check(cond, msg):
+    if not cond:
+        print("FAIL:", msg)
+        sys.exit(1)

@@ -1,0 +1,128 @@
+"""test_serve_process.py - `strata serve --topology FILE` (process mode: one
+process per actor over ipc://, under the supervisor): greedy outputs of 16
+concurrent requests equal `strata generate --greedy`; SIGKILL of a worker
+process fails its in-flight request with "internal", health reports the worker
+(restarting or unhealthy) within a few seconds, the supervisor restarts it and it serves again;
+SIGTERM stops every process."""
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+import zmq
+
+import serve_util as u
+
+MAX_TOKENS = 24
+
+
+def write_topology(d, port):
+    path = os.path.join(d, "topology.txt")
+    with open(path, "w") as f:
+        f.write("# strata topology for the process-mode test\n"
+                "supervisor ipc://%(d)s/supervisor\n"
+                "defaults   -                      threads=1 max_batch=16 kv_blocks=512\n"
+                "frontend   ipc://%(d)s/frontend   client=tcp://127.0.0.1:%(port)d\n"
+                "tokenizer  ipc://%(d)s/tokenizer\n"
+                "router     ipc://%(d)s/router\n"
+                "worker0    ipc://%(d)s/worker0\n"
+                "worker1    ipc://%(d)s/worker1\n" % {"d": d, "port": port})
+    return path
+
+
+def pid_of(log, name):
+    pids = re.findall(r"started %s \(pid (\d+)\)" % name, log)
+    return int(pids[-1]) if pids else None
+
+
+def state_of(ep, name):
+    for a in u.health(ep)["actors"]:
+        if a["name"] == name:
+            return a["state"]
+    return None
+
+
+def main():
+    d = tempfile.mkdtemp(prefix="strata-topo-")
+    port = u.free_port()
+    path = write_topology(d, port)
+    s = u.Server(["--topology", path])
+    s.port, s.endpoint = port, "tcp://127.0.0.1:%d" % port
+    with s:
+        ep = s.endpoint
+        u.wait_for(lambda: u.health(ep)["ok"], 10, "health ok")
+        log = s.read_log()
+        pids = {n: pid_of(log, n) for n in ("frontend", "tokenizer", "router", "worker0",
+                                            "worker1")}
+        print("actor processes:", pids)
+        u.check(all(pids.values()) and len(set(pids.values())) == 5, "one process per actor")
+
+        t0 = time.time()
+        res = u.run_concurrent(ep, u.PROMPTS, MAX_TOKENS)
+        print("16 concurrent requests: %.1f s" % (time.time() - t0))
+        bad = []
+        for i, p in enumerate(u.PROMPTS):
+            toks, done = res[i]
+            u.check(done["type"] == "done", "request %d failed: %r" % (i, done))
+            if toks != u.reference(p, MAX_TOKENS):
+                bad.append(i)
+        if bad:
+            print("greedy mismatches (process mode):", bad)
+
+        # two long requests, one per worker (least-loaded dispatch), then kill worker1
+        ctx = zmq.Context.instance()
+        cs = [u.Client(ctx, ep) for _ in range(2)]
+        for i, c in enumerate(cs):
+            c.send(u.chat_request("long%d" % i, "Write a very long story about a dragon.", 2000))
+            u.check(c.recv(60)["type"] == "token", "long request started")
+        st = u.stats(ep)
+        print("dispatched:", st.get("router.dispatched.worker0"), st.get("router.dispatched.worker1"))
+        t0 = time.time()
+        os.kill(pids["worker1"], signal.SIGKILL)
+        # the request on worker1 fails with "internal"; the other keeps streaming
+        outcome = {}
+        deadline = time.time() + 10
+        while len(outcome) < 1 and time.time() < deadline:
+            for i, c in enumerate(cs):
+                if i in outcome or not c.sock.poll(50):
+                    continue
+                m = c.recv(1)
+                if m["type"] != "token":
+                    outcome[i] = m
+        print("after SIGKILL: %r" % outcome)
+        u.check(len(outcome) == 1, "exactly one request ended")
+        (i, m), = outcome.items()
+        u.check(m["type"] == "error" and m["code"] == "internal", "it failed with internal: %r" % m)
+        cs[1 - i].send({"type": "cancel", "v": 1, "id": "long%d" % (1 - i)})
+        for c in cs:
+            c.close()
+        seen = u.wait_for(lambda: (lambda st: st if st != "ready" else None)(
+            state_of(ep, "worker1")), 5, "health to report worker1")
+        print("health reports worker1 %s after %.2f s" % (seen, time.time() - t0))
+        u.wait_for(lambda: pid_of(s.read_log(), "worker1") != pids["worker1"], 10,
+                   "worker1 restarted")
+        u.wait_for(lambda: u.health(ep)["ok"], 30, "health ok again")
+        print("worker1 restarted and healthy after %.2f s" % (time.time() - t0))
+        st = u.stats(ep)
+        u.check(st.get("router.worker_down", 0) == 1, "router counted worker_down: %r" % st)
+        # the restarted worker serves again: enough requests reach both workers
+        res = u.run_concurrent(ep, u.PROMPTS[:4], 8)
+        u.check(all(r[1]["type"] == "done" for r in res.values()), "served after restart")
+        st = u.wait_for(lambda: (lambda st: st if st.get("worker1.requests") else None)(
+            u.stats(ep)), 5, "the restarted worker1 to take requests")
+        new_pid = pid_of(s.read_log(), "worker1")
+    # SIGTERM stopped every actor process
+    for n, p in list(pids.items()) + [("worker1 (restarted)", new_pid)]:
+        u.check(not os.path.exists("/proc/%d" % p) or
+                open("/proc/%d/stat" % p).read().split()[2] == "Z", "%s stopped" % n)
+    shutil.rmtree(d, ignore_errors=True)
+    u.check(not bad, "greedy mismatches for requests %s" % bad)
+    print("ok")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    main()
