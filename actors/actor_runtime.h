@@ -21,10 +21,6 @@
 #include "msgs/msg_any.h"
 
 #include <czmq.h>
-/* czmq.h pulls in syslog.h, whose LOG_INFO / LOG_DEBUG macros would rename the
- * levels of base_log.h: drop them before base_log.h is seen. */
-#undef LOG_INFO
-#undef LOG_DEBUG
 #include "base/base_log.h"
 #include <stdbool.h>
 #include <stdint.h>

@@ -13,14 +13,14 @@ static atomic_int s_level = -1;
 static int s_level_from_env(void) {
     const char *e = getenv("STRATA_LOG");
     if (!e)
-        return LOG_WARN;
+        return BASE_LOG_WARN;
     if (!strcmp(e, "error"))
-        return LOG_ERROR;
+        return BASE_LOG_ERROR;
     if (!strcmp(e, "info"))
-        return LOG_INFO;
+        return BASE_LOG_INFO;
     if (!strcmp(e, "debug"))
-        return LOG_DEBUG;
-    return LOG_WARN;
+        return BASE_LOG_DEBUG;
+    return BASE_LOG_WARN;
 }
 
 void base_log_set_level(base_log_level_t level) {

@@ -59,8 +59,8 @@ int cmd_quantize(int argc, char **argv) {
     }
     /* progress goes through the log at info level: show it unless asked not to
      * (or unless STRATA_LOG chose a level explicitly) */
-    if (!quiet && !getenv("STRATA_LOG") && base_log_level() < LOG_INFO)
-        base_log_set_level(LOG_INFO);
+    if (!quiet && !getenv("STRATA_LOG") && base_log_level() < BASE_LOG_INFO)
+        base_log_set_level(BASE_LOG_INFO);
 
     char err[1024] = "";
     double t0 = cli_now();

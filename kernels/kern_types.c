@@ -1,0 +1,157 @@
+/* kern_types.c - what each tensor type is (traits, row sizes), scalar
+ * half/bfloat16 conversions, and the choice of the kernel table for this CPU.
+ */
+#include "cpu/kern_cpu.h"
+#include "kern_ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const kern_type_traits_t s_traits[KERN_TYPE_COUNT] = {
+    [KERN_F32] = {"f32", 1, 4, KERN_F32, true},
+    [KERN_F16] = {"f16", 1, 2, KERN_F32, true},
+    [KERN_BF16] = {"bf16", 1, 2, KERN_F32, true},
+    [KERN_Q4_0] = {"q4_0", KERN_QK, sizeof(kern_block_q4_0), KERN_Q8_0, true},
+    [KERN_Q4_1] = {"q4_1", KERN_QK, sizeof(kern_block_q4_1), KERN_Q8_1, true},
+    [KERN_Q5_0] = {"q5_0", KERN_QK, sizeof(kern_block_q5_0), KERN_Q8_0, true},
+    [KERN_Q5_1] = {"q5_1", KERN_QK, sizeof(kern_block_q5_1), KERN_Q8_1, true},
+    [KERN_Q8_0] = {"q8_0", KERN_QK, sizeof(kern_block_q8_0), KERN_Q8_0, true},
+    [KERN_Q8_1] = {"q8_1", KERN_QK, sizeof(kern_block_q8_1), KERN_Q8_1, false},
+    [KERN_Q4_K] = {"q4_K", KERN_QK_K, sizeof(kern_block_q4_K), KERN_Q8_K, true},
+    [KERN_Q5_K] = {"q5_K", KERN_QK_K, sizeof(kern_block_q5_K), KERN_Q8_K, true},
+    [KERN_Q6_K] = {"q6_K", KERN_QK_K, sizeof(kern_block_q6_K), KERN_Q8_K, true},
+    [KERN_Q8_K] = {"q8_K", KERN_QK_K, sizeof(kern_block_q8_K), KERN_Q8_K, false},
+};
+
+const kern_type_traits_t *kern_type_traits(int t) {
+    if (t < 0 || t >= KERN_TYPE_COUNT || s_traits[t].name == NULL)
+        return NULL;
+    return &s_traits[t];
+}
+
+size_t kern_row_size(kern_type_t t, int64_t n) {
+    const kern_type_traits_t *tr = kern_type_traits((int)t);
+    if (tr == NULL || n < 0)
+        return 0;
+    return (size_t)(n / tr->block_size) * tr->type_size;
+}
+
+/* ---- half and bfloat16 ------------------------------------------------- */
+
+static inline uint32_t s_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float s_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float kern_f16_to_f32(kern_f16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1F;
+    uint32_t man = h & 0x3FF;
+    if (exp == 0x1F) /* inf / nan */
+        return s_float(sign | 0x7F800000u | (man << 13));
+    if (exp == 0) {
+        /* zero or subnormal: man * 2^-24, exact in float */
+        float v = (float)man * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    return s_float(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+kern_f16_t kern_f32_to_f16(float f) {
+    uint32_t x = s_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t ax = x & 0x7FFFFFFFu;
+    if (ax >= 0x7F800000u) /* inf or nan (keep nan quiet and non-zero) */
+        return (uint16_t)(sign | 0x7C00 | (ax > 0x7F800000u ? 0x200 | ((ax >> 13) & 0x3FF) : 0));
+    if (ax >= 0x477FF000u) /* rounds to >= 65520: overflow to inf */
+        return (uint16_t)(sign | 0x7C00);
+    if (ax < 0x38800000u) {
+        /* result is subnormal (or zero): value / 2^-24 rounded to nearest even */
+        if (ax < 0x33000000u) /* below half the smallest subnormal */
+            return sign;
+        uint32_t e = ax >> 23; /* biased exponent, 102..112 */
+        uint32_t m = (ax & 0x7FFFFF) | 0x800000;
+        uint32_t shift = 126 - e; /* 14..24 */
+        uint32_t q = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1)))
+            q++;
+        return (uint16_t)(sign | q);
+    }
+    /* normal: rebias and round mantissa from 23 to 10 bits, nearest even */
+    uint32_t r = ax - 0x38000000u; /* exponent -112 */
+    uint32_t q = r >> 13;
+    uint32_t rem = r & 0x1FFF;
+    if (rem > 0x1000 || (rem == 0x1000 && (q & 1)))
+        q++; /* a carry into the exponent is correct rounding */
+    return (uint16_t)(sign | q);
+}
+
+float kern_bf16_to_f32(kern_bf16_t h) {
+    return s_float((uint32_t)h << 16);
+}
+
+kern_bf16_t kern_f32_to_bf16(float f) {
+    uint32_t x = s_bits(f);
+    if ((x & 0x7FFFFFFFu) > 0x7F800000u) /* nan: keep it a quiet nan */
+        return (kern_bf16_t)((x >> 16) | 0x40);
+    x += 0x7FFF + ((x >> 16) & 1);
+    return (kern_bf16_t)(x >> 16);
+}
+
+/* ---- table choice ------------------------------------------------------- */
+
+const kern_ops_t *kern_ops_ref(void) {
+    return &kern_ops_ref_tab;
+}
+
+const kern_ops_t *kern_ops_avx2(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2"))
+        return &kern_ops_avx2_tab;
+#endif
+    return NULL;
+}
+
+const kern_ops_t *kern_ops_avx512(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (kern_ops_avx2() == NULL)
+        return NULL;
+    /* the table uses F, BW, VL, DQ and VNNI instructions (no BF16 ones) */
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vnni"))
+        return &kern_ops_avx512_tab;
+#endif
+    return NULL;
+}
+
+const kern_ops_t *kern_ops_best(void) {
+    const char *e = getenv("STRATA_KERNELS");
+    if (e && *e) {
+        const kern_ops_t *o = NULL;
+        if (strcmp(e, "scalar") == 0 || strcmp(e, "ref") == 0)
+            return kern_ops_ref();
+        if (strcmp(e, "avx2") == 0)
+            o = kern_ops_avx2();
+        else if (strcmp(e, "avx512") == 0)
+            o = kern_ops_avx512();
+        if (o)
+            return o;
+        /* unknown name or unsupported table: fall through to the best one */
+    }
+    const kern_ops_t *o = kern_ops_avx512();
+    if (o == NULL)
+        o = kern_ops_avx2();
+    return o ? o : kern_ops_ref();
+}
