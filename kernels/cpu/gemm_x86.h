@@ -19,6 +19,10 @@
 #include <string.h>
 
 #define KX_INLINE static inline __attribute__((always_inline))
+/* 1: every column of a gemm is computed by the same code whatever nc is (see s_gemm32). */
+#ifndef KX_BATCH_INVARIANT
+#define KX_BATCH_INVARIANT 1
+#endif
 
 /* ---- small helpers ------------------------------------------------------- */
 
@@ -693,13 +697,22 @@ KX_INLINE void s_gemm32(kern_type_t T, int64_t k, int nr, int nc, const uint8_t 
                         const uint8_t *x, size_t xs, float *out, size_t os) {
     int64_t nb = k / KERN_QK;
 #ifdef KX_AVX512
-    if (nc <= 4) { /* a few columns: decode and matrix x vector are the same problem */
+    if (nc <= 4 || KX_BATCH_INVARIANT) {
+        /* A few columns: decode and matrix x vector are the same problem.  With
+         * KX_BATCH_INVARIANT every nc takes this path, 4 columns at a time: each
+         * column then sees the same float operations whatever else is in the
+         * batch, so a sequence's logits do not depend on batch composition
+         * (continuous batching must reproduce single-sequence greedy output). */
         const int ti = T == KERN_Q4_0   ? 0
                        : T == KERN_Q4_1 ? 1
                        : T == KERN_Q5_0 ? 2
                        : T == KERN_Q5_1 ? 3
                                         : 4;
-        s_gemv_tab[ti][nc - 1](k, nr, w, ws, x, xs, out, os);
+        for (int c0 = 0; c0 < nc; c0 += 4) {
+            int m = nc - c0 < 4 ? nc - c0 : 4;
+            s_gemv_tab[ti][m - 1](k, nr, w, ws, x + (size_t)c0 * xs, xs, out + (size_t)c0 * os,
+                                  os);
+        }
         return;
     }
 #endif

@@ -693,6 +693,51 @@ START_TEST(test_gemm_long_rows) {
 }
 END_TEST
 
+/* ---- batch invariance ------------------------------------------------------
+ * Continuous batching runs a sequence's token in gemms of any width nc; its
+ * greedy output must not depend on what else shares the batch.  So each
+ * column of every table's gemm must be bitwise equal to the same column
+ * computed alone (nc = 1), for every nc and offset. */
+START_TEST(test_gemm_batch_invariant) {
+    const kern_type_t t = s_wtypes[_i];
+    const kern_type_traits_t *tr = kern_type_traits((int)t);
+    const int64_t k = 1536;
+    const int nr = 37, ncmax = 23;
+    uint64_t rng = 977 + (uint64_t)_i;
+    float *wf = malloc(sizeof(float) * k * nr), *xf = malloc(sizeof(float) * k * ncmax);
+    s_fill(&rng, wf, k * nr, -1, 1);
+    s_fill(&rng, xf, k * ncmax, -1, 1);
+    for (int i = 0; i < ncmax; i++)
+        xf[(size_t)i * k + (size_t)(i * 37) % k] = 60.0f; /* an outlier per column */
+    size_t wb = kern_row_size(t, k), xb = kern_row_size(tr->vec_dot_type, k);
+    uint8_t *w = malloc(wb * nr), *x = malloc(xb * ncmax);
+    for (int r = 0; r < nr; r++)
+        kern_ops_ref()->quant_row(t, wf + (size_t)r * k, w + (size_t)r * wb, k);
+    float *alone = malloc(sizeof(float) * nr * ncmax), *batch = malloc(sizeof(float) * nr * ncmax);
+    for (int ti = 0; ti < 3; ti++) {
+        const kern_ops_t *ops = s_all_tables(ti);
+        if (!ops)
+            continue;
+        for (int c = 0; c < ncmax; c++)
+            ops->quant_row(tr->vec_dot_type, xf + (size_t)c * k, x + (size_t)c * xb, k);
+        for (int c = 0; c < ncmax; c++)
+            ops->gemm(t, k, nr, 1, w, wb, x + (size_t)c * xb, xb, alone + (size_t)c * nr, nr);
+        for (int nc = 2; nc <= ncmax; nc++)
+            for (int c0 = 0; c0 + nc <= ncmax; c0 += nc) {
+                ops->gemm(t, k, nr, nc, w, wb, x + (size_t)c0 * xb, xb, batch, nr);
+                ck_assert_msg(!memcmp(batch, alone + (size_t)c0 * nr, sizeof(float) * nr * nc),
+                              "%s %s: columns differ at nc=%d", ops->name, tr->name, nc);
+            }
+    }
+    free(wf);
+    free(xf);
+    free(w);
+    free(x);
+    free(alone);
+    free(batch);
+}
+END_TEST
+
 static Suite *s_suite(void) {
     Suite *s = suite_create("kernels");
     TCase *tc = tcase_create("core");
@@ -705,6 +750,7 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, test_quant_simd_exact);
     tcase_add_loop_test(tc, test_gemm, 0, N_WTYPES);
     tcase_add_test(tc, test_gemm_long_rows);
+    tcase_add_loop_test(tc, test_gemm_batch_invariant, 0, N_WTYPES);
     tcase_add_test(tc, test_rmsnorm_softmax_swiglu);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
