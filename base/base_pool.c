@@ -8,7 +8,9 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define S_PAUSE() _mm_pause()
@@ -16,10 +18,11 @@
 #define S_PAUSE() ((void)0)
 #endif
 
-/* Spins before a worker sleeps: long enough to span the gap between two
- * forward passes of a decode loop (sampling, detokenizing), short enough not
- * to burn a core when the engine is idle. */
-#define S_SPIN_BEFORE_SLEEP 200000
+/* How long an idle worker spins before it sleeps: long enough to span the gap
+ * between two forward passes of a decode loop (sampling, sending an event),
+ * short enough not to take a core from the other actors of a service that
+ * share the machine.  STRATA_POOL_SPIN_US overrides. */
+#define S_SPIN_US_DEFAULT 200
 
 typedef struct {
     base_pool_t *pool; /* owner */
@@ -28,6 +31,7 @@ typedef struct {
 
 struct base_pool_t {
     int n;                  /* threads including the caller */
+    uint64_t spin_ns;       /* idle spin before sleeping */
     pthread_t *threads;     /* (n - 1) workers */
     s_worker_t *workers;    /* (n - 1) worker args */
     base_pool_fn fn;        /* current run */
@@ -45,12 +49,21 @@ struct base_pool_t {
 /* Wait for a generation other than last.  The worker announces itself in
  * `sleeping` before re-checking gen under the mutex; the runner bumps gen and
  * then reads `sleeping`: with seq_cst one of the two sees the other. */
+static uint64_t s_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static unsigned s_worker_wait(base_pool_t *p, unsigned last) {
-    for (int i = 0; i < S_SPIN_BEFORE_SLEEP; i++) {
+    uint64_t deadline = s_now_ns() + p->spin_ns;
+    for (int i = 1;; i++) {
         unsigned g = atomic_load(&p->gen);
         if (g != last || atomic_load(&p->stop))
             return g;
         S_PAUSE();
+        if ((i & 63) == 0 && s_now_ns() > deadline)
+            break;
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleeping, 1);
@@ -83,6 +96,9 @@ base_pool_t *base_pool_new(int n_threads) {
     if (!p)
         return NULL;
     p->n = n_threads;
+    const char *e = getenv("STRATA_POOL_SPIN_US");
+    long us = e ? strtol(e, NULL, 10) : S_SPIN_US_DEFAULT;
+    p->spin_ns = (uint64_t)(us < 0 ? 0 : us) * 1000ull;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     if (n_threads > 1) {

@@ -708,10 +708,19 @@ KX_INLINE void s_gemm32(kern_type_t T, int64_t k, int nr, int nc, const uint8_t 
                        : T == KERN_Q5_0 ? 2
                        : T == KERN_Q5_1 ? 3
                                         : 4;
-        for (int c0 = 0; c0 < nc; c0 += 4) {
-            int m = nc - c0 < 4 ? nc - c0 : 4;
-            s_gemv_tab[ti][m - 1](k, nr, w, ws, x + (size_t)c0 * xs, xs, out + (size_t)c0 * os,
-                                  os);
+        /* Many columns: walk the rows in panels that stay in L2 while every
+         * 4-column group passes over them (panels are multiples of 16 rows, so
+         * a row's arithmetic is the same as in one unpanelled call). */
+        int rb = nc <= 4 ? nr : (int)((256 * 1024) / (ws ? ws : 1)) & ~15;
+        if (rb < 16)
+            rb = 16;
+        for (int r0 = 0; r0 < nr; r0 += rb) {
+            int rn = nr - r0 < rb ? nr - r0 : rb;
+            for (int c0 = 0; c0 < nc; c0 += 4) {
+                int m = nc - c0 < 4 ? nc - c0 : 4;
+                s_gemv_tab[ti][m - 1](k, rn, w + (size_t)r0 * ws, ws, x + (size_t)c0 * xs, xs,
+                                      out + (size_t)c0 * os + r0, os);
+            }
         }
         return;
     }
