@@ -3,7 +3,11 @@ greedy outputs of 16 requests sent at once by 16 clients equal `strata generate
 --greedy` token for token; malformed frames are answered with errors, counted by
 reason, and the server keeps serving; a client cancel and a client that
 disconnects mid-stream free their requests (stats) within a second; a full
-queue answers "overloaded"; SIGTERM stops the server cleanly."""
+queue answers "overloaded"; the C client (strata client) and the Python client
+stream a request and get the text of `strata generate`; SIGTERM stops the server
+cleanly."""
+import os
+import subprocess
 import sys
 import time
 
@@ -169,9 +173,48 @@ def _idle1(ep):
     return st.get("frontend.requests.active") == 0 and st.get("worker0.running") == 0 and st
 
 
+def _generate_text(prompt, n):
+    out = subprocess.run([u.BIN, "generate", "--chat", "-p", prompt, "-n", str(n), "--greedy",
+                          "-t", "1"], capture_output=True, text=True, timeout=120)
+    u.check(out.returncode == 0, "strata generate failed: " + out.stderr)
+    return out.stdout.rstrip("\n")
+
+
+def test_clients(ep):
+    """The C client (through `strata client`) and the Python client stream a
+    chat request and get exactly the text of `strata generate --greedy`."""
+    prompt = "Name three primary colors."
+    ref = _generate_text(prompt, 24)
+    c = subprocess.run([u.BIN, "client", "-e", ep, "--chat", "-p", prompt, "-n", "24", "--greedy",
+                        "--timings"], capture_output=True, text=True, timeout=60)
+    u.check(c.returncode == 0, "strata client failed: " + c.stderr)
+    u.check(c.stdout.rstrip("\n") == ref, "C client text %r != generate %r" % (c.stdout, ref))
+    print("C client (strata client) streamed: %r" % c.stdout.rstrip("\n"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "clients", "python"))
+    import strata_client
+    with strata_client.StrataClient(ep, timeout=60) as py:
+        pieces, done = [], None
+        for ev in py.generate(messages=[{"role": "user", "content": prompt}], max_tokens=24,
+                              temperature=0):
+            if ev["type"] == "token":
+                pieces.append(ev["text"])
+            else:
+                done = ev
+        text = "".join(pieces) + (done.get("text") or "")
+        u.check(len(pieces) > 1 and done is not None, "python client: no stream")
+        u.check(text == ref, "python client text %r != generate %r" % (text, ref))
+        ok, actors = py.health()
+        u.check(ok is True and len(actors) >= 4, "python client: health %r %r" % (ok, actors))
+        counters = dict(py.stats())
+        u.check(len(counters) > 10, "python client: stats %r" % counters)
+    print("Python client streamed %d token events: %r" % (len(pieces), text))
+
+
 def main():
     with u.Server(["--workers", "2", "--threads", "1"]) as s:
         test_health(s.endpoint)
+        test_clients(s.endpoint)
         test_malformed(s.endpoint)
         test_cancel_and_disconnect(s.endpoint)
         test_stop_and_text(s.endpoint)
