@@ -70,6 +70,33 @@ typedef struct {
     void (*gemm)(kern_type_t wt, int64_t k, int nr, int nc, const void *w, size_t w_stride,
                  const void *x, size_t x_stride, float *out, size_t out_stride);
 
+    /* Packed weights: a layout for the 32-element block types (Q4_0, Q4_1, Q5_0,
+     * Q5_1, Q8_0) made once at model load, whose gemm needs no cross-lane sums.
+     * Rows go in groups of 16 (the last group padded with zero rows); for each
+     * block index b of a group, one record holds the b-th block of its 16 rows
+     * with lane j (bytes 4j..4j+3 of each 64-byte step) from row j, then the 16
+     * scales (and minimums).  Records keep the GGUF size: a group takes 16 rows'
+     * bytes.  The exact record format is in kernels/cpu/kern_cpu.h.
+     *
+     * packed_size: bytes of the packed form of nr rows of k elements of type wt,
+     *   or 0 when this table has no packed layout for wt (then pack and
+     *   gemm_packed must not be called; in the AVX2 table they are NULL).
+     * pack: write that form of the nr rows at w (row r at (char*)w + r * w_stride)
+     *   to dst (packed_size bytes; 64-byte aligned for speed).  Done once.
+     * gemm_packed: as gemm, for rows r0 .. r0+nr-1 of a packed matrix of k
+     *   columns: out[c * out_stride + i] = W[r0 + i] . X[c] for i < nr, c < nc.
+     *   r0 must be a multiple of 16 (split rows between threads on group
+     *   boundaries); nr, nc >= 1 and any size.  Every output is computed by a
+     *   fixed sequence of float operations that depends only on its row and
+     *   column (blocks in order: acc = fma(isum, dw * dx, acc), then for Q4_1 /
+     *   Q5_1 acc = fma(m, sx, acc)), so results are bitwise independent of nc,
+     *   of a column's position in the batch and of r0 / nr; the scalar
+     *   reference and the SIMD tables give bitwise equal results. */
+    size_t (*packed_size)(kern_type_t wt, int64_t k, int nr);
+    void (*pack)(kern_type_t wt, int64_t k, int nr, const void *w, size_t w_stride, void *dst);
+    void (*gemm_packed)(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
+                        const void *x, size_t x_stride, float *out, size_t out_stride);
+
     /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; out may equal x. */
     void (*rmsnorm)(float *out, const float *x, const float *w, int n, float eps);
     /* x = softmax(x), in place, numerically stable (max subtracted). */

@@ -48,6 +48,7 @@ struct model_llama_t {
     float *rope_freqs;      /* (n_rot/2) frequency divisors, or NULL */
     s_layer_t *layers;      /* (n_layer) */
     size_t weight_bytes;    /* sum of tensor sizes */
+    size_t packed_bytes;    /* sum of the packed copies */
 };
 
 /* ------------------------------------------------------------------ loading */
@@ -172,6 +173,44 @@ static int s_load_config(model_llama_t *m, char *err, size_t errlen) {
     return 0;
 }
 
+/* Repack w into the kernels' row-interleaved layout when the kernel table has
+ * one for its type (the packed gemm is several times faster and batch-invariant).
+ * Every matrix of a fused group (q/k/v, gate/up) gets the same treatment because
+ * all rows counts here are multiples of 16 and the type decides. */
+static int s_pack(model_llama_t *m, model_weight_t *w, const kern_ops_t *k) {
+    if (w->packed || w->rows % 16 || !k->packed_size || !k->pack)
+        return 0;
+    size_t n = k->packed_size(w->type, w->cols, (int)w->rows);
+    if (n == 0)
+        return 0;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n))
+        return -ENOMEM;
+    k->pack(w->type, w->cols, (int)w->rows, w->data, w->row_bytes, p);
+    w->packed = p;
+    m->packed_bytes += n;
+    return 0;
+}
+
+static int s_pack_all(model_llama_t *m, char *err, size_t errlen) {
+    const kern_ops_t *k = kern_ops_best();
+    int rc = 0;
+    for (int l = 0; l < m->cfg.n_layer && !rc; l++) {
+        s_layer_t *L = &m->layers[l];
+        model_weight_t *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !rc; i++)
+            rc = s_pack(m, ws[i], k);
+    }
+    if (!rc)
+        rc = s_pack(m, &m->out, k); /* a copy even when tied: the lookup reads embd.data */
+    if (rc)
+        s_err(err, errlen, model_gguf_path(m->gguf), "out of memory repacking weights");
+    else if (m->packed_bytes)
+        LOG_I(S_TAG, "repacked %.1f MiB of weights for the %s kernels", m->packed_bytes / 1048576.0,
+              k->name);
+    return rc;
+}
+
 model_llama_t *model_llama_load(const char *path, char *err, size_t errlen) {
     model_llama_t *m = calloc(1, sizeof *m);
     if (!m) {
@@ -225,6 +264,8 @@ model_llama_t *model_llama_load(const char *path, char *err, size_t errlen) {
             goto fail;
     }
     c->ftype = c->n_layer > 0 ? m->layers[0].wq.type : m->embd.type;
+    if (s_pack_all(m, err, errlen))
+        goto fail;
     return m;
 fail:
     model_llama_destroy(&m);
@@ -236,9 +277,14 @@ void model_llama_destroy(model_llama_t **self_p) {
         return;
     model_llama_t *m = *self_p;
     for (int l = 0; m->layers && l < m->cfg.n_layer; l++) {
-        free(m->layers[l].attn_norm);
-        free(m->layers[l].ffn_norm);
+        s_layer_t *L = &m->layers[l];
+        free(L->attn_norm);
+        free(L->ffn_norm);
+        model_weight_t *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            free(ws[i]->packed);
     }
+    free(m->out.packed);
     free(m->layers);
     free(m->out_norm);
     free(m->rope_freqs);
@@ -460,8 +506,13 @@ static void s_matmul(model_ctx_t *c, const s_plan_t *qi, const model_weight_t *c
         if (r0 < r1) {
             size_t xs = 0;
             const uint8_t *xq = s_plan_get(c, qi, kern_type_traits(w->type)->vec_dot_type, &xs);
-            c->k->gemm(w->type, w->cols, r1 - r0, n, (const uint8_t *)w->data + r0 * w->row_bytes,
-                       w->row_bytes, xq, xs, outs[i] + r0, (size_t)w->rows);
+            if (w->packed && c->k->gemm_packed && r0 % 16 == 0)
+                c->k->gemm_packed(w->type, w->cols, r0, r1 - r0, n, w->packed, xq, xs,
+                                  outs[i] + r0, (size_t)w->rows);
+            else
+                c->k->gemm(w->type, w->cols, r1 - r0, n,
+                           (const uint8_t *)w->data + r0 * w->row_bytes, w->row_bytes, xq, xs,
+                           outs[i] + r0, (size_t)w->rows);
         }
         base += (int)w->rows;
     }

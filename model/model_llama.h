@@ -39,6 +39,7 @@ typedef struct {
     int64_t rows;      /* output features */
     int64_t cols;      /* input features (contiguous) */
     size_t row_bytes;  /* bytes per row */
+    void *packed;      /* the kernels' packed (row-interleaved) copy, or NULL; owned by the model */
 } model_weight_t;
 
 typedef struct model_llama_t model_llama_t;

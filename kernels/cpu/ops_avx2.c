@@ -9,6 +9,7 @@ const kern_ops_t kern_ops_avx2_tab = {
     .dequant_row = kern_dequant_row_avx2,
     .quant_row = kern_quant_row_avx2,
     .gemm = kern_gemm_avx2,
+    .packed_size = kern_no_packed_size, /* no packed layout: pack, gemm_packed NULL */
     .rmsnorm = kern_rmsnorm_avx2,
     .softmax = kern_softmax_avx2,
     .rope = kern_rope_avx2,

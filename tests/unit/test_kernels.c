@@ -738,6 +738,174 @@ START_TEST(test_gemm_batch_invariant) {
 }
 END_TEST
 
+/* ---- packed weights -------------------------------------------------------
+ * kern_ops_t.pack / gemm_packed: the row-interleaved layout of the simple
+ * quants.  Each table's packed gemm must match the reference gemm within the
+ * tolerance of s_check_gemm, equal the reference table's packed gemm bitwise
+ * (the float operations are specified), and give every row range and every
+ * column placement the same bits. */
+
+static const kern_type_t s_ptypes[] = {KERN_Q4_0, KERN_Q4_1, KERN_Q5_0, KERN_Q5_1, KERN_Q8_0};
+#define N_PTYPES ((int)(sizeof s_ptypes / sizeof s_ptypes[0]))
+
+/* Pack nr rows with ops (NULL if it has no packed layout for t); free() the result. */
+static void *s_pack(const kern_ops_t *ops, kern_type_t t, int64_t k, int nr, const uint8_t *w,
+                    size_t ws) {
+    size_t n = ops->packed_size(t, k, nr);
+    if (!n)
+        return NULL;
+    void *p = aligned_alloc(64, (n + 63) / 64 * 64);
+    ck_assert_ptr_nonnull(p);
+    ops->pack(t, k, nr, w, ws, p);
+    return p;
+}
+
+static void s_check_packed(kern_type_t t, s_wkind_t kind, int64_t k, int nr, int nc,
+                           uint64_t seed) {
+    uint64_t rng = seed;
+    const kern_type_t vt = kern_type_traits((int)t)->vec_dot_type;
+    size_t ws = kern_row_size(t, k) + 8 * (seed & 1);
+    size_t xs = kern_row_size(vt, k) + 4 * (seed & 2);
+    size_t os = (size_t)nr + (seed & 1);
+    uint8_t *w = malloc(ws * nr), *x = malloc(xs * nc);
+    float *tmp = malloc((size_t)k * 4), *wf = malloc((size_t)k * 4 * nr),
+          *xf = malloc((size_t)k * 4 * nc);
+    float *o_ref = malloc(os * nc * 4), *o_pref = malloc(os * nc * 4), *o = malloc(os * nc * 4);
+    s_make_w(&rng, t, kind, k, nr, w, ws, tmp);
+    for (int c = 0; c < nc; c++) {
+        s_fill(&rng, tmp, k, -1, 1);
+        if (c % 3 == 2)
+            for (int64_t i = 0; i < k; i++)
+                tmp[i] *= (i == 5 ? 400.0f : 20.0f);
+        kern_ops_ref()->quant_row(vt, tmp, x + (size_t)c * xs, k);
+        kern_ops_ref()->dequant_row(vt, x + (size_t)c * xs, xf + (size_t)c * k, k);
+    }
+    for (int r = 0; r < nr; r++)
+        kern_ops_ref()->dequant_row(t, w + (size_t)r * ws, wf + (size_t)r * k, k);
+    kern_ops_ref()->gemm(t, k, nr, nc, w, ws, x, xs, o_ref, os);
+    const double rel = 1e-6 * sqrt((double)(k / s_bs(t) + 4));
+    for (int ti = 0; ti < 3; ti++) {
+        const kern_ops_t *ops = s_all_tables(ti);
+        if (!ops)
+            continue;
+        void *pk = s_pack(ops, t, k, nr, w, ws);
+        if (!pk) {
+            ck_assert_msg(ti != 0, "the reference has a packed layout for %s",
+                          kern_type_traits((int)t)->name);
+            continue;
+        }
+        float *dst = ti == 0 ? o_pref : o;
+        for (size_t i = 0; i < os * nc; i++)
+            dst[i] = -12345.0f;
+        ops->gemm_packed(t, k, 0, nr, nc, pk, x, xs, dst, os);
+        for (int c = 0; c < nc; c++) {
+            for (int r = 0; r < nr; r++) {
+                double mag = s_absdot(wf + (size_t)r * k, xf + (size_t)c * k, k);
+                double tol = rel * mag + 1e-30;
+                double got = dst[(size_t)c * os + r], want = o_ref[(size_t)c * os + r];
+                ck_assert_msg(fabs(got - want) <= tol,
+                              "%s packed %s kind %d k %lld nr %d nc %d (%d,%d): %.9g vs ref %.9g "
+                              "(tol %g)",
+                              ops->name, kern_type_traits((int)t)->name, kind, (long long)k, nr, nc,
+                              r, c, got, want, tol);
+            }
+            if (os > (size_t)nr)
+                ck_assert_float_eq(dst[(size_t)c * os + nr], -12345.0f);
+        }
+        if (ti > 0)
+            ck_assert_msg(!memcmp(o, o_pref, os * nc * 4),
+                          "%s packed %s k %lld: not bitwise "
+                          "equal to the reference",
+                          ops->name, kern_type_traits((int)t)->name, (long long)k);
+        /* row ranges that start on a group: the same bits as the whole */
+        for (int r0 = 16; r0 < nr; r0 += 16) {
+            int n = nr - r0 > 21 ? 21 : nr - r0;
+            ops->gemm_packed(t, k, r0, n, nc, pk, x, xs, o, os);
+            for (int c = 0; c < nc; c++)
+                ck_assert_msg(
+                    !memcmp(o + (size_t)c * os, o_pref + (size_t)c * os + r0, sizeof(float) * n),
+                    "%s packed %s rows %d+%d column %d differ", ops->name,
+                    kern_type_traits((int)t)->name, r0, n, c);
+        }
+        free(pk);
+    }
+    free(w), free(x), free(tmp), free(wf), free(xf), free(o_ref), free(o_pref), free(o);
+}
+
+START_TEST(test_gemm_packed) {
+    kern_type_t t = s_ptypes[_i];
+    static const int shapes[][2] = {{1, 1}, {16, 1}, {17, 3}, {5, 9}, {33, 8}, {48, 17}, {40, 2}};
+    static const int64_t ks[] = {32, 3 * 32, 18 * 32, 48 * 32};
+    uint64_t seed = 5000 + (uint64_t)_i * 91;
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            s_check_packed(t, W_RANDOM, ks[ki], shapes[s][0], shapes[s][1], seed++);
+    for (int kind = W_ZERO; kind <= W_RAWRAND; kind++) {
+        s_check_packed(t, (s_wkind_t)kind, 96, 23, 5, seed++);
+        s_check_packed(t, (s_wkind_t)kind, 576, 37, 1, seed++);
+    }
+    /* more than one pass over k (512 blocks) and over columns */
+    s_check_packed(t, W_RANDOM, 32 * 1100, 20, 3, seed++);
+    s_check_packed(t, W_RANDOM, 32 * 600, 17, 12, seed++);
+}
+END_TEST
+
+/* Every column of a packed gemm is bitwise the column computed alone, for
+ * nc 1..40 at every offset, and for any row range. */
+START_TEST(test_gemm_packed_batch_invariant) {
+    const kern_type_t t = s_ptypes[_i];
+    const kern_type_traits_t *tr = kern_type_traits((int)t);
+    const int64_t k = 576;
+    const int nr = 45, ncmax = 40;
+    uint64_t rng = 3131 + (uint64_t)_i;
+    float *wf = malloc(sizeof(float) * k * nr), *xf = malloc(sizeof(float) * k * ncmax);
+    s_fill(&rng, wf, k * nr, -1, 1);
+    s_fill(&rng, xf, k * ncmax, -1, 1);
+    for (int i = 0; i < ncmax; i++)
+        xf[(size_t)i * k + (size_t)(i * 37) % k] = 60.0f;
+    size_t wb = kern_row_size(t, k), xb = kern_row_size(tr->vec_dot_type, k);
+    uint8_t *w = malloc(wb * nr), *x = malloc(xb * ncmax);
+    for (int r = 0; r < nr; r++)
+        kern_ops_ref()->quant_row(t, wf + (size_t)r * k, w + (size_t)r * wb, k);
+    float *alone = malloc(sizeof(float) * nr * ncmax), *batch = malloc(sizeof(float) * nr * ncmax);
+    for (int ti = 0; ti < 3; ti++) {
+        const kern_ops_t *ops = s_all_tables(ti);
+        if (!ops)
+            continue;
+        void *pk = s_pack(ops, t, k, nr, w, wb);
+        if (!pk)
+            continue;
+        for (int c = 0; c < ncmax; c++)
+            ops->quant_row(tr->vec_dot_type, xf + (size_t)c * k, x + (size_t)c * xb, k);
+        for (int c = 0; c < ncmax; c++)
+            ops->gemm_packed(t, k, 0, nr, 1, pk, x + (size_t)c * xb, xb, alone + (size_t)c * nr,
+                             nr);
+        int step = ti == 0 ? 7 : 1; /* the scalar table is slow: fewer widths */
+        for (int nc = 1; nc <= ncmax; nc += step)
+            for (int c0 = 0; c0 + nc <= ncmax; c0 += (nc > 8 ? 3 : 1)) {
+                ops->gemm_packed(t, k, 0, nr, nc, pk, x + (size_t)c0 * xb, xb, batch, nr);
+                ck_assert_msg(!memcmp(batch, alone + (size_t)c0 * nr, sizeof(float) * nr * nc),
+                              "%s packed %s: columns differ at nc=%d offset %d", ops->name,
+                              tr->name, nc, c0);
+                if (ti == 0)
+                    break;
+            }
+        /* rows 16.. alone, and in a strided out */
+        ops->gemm_packed(t, k, 16, nr - 16, ncmax, pk, x, xb, batch, nr);
+        for (int c = 0; c < ncmax; c++)
+            ck_assert(!memcmp(batch + (size_t)c * nr, alone + (size_t)c * nr + 16,
+                              sizeof(float) * (nr - 16)));
+        free(pk);
+    }
+    free(wf);
+    free(xf);
+    free(w);
+    free(x);
+    free(alone);
+    free(batch);
+}
+END_TEST
+
 static Suite *s_suite(void) {
     Suite *s = suite_create("kernels");
     TCase *tc = tcase_create("core");
@@ -751,6 +919,8 @@ static Suite *s_suite(void) {
     tcase_add_loop_test(tc, test_gemm, 0, N_WTYPES);
     tcase_add_test(tc, test_gemm_long_rows);
     tcase_add_loop_test(tc, test_gemm_batch_invariant, 0, N_WTYPES);
+    tcase_add_loop_test(tc, test_gemm_packed, 0, N_PTYPES);
+    tcase_add_loop_test(tc, test_gemm_packed_batch_invariant, 0, N_PTYPES);
     tcase_add_test(tc, test_rmsnorm_softmax_swiglu);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
