@@ -5,7 +5,11 @@
 #include "base_pool.h"
 
 #include <pthread.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -23,6 +27,8 @@
  * short enough not to take a core from the other actors of a service that
  * share the machine.  STRATA_POOL_SPIN_US overrides. */
 #define S_SPIN_US_DEFAULT 200
+/* How long a thread spins at a barrier before it sleeps on the futex. */
+#define S_BARRIER_SPIN_NS 30000ull
 
 typedef struct {
     base_pool_t *pool; /* owner */
@@ -41,7 +47,8 @@ struct base_pool_t {
     atomic_int sleeping;    /* workers blocked on cv */
     atomic_bool stop;       /* set by destroy */
     atomic_int bar_count;   /* threads arrived at the barrier */
-    atomic_uint bar_gen;    /* barrier generation */
+    atomic_uint bar_gen;    /* barrier generation (also the futex word) */
+    atomic_int bar_sleepers; /* threads asleep in the barrier */
     pthread_mutex_t mu;     /* guards the cv wait */
     pthread_cond_t cv;      /* wakes sleeping workers */
 };
@@ -166,6 +173,22 @@ void base_pool_run(base_pool_t *p, base_pool_fn fn, void *arg) {
     }
 }
 
+/* Linux futex on a 32-bit atomic: sleep while *addr == val / wake all sleepers. */
+static void s_futex_wait(atomic_uint *addr, unsigned val) {
+    syscall(SYS_futex, (unsigned *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void s_futex_wake(atomic_uint *addr) {
+    syscall(SYS_futex, (unsigned *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Spin briefly (balanced work arrives within microseconds), then sleep on a
+ * futex.  Sleeping matters when the machine has no spare core: a spinning
+ * waiter would keep its core while the peer it waits for sits preempted
+ * behind another actor's thread; asleep, it frees the core for that thread.
+ * The sleeper counts itself before re-checking the generation in the kernel;
+ * the releaser bumps the generation before reading the count (seq_cst), so a
+ * wake-up is never lost. */
 void base_pool_barrier(base_pool_t *p) {
     if (p->n == 1)
         return;
@@ -173,15 +196,24 @@ void base_pool_barrier(base_pool_t *p) {
     if (atomic_fetch_add(&p->bar_count, 1) == p->n - 1) {
         atomic_store(&p->bar_count, 0);
         atomic_fetch_add(&p->bar_gen, 1);
+        if (atomic_load(&p->bar_sleepers) > 0)
+            s_futex_wake(&p->bar_gen);
         return;
     }
-    int spins = 0;
-    while (atomic_load(&p->bar_gen) == g) {
+    uint64_t deadline = 0;
+    for (int i = 1; atomic_load(&p->bar_gen) == g; i++) {
         S_PAUSE();
-        /* A preempted peer (more threads than free cores) must get the CPU. */
-        if (++spins > 2000) {
-            sched_yield();
-            spins = 0;
+        if ((i & 63) == 0) {
+            uint64_t now = s_now_ns();
+            if (!deadline) {
+                deadline = now + S_BARRIER_SPIN_NS;
+            } else if (now > deadline) {
+                atomic_fetch_add(&p->bar_sleepers, 1);
+                while (atomic_load(&p->bar_gen) == g)
+                    s_futex_wait(&p->bar_gen, g);
+                atomic_fetch_sub(&p->bar_sleepers, 1);
+                return;
+            }
         }
     }
 }

@@ -314,10 +314,11 @@ int model_kv_pool_init(model_kv_pool_t *pool, const model_config_t *cfg, kern_ty
         return -EINVAL;
     size_t bb = model_kv_block_bytes(cfg, type, block_size);
     size_t total = (bb * (size_t)n_blocks + 63) & ~(size_t)63;
+    /* Not zeroed: every position is written before it is read, and leaving the
+     * pages untouched keeps a large pool from costing memory until it is used. */
     uint8_t *base = aligned_alloc(64, total);
     if (!base)
         return -ENOMEM;
-    memset(base, 0, total);
     *pool = (model_kv_pool_t){type, block_size, bb, n_blocks, base};
     return 0;
 }

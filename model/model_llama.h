@@ -69,7 +69,8 @@ typedef struct {
 
 /* Bytes of one block for this model. */
 size_t model_kv_block_bytes(const model_config_t *cfg, kern_type_t type, int block_size);
-/* Allocate (64-byte aligned, zeroed) a pool of n_blocks.  0 or -ENOMEM/-EINVAL. */
+/* Allocate (64-byte aligned, not zeroed: positions are written before they are
+ * read) a pool of n_blocks.  0 or -ENOMEM/-EINVAL. */
 int model_kv_pool_init(model_kv_pool_t *pool, const model_config_t *cfg, kern_type_t type,
                        int block_size, int n_blocks);
 void model_kv_pool_free(model_kv_pool_t *pool);
