@@ -152,6 +152,21 @@ void KX(kern_swiglu)(float *out, const float *gate, const float *up, int n) {
     }
 }
 
+/* ---- paged attention -------------------------------------------------------
+ * One pass over K and V with an online softmax.  Positions go in tiles of W
+ * (8 in ymm, 16 in zmm).  The scores of a tile come out as one vector per
+ * query head, lane j for position j: each (position, head) dot product is
+ * accumulated over D in one vector, then the W accumulators are reduced
+ * together by a transposing tree (W - 1 adds and 2 (W - 1) shuffles per head,
+ * instead of a horizontal sum per position).  Per head and tile (a chunk of
+ * 4 tiles in zmm): m = running max of the scores (allowed to trail it by
+ * S_ATTN_SLACK); when m is raised, the output accumulators and the running
+ * sum l are multiplied by e^(m_old - m); p = e^(s - m); l += p; out += p V.
+ * At the end out /= l.  Same math as the reference (softmax, then the
+ * weighted sum of V), rounded in another order; the result depends on the
+ * arguments only.  scratch is used only by the fallback for head_dim not a
+ * multiple of 8. */
+
 /* 8 elements of a K or V row as floats. */
 KO_INLINE __m256 s_kv8(bool f16, const uint8_t *row, int i) {
     if (f16)
@@ -165,6 +180,7 @@ KO_INLINE float s_kv1(bool f16, const uint8_t *row, int i) {
     return ((const float *)row)[i];
 }
 
+/* Fallback for any head_dim: scores into scratch, softmax, weighted sum. */
 KO_INLINE void s_attention(const kern_attn_args_t *a, bool f16) {
     const int D = a->head_dim, nq = a->n_q, n = a->n_ctx;
     const size_t rowb = (size_t)D * (f16 ? 2 : 4);
@@ -206,11 +222,135 @@ KO_INLINE void s_attention(const kern_attn_args_t *a, bool f16) {
     }
 }
 
+/* Transposing reduction, ymm.  s_sum2_8: per 128-bit half (a0+a2, b0+b2,
+ * a1+a3, b1+b3); s_sum4_8 of two such: per half, partial sums of a, b, c, d. */
+KO_INLINE __m256 s_sum2_8(__m256 a, __m256 b) {
+    return _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+}
+
+KO_INLINE __m256 s_sum4_8(__m256 t01, __m256 t23) {
+    __m256d lo = _mm256_unpacklo_pd(_mm256_castps_pd(t01), _mm256_castps_pd(t23));
+    __m256d hi = _mm256_unpackhi_pd(_mm256_castps_pd(t01), _mm256_castps_pd(t23));
+    return _mm256_add_ps(_mm256_castpd_ps(lo), _mm256_castpd_ps(hi));
+}
+
+/* Lane j = the sum of the 8 lanes of acc[j]. */
+KO_INLINE __m256 s_reduce8(const __m256 *acc) {
+    __m256 u0 = s_sum4_8(s_sum2_8(acc[0], acc[1]), s_sum2_8(acc[2], acc[3]));
+    __m256 u1 = s_sum4_8(s_sum2_8(acc[4], acc[5]), s_sum2_8(acc[6], acc[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                         _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* The running max m is raised only when a score exceeds m + S_ATTN_SLACK
+ * (then to the tile's max), which saves a horizontal max per tile; p stays
+ * at most e^8, far from overflow. */
+#define S_ATTN_SLACK 8.0f
+
+/* Online-softmax step of one head: s = this tile's scores (lanes past the
+ * tile hold -inf).  Rescales the head's D outputs at o when the max grows;
+ * returns p = e^(s - m) (0 in the -inf lanes) and adds it to *l. */
+KO_INLINE __m256 s_online8(__m256 s, float *m, __m256 *l, float *o, int D) {
+    if (_mm256_movemask_ps(_mm256_cmp_ps(s, _mm256_set1_ps(*m + S_ATTN_SLACK), _CMP_GT_OQ))) {
+        float mt = s_hmax(s);
+        __m256 al = _mm256_set1_ps(expf(*m - mt)); /* 0 on the first tile */
+        for (int i = 0; i < D; i += 8)
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), al));
+        *l = _mm256_mul_ps(*l, al);
+        *m = mt;
+    }
+    __m256 p = s_exp(_mm256_sub_ps(s, _mm256_set1_ps(*m)));
+    *l = _mm256_add_ps(*l, p);
+    return p;
+}
+
+/* head_dim a multiple of 8, any n_q: tiles of 8 positions, heads in groups
+ * of up to 8 (each group reads K and V once), outputs accumulated in out. */
+KO_INLINE void s_attn8(const kern_attn_args_t *a, bool f16) {
+    const int D = a->head_dim, n = a->n_ctx, bs = a->block_size;
+    const size_t rowb = (size_t)D * (f16 ? 2 : 4);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int h0 = 0; h0 < a->n_q; h0 += 8) {
+        const int hn = a->n_q - h0 < 8 ? a->n_q - h0 : 8;
+        float *out = a->out + (size_t)h0 * D;
+        const float *q = a->q + (size_t)h0 * D;
+        float m[8];
+        __m256 l[8];
+        for (int h = 0; h < hn; h++) {
+            m[h] = -INFINITY, l[h] = _mm256_setzero_ps();
+            for (int i = 0; i < D; i++)
+                out[(size_t)h * D + i] = 0;
+        }
+        int bi = 0, slot = 0; /* block index and slot of position p */
+        for (int p = 0; p < n; p += 8) {
+            const int r = n - p < 8 ? n - p : 8;
+            const uint8_t *kr[8], *vr[8];
+            for (int j = 0; j < 8; j++) {
+                if (j < r) {
+                    size_t off = (size_t)a->blocks[bi] * a->block_stride + (size_t)slot * rowb;
+                    kr[j] = a->k_base + off, vr[j] = a->v_base + off;
+                    if (++slot == bs)
+                        slot = 0, bi++;
+                } else { /* past the end: row 0 again, its lane masked off */
+                    kr[j] = kr[0], vr[j] = vr[0];
+                }
+            }
+            const __m256 valid =
+                _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(r), lane));
+            __attribute__((aligned(32))) float pb[8][8];
+            for (int h = 0; h < hn; h++) {
+                const float *qh = q + (size_t)h * D;
+                __m256 acc[8];
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++)
+                    acc[j] = _mm256_setzero_ps();
+                for (int i = 0; i < D; i += 8) {
+                    __m256 qv = _mm256_loadu_ps(qh + i);
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j++)
+                        acc[j] = _mm256_fmadd_ps(qv, s_kv8(f16, kr[j], i), acc[j]);
+                }
+                __m256 s = _mm256_mul_ps(s_reduce8(acc), _mm256_set1_ps(a->scale));
+                s = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, valid);
+                _mm256_store_ps(pb[h], s_online8(s, &m[h], &l[h], out + (size_t)h * D, D));
+            }
+            /* rows past the end have p = 0 and add nothing */
+            for (int i = 0; i < D; i += 8) {
+                __m256 vv[8];
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++)
+                    vv[j] = s_kv8(f16, vr[j], i);
+                for (int h = 0; h < hn; h++) {
+                    float *oh = out + (size_t)h * D + i;
+                    __m256 ov = _mm256_loadu_ps(oh);
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j++)
+                        ov = _mm256_fmadd_ps(_mm256_set1_ps(pb[h][j]), vv[j], ov);
+                    _mm256_storeu_ps(oh, ov);
+                }
+            }
+        }
+        for (int h = 0; h < hn; h++) {
+            __m256 inv = _mm256_set1_ps(1.0f / s_hsum(l[h]));
+            float *oh = out + (size_t)h * D;
+            for (int i = 0; i < D; i += 8)
+                _mm256_storeu_ps(oh + i, _mm256_mul_ps(_mm256_loadu_ps(oh + i), inv));
+        }
+    }
+}
+
 #ifdef KX_AVX512
-/* ---- attention with the query group and its output held in zmm registers --
- * Scores: four positions at a time, their four dot products reduced together.
- * Values: each V row is read once and added into every head's output, which
- * stays in registers.  NQ heads of DV x 16 dims each, NQ * DV <= 16. */
+/* ---- the same in zmm for head_dim 16, 32, 64, 128: tiles of 16 positions
+ * in chunks of 64 (the scores of a whole chunk first, so that the latency of
+ * the reductions and the exponentials overlaps other work), the outputs in
+ * registers while the values are added.  NQ heads of DV x 16 dims each,
+ * NQ * DV <= 16; larger groups go in several passes.  With block_size a
+ * multiple of 16 a full tile is 16 consecutive rows of one block (its rows
+ * addressed by constant offsets). */
+
+/* Keeps v in a register: a row loaded once feeds every head's FMA, rather
+ * than the compiler folding the load into each of them. */
+#define S_IN_REG(v) __asm__("" : "+v"(v))
 
 KO_INLINE __m512 s_kv16(bool f16, const uint8_t *row, int i) {
     if (f16)
@@ -218,90 +358,232 @@ KO_INLINE __m512 s_kv16(bool f16, const uint8_t *row, int i) {
     return _mm512_loadu_ps((const float *)row + i);
 }
 
-/* (sum a0, sum a1, sum a2, sum a3) */
-KO_INLINE __m128 s_red4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-    __m512 u01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
-    __m512 u23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
-    __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(u01), _mm512_castps_pd(u23));
-    __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(u01), _mm512_castps_pd(u23));
-    __m512 v = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+/* As s_sum2_8 and s_sum4_8, per 128-bit quarter. */
+KO_INLINE __m512 s_sum2_16(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
 }
 
-KO_INLINE const uint8_t *s_row(const kern_attn_args_t *a, const uint8_t *base, int p, size_t rowb) {
-    return base + (size_t)a->blocks[p / a->block_size] * a->block_stride +
-           (size_t)(p % a->block_size) * rowb;
+KO_INLINE __m512 s_sum4_16(__m512 t01, __m512 t23) {
+    __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23));
+    __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23));
+    return _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
 }
 
-KO_INLINE void s_attn_group(const kern_attn_args_t *a, bool f16, const int DV, const int NQ,
-                            int h0) {
-    const int D = a->head_dim, n = a->n_ctx;
-    const size_t rowb = (size_t)D * (f16 ? 2 : 4);
-    const float *q = a->q + (size_t)h0 * D;
-    float *sc = a->scratch + (size_t)h0 * n;
-    int p = 0;
-    for (; p + 4 <= n; p += 4) {
-        __m512 acc[4][4];
+/* u0, u1 from s_sum4_16 (positions 0-3 and 4-7 of a tile): quarters
+ * (u0 q0+q2, u0 q1+q3, u1 q0+q2, u1 q1+q3). */
+KO_INLINE __m512 s_sum8_16(__m512 u0, __m512 u1) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x44), _mm512_shuffle_f32x4(u0, u1, 0xEE));
+}
+
+/* Two s_sum8_16 results: lane j = the full sum for position j of 16. */
+KO_INLINE __m512 s_sum16_16(__m512 s01, __m512 s23) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88),
+                         _mm512_shuffle_f32x4(s01, s23, 0xDD));
+}
+
+/* e^x for x <= 0 (NaN-free; -inf gives 0): 2^n p(r) as s_exp, via scalef;
+ * 0 below -87.3. */
+KO_INLINE __m512 s_exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.3f);
+    __mmask16 ok = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
+    x = _mm512_max_ps(x, lo);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_scalef_ps(ok, p, n);
+}
+
+/* o[h] += p[h][j] * (row v) for the NQ heads; p[h] at pb + 64 h. */
+KO_INLINE void s_vrow16(const bool f16, const int DV, const int NQ, const uint8_t *v,
+                        const float *pb, int j, __m512 (*o)[8]) {
+#pragma GCC unroll 8
+    for (int d = 0; d < DV; d++) {
+        __m512 vv = s_kv16(f16, v, 16 * d);
+        S_IN_REG(vv);
 #pragma GCC unroll 4
         for (int h = 0; h < NQ; h++)
+            o[h][d] = _mm512_fmadd_ps(_mm512_set1_ps(pb[64 * h + j]), vv, o[h][d]);
+    }
+}
+
+/* Scores of one tile of 16 positions for NQ heads, scaled, lane j for row j,
+ * into sb[64 h .. 64 h + 15].  Row j is at kt + j * rowb (contig) or
+ * kt + off[j]; rows j >= r repeat a valid row and their lanes get -inf. */
+KO_INLINE void s_scores16(const bool f16, const int DV, const int NQ, const bool contig,
+                          const uint8_t *kt, const size_t *off, const int r, const float *q,
+                          const int D, const float scale, float *sb) {
+    const size_t rowb = (size_t)DV * 16 * (f16 ? 2 : 4);
+    __m512 acc[4][2], t[4], u[4], s01[4];
+    /* two positions at a time, the reduction tree folded in as it goes */
+#pragma GCC unroll 8
+    for (int pr = 0; pr < 8; pr++) {
 #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                acc[h][j] = _mm512_setzero_ps();
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            const uint8_t *k = s_row(a, a->k_base, p + j, rowb);
+        for (int h = 0; h < NQ; h++)
+            acc[h][0] = acc[h][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+        for (int jj = 0; jj < 2; jj++) {
+            const int j = 2 * pr + jj;
+            const uint8_t *k = kt + (contig ? (size_t)j * rowb : off[j]);
 #pragma GCC unroll 8
             for (int d = 0; d < DV; d++) {
                 __m512 kv = s_kv16(f16, k, 16 * d);
+                S_IN_REG(kv);
 #pragma GCC unroll 4
                 for (int h = 0; h < NQ; h++)
-                    acc[h][j] =
-                        _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)h * D + 16 * d), kv, acc[h][j]);
+                    acc[h][jj] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)h * D + 16 * d), kv,
+                                                 acc[h][jj]);
             }
         }
 #pragma GCC unroll 4
-        for (int h = 0; h < NQ; h++)
-            _mm_storeu_ps(sc + (size_t)h * n + p,
-                          _mm_mul_ps(s_red4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]),
-                                     _mm_set1_ps(a->scale)));
-    }
-    for (; p < n; p++) {
-        const uint8_t *k = s_row(a, a->k_base, p, rowb);
-#pragma GCC unroll 4
         for (int h = 0; h < NQ; h++) {
-            __m512 acc = _mm512_setzero_ps();
-#pragma GCC unroll 8
-            for (int d = 0; d < DV; d++)
-                acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)h * D + 16 * d),
-                                      s_kv16(f16, k, 16 * d), acc);
-            sc[(size_t)h * n + p] = _mm512_reduce_add_ps(acc) * a->scale;
+            __m512 t2 = s_sum2_16(acc[h][0], acc[h][1]);
+            if (pr % 2 == 0) {
+                t[h] = t2;
+                continue;
+            }
+            __m512 u4 = s_sum4_16(t[h], t2);
+            if (pr % 4 == 1) {
+                u[h] = u4;
+            } else if (pr == 3) {
+                s01[h] = s_sum8_16(u[h], u4);
+            } else {
+                __m512 s =
+                    _mm512_mul_ps(s_sum16_16(s01[h], s_sum8_16(u[h], u4)), _mm512_set1_ps(scale));
+                if (!contig)
+                    s = _mm512_mask_blend_ps((__mmask16)((1u << r) - 1), _mm512_set1_ps(-INFINITY),
+                                             s);
+                _mm512_store_ps(sb + 64 * h, s);
+            }
         }
     }
-    for (int h = 0; h < NQ; h++)
-        KX(kern_softmax)(sc + (size_t)h * n, n);
+}
+
+/* Up to 64 positions: scores of all of them first (independent work for the
+ * core to overlap), then the online-softmax step, then the values.  Tile t
+ * has its rows at kv offsets tb[t] + j * rowb when contig[t], else off[t][j];
+ * the outputs ob (NQ x DV zmm) stay in memory between chunks. */
+KO_INLINE void s_chunk64(const kern_attn_args_t *a, const bool f16, const int DV, const int NQ,
+                         const float *q, const int rc, const bool *contig, const size_t *tb,
+                         const size_t (*off)[16], __m512 (*ob)[8], float *m, __m512 *l) {
+    const int D = a->head_dim, nt = (rc + 15) / 16;
+    const size_t rowb = (size_t)DV * 16 * (f16 ? 2 : 4);
+    __attribute__((aligned(64))) float pb[4 * 64];
+    for (int t = 0; t < nt; t++) {
+        const int r = rc - 16 * t < 16 ? rc - 16 * t : 16;
+        if (contig[t])
+            s_scores16(f16, DV, NQ, true, a->k_base + tb[t], NULL, 16, q, D, a->scale, pb + 16 * t);
+        else
+            s_scores16(f16, DV, NQ, false, a->k_base, off[t], r, q, D, a->scale, pb + 16 * t);
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < NQ; h++) {
+        float *ph = pb + 64 * h;
+        __m512 mx = _mm512_load_ps(ph);
+        for (int t = 1; t < nt; t++)
+            mx = _mm512_max_ps(mx, _mm512_load_ps(ph + 16 * t));
+        if (_mm512_cmp_ps_mask(mx, _mm512_set1_ps(m[h] + S_ATTN_SLACK), _CMP_GT_OQ)) {
+            float mt = _mm512_reduce_max_ps(mx);
+            __m512 al = _mm512_set1_ps(expf(m[h] - mt)); /* 0 on the first chunk */
+#pragma GCC unroll 8
+            for (int d = 0; d < DV; d++)
+                ob[h][d] = _mm512_mul_ps(ob[h][d], al);
+            l[h] = _mm512_mul_ps(l[h], al);
+            m[h] = mt;
+        }
+        const __m512 mv = _mm512_set1_ps(m[h]);
+        for (int t = 0; t < nt; t++) {
+            __m512 p = s_exp16(_mm512_sub_ps(_mm512_load_ps(ph + 16 * t), mv));
+            l[h] = _mm512_add_ps(l[h], p);
+            _mm512_store_ps(ph + 16 * t, p);
+        }
+    }
+    /* Values: each V row read once, added into every head's output.  The
+     * barrier makes the weights come back by broadcast loads and the
+     * outputs by plain loads, rather than by shuffles and spills. */
+    __asm__ volatile("" ::: "memory");
     __m512 o[4][8];
 #pragma GCC unroll 4
     for (int h = 0; h < NQ; h++)
 #pragma GCC unroll 8
         for (int d = 0; d < DV; d++)
-            o[h][d] = _mm512_setzero_ps();
-    for (p = 0; p < n; p++) {
-        const uint8_t *v = s_row(a, a->v_base, p, rowb);
-#pragma GCC unroll 8
-        for (int d = 0; d < DV; d++) {
-            __m512 vv = s_kv16(f16, v, 16 * d);
-#pragma GCC unroll 4
-            for (int h = 0; h < NQ; h++)
-                o[h][d] = _mm512_fmadd_ps(_mm512_set1_ps(sc[(size_t)h * n + p]), vv, o[h][d]);
+            o[h][d] = ob[h][d];
+    for (int t = 0; t < nt; t++) {
+        if (contig[t]) {
+            const uint8_t *vt = a->v_base + tb[t];
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++)
+                s_vrow16(f16, DV, NQ, vt + (size_t)j * rowb, pb + 16 * t, j, o);
+        } else {
+            const int r = rc - 16 * t < 16 ? rc - 16 * t : 16;
+            for (int j = 0; j < r; j++)
+                s_vrow16(f16, DV, NQ, a->v_base + off[t][j], pb + 16 * t, j, o);
         }
     }
-    float *out = a->out + (size_t)h0 * D;
 #pragma GCC unroll 4
     for (int h = 0; h < NQ; h++)
 #pragma GCC unroll 8
         for (int d = 0; d < DV; d++)
-            _mm512_storeu_ps(out + (size_t)h * D + 16 * d, o[h][d]);
+            ob[h][d] = o[h][d];
+    __asm__ volatile("" ::: "memory");
+}
+
+KO_INLINE void s_attn_group(const kern_attn_args_t *a, const bool f16, const int DV, const int NQ,
+                            int h0) {
+    const int D = a->head_dim, n = a->n_ctx, bs = a->block_size;
+    const size_t rowb = (size_t)D * (f16 ? 2 : 4);
+    const float *q = a->q + (size_t)h0 * D;
+    __m512 ob[4][8], l[4];
+    float m[4];
+#pragma GCC unroll 4
+    for (int h = 0; h < NQ; h++) {
+#pragma GCC unroll 8
+        for (int d = 0; d < DV; d++)
+            ob[h][d] = _mm512_setzero_ps();
+        l[h] = _mm512_setzero_ps();
+        m[h] = -INFINITY;
+    }
+    int bi = 0, slot = 0; /* block index and slot of position p */
+    for (int p = 0; p < n; p += 64) {
+        const int rc = n - p < 64 ? n - p : 64;
+        bool contig[4];
+        size_t tb[4], off[4][16];
+        for (int t = 0; 16 * t < rc; t++) {
+            const int r = rc - 16 * t < 16 ? rc - 16 * t : 16;
+            /* a full tile at a multiple of 16 in a block of a multiple of 16 */
+            contig[t] = r == 16 && bs % 16 == 0;
+            if (contig[t]) {
+                tb[t] = (size_t)a->blocks[bi] * a->block_stride + (size_t)slot * rowb;
+                slot += 16;
+                if (slot == bs)
+                    slot = 0, bi++;
+                continue;
+            }
+            for (int j = 0; j < r; j++) {
+                off[t][j] = (size_t)a->blocks[bi] * a->block_stride + (size_t)slot * rowb;
+                if (++slot == bs)
+                    slot = 0, bi++;
+            }
+            for (int j = r; j < 16; j++)
+                off[t][j] = off[t][0];
+        }
+        s_chunk64(a, f16, DV, NQ, q, rc, contig, tb, (const size_t(*)[16])off, ob, m, l);
+    }
+    float *out = a->out + (size_t)h0 * D;
+#pragma GCC unroll 4
+    for (int h = 0; h < NQ; h++) {
+        __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(l[h]));
+#pragma GCC unroll 8
+        for (int d = 0; d < DV; d++)
+            _mm512_storeu_ps(out + (size_t)h * D + 16 * d, _mm512_mul_ps(ob[h][d], inv));
+    }
 }
 
 /* One function per (K/V type, head size, group size), each with its loops
@@ -355,10 +637,16 @@ void KX(kern_attention)(const kern_attn_args_t *a) {
     if (s_attention512(a, f16))
         return;
 #endif
-    if (f16)
+    if (a->head_dim % 8 == 0) {
+        if (f16)
+            s_attn8(a, true);
+        else
+            s_attn8(a, false);
+    } else if (f16) {
         s_attention(a, true);
-    else
+    } else {
         s_attention(a, false);
+    }
 }
 
 void KX(kern_gemm)(kern_type_t wt, int64_t k, int nr, int nc, const void *w, size_t w_stride,

@@ -585,7 +585,8 @@ static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bs
     int32_t *table = malloc(sizeof(int32_t) * n_blocks);
     float *q = malloc(sizeof(float) * n_q * D), *kf = malloc(sizeof(float) * n_ctx * D),
           *vf = malloc(sizeof(float) * n_ctx * D), *sc = malloc(sizeof(float) * n_q * n_ctx),
-          *want = malloc(sizeof(float) * n_q * D), *out = malloc(sizeof(float) * n_q * D);
+          *want = malloc(sizeof(float) * n_q * D), *out = malloc(sizeof(float) * n_q * D),
+          *again = malloc(sizeof(float) * n_q * D);
     for (size_t i = 0; i < stride * n_blocks; i++)
         kb[i] = vb[i] = 0xCD; /* poison; must never be read */
     /* a block table out of order: logical block j lives in physical block perm[j] */
@@ -651,13 +652,25 @@ static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bs
                               .kv_type = kvt,
                               .scale = scale,
                               .scratch = sc};
+        for (int i = 0; i < n_q * D; i++)
+            out[i] = NAN; /* every output must be written */
         ops->attention(&a);
         for (int i = 0; i < n_q * D; i++)
-            ck_assert_msg(fabs(out[i] - want[i]) < 2e-5,
-                          "%s attention D %d n_q %d n_ctx %d: %g vs %g", ops->name, D, n_q, n_ctx,
-                          out[i], want[i]);
+            ck_assert_msg(fabs(out[i] - want[i]) < 2e-6,
+                          "%s attention D %d n_q %d n_ctx %d bsz %d: %g vs %g", ops->name, D, n_q,
+                          n_ctx, bsz, out[i], want[i]);
+        /* deterministic: the same arguments give the same bits, whatever the
+         * scratch held */
+        memcpy(again, out, sizeof(float) * n_q * D);
+        for (int i = 0; i < n_q * n_ctx; i++)
+            sc[i] = (float)i;
+        ops->attention(&a);
+        ck_assert_msg(memcmp(again, out, sizeof(float) * n_q * D) == 0,
+                      "%s attention D %d n_q %d n_ctx %d: not deterministic", ops->name, D, n_q,
+                      n_ctx);
     }
     free(kb), free(vb), free(table), free(q), free(kf), free(vf), free(sc), free(want), free(out);
+    free(again);
 }
 
 START_TEST(test_attention) {
@@ -673,6 +686,35 @@ START_TEST(test_attention) {
         s_check_attention(kvts[t], 32, 5, 23, 8, seed++); /* two query groups */
         s_check_attention(kvts[t], 16, 2, 3, 2, seed++);
         s_check_attention(kvts[t], 64, 9, 50, 16, seed++); /* 4 + 4 + 1 heads */
+    }
+}
+END_TEST
+
+/* The tiled kernels: 16-position tiles (tails of 1, 15, 16, 17), chunks of
+ * 64, long contexts, the head sizes and group sizes of real models, block
+ * sizes that are and are not multiples of 16, every block table shuffled. */
+START_TEST(test_attention_tiles) {
+    uint64_t seed = 900;
+    kern_type_t kvts[2] = {KERN_F32, KERN_F16};
+    const int ctxs[] = {1, 15, 16, 17, 63, 64, 65, 200};
+    const int nqs[] = {1, 3, 4, 8};
+    for (int t = 0; t < 2; t++) {
+        for (int c = 0; c < (int)(sizeof ctxs / sizeof *ctxs); c++)
+            for (int i = 0; i < 4; i++) {
+                s_check_attention(kvts[t], 64, nqs[i], ctxs[c], 16, seed++);
+                s_check_attention(kvts[t], 128, nqs[i], ctxs[c], 32, seed++);
+            }
+        for (int i = 0; i < 4; i++) {
+            s_check_attention(kvts[t], 64, nqs[i], 1000, 16, seed++);
+            s_check_attention(kvts[t], 128, nqs[i], 4097, 16, seed++);
+        }
+        s_check_attention(kvts[t], 64, 3, 100, 5, seed++); /* tiles across blocks */
+        s_check_attention(kvts[t], 64, 3, 100, 8, seed++);
+        s_check_attention(kvts[t], 128, 2, 130, 48, seed++);
+        s_check_attention(kvts[t], 96, 3, 77, 16, seed++); /* 8-wide path */
+        s_check_attention(kvts[t], 256, 2, 40, 16, seed++);
+        s_check_attention(kvts[t], 48, 8, 33, 16, seed++);
+        s_check_attention(kvts[t], 64, 12, 40, 16, seed++); /* more than 8 heads */
     }
 }
 END_TEST
@@ -924,6 +966,7 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, test_rmsnorm_softmax_swiglu);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_attention_tiles);
     suite_add_tcase(s, tc);
     return s;
 }
