@@ -62,12 +62,26 @@ void model_sampler_destroy(model_sampler_t **self_p) {
     *self_p = NULL;
 }
 
+/* Two passes that the compiler keeps branch-free: the maximum with 8
+ * independent running maxima (vectorisable), then the first index holding it.
+ * Same result as the obvious loop (first index on ties; NaN never wins). */
 int32_t model_argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
+    float m[8];
+    for (int j = 0; j < 8; j++)
+        m[j] = -INFINITY;
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+    float best = -INFINITY;
+    for (int j = 0; j < 8; j++)
+        best = m[j] > best ? m[j] : best;
+    for (; i < n; i++)
+        best = x[i] > best ? x[i] : best;
+    for (i = 0; i < n; i++)
+        if (x[i] == best)
+            return i;
+    return 0; /* every value NaN or -inf */
 }
 
 /* splitmix64: a well-mixed 64-bit value from (seed, pos). */

@@ -35,6 +35,14 @@ START_TEST(greedy_is_argmax) {
     }
     model_sampler_destroy(&s);
     ck_assert_ptr_null(s);
+    /* argmax: the first of equal maxima, at any position (also the tail past
+     * the 8-wide main loop); NaN never wins */
+    float t[13] = {1, 3, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    ck_assert_int_eq(model_argmax(t, 13), 1);
+    t[12] = 7;
+    t[11] = NAN;
+    ck_assert_int_eq(model_argmax(t, 13), 12);
+    ck_assert_int_eq(model_argmax(t, 3), 1);
 }
 END_TEST
 
