@@ -192,7 +192,7 @@ int cmd_bench_serve(int argc, char **argv) {
         double dt = cli_now() - t0;
         double t50 = s_pct(ttft, total, 0.5), t99 = s_pct(ttft, total, 0.99);
         double p50 = s_pct(tpot, total, 0.5), p99 = s_pct(tpot, total, 0.99);
-        printf("%8d %10d %12.1f %8.1fms %8.1fms %8.1fms %8.1fms %7d\n", nc, total, tokens / dt,
+        printf("%8d %10d %12.1f %8.1fms %8.1fms %8.2fms %8.2fms %7d\n", nc, total, tokens / dt,
                t50 * 1e3, t99 * 1e3, p50 * 1e3, p99 * 1e3, failed);
         fflush(stdout);
         if (failed) {
