@@ -254,24 +254,101 @@ static void s_bench_help(FILE *f) {
                "  -r, --reps N        repetitions (default 5)\n"
                "  -t, --threads N     threads (default %d)\n"
                "      --kv-type TYPE  f32 (default) or f16\n"
+               "  -b, --batch B       decode B sequences at once (continuous batching): each\n"
+               "                      prefills its own -p tokens, then -n steps of B tokens;\n"
+               "                      prints the aggregate generation tokens/s (default 1)\n"
                "  -h, --help\n",
                cli_default_model(), cli_default_threads());
 }
 
+/* bench-model --batch B: B sequences, each prefilled separately, then decoded
+ * together one token each per forward pass.  Returns 0 or 1. */
+static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int threads,
+                         kern_type_t kv_type, double *pp, double *tg) {
+    const model_config_t *cfg = model_llama_config(r->model);
+    const int bs = 16, nb = (np + ng + bs - 1) / bs;
+    int rc = 1;
+    model_kv_pool_t kv;
+    if (model_kv_pool_init(&kv, cfg, kv_type, bs, B * nb))
+        return 1;
+    model_ctx_t *ctx = model_ctx_new(r->model, np > B ? np : B, np + ng, threads, NULL);
+    int32_t *blocks = malloc(sizeof(int32_t) * B * nb);
+    model_seq_view_t *sv = malloc(sizeof *sv * B);
+    int n = np > B ? np : B;
+    int32_t *tok = malloc(sizeof(int32_t) * n), *pos = malloc(sizeof(int32_t) * n);
+    int32_t *seq = malloc(sizeof(int32_t) * n), *next = malloc(sizeof(int32_t) * B);
+    bool *want = malloc(sizeof(bool) * n);
+    float *logits = malloc(sizeof(float) * B * cfg->n_vocab);
+    if (!ctx || !blocks || !sv || !tok || !pos || !seq || !next || !want || !logits)
+        goto out;
+    for (int i = 0; i < B * nb; i++)
+        blocks[i] = i;
+    for (int s = 0; s < B; s++)
+        sv[s] = (model_seq_view_t){blocks + s * nb, nb};
+    for (int k = 0; k < reps; k++) {
+        double t0 = cli_now();
+        for (int s = 0; s < B; s++) {
+            for (int j = 0; j < np; j++) {
+                tok[j] = (int32_t)((uint32_t)(j * 2654435761u + s * 97u) % (uint32_t)cfg->n_vocab);
+                pos[j] = j;
+                seq[j] = s;
+                want[j] = j == np - 1;
+            }
+            model_batch_t b = {np, tok, pos, seq, want, B, sv};
+            if (model_ctx_forward(ctx, &b, &kv, logits) < 0)
+                goto out;
+            next[s] = model_argmax(logits, cfg->n_vocab);
+        }
+        double t1 = cli_now();
+        for (int i = 0; i < ng; i++) {
+            for (int s = 0; s < B; s++) {
+                tok[s] = next[s];
+                pos[s] = np + i;
+                seq[s] = s;
+                want[s] = true;
+            }
+            model_batch_t b = {B, tok, pos, seq, want, B, sv};
+            if (model_ctx_forward(ctx, &b, &kv, logits) < 0)
+                goto out;
+            for (int s = 0; s < B; s++)
+                next[s] = model_argmax(logits + (size_t)s * cfg->n_vocab, cfg->n_vocab);
+        }
+        double t2 = cli_now();
+        pp[k] = (double)B * np / (t1 - t0);
+        tg[k] = (double)B * ng / (t2 - t1);
+        fprintf(stderr, "run %d/%d: %d x pp%d %.1f tok/s, %d x tg%d %.1f tok/s aggregate\n", k + 1,
+                reps, B, np, pp[k], B, ng, tg[k]);
+    }
+    rc = 0;
+out:
+    model_ctx_destroy(&ctx);
+    model_kv_pool_free(&kv);
+    free(blocks);
+    free(sv);
+    free(tok);
+    free(pos);
+    free(seq);
+    free(next);
+    free(want);
+    free(logits);
+    return rc;
+}
+
 int cmd_bench_model(int argc, char **argv) {
     const char *C = "bench-model", *model = NULL;
-    long threads = cli_default_threads(), np = 512, ng = 128, reps = 5;
+    long threads = cli_default_threads(), np = 512, ng = 128, reps = 5, batch = 1;
     kern_type_t kv_type = KERN_F32;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"n-prompt", required_argument, 0, 'p'},
         {"n-gen", required_argument, 0, 'n'}, {"reps", required_argument, 0, 'r'},
         {"threads", required_argument, 0, 't'}, {"kv-type", required_argument, 0, 1},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"batch", required_argument, 0, 'b'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int o;
     optind = 1;
-    while ((o = getopt_long(argc, argv, "m:p:n:r:t:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "m:p:n:r:t:b:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
+        case 'b': if (!cli_int(C, "--batch", optarg, 1, 256, &batch)) return 1; break;
         case 'p': if (!cli_int(C, "--n-prompt", optarg, 1, 8192, &np)) return 1; break;
         case 'n': if (!cli_int(C, "--n-gen", optarg, 1, 8192, &ng)) return 1; break;
         case 'r': if (!cli_int(C, "--reps", optarg, 1, 1000, &reps)) return 1; break;
@@ -294,8 +371,15 @@ int cmd_bench_model(int argc, char **argv) {
     int32_t *toks = malloc((size_t)np * sizeof *toks);
     float *logits = malloc((size_t)cfg->n_vocab * sizeof(float));
     double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
-    if (!toks || !logits || !pp || !tg ||
-        !cli_runner_reserve(&r, C, (int)(np + ng), (int)np, (int)threads, kv_type))
+    if (!toks || !logits || !pp || !tg)
+        goto out;
+    if (batch > 1) {
+        if (s_bench_batch(&r, (int)batch, (int)np, (int)ng, (int)reps, (int)threads, kv_type, pp,
+                          tg))
+            goto out;
+        goto report;
+    }
+    if (!cli_runner_reserve(&r, C, (int)(np + ng), (int)np, (int)threads, kv_type))
         goto out;
     uint64_t st = 42;
     for (int i = 0; i < np; i++) {
@@ -321,6 +405,7 @@ int cmd_bench_model(int argc, char **argv) {
         fprintf(stderr, "run %d/%ld: pp%ld %.1f tok/s, tg%ld %.1f tok/s\n", k + 1, reps, np,
                 pp[k], ng, tg[k]);
     }
+report:
     qsort(pp, (size_t)reps, sizeof *pp, s_cmp_double);
     qsort(tg, (size_t)reps, sizeof *tg, s_cmp_double);
     const char *base = strrchr(model, '/');
@@ -328,10 +413,12 @@ int cmd_bench_model(int argc, char **argv) {
            base ? base + 1 : model, kern_type_traits(cfg->ftype)->name,
            model_llama_weight_bytes(r.model) / 1048576.0, threads, kern_ops_best()->name,
            kv_type == KERN_F16 ? "f16" : "f32");
-    printf("pp%ld: %.1f tok/s (median of %ld; min %.1f max %.1f)\n", np, pp[reps / 2], reps, pp[0],
-           pp[reps - 1]);
-    printf("tg%ld: %.1f tok/s (median of %ld; min %.1f max %.1f)\n", ng, tg[reps / 2], reps, tg[0],
-           tg[reps - 1]);
+    const char *agg = batch > 1 ? " aggregate" : "";
+    printf("batch %ld\n", batch);
+    printf("pp%ld: %.1f tok/s%s (median of %ld; min %.1f max %.1f)\n", np, pp[reps / 2], agg, reps,
+           pp[0], pp[reps - 1]);
+    printf("tg%ld: %.1f tok/s%s (median of %ld; min %.1f max %.1f)\n", ng, tg[reps / 2], agg, reps,
+           tg[0], tg[reps - 1]);
     rc = 0;
 out:
     if (rc)

@@ -31,7 +31,13 @@ def chat(user):
 # The prompts, with the ids the `tokenizers` library gives for them (a BPE built from the
 # default model's vocab and merges): the fallback when `strata tokenize` is unavailable.
 # They were picked for robust greedy continuations: the reference's top-2 logit gap stays
-# well above the expected strata-vs-reference drift over all 64 steps.
+# above the expected strata-vs-reference drift over all 64 steps (min gaps: count 1.9,
+# chat-count 0.69, chat-words 0.77, tens 0.86).  Free-form answers are not used: 8-bit
+# activations (as in llama.cpp) move logits by up to ~0.8 std near the system prompt's
+# special tokens, and open-ended text has top-2 gaps of 0.01-0.1 within 64 tokens, so
+# any two correct engines with different rounding part ways there.  (An earlier
+# "first ten primes" prompt had a 0.38 gap at step 44 and flipped when the attention
+# kernel changed its summation order.)
 PROMPTS = [
     (
         "count",
@@ -45,10 +51,15 @@ PROMPTS = [
         "198 1 4093 198 9825 429 216 33 288 216 36 32 30 2 198 1 520 9531 198",
     ),
     (
-        "chat-primes",
-        chat("What are the first ten prime numbers?"),
+        "chat-words",
+        chat("Count from 1 to 30 in words."),
         "1 9690 198 2683 359 253 5356 5646 11173 3365 3511 308 34519 28 7018 411 407 19712 8182 2 "
-        "198 1 4093 198 1780 359 260 808 3772 9552 2966 47 2 198 1 520 9531 198",
+        "198 1 4093 198 9825 429 216 33 288 216 35 32 281 1924 30 2 198 1 520 9531 198",
+    ),
+    (
+        "tens",
+        "10, 20, 30, 40,",
+        "33 32 28 216 34 32 28 216 35 32 28 216 36 32 28",
     ),
 ]
 

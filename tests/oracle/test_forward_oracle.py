@@ -8,12 +8,16 @@ computes in float.  Simulating that rounding inside the reference (ref_llama's a
 on these prompts moved the logits by at most 0.55 std per position (max |diff| 1.85 at
 std ~3.5, mostly at positions after <|im_start|> tokens whose activations have outliers) and
 at most 0.24 std in RMS, and flipped the argmax only at near-ties (top-2 gap <= 0.37).
-Measured strata (AVX-512 kernels, 2 threads): max |diff|/std 0.52, rms/std 0.21, max |diff|
-1.74; the argmax differed only at top-2 gaps of 0.088 and 0.009; greedy identical on all three
-(smallest reference top-2 gap along them: 0.38).  The limits below (0.9, 0.4) give ~1.7x
-headroom; the near-tie threshold is 1.0 logit because the q8_0 oracle saw a flip at a gap of
-0.85.  A real bug (wrong RoPE pairing, GQA mapping, missing norm) moves the logits by several
-std and fails by a wide margin.
+Measured strata on the four prompts: max |diff|/std 0.57 (scalar kernels) to 0.77
+(AVX-512), rms/std 0.20 (scalar) to 0.39 (AVX-512), worst at the system prompt's special
+tokens.  The spread between kernel tables is not a kernel error: each table sums in its
+own order, a different order flips a few 8-bit roundings, and the network amplifies the
+flips; swapping any single AVX-512 op (attention, gemm, norms) for the reference moves
+rms/std between 0.19 and 0.39 (see the commit that introduced these limits).  Limits:
+max |diff|/std 1.0, rms/std 0.5 — above everything measured, and still well below what a
+real bug (wrong RoPE pairing, GQA mapping, missing norm) does: several std.  Near-tie
+threshold 1.0 logit (the q8_0 oracle saw a flip at a gap of 0.85).  Greedy continuations
+are identical on all four prompts with every kernel table (scalar, AVX2, AVX-512).
 
 Env: STRATA_BIN (set by CTest), STRATA_MODEL (optional).  Exit 0 on success, 1 on failure.
 """
@@ -23,7 +27,7 @@ import time
 
 import oracle_util as U
 
-TOL_Q8_ACTIVATIONS = U.Tolerance("8-bit activations", max_rel=0.9, rms_rel=0.4, tie_abs=1.0)
+TOL_Q8_ACTIVATIONS = U.Tolerance("8-bit activations", max_rel=1.0, rms_rel=0.5, tie_abs=1.0)
 
 
 def main():
