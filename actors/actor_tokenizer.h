@@ -1,9 +1,9 @@
 /* actor_tokenizer.h - the tokenizer: owns the vocabulary, merges and chat
  * template.  Turns a client's prompt or messages into token ids exactly as
  * `strata generate` does (chat template + special tokens for messages, BOS from
- * the tokenizer's metadata), and turns the workers' token ids back into text
- * incrementally per request (never splitting a UTF-8 character), applying the
- * request's stop strings.
+ * the tokenizer's metadata).  Token streams are detokenized by the worker that
+ * produces them (one hop per token instead of two; see actor_worker.h), with the
+ * same library code.
  *
  * Options (topology, actor "tokenizer" or "defaults"): model=PATH
  *
@@ -13,10 +13,7 @@
  *                             frontend; router queue full: "overloaded"
  *   work_cancel (frontend) -> to the router (same path as the request, so it
  *                             never overtakes it)
- *   work_event  (worker)   -> text_event to the frontend (one per event); when a
- *                             stop string matches: text_event finish "stop" and
- *                             work_cancel to the router
- *   work_error  (worker, router) -> forwarded to the frontend; state dropped
+ *   work_error  (worker, router) -> forwarded to the frontend
  *   ping / stats_query     -> pong / stats_answer to the frontend
  *   stop                   -> ends the actor
  */

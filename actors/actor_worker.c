@@ -28,6 +28,8 @@ typedef struct {
     uint64_t t_prefill;        /* first prefill chunk started */
     uint64_t t_first;          /* first token sampled */
     uint64_t t_last;           /* last token sampled */
+    model_detok_t detok;       /* UTF-8-safe incremental decoding of its tokens */
+    model_stopper_t stopper;   /* its stop strings (n_stops may be 0) */
 } s_req_t;
 
 typedef struct {
@@ -46,6 +48,8 @@ typedef struct {
     model_sampler_t *sampler;   /* scratch shared by all requests (one thread) */
     actor_counters_t *counters; /* stats */
     int n_vocab;
+    char *piece;                /* (S_SCRATCH) one token's text */
+    char *text;                 /* (S_SCRATCH) text of one event */
     int max_batch, step_tokens;
     /* step buffers */
     router_sched_item_t *items;     /* (max_batch) */
@@ -66,6 +70,7 @@ static void s_req_free(s_worker_t *w, s_req_t **rp) {
     int doubles = kv_blocks_release(w->kv, &r->kv);
     if (doubles)
         actor_counters_add(w->counters, "kv.double_free", doubles);
+    model_stopper_free(&r->stopper);
     free(r->hist);
     free(r);
     *rp = NULL;
@@ -94,26 +99,64 @@ static void s_error(s_worker_t *w, uint64_t rid, int code, const char *what) {
                        1);
 }
 
-/* Send a work_event (to the router too when it ends the request). */
-static void s_event(s_worker_t *w, const s_req_t *r, int index, int32_t token, int finish) {
-    msg_work_event_t ev;
-    msg_work_event_init(&ev);
-    ev.rid = r->rid;
-    ev.index = index;
-    ev.token = token;
-    ev.finish = finish;
-    ev.prompt_tokens = r->n_prompt;
-    if (finish) {
+#define S_SCRATCH 8192 /* a token's bytes plus held-back stop-string prefixes fit easily */
+
+/* Stream a token (index, token; -1, -1 for none) of r to the frontend as a
+ * text_event: detokenized here, UTF-8 safe, with stop strings applied, so a
+ * token costs one hop (worker -> frontend) instead of two through the
+ * tokenizer actor.  finish: why the request ends, or MSG_FINISH_NONE.  At the
+ * end, whatever the detokenizer and the stopper still hold is flushed, and the
+ * router hears the final work_event so it forgets the request.  Returns the
+ * effective finish reason: MSG_FINISH_STOP when a stop string completed. */
+static int s_event(s_worker_t *w, s_req_t *r, int index, int32_t token, int finish) {
+    msg_text_event_t te;
+    msg_text_event_init(&te);
+    te.rid = r->rid;
+    te.index = index;
+    te.token = token;
+    te.finish = finish;
+    te.prompt_tokens = r->n_prompt;
+    size_t n = 0;
+    if (index >= 0 && token >= 0) {
+        int pl = model_detok_push(&r->detok, token, w->piece, S_SCRATCH);
+        n = model_stopper_push(&r->stopper, w->piece, (size_t)(pl > 0 ? pl : 0), w->text,
+                               S_SCRATCH);
+        if (r->stopper.stopped)
+            te.finish = MSG_FINISH_STOP;
+    }
+    if (te.finish && te.finish != MSG_FINISH_STOP) {
+        int pl = model_detok_flush(&r->detok, w->piece, S_SCRATCH);
+        n += model_stopper_push(&r->stopper, w->piece, (size_t)(pl > 0 ? pl : 0), w->text + n,
+                                S_SCRATCH - n);
+        if (r->stopper.stopped)
+            te.finish = MSG_FINISH_STOP;
+        else
+            n += model_stopper_flush(&r->stopper, w->text + n, S_SCRATCH - n);
+    }
+    w->text[n] = 0;
+    te.text = w->text;
+    te.text_len = n;
+    if (te.finish) {
         uint64_t now = actor_now_us();
         uint64_t tp = r->t_prefill ? r->t_prefill : now, tf = r->t_first ? r->t_first : now;
-        ev.timings.queued_us = tp > r->t_arrival ? tp - r->t_arrival : 0;
-        ev.timings.prefill_us = tf - tp;
-        ev.timings.ttft_us = tf > r->t_arrival ? tf - r->t_arrival : 0;
-        ev.timings.decode_us = r->t_last > tf ? r->t_last - tf : 0;
+        te.timings.queued_us = tp > r->t_arrival ? tp - r->t_arrival : 0;
+        te.timings.prefill_us = tf - tp;
+        te.timings.ttft_us = tf > r->t_arrival ? tf - r->t_arrival : 0;
+        te.timings.decode_us = r->t_last > tf ? r->t_last - tf : 0;
     }
-    s_send(w, w->to_tok, MSG_WORK_EVENT, &ev);
-    if (finish)
+    s_send(w, w->to_front, MSG_TEXT_EVENT, &te);
+    if (te.finish) {
+        msg_work_event_t ev;
+        msg_work_event_init(&ev);
+        ev.rid = r->rid;
+        ev.index = index;
+        ev.token = token;
+        ev.finish = te.finish;
+        ev.prompt_tokens = r->n_prompt;
+        ev.timings = te.timings;
         s_send(w, w->to_router, MSG_WORK_EVENT, &ev);
+    }
+    return te.finish;
 }
 
 static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
@@ -142,6 +185,15 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
     r->max_tokens = q->max_tokens;
     r->sp = q->sampling;
     r->t_arrival = q->t_arrival_us;
+    model_detok_init(&r->detok, w->tok);
+    const char *stops[MSG_MAX_STOP];
+    for (int i = 0; i < q->n_stop && i < MSG_MAX_STOP; i++)
+        stops[i] = q->stop[i];
+    if (model_stopper_init(&r->stopper, stops, q->n_stop < MSG_MAX_STOP ? q->n_stop : MSG_MAX_STOP)) {
+        s_error(w, q->rid, MSG_CODE_BAD_REQUEST, "invalid stop strings");
+        s_req_free(w, &r);
+        return;
+    }
     int rc = router_sched_submit(w->sched, r->rid, r->n_prompt, r->max_tokens, r);
     if (rc) {
         s_error(w, q->rid, rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_BAD_REQUEST,
@@ -240,7 +292,12 @@ static int s_step(s_worker_t *w) {
             continue;
         }
         router_sched_advance(w->sched, r->rid, it->n, true);
-        s_event(w, r, index, next, MSG_FINISH_NONE);
+        if (s_event(w, r, index, next, MSG_FINISH_NONE) == MSG_FINISH_STOP) {
+            router_sched_remove(w->sched, r->rid);
+            actor_counters_add(w->counters, "stopped", 1);
+            actor_counters_add(w->counters, "completed", 1);
+            s_req_free(w, &r);
+        }
     }
     w->dirty = true;
     return n_items;
@@ -288,6 +345,8 @@ static void s_cleanup(s_worker_t *w) {
     free(w->b_want);
     free(w->b_seqs);
     free(w->logits);
+    free(w->piece);
+    free(w->text);
 }
 
 int actor_worker_main(actor_env_t *env) {
@@ -338,8 +397,11 @@ int actor_worker_main(actor_env_t *env) {
     w.b_want = malloc((size_t)w.step_tokens * sizeof *w.b_want);
     w.b_seqs = malloc((size_t)w.max_batch * sizeof *w.b_seqs);
     w.logits = malloc((size_t)w.max_batch * cfg->n_vocab * sizeof *w.logits);
+    w.piece = malloc(S_SCRATCH);
+    w.text = malloc(S_SCRATCH);
     if (!w.tok || !w.ctx || !w.kv || !w.sched || !w.sampler || !w.counters || !w.items ||
-        !w.b_tok || !w.b_pos || !w.b_seq || !w.b_want || !w.b_seqs || !w.logits) {
+        !w.b_tok || !w.b_pos || !w.b_seq || !w.b_want || !w.b_seqs || !w.logits || !w.piece ||
+        !w.text) {
         actor_env_fail(env, "%s: cannot set up (%s)", name,
                        !w.tok  ? err
                        : !w.kv ? "KV pool too large"

@@ -10,13 +10,15 @@
  *   step_tokens=N (256)  max_ctx=N (2048)  block_size=N (16)
  *
  * Command / reply table (inbound PULL socket):
- *   work_request  (router)   -> queued; then work_event per token to the tokenizer;
- *                               the last one (finish != 0) also to the router.
- *                               Queue full: work_error "overloaded"; does not fit
- *                               or bad ids: work_error "bad_request" (to the
- *                               tokenizer and the router).
- *   work_cancel   (router)   -> frees the request and its KV; work_event finish
- *                               "cancelled" (index -1) to the tokenizer and router
+ *   work_request  (router)   -> queued; then a text_event per token straight to the
+ *                               frontend (detokenized here, UTF-8 safe, stop strings
+ *                               applied: a completed stop string ends the request
+ *                               with finish "stop"); the final one is also sent to
+ *                               the router as a work_event.  Queue full: work_error
+ *                               "overloaded"; does not fit or bad ids: work_error
+ *                               "bad_request" (relayed by the tokenizer).
+ *   work_cancel   (router)   -> frees the request and its KV; text_event finish
+ *                               "cancelled" to the frontend, work_event to the router
  *   ping / stats_query       -> pong / stats_answer to the frontend
  *   stop                     -> ends the actor
  * Every ~100 ms (and after steps): load_report to the router.
