@@ -144,8 +144,13 @@ static void s_runner_release(cli_runner_t *r) {
     model_kv_pool_free(&r->kv);
     free(r->blocks);
     free(r->logits);
+    free(r->pos);
+    free(r->seq);
+    free(r->want);
     r->blocks = NULL;
     r->logits = NULL;
+    r->pos = r->seq = NULL;
+    r->want = NULL;
 }
 
 bool cli_runner_reserve(cli_runner_t *r, const char *cmd, int max_ctx, int ubatch, int threads,
@@ -163,7 +168,10 @@ bool cli_runner_reserve(cli_runner_t *r, const char *cmd, int max_ctx, int ubatc
     r->blocks = malloc((size_t)nb * sizeof *r->blocks);
     r->logits = malloc((size_t)r->ubatch * cfg->n_vocab * sizeof(float));
     r->ctx = model_ctx_new(r->model, r->ubatch, r->max_ctx, threads, NULL);
-    if (!r->blocks || !r->logits || !r->ctx) {
+    r->pos = malloc((size_t)r->ubatch * sizeof *r->pos);
+    r->seq = calloc((size_t)r->ubatch, sizeof *r->seq);
+    r->want = malloc((size_t)r->ubatch * sizeof *r->want);
+    if (!r->blocks || !r->logits || !r->ctx || !r->pos || !r->seq || !r->want) {
         fprintf(stderr, "strata %s: out of memory\n", cmd);
         goto fail;
     }
@@ -187,33 +195,19 @@ int cli_runner_eval(cli_runner_t *r, const int32_t *tokens, int n, int pos0, boo
     int nv = model_llama_config(r->model)->n_vocab;
     if (pos0 < 0 || n < 1 || pos0 + n > r->max_ctx)
         return -EINVAL;
-    int32_t *pos = malloc((size_t)r->ubatch * sizeof *pos);
-    int32_t *seq = calloc((size_t)r->ubatch, sizeof *seq);
-    bool *want = calloc((size_t)r->ubatch, sizeof *want);
-    int rc = 0;
-    if (!pos || !seq || !want) {
-        rc = -ENOMEM;
-        goto done;
-    }
     model_seq_view_t sv = {r->blocks, r->kv.n_blocks};
     for (int i = 0; i < n; i += r->ubatch) {
         int m = n - i < r->ubatch ? n - i : r->ubatch;
         bool last = i + m == n;
         for (int j = 0; j < m; j++) {
-            pos[j] = pos0 + i + j;
-            want[j] = all_logits || (last && j == m - 1);
+            r->pos[j] = pos0 + i + j;
+            r->want[j] = all_logits || (last && j == m - 1);
         }
-        model_batch_t b = {m, tokens + i, pos, seq, want, 1, &sv};
+        model_batch_t b = {m, tokens + i, r->pos, r->seq, r->want, 1, &sv};
         float *dst = all_logits ? out + (size_t)i * nv : (last ? out : r->logits);
         int got = model_ctx_forward(r->ctx, &b, &r->kv, dst);
-        if (got < 0) {
-            rc = got;
-            break;
-        }
+        if (got < 0)
+            return got;
     }
-done:
-    free(pos);
-    free(seq);
-    free(want);
-    return rc;
+    return 0;
 }

@@ -38,6 +38,9 @@ typedef struct {
     int max_ctx;      /* positions this runner holds */
     int ubatch;       /* tokens per forward pass in prefill */
     float *logits;    /* (ubatch, n_vocab) */
+    int32_t *pos;     /* (ubatch) batch positions */
+    int32_t *seq;     /* (ubatch) batch sequence ids (all 0) */
+    bool *want;       /* (ubatch) which tokens want logits */
 } cli_runner_t;
 
 /* Load model + tokenizer.  Prints one "strata CMD: ..." line and returns

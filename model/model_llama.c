@@ -46,6 +46,7 @@ struct model_llama_t {
     float *out_norm;        /* (d_model) */
     model_weight_t out;     /* (n_vocab, d_model); token_embd when tied */
     float *rope_freqs;      /* (n_rot/2) frequency divisors, or NULL */
+    double *rope_theta;     /* (n_rot/2) angle per position of each rotated pair */
     s_layer_t *layers;      /* (n_layer) */
     size_t weight_bytes;    /* sum of tensor sizes */
     size_t packed_bytes;    /* sum of the packed copies */
@@ -240,6 +241,18 @@ model_llama_t *model_llama_load(const char *path, char *err, size_t errlen) {
     if (model_gguf_tensor(m->gguf, "rope_freqs.weight") &&
         s_vector(m, "rope_freqs.weight", c->n_rot / 2, &m->rope_freqs, err, errlen))
         goto fail;
+    /* RoPE: pair i turns by pos * base^(-2i/n_rot) (divided by rope_freqs[i] when
+     * the model has them); the per-pair rate is fixed, so compute it once. */
+    m->rope_theta = malloc((size_t)(c->n_rot / 2) * sizeof *m->rope_theta);
+    if (!m->rope_theta) {
+        s_err(err, errlen, path, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < c->n_rot / 2; i++) {
+        m->rope_theta[i] = pow((double)c->rope_base, -2.0 * i / c->n_rot);
+        if (m->rope_freqs)
+            m->rope_theta[i] /= m->rope_freqs[i];
+    }
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->layers) {
         s_err(err, errlen, path, "out of memory");
@@ -288,6 +301,7 @@ void model_llama_destroy(model_llama_t **self_p) {
     free(m->layers);
     free(m->out_norm);
     free(m->rope_freqs);
+    free(m->rope_theta);
     model_gguf_destroy(&m->gguf);
     free(m);
     *self_p = NULL;
@@ -529,10 +543,7 @@ static void s_stage_embed(model_ctx_t *c, int t0, int t1) {
                           c->x + (size_t)t * cfg->d_model, cfg->d_model);
         float *cs = c->cs + (size_t)t * cfg->n_rot;
         for (int i = 0; i < cfg->n_rot / 2; i++) {
-            double freq = pow((double)cfg->rope_base, -2.0 * i / cfg->n_rot);
-            if (c->m->rope_freqs)
-                freq /= c->m->rope_freqs[i];
-            double th = b->pos[t] * freq;
+            double th = b->pos[t] * c->m->rope_theta[i];
             cs[2 * i] = (float)cos(th);
             cs[2 * i + 1] = (float)sin(th);
         }
