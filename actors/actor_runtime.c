@@ -284,6 +284,73 @@ int actor_recv(zsock_t *sock, msg_any_t *m, msg_err_t *err) {
     return rc;
 }
 
+int actor_send_raw(zsock_t *sock, int type, const void *m, const void *raw, size_t len,
+                   int timeout_ms) {
+    void *buf = NULL;
+    size_t blen = 0;
+    msg_err_t err;
+    int rc = msg_encode(type, m, &buf, &blen, &err);
+    if (rc) {
+        LOG_W(TAG, "cannot encode %s: %s", msg_type_name(type), err.msg);
+        return rc;
+    }
+    void *h = zsock_resolve(sock);
+    /* a multi-part message is queued atomically: once the first part is in, the
+     * second goes too (ZeroMQ guarantees it), so only the first may see EAGAIN */
+    uint64_t t0 = actor_now_us();
+    for (;;) {
+        rc = zmq_send(h, buf, blen, ZMQ_DONTWAIT | ZMQ_SNDMORE);
+        if (rc >= 0 || zmq_errno() != EAGAIN ||
+            actor_now_us() - t0 >= (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000)
+            break;
+        zclock_sleep(1);
+    }
+    free(buf);
+    if (rc < 0)
+        return zmq_errno() == EAGAIN ? -EAGAIN : -EIO;
+    rc = zmq_send(h, raw, len, 0);
+    return rc < 0 ? -EIO : 0;
+}
+
+int actor_recv_raw(zsock_t *sock, msg_any_t *m, msg_err_t *err, zmq_msg_t *raw) {
+    void *h = zsock_resolve(sock);
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    zmq_msg_init(raw);
+    m->type = MSG_NONE;
+    if (zmq_msg_recv(&msg, h, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&msg);
+        return -EAGAIN;
+    }
+    int rc = 0;
+    if (zmq_msg_more(&msg)) {
+        zmq_msg_recv(raw, h, 0); /* the rest of a multi-part message is already here */
+        if (zmq_msg_more(raw)) {
+            rc = -EPROTO;
+            bool more = true;
+            while (more) {
+                zmq_msg_close(raw);
+                zmq_msg_init(raw);
+                if (zmq_msg_recv(raw, h, 0) < 0)
+                    break;
+                more = zmq_msg_more(raw);
+            }
+            zmq_msg_close(raw);
+            zmq_msg_init(raw);
+            if (err) {
+                memset(err, 0, sizeof *err);
+                err->code = rc;
+                err->kind = MSG_E_MALFORMED;
+                snprintf(err->msg, sizeof err->msg, "more than two frames");
+            }
+        }
+    }
+    if (!rc)
+        rc = msg_any_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), m, err);
+    zmq_msg_close(&msg);
+    return rc;
+}
+
 /* ---- counters */
 
 typedef struct {

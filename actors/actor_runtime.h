@@ -81,6 +81,16 @@ int actor_send(zsock_t *sock, int type, const void *m);
  * (then m is empty).  On success the caller msg_any_clear()s m. */
 int actor_recv(zsock_t *sock, msg_any_t *m, msg_err_t *err);
 
+/* Like actor_send, followed by a second frame of len raw bytes (a KV block):
+ * the bulk payload never goes through MessagePack.  Blocking for at most
+ * timeout_ms when the peer's queue is full (0: never).  0, -EAGAIN, ... */
+int actor_send_raw(zsock_t *sock, int type, const void *m, const void *raw, size_t len,
+                   int timeout_ms);
+/* Like actor_recv, but a message may carry one raw frame after its header: it
+ * is moved into *raw (zmq_msg_init'ed by this call; the caller zmq_msg_close()s
+ * it; size 0 when there was none).  More than two frames: -EPROTO. */
+int actor_recv_raw(zsock_t *sock, msg_any_t *m, msg_err_t *err, zmq_msg_t *raw);
+
 /* ---- counters (for stats) */
 
 typedef struct actor_counters_t actor_counters_t;

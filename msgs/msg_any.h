@@ -13,6 +13,8 @@
 #include "msg_client.h"
 #include "msg_ctl.h"
 #include "msg_internal.h"
+#include "msg_kv.h"
+#include "msg_spec.h"
 #include "msg_types.h"
 
 typedef struct {

@@ -40,6 +40,14 @@
     X(load_report, LOAD_REPORT, 25, 1, MSG_FAMILY_INTERNAL)                                        \
     X(work_error, WORK_ERROR, 26, 1, MSG_FAMILY_INTERNAL)                                          \
     X(worker_down, WORKER_DOWN, 27, 1, MSG_FAMILY_INTERNAL)                                        \
+    /* KV store (msg_kv.h) and speculative decoding (msg_spec.h) */                              \
+    X(kv_hint, KV_HINT, 28, 1, MSG_FAMILY_INTERNAL)                                                \
+    X(kv_promote, KV_PROMOTE, 29, 1, MSG_FAMILY_INTERNAL)                                          \
+    X(kv_block, KV_BLOCK, 30, 1, MSG_FAMILY_INTERNAL)                                              \
+    X(kv_promote_done, KV_PROMOTE_DONE, 31, 1, MSG_FAMILY_INTERNAL)                                \
+    X(draft_request, DRAFT_REQUEST, 32, 1, MSG_FAMILY_INTERNAL)                                    \
+    X(draft_reply, DRAFT_REPLY, 33, 1, MSG_FAMILY_INTERNAL)                                        \
+    X(draft_end, DRAFT_END, 34, 1, MSG_FAMILY_INTERNAL)                                            \
     /* control: supervisor/parent <-> actor */                                                     \
     X(ready, READY, 40, 1, MSG_FAMILY_CTL)                                                         \
     X(ping, PING, 41, 1, MSG_FAMILY_CTL)                                                           \
