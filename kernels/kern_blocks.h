@@ -28,6 +28,7 @@ typedef enum {
     KERN_Q5_K = 13,
     KERN_Q6_K = 14,
     KERN_Q8_K = 15, /* activations only (dot partner of the K-quants) */
+    KERN_I8 = 24,   /* int8 KV cache rows with one float scale per row (kern_ops.h) */
     KERN_BF16 = 30,
     KERN_TYPE_COUNT = 31
 } kern_type_t;

@@ -50,6 +50,22 @@ void kern_ref_swiglu(float *out, const float *gate, const float *up, int n) {
     }
 }
 
+float kern_i8_quant_row(const float *x, int8_t *q, int n) {
+    float amax = 0;
+    for (int i = 0; i < n; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    if (!(amax > 0)) { /* zero row (or NaN): all zeros */
+        memset(q, 0, (size_t)n);
+        return 0;
+    }
+    float id = 127.0f / amax;
+    for (int i = 0; i < n; i++) {
+        long v = lrintf(x[i] * id);
+        q[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+    }
+    return amax / 127.0f;
+}
+
 /* Address of K or V of position p (a row of head_dim elements). */
 static const uint8_t *s_kv_row(const kern_attn_args_t *a, const uint8_t *base, int p) {
     size_t elt = a->kv_type == KERN_F16 ? 2 : 4;

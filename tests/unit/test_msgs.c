@@ -123,6 +123,28 @@ static void fill(int type, msg_any_t *a) {
     case MSG_WORKER_DOWN:
         a->u.worker_down.worker = 2;
         break;
+    case MSG_KV_HINT:
+        a->u.kv_hint = (msg_kv_hint_t){.rid = 5, .worker = 1, .tokens = toks, .n_tokens = 5};
+        strcpy(a->u.kv_hint.session, "chat-42");
+        break;
+    case MSG_KV_PROMOTE:
+        a->u.kv_promote = (msg_kv_promote_t){6, 0, toks, 5, true};
+        break;
+    case MSG_KV_BLOCK:
+        a->u.kv_block = (msg_kv_block_t){7, 2, UINT64_MAX, 12345, toks, 4, 1, 200};
+        break;
+    case MSG_KV_PROMOTE_DONE:
+        a->u.kv_promote_done = (msg_kv_promote_done_t){8, 12, 3};
+        break;
+    case MSG_DRAFT_REQUEST:
+        a->u.draft_request = (msg_draft_request_t){9, 1, 77, toks, 5, 8};
+        break;
+    case MSG_DRAFT_REPLY:
+        a->u.draft_reply = (msg_draft_reply_t){9, 77, 5, toks, 3};
+        break;
+    case MSG_DRAFT_END:
+        a->u.draft_end = (msg_draft_end_t){9, 1};
+        break;
     case MSG_READY:
         strcpy(a->u.ready.name, "tokenizer");
         a->u.ready.pid = 4242;
