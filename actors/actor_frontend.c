@@ -477,6 +477,9 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
     }
     d.usage.prompt_tokens = te->prompt_tokens;
     d.usage.completion_tokens = r->n_tokens;
+    d.usage.cached_tokens = te->cached_tokens;
+    d.usage.draft_proposed = te->draft_proposed;
+    d.usage.draft_accepted = te->draft_accepted;
     d.timings.queued_ms = s_ms(te->timings.queued_us);
     d.timings.prefill_ms = s_ms(te->timings.prefill_us);
     d.timings.decode_ms = s_ms(te->timings.decode_us);
@@ -603,7 +606,7 @@ int actor_frontend_main(actor_env_t *env) {
     f.reqs = calloc((size_t)f.max_requests, sizeof *f.reqs);
     f.counters = actor_counters_new();
     int nw = actor_topology_workers(t);
-    f.peers = calloc((size_t)nw + 2, sizeof *f.peers);
+    f.peers = calloc((size_t)t->n + 2, sizeof *f.peers); /* at most every entry */
     f.in = actor_sock_inbound(actor_topology_endpoint(t, "frontend"), MSG_MAX_INTERNAL_FRAME + 4096,
                               100000);
     f.to_tok = actor_sock_outbound(actor_topology_endpoint(t, "tokenizer"), 10000);
@@ -622,6 +625,17 @@ int actor_frontend_main(actor_env_t *env) {
         s_peer_t *p = &f.peers[f.n_peers++];
         snprintf(p->name, sizeof p->name, "worker%d", i);
         p->push = actor_sock_outbound(actor_topology_endpoint(t, p->name), 100);
+    }
+    /* every other actor of the topology (kvtier, prefetcher, draft, ...) */
+    for (int i = 0; i < t->n; i++) {
+        const char *n = t->entries[i].name;
+        if (actor_topology_reserved(n) || !actor_topology_endpoint(t, n) ||
+            !strcmp(n, "frontend") || !strcmp(n, "tokenizer") || !strcmp(n, "router") ||
+            (!strncmp(n, "worker", 6) && n[6] >= '0' && n[6] <= '9'))
+            continue;
+        s_peer_t *p = &f.peers[f.n_peers++];
+        snprintf(p->name, sizeof p->name, "%s", n);
+        p->push = actor_sock_outbound(actor_topology_endpoint(t, n), 100);
     }
     for (int i = 0; i < f.n_peers; i++)
         if (!f.peers[i].push) {

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
     actor_env_t *env;    /* runtime */
@@ -14,6 +15,7 @@ typedef struct {
     zsock_t *to_tok;     /* PUSH to the tokenizer (errors) */
     zsock_t *to_front;   /* PUSH to the frontend (pong, stats) */
     zsock_t **to_worker; /* (n_workers) PUSH to each worker */
+    zsock_t *to_prefetch; /* PUSH to the prefetcher, or NULL when the topology has none */
     int n_workers;
     router_dispatch_t *dispatch; /* load table + rid -> worker */
     actor_counters_t *counters;  /* stats */
@@ -45,6 +47,21 @@ static void s_on_request(s_router_t *r, const msg_work_request_t *q) {
                rc == -EAGAIN ? "the worker's queue is full" : "cannot reach the worker");
         return;
     }
+    if (r->to_prefetch) {
+        /* the prefetcher starts promoting the prompt's cached prefix towards the
+         * worker while the request travels there; a lost hint only costs a miss */
+        msg_kv_hint_t h;
+        msg_kv_hint_init(&h);
+        h.rid = q->rid;
+        h.worker = w;
+        h.tokens = q->tokens;
+        h.n_tokens = q->n_tokens;
+        memcpy(h.session, q->session, sizeof h.session);
+        if (actor_send(r->to_prefetch, MSG_KV_HINT, &h))
+            actor_counters_add(r->counters, "hint.dropped", 1);
+        else
+            actor_counters_add(r->counters, "hint.sent", 1);
+    }
     char name[32];
     snprintf(name, sizeof name, "dispatched.worker%d", w);
     actor_counters_add(r->counters, name, 1);
@@ -74,6 +91,7 @@ static void s_cleanup(s_router_t *r) {
     zsock_destroy(&r->in);
     zsock_destroy(&r->to_tok);
     zsock_destroy(&r->to_front);
+    zsock_destroy(&r->to_prefetch);
     router_dispatch_destroy(&r->dispatch);
     actor_counters_destroy(&r->counters);
 }
@@ -90,6 +108,8 @@ int actor_router_main(actor_env_t *env) {
                               100000);
     r.to_tok = actor_sock_outbound(actor_topology_endpoint(t, "tokenizer"), 100000);
     r.to_front = actor_sock_outbound(actor_topology_endpoint(t, "frontend"), 1000);
+    if (actor_topology_endpoint(t, "prefetcher"))
+        r.to_prefetch = actor_sock_outbound(actor_topology_endpoint(t, "prefetcher"), 10000);
     bool ok = r.dispatch && r.counters && r.to_worker && r.in && r.to_tok && r.to_front &&
               r.n_workers > 0;
     for (int i = 0; ok && i < r.n_workers; i++) {

@@ -2,7 +2,10 @@
  * helpers, counters and the common control-message answers. */
 #include "actor_runtime.h"
 
+#include "actor_draft.h"
 #include "actor_frontend.h"
+#include "actor_kvtier.h"
+#include "actor_prefetch.h"
 #include "actor_router.h"
 #include "actor_tokenizer.h"
 #include "actor_worker.h"
@@ -73,6 +76,12 @@ actor_fn_t actor_lookup(const char *name) {
         return actor_tokenizer_main;
     if (!strcmp(name, "router"))
         return actor_router_main;
+    if (!strcmp(name, "draft"))
+        return actor_draft_main;
+    if (!strcmp(name, "kvtier"))
+        return actor_kvtier_main;
+    if (!strcmp(name, "prefetcher"))
+        return actor_prefetch_main;
     if (!strncmp(name, "worker", 6) && name[6] >= '0' && name[6] <= '9')
         return actor_worker_main;
     return NULL;

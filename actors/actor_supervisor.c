@@ -84,12 +84,20 @@ actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const cha
         actor_supervisor_destroy(&self);
         return NULL;
     }
-    /* workers first (they take longest to load), frontend last */
-    const char *order[] = {"worker", "router", "tokenizer", "frontend"};
-    for (int o = 0; o < 4; o++)
+    /* the KV tiers and the draft worker first, then workers (they take
+     * longest to load), frontend last */
+    const char *order[] = {"kvtier", "prefetcher", "draft", "worker", "router", "tokenizer",
+                           "frontend"};
+    const int n_order = (int)(sizeof order / sizeof order[0]);
+    for (int o = 0; o <= n_order; o++)
         for (int i = 0; i < topo->n; i++) {
             const char *name = topo->entries[i].name;
-            if (actor_topology_reserved(name) || strncmp(name, order[o], strlen(order[o])))
+            if (actor_topology_reserved(name))
+                continue;
+            bool listed = false; /* o == n_order: anything not in the list */
+            for (int k = 0; k < n_order && !listed; k++)
+                listed = !strncmp(name, order[k], strlen(order[k]));
+            if (o < n_order ? strncmp(name, order[o], strlen(order[o])) : listed)
                 continue;
             if (!actor_lookup(name)) {
                 snprintf(err, errlen, "unknown actor '%s' in the topology", name);

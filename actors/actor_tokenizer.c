@@ -22,6 +22,28 @@ typedef struct {
     actor_counters_t *counters; /* stats */
 } s_tok_t;
 
+/* Tokens of a chat prompt that belong to its system message: the KV tiers keep
+ * them longer (a system prompt is shared by many requests).  0 when the first
+ * message is not a system message or its rendering is not a prefix. */
+static int s_system_tokens(s_tok_t *t, const msg_generate_t *g, bool bos, const int32_t *tokens,
+                           int n) {
+    if (g->n_messages < 2 || strcmp(g->messages[0].role, "system"))
+        return 0;
+    model_chat_msg_t cm = {g->messages[0].role, g->messages[0].content};
+    char *sys = model_tokenizer_chat(t->tok, &cm, 1, false);
+    if (!sys)
+        return 0;
+    int need = model_tokenizer_encode(t->tok, sys, strlen(sys), bos, true, NULL, 0);
+    int pin = 0;
+    int32_t *st = need > 0 && need <= n ? malloc((size_t)need * sizeof *st) : NULL;
+    if (st && model_tokenizer_encode(t->tok, sys, strlen(sys), bos, true, st, need) == need &&
+        !memcmp(st, tokens, (size_t)need * sizeof *st))
+        pin = need;
+    free(st);
+    free(sys);
+    return pin;
+}
+
 static void s_error_front(s_tok_t *t, uint64_t rid, int code, const char *what) {
     msg_work_error_t e;
     msg_work_error_init(&e);
@@ -80,6 +102,8 @@ static void s_on_request(s_tok_t *t, msg_tok_request_t *q) {
     w.n_stop = g->n_stop;
     w.stream = g->stream;
     w.t_arrival_us = q->t_arrival_us;
+    memcpy(w.session, g->session, sizeof w.session);
+    w.pin_tokens = chat ? s_system_tokens(t, g, bos, w.tokens, w.n_tokens) : 0;
     actor_counters_add(t->counters, "prompt_tokens", w.n_tokens);
     int rc = actor_send(t->to_router, MSG_WORK_REQUEST, &w);
     free(w.tokens);

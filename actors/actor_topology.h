@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 #define ACTOR_TOPO_MAX_ACTORS 64
-#define ACTOR_TOPO_MAX_OPTS 16
+#define ACTOR_TOPO_MAX_OPTS 32
 #define ACTOR_TOPO_NAME 32
 #define ACTOR_TOPO_ENDPOINT 256
 #define ACTOR_TOPO_VALUE 256

@@ -1,10 +1,12 @@
 /* actor_worker.c - the target worker actor: a thin loop around router_sched
- * (what runs), kv_blocks (where its KV lives) and model_ctx_forward (one
- * batched step), emitting a work_event per generated token. */
+ * (what runs), kv_cache (where its KV lives: T0, with prefix sharing) and
+ * model_ctx_forward (one batched step), emitting a text_event per generated
+ * token.  With a KV tier manager in the topology it demotes evicted blocks to
+ * it and takes in the blocks the prefetcher has it promote. */
 #include "actor_worker.h"
 
 #include "base/base_log.h"
-#include "kvstore/kv_blocks.h"
+#include "kvstore/kv_cache.h"
 #include "model/model_llama.h"
 #include "model/model_sampler.h"
 #include "model/model_tokenizer.h"
@@ -16,14 +18,20 @@
 #include <unistd.h>
 
 /* One request the worker holds (waiting or running). */
-typedef struct {
+typedef struct s_req_t {
     uint64_t rid;              /* server-side request id */
     int32_t *hist;             /* (n_prompt + max_tokens) prompt then generated tokens */
     int n_prompt;              /* prompt tokens */
     int n_hist;                /* tokens in hist */
     int max_tokens;            /* generation limit */
     model_sampler_params_t sp; /* sampling */
-    kv_table_t kv;             /* its blocks */
+    kv_seq_t kv;               /* its blocks */
+    int n_cached;              /* prompt positions attached from the prefix cache */
+    int n_computed;            /* positions whose KV is computed (cached ones included) */
+    int pin_tokens;            /* leading tokens that are the system prompt */
+    bool parked;               /* waiting for promotions (not yet in the scheduler) */
+    uint64_t park_deadline;    /* stop waiting then (us) */
+    struct s_req_t *next_parked; /* parked list */
     uint64_t t_arrival;        /* frontend arrival (us) */
     uint64_t t_prefill;        /* first prefill chunk started */
     uint64_t t_first;          /* first token sampled */
@@ -43,7 +51,12 @@ typedef struct {
     model_llama_t *model;       /* weights */
     model_tokenizer_t *tok;     /* for end-of-generation tokens */
     model_ctx_t *ctx;           /* forward scratch and threads */
-    kv_blocks_t *kv;            /* KV pool + allocator */
+    kv_cache_t *kv;             /* T0: KV pool, prefix index, allocator */
+    zsock_t *to_tier;           /* PUSH to the KV tier manager, or NULL */
+    s_req_t *parked;            /* requests waiting for promotions */
+    int prefetch_wait_ms;       /* longest wait for promotions */
+    bool self_promote;          /* a tier manager but no prefetcher: ask for promotions */
+    int block_size;
     router_sched_t *sched;      /* continuous batching policy */
     model_sampler_t *sampler;   /* scratch shared by all requests (one thread) */
     actor_counters_t *counters; /* stats */
@@ -63,13 +76,27 @@ typedef struct {
 
 #define TAG "worker"
 
+/* Publish r's computed positions [0, upto) in the prefix index: the system
+ * prompt's blocks with a high pin, the rest with none.  last_partial: also the
+ * partial block at the end (when r is done writing). */
+static void s_publish(s_worker_t *w, s_req_t *r, int upto, bool last_partial) {
+    if (upto > r->n_hist)
+        upto = r->n_hist;
+    int pin_end = r->pin_tokens / w->block_size * w->block_size;
+    if (pin_end > upto)
+        pin_end = upto / w->block_size * w->block_size;
+    if (pin_end > 0)
+        kv_cache_publish(w->kv, &r->kv, r->hist, pin_end, false, 200);
+    kv_cache_publish(w->kv, &r->kv, r->hist, upto, last_partial, 0);
+}
+
 static void s_req_free(s_worker_t *w, s_req_t **rp) {
     s_req_t *r = *rp;
     if (!r)
         return;
-    int doubles = kv_blocks_release(w->kv, &r->kv);
-    if (doubles)
-        actor_counters_add(w->counters, "kv.double_free", doubles);
+    if (r->kv.n)
+        s_publish(w, r, r->n_computed, true); /* what it computed serves later requests */
+    kv_cache_release(w->kv, &r->kv);
     model_stopper_free(&r->stopper);
     free(r->hist);
     free(r);
@@ -143,6 +170,7 @@ static int s_event(s_worker_t *w, s_req_t *r, int index, int32_t token, int fini
         te.timings.prefill_us = tf - tp;
         te.timings.ttft_us = tf > r->t_arrival ? tf - r->t_arrival : 0;
         te.timings.decode_us = r->t_last > tf ? r->t_last - tf : 0;
+        te.cached_tokens = r->n_cached;
     }
     s_send(w, w->to_front, MSG_TEXT_EVENT, &te);
     if (te.finish) {
@@ -157,6 +185,27 @@ static int s_event(s_worker_t *w, s_req_t *r, int index, int32_t token, int fini
         s_send(w, w->to_router, MSG_WORK_EVENT, &ev);
     }
     return te.finish;
+}
+
+static void s_admit(s_worker_t *w, s_req_t *r);
+
+/* Take r out of the parked list; true if it was there. */
+static bool s_unpark(s_worker_t *w, s_req_t *r) {
+    for (s_req_t **p = &w->parked; *p; p = &(*p)->next_parked)
+        if (*p == r) {
+            *p = r->next_parked;
+            r->parked = false;
+            r->next_parked = NULL;
+            return true;
+        }
+    return false;
+}
+
+static s_req_t *s_find_parked(s_worker_t *w, uint64_t rid) {
+    for (s_req_t *r = w->parked; r; r = r->next_parked)
+        if (r->rid == rid)
+            return r;
+    return NULL;
 }
 
 static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
@@ -194,9 +243,42 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
         s_req_free(w, &r);
         return;
     }
-    int rc = router_sched_submit(w->sched, r->rid, r->n_prompt, r->max_tokens, r);
+    r->pin_tokens = q->pin_tokens < r->n_prompt ? q->pin_tokens : r->n_prompt;
+    if (w->to_tier && kv_cache_match(w->kv, r->hist, r->n_prompt) / w->block_size <
+                          (r->n_prompt - 1) / w->block_size) {
+        /* part of the prompt may be in T1/T2: the prefetcher is having it sent
+         * here; run it when the tier manager says it is done (or at the deadline) */
+        r->parked = true;
+        r->park_deadline = actor_now_us() + (uint64_t)w->prefetch_wait_ms * 1000;
+        r->next_parked = w->parked;
+        w->parked = r;
+        actor_counters_add(w->counters, "kv.prefetch.waits", 1);
+        if (w->self_promote) { /* no prefetcher in this deployment: ask directly */
+            msg_kv_promote_t p;
+            msg_kv_promote_init(&p);
+            p.rid = r->rid;
+            p.worker = w->index;
+            p.tokens = r->hist;
+            p.n_tokens = r->n_prompt;
+            if (actor_send(w->to_tier, MSG_KV_PROMOTE, &p))
+                actor_counters_add(w->counters, "kv.promote.dropped", 1);
+        }
+        return;
+    }
+    s_admit(w, r);
+}
+
+/* Attach r's cached prefix and hand it to the scheduler. */
+static void s_admit(s_worker_t *w, s_req_t *r) {
+    r->n_cached = kv_cache_attach_prefix(w->kv, &r->kv, r->hist, r->n_prompt);
+    if (r->n_cached < 0)
+        r->n_cached = 0;
+    r->n_computed = r->n_cached;
+    actor_counters_add(w->counters, "kv.cached_tokens", r->n_cached);
+    int rc = router_sched_submit_cached(w->sched, r->rid, r->n_prompt, r->n_cached,
+                                        r->max_tokens, r);
     if (rc) {
-        s_error(w, q->rid, rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_BAD_REQUEST,
+        s_error(w, r->rid, rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_BAD_REQUEST,
                 rc == -EAGAIN   ? "the worker's queue is full"
                 : rc == -E2BIG  ? "prompt + max_tokens do not fit in the context or KV pool"
                 : rc == -EEXIST ? "duplicate request id"
@@ -208,7 +290,11 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
 }
 
 static void s_on_cancel(s_worker_t *w, uint64_t rid) {
-    s_req_t *r = router_sched_remove(w->sched, rid);
+    s_req_t *r = s_find_parked(w, rid);
+    if (r)
+        s_unpark(w, r);
+    else
+        r = router_sched_remove(w->sched, rid);
     if (!r) {
         actor_counters_add(w->counters, "cancel.unknown", 1);
         return;
@@ -237,12 +323,12 @@ static int s_step(s_worker_t *w) {
     for (int k = 0; k < n_items; k++) {
         router_sched_item_t *it = &w->items[k];
         s_req_t *r = it->user;
-        if (kv_blocks_reserve(w->kv, &r->kv, it->pos0 + it->n)) {
+        if (kv_cache_reserve(w->kv, &r->kv, it->pos0, it->pos0 + it->n)) {
             /* cannot happen while the scheduler's accounting holds */
             actor_counters_add(w->counters, "kv.reserve_failed", 1);
             return -ENOSPC;
         }
-        if (it->prefill && it->pos0 == 0)
+        if (it->prefill && !r->t_prefill)
             r->t_prefill = now;
         w->b_seqs[k] = (model_seq_view_t){r->kv.blocks, r->kv.n};
         for (int j = 0; j < it->n; j++, nt++) {
@@ -254,7 +340,7 @@ static int s_step(s_worker_t *w) {
         actor_counters_add(w->counters, it->prefill ? "tokens.prefill" : "tokens.decode", it->n);
     }
     model_batch_t b = {nt, w->b_tok, w->b_pos, w->b_seq, w->b_want, n_items, w->b_seqs};
-    int got = model_ctx_forward(w->ctx, &b, kv_blocks_pool(w->kv), w->logits);
+    int got = model_ctx_forward(w->ctx, &b, kv_cache_pool(w->kv), w->logits);
     actor_counters_add(w->counters, "steps", 1);
     if (got < 0) {
         LOG_E(w->name, "forward pass failed (%d): failing the batch", got);
@@ -270,6 +356,9 @@ static int s_step(s_worker_t *w) {
     for (int k = 0; k < n_items; k++) {
         router_sched_item_t *it = &w->items[k];
         s_req_t *r = it->user;
+        r->n_computed = it->pos0 + it->n;
+        if (it->prefill) /* full prompt blocks are shareable as soon as they are computed */
+            s_publish(w, r, r->n_computed, false);
         if (!it->sample) {
             router_sched_advance(w->sched, r->rid, it->n, false);
             continue;
@@ -303,6 +392,74 @@ static int s_step(s_worker_t *w) {
     return n_items;
 }
 
+/* Evicted from T0: demote to the tier manager unless it has the block already.
+ * Never waits: a full queue drops the demotion (the block is recomputed if
+ * needed again). */
+static void s_on_evict(void *arg, const kv_cache_evicted_t *b) {
+    s_worker_t *w = arg;
+    if (!w->to_tier || b->in_lower || b->meta->n_tokens != w->block_size)
+        return;
+    msg_kv_block_t m;
+    msg_kv_block_init(&m);
+    m.worker = w->index;
+    m.hash = b->meta->hash;
+    m.parent = b->meta->parent;
+    m.tokens = (int32_t *)b->meta->tokens;
+    m.n_tokens = b->meta->n_tokens;
+    m.fmt = b->fmt;
+    m.pin = b->meta->pin;
+    if (actor_send_raw(w->to_tier, MSG_KV_BLOCK, &m, b->data, b->bytes, 0)) {
+        actor_counters_add(w->counters, "kv.demote.dropped", 1);
+    } else {
+        actor_counters_add(w->counters, "kv.demoted", 1);
+        actor_counters_add(w->counters, "kv.bytes.demoted", (int64_t)b->bytes);
+    }
+}
+
+/* A block promoted from T1/T2 for request rid. */
+static void s_on_block(s_worker_t *w, const msg_kv_block_t *b, zmq_msg_t *raw) {
+    kv_meta_t meta;
+    meta.hash = b->hash;
+    meta.parent = b->parent;
+    meta.n_tokens = b->n_tokens;
+    meta.pin = b->pin;
+    if (b->n_tokens > KV_MAX_BLOCK_TOKENS ||
+        kv_hash_block(b->parent, b->tokens, b->n_tokens) != b->hash) {
+        actor_counters_add(w->counters, "kv.promoted.refused", 1);
+        return;
+    }
+    memcpy(meta.tokens, b->tokens, (size_t)b->n_tokens * sizeof *meta.tokens);
+    int rc = kv_cache_insert(w->kv, &meta, b->fmt, zmq_msg_data(raw), zmq_msg_size(raw));
+    bool waiting = s_find_parked(w, b->rid) != NULL;
+    actor_counters_add(w->counters,
+                       rc == -EEXIST ? "kv.promoted.redundant"
+                       : rc          ? "kv.promoted.refused"
+                       : waiting     ? "kv.promoted.in_time"
+                                     : "kv.promoted.late",
+                       1);
+    if (!rc)
+        actor_counters_add(w->counters, "kv.bytes.promoted", (int64_t)zmq_msg_size(raw));
+}
+
+/* Parked requests whose promotions did not finish in time run now (what is
+ * missing is recomputed). */
+static void s_check_parked(s_worker_t *w) {
+    uint64_t now = actor_now_us();
+    s_req_t **p = &w->parked;
+    while (*p) {
+        s_req_t *r = *p;
+        if (now < r->park_deadline) {
+            p = &r->next_parked;
+            continue;
+        }
+        *p = r->next_parked;
+        r->parked = false;
+        r->next_parked = NULL;
+        actor_counters_add(w->counters, "kv.prefetch.timeouts", 1);
+        s_admit(w, r);
+    }
+}
+
 static void s_report(s_worker_t *w) {
     router_sched_load_t l = router_sched_load(w->sched);
     msg_load_report_t m;
@@ -312,12 +469,25 @@ static void s_report(s_worker_t *w) {
     m.active_tokens = l.active_tokens;
     m.n_queued = l.n_waiting;
     m.n_active = l.n_running;
-    m.kv_free_blocks = kv_blocks_free_count(w->kv);
+    m.kv_free_blocks = kv_cache_available(w->kv);
     actor_send(w->to_router, MSG_LOAD_REPORT, &m); /* a lost report is replaced soon */
     actor_counters_set(w->counters, "running", l.n_running);
     actor_counters_set(w->counters, "waiting", l.n_waiting);
-    actor_counters_set(w->counters, "kv.free_blocks", kv_blocks_free_count(w->kv));
-    actor_counters_set(w->counters, "kv.total_blocks", kv_blocks_total(w->kv));
+    kv_cache_stats_t ks = kv_cache_stats(w->kv);
+    actor_counters_t *c = w->counters;
+    actor_counters_set(c, "kv.free_blocks", kv_cache_available(w->kv));
+    actor_counters_set(c, "kv.total_blocks", kv_cache_total(w->kv));
+    actor_counters_set(c, "kv.t0.hit_blocks", ks.hit_blocks);
+    actor_counters_set(c, "kv.t0.hit_tokens", ks.hit_tokens);
+    actor_counters_set(c, "kv.t0.miss_blocks", ks.miss_blocks);
+    actor_counters_set(c, "kv.t0.cow_copies", ks.cow_copies);
+    actor_counters_set(c, "kv.t0.evictions", ks.evictions);
+    actor_counters_set(c, "kv.t0.inserted", ks.inserted);
+    actor_counters_set(c, "kv.t0.blocks_used", ks.n_used);
+    actor_counters_set(c, "kv.t0.blocks_cached", ks.n_cached);
+    actor_counters_set(c, "kv.t0.blocks_free", ks.n_free);
+    actor_counters_set(c, "kv.t0.bytes",
+                       (int64_t)kv_cache_total(w->kv) * (int64_t)kv_cache_pool(w->kv)->block_bytes);
     w->last_report_us = actor_now_us();
     w->dirty = false;
 }
@@ -328,7 +498,13 @@ static void s_cleanup(s_worker_t *w) {
     while (w->sched && (r = router_sched_pop(w->sched)))
         s_req_free(w, &r);
     router_sched_destroy(&w->sched);
-    kv_blocks_destroy(&w->kv);
+    while (w->parked) {
+        r = w->parked;
+        s_unpark(w, r);
+        s_req_free(w, &r);
+    }
+    kv_cache_destroy(&w->kv);
+    zsock_destroy(&w->to_tier);
     model_ctx_destroy(&w->ctx);
     model_sampler_destroy(&w->sampler);
     model_tokenizer_destroy(&w->tok);
@@ -369,6 +545,17 @@ int actor_worker_main(actor_env_t *env) {
     w.step_tokens = (int)actor_topology_opt_int(t, name, "step_tokens", 256);
     int max_ctx = (int)actor_topology_opt_int(t, name, "max_ctx", 2048);
     int bs = (int)actor_topology_opt_int(t, name, "block_size", 16);
+    int kv_fmt = kv_fmt_parse(actor_topology_opt(t, name, "kv_type", "f32"));
+    int policy = kv_policy_parse(actor_topology_opt(t, name, "kv_policy", "scored"));
+    bool sharing = actor_topology_opt_int(t, name, "prefix_cache", 1) != 0;
+    w.prefetch_wait_ms = (int)actor_topology_opt_int(t, name, "prefetch_wait_ms", 200);
+    w.block_size = bs;
+    if (kv_fmt < 0 || kv_fmt_pool_type(kv_fmt) < 0 || policy < 0 || w.prefetch_wait_ms < 0 ||
+        bs > KV_MAX_BLOCK_TOKENS) {
+        actor_env_fail(env, "%s: bad kv_type (f32|f16|int8), kv_policy (lru|lfu|scored), "
+                            "prefetch_wait_ms or block_size", name);
+        return 1;
+    }
     if (threads < 1 || w.max_batch < 1 || n_blocks < 1 || queue < 0 || w.step_tokens < 1 ||
         max_ctx < 2 || bs < 1) {
         actor_env_fail(env, "%s: bad option value", name);
@@ -385,7 +572,10 @@ int actor_worker_main(actor_env_t *env) {
     w.n_vocab = cfg->n_vocab;
     w.tok = model_tokenizer_new(model_llama_gguf(w.model), err, sizeof err);
     w.ctx = model_ctx_new(w.model, w.step_tokens, max_ctx, threads, NULL);
-    w.kv = kv_blocks_new(cfg, KERN_F32, bs, n_blocks);
+    kv_cache_config_t kc = {kv_fmt, bs, n_blocks, (kv_policy_kind_t)policy, sharing};
+    w.kv = kv_cache_new(cfg, &kc);
+    if (w.kv)
+        kv_cache_on_evict(w.kv, s_on_evict, &w);
     router_sched_config_t sc = {w.max_batch, queue, n_blocks, bs, w.step_tokens, max_ctx};
     w.sched = router_sched_new(&sc);
     w.sampler = model_sampler_new(cfg->n_vocab);
@@ -414,14 +604,24 @@ int actor_worker_main(actor_env_t *env) {
     w.to_tok = actor_sock_outbound(actor_topology_endpoint(t, "tokenizer"), 100000);
     w.to_router = actor_sock_outbound(actor_topology_endpoint(t, "router"), 100000);
     w.to_front = actor_sock_outbound(actor_topology_endpoint(t, "frontend"), 1000);
+    if (actor_topology_endpoint(t, "kvtier")) {
+        w.to_tier = actor_sock_outbound(actor_topology_endpoint(t, "kvtier"), 256);
+        w.self_promote = actor_topology_endpoint(t, "prefetcher") == NULL;
+        if (!w.to_tier) {
+            actor_env_fail(env, "%s: cannot connect to the KV tier manager", name);
+            s_cleanup(&w);
+            return 1;
+        }
+    }
     if (!w.in || !w.to_tok || !w.to_router || !w.to_front) {
         actor_env_fail(env, "%s: cannot open its sockets", name);
         s_cleanup(&w);
         return 1;
     }
     actor_counters_set(w.counters, "kv.total_blocks", n_blocks);
-    LOG_I(name, "ready: %d threads, batch %d, %d KV blocks of %d, queue %d, step %d tokens",
-          threads, w.max_batch, n_blocks, bs, queue, w.step_tokens);
+    LOG_I(name, "ready: %d threads, batch %d, %d KV blocks of %d (%s, %s%s), queue %d, step %d "
+          "tokens", threads, w.max_batch, n_blocks, bs, kv_fmt_name(kv_fmt), kv_policy_name(policy),
+          sharing ? ", prefix cache" : "", queue, w.step_tokens);
     actor_env_ready(env);
     s_report(&w);
 
@@ -431,18 +631,31 @@ int actor_worker_main(actor_env_t *env) {
     bool busy = false;
     while (!stop) {
         if (!busy)
-            zpoller_wait(poller, 100);
+            zpoller_wait(poller, w.parked ? 2 : 100);
         if (zsock_events(actor_env_pipe(env)) & ZMQ_POLLIN)
             break;
         msg_any_t m;
         msg_err_t e;
         int rc;
-        while ((rc = actor_recv(w.in, &m, &e)) != -EAGAIN) {
+        zmq_msg_t raw;
+        while ((rc = actor_recv_raw(w.in, &m, &e, &raw)) != -EAGAIN) {
             if (rc < 0) {
                 actor_counters_add(w.counters, "malformed", 1);
+                zmq_msg_close(&raw);
                 continue;
             }
             switch (m.type) {
+            case MSG_KV_BLOCK:
+                s_on_block(&w, &m.u.kv_block, &raw);
+                break;
+            case MSG_KV_PROMOTE_DONE: {
+                s_req_t *r = s_find_parked(&w, m.u.kv_promote_done.rid);
+                if (r) {
+                    s_unpark(&w, r);
+                    s_admit(&w, r);
+                }
+                break;
+            }
             case MSG_WORK_REQUEST:
                 s_on_request(&w, &m.u.work_request);
                 break;
@@ -455,8 +668,10 @@ int actor_worker_main(actor_env_t *env) {
                 else if (m.type != MSG_PING && m.type != MSG_STATS_QUERY)
                     actor_counters_add(w.counters, "unexpected", 1);
             }
+            zmq_msg_close(&raw);
             msg_any_clear(&m);
         }
+        s_check_parked(&w);
         busy = s_step(&w) > 0;
         uint64_t now = actor_now_us();
         if ((w.dirty && now - w.last_report_us > 20000) || now - w.last_report_us > 100000)

@@ -1,12 +1,25 @@
 /* cmd_eval.c - `strata logits`, `strata perplexity` and `strata bench-model`:
  * whole-model evaluation without sampling. */
 #include "cli.h"
+#include "kv_codec.h"
 
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* --kv-type: the T0 pool format, f32, f16 or int8.  false with a message. */
+static bool s_kv_type(const char *cmd, const char *val, kern_type_t *out) {
+    int fmt = kv_fmt_parse(val);
+    int t = kv_fmt_pool_type(fmt);
+    if (t < 0) {
+        fprintf(stderr, "strata %s: --kv-type must be f32, f16 or int8 (not '%s')\n", cmd, val);
+        return false;
+    }
+    *out = (kern_type_t)t;
+    return true;
+}
 
 /* ------------------------------------------------------------------ logits */
 
@@ -22,7 +35,7 @@ static void s_logits_help(FILE *f) {
                "  -o, --out PATH      output file\n"
                "  -t, --threads N     threads (default %d)\n"
                "      --ubatch N      tokens per forward pass (default 512)\n"
-               "      --kv-type TYPE  f32 (default) or f16\n"
+               "      --kv-type TYPE  KV cache: f32 (default), f16 or int8\n"
                "  -h, --help\n",
                cli_default_model(), cli_default_threads());
 }
@@ -46,11 +59,7 @@ int cmd_logits(int argc, char **argv) {
         case 'o': out = optarg; break;
         case 't': if (!cli_int(C, "--threads", optarg, 1, 256, &threads)) return 1; break;
         case 2: if (!cli_int(C, "--ubatch", optarg, 1, 8192, &ubatch)) return 1; break;
-        case 3:
-            if (!strcmp(optarg, "f32")) kv_type = KERN_F32;
-            else if (!strcmp(optarg, "f16")) kv_type = KERN_F16;
-            else { fprintf(stderr, "strata logits: --kv-type must be f32 or f16\n"); return 1; }
-            break;
+        case 3: if (!s_kv_type(C, optarg, &kv_type)) return 1; break;
         case 'h': s_logits_help(stdout); return 0;
         default: s_logits_help(stderr); return 2;
         }
@@ -120,25 +129,71 @@ static void s_ppl_help(FILE *f) {
                "Splits the tokenized file into chunks of --ctx tokens and scores the second\n"
                "half of each chunk given the first (as llama.cpp's perplexity does).\n"
                "\n"
-               "  -m, --model PATH    GGUF model (default: %s)\n"
-               "  -f, --file PATH     text file\n"
-               "  -c, --ctx N         tokens per chunk (default 512)\n"
-               "      --chunks N      score at most N chunks (default: all)\n"
-               "  -t, --threads N     threads (default %d)\n"
-               "      --kv-type TYPE  f32 (default) or f16\n"
-               "  -h, --help\n",
+               "  -m, --model PATH         GGUF model (default: %s)\n"
+               "  -f, --file PATH          text file\n"
+               "  -c, --ctx N              tokens per chunk (default 512)\n"
+               "      --chunks N           score at most N chunks (default: all)\n"
+               "  -t, --threads N          threads (default %d)\n"
+               "      --kv-type TYPE       KV cache (T0) format: f32 (default), f16 or int8\n"
+               "      --kv-tier-type TYPE  simulate KV blocks restored from a lower tier stored\n"
+               "                           as f16, int8 or int4: each block of positions, once\n"
+               "                           complete, is converted to TYPE and back in place, so\n"
+               "                           later positions attend to the round-tripped values\n"
+               "                           (a chunk's last partial block stays exact; chunks\n"
+               "                           then run one block per forward pass)\n"
+               "  -h, --help\n"
+               "\n"
+               "Prints the perplexity and the KV bytes per token (K and V, all layers) of\n"
+               "the T0 format and of the tier format.\n",
                cli_default_model(), cli_default_threads());
+}
+
+/* Run one chunk of n tokens from position 0 and write the logits of
+ * positions lo .. hi-1 (the scored ones) into logits (hi - lo, n_vocab); the
+ * other positions only fill the KV.  tier < 0: forward passes of up to
+ * r->ubatch tokens.  tier >= 0: one block per forward pass, each full block
+ * then converted T0 -> tier -> T0 in place (tmp: one tier block), so later
+ * positions attend to the round-tripped values.  0 or a negative errno. */
+static int s_ppl_chunk(cli_runner_t *r, const int32_t *chunk, int n, int lo, int hi, int tier,
+                       void *tmp, float *logits) {
+    const model_config_t *cfg = model_llama_config(r->model);
+    const int bs = r->kv.block_size, t0 = kv_fmt_of_pool_type(r->kv.type);
+    const kv_shape_t shape = kv_shape_of(cfg, bs);
+    const int step = tier < 0 ? r->ubatch : bs;
+    model_seq_view_t sv = {r->blocks, r->kv.n_blocks};
+    float *dst = logits;
+    for (int i = 0; i < n; i += step) {
+        int m = n - i < step ? n - i : step;
+        for (int j = 0; j < m; j++) {
+            r->pos[j] = i + j;
+            r->want[j] = i + j >= lo && i + j < hi;
+        }
+        model_batch_t b = {m, chunk + i, r->pos, r->seq, r->want, 1, &sv};
+        int got = model_ctx_forward(r->ctx, &b, &r->kv, dst);
+        if (got < 0)
+            return got;
+        dst += (size_t)got * cfg->n_vocab;
+        if (tier < 0 || m < bs) /* a partial last block stays in T0 as written */
+            continue;
+        uint8_t *blk = r->kv.base + (size_t)r->blocks[i / bs] * r->kv.block_bytes;
+        int rc = kv_codec_convert(&shape, t0, blk, tier, tmp, bs);
+        if (rc || (rc = kv_codec_convert(&shape, tier, tmp, t0, blk, bs)))
+            return rc;
+    }
+    return 0;
 }
 
 int cmd_perplexity(int argc, char **argv) {
     const char *C = "perplexity", *model = NULL, *file = NULL;
     long threads = cli_default_threads(), ctx = 512, max_chunks = 0;
     kern_type_t kv_type = KERN_F32;
+    int tier = -1; /* kv_fmt_t of --kv-tier-type, or none */
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"file", required_argument, 0, 'f'},
         {"ctx", required_argument, 0, 'c'}, {"chunks", required_argument, 0, 1},
         {"threads", required_argument, 0, 't'}, {"kv-type", required_argument, 0, 2},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"kv-tier-type", required_argument, 0, 3}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "m:f:c:t:h", opts, NULL)) != -1) {
@@ -148,10 +203,14 @@ int cmd_perplexity(int argc, char **argv) {
         case 'c': if (!cli_int(C, "--ctx", optarg, 8, 1 << 16, &ctx)) return 1; break;
         case 1: if (!cli_int(C, "--chunks", optarg, 0, 1 << 30, &max_chunks)) return 1; break;
         case 't': if (!cli_int(C, "--threads", optarg, 1, 256, &threads)) return 1; break;
-        case 2:
-            if (!strcmp(optarg, "f32")) kv_type = KERN_F32;
-            else if (!strcmp(optarg, "f16")) kv_type = KERN_F16;
-            else { fprintf(stderr, "strata perplexity: --kv-type must be f32 or f16\n"); return 1; }
+        case 2: if (!s_kv_type(C, optarg, &kv_type)) return 1; break;
+        case 3:
+            tier = kv_fmt_parse(optarg);
+            if (tier != KV_FMT_F16 && tier != KV_FMT_I8 && tier != KV_FMT_I4) {
+                fprintf(stderr, "strata perplexity: --kv-tier-type must be f16, int8 or int4 "
+                                "(not '%s')\n", optarg);
+                return 1;
+            }
             break;
         case 'h': s_ppl_help(stdout); return 0;
         default: s_ppl_help(stderr); return 2;
@@ -159,6 +218,10 @@ int cmd_perplexity(int argc, char **argv) {
     }
     if (!file) {
         fprintf(stderr, "strata perplexity: -f FILE is required (see --help)\n");
+        return 2;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "strata perplexity: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
     size_t len;
@@ -174,6 +237,8 @@ int cmd_perplexity(int argc, char **argv) {
     }
     int rc = 1;
     float *logits = NULL;
+    int32_t *chunk = NULL;
+    void *tmp = NULL;
     int need = model_tokenizer_encode(r.tok, text, len, false, false, NULL, 0);
     int32_t *ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
     int n = ids && need > 0 ? model_tokenizer_encode(r.tok, text, len, false, false, ids, need) : 0;
@@ -189,47 +254,59 @@ int cmd_perplexity(int argc, char **argv) {
     bool bos = model_tokenizer_bos(r.tok) >= 0 && model_tokenizer_add_bos(r.tok);
     if (!cli_runner_reserve(&r, C, (int)ctx, (int)ctx, (int)threads, kv_type))
         goto out;
-    logits = malloc((size_t)ctx * cfg->n_vocab * sizeof(float));
-    int32_t *chunk = malloc((size_t)ctx * sizeof *chunk);
-    if (!logits || !chunk) {
-        free(chunk);
+    const int bs = r.kv.block_size, t0 = kv_fmt_of_pool_type(kv_type);
+    const kv_shape_t shape = kv_shape_of(cfg, bs);
+    const int lo = (int)ctx / 2, hi = (int)ctx - 1; /* positions whose next token is scored */
+    logits = malloc((size_t)(hi - lo) * cfg->n_vocab * sizeof(float));
+    chunk = malloc((size_t)ctx * sizeof *chunk);
+    tmp = tier >= 0 ? malloc(kv_fmt_block_bytes(&shape, tier)) : NULL;
+    if (!logits || !chunk || (tier >= 0 && !tmp)) {
         fprintf(stderr, "strata perplexity: out of memory\n");
         goto out;
     }
-    fprintf(stderr, "strata perplexity: %d tokens, %d chunks of %ld\n", n, n_chunks, ctx);
+    fprintf(stderr, "strata perplexity: %d tokens, %d chunks of %ld, kv %s%s%s\n", n, n_chunks,
+            ctx, kv_fmt_name(t0), tier >= 0 ? ", tier round trip " : "",
+            tier >= 0 ? kv_fmt_name(tier) : "");
     double nll = 0;
     long count = 0;
-    double t0 = cli_now();
+    double ts = cli_now();
     for (int c = 0; c < n_chunks; c++) {
         memcpy(chunk, ids + (size_t)c * ctx, (size_t)ctx * sizeof *chunk);
         if (bos)
             chunk[0] = model_tokenizer_bos(r.tok);
-        if (cli_runner_eval(&r, chunk, (int)ctx, 0, true, logits)) {
+        if (s_ppl_chunk(&r, chunk, (int)ctx, lo, hi, tier, tmp, logits)) {
             fprintf(stderr, "strata perplexity: evaluation failed\n");
-            free(chunk);
             goto out;
         }
-        for (int i = (int)ctx / 2; i < ctx - 1; i++) {
-            const float *lg = logits + (size_t)i * cfg->n_vocab;
+        for (int i = lo; i < hi; i++) {
+            const float *lg = logits + (size_t)(i - lo) * cfg->n_vocab;
             float mx = lg[0];
             for (int v = 1; v < cfg->n_vocab; v++)
                 mx = lg[v] > mx ? lg[v] : mx;
-            double s = 0;
+            double s = 0; /* terms in (0, 1], rounded to float: 1e-7 relative */
             for (int v = 0; v < cfg->n_vocab; v++)
-                s += exp((double)lg[v] - mx);
+                s += expf(lg[v] - mx);
             nll += log(s) + mx - lg[ids[(size_t)c * ctx + i + 1]];
             count++;
         }
         fprintf(stderr, "[%d/%d] ppl %.4f  (%.1f tok/s)\n", c + 1, n_chunks, exp(nll / count),
-                (c + 1) * ctx / (cli_now() - t0));
+                (c + 1) * ctx / (cli_now() - ts));
     }
-    free(chunk);
+    /* bytes per position of K and V over all layers and KV heads */
+    printf("kv t0 %s: %.1f bytes/token\n", kv_fmt_name(t0),
+           (double)kv_fmt_block_bytes(&shape, t0) / bs);
+    if (tier >= 0)
+        printf("kv tier %s: %.1f bytes/token (blocks of %d round-tripped %s -> %s -> %s)\n",
+               kv_fmt_name(tier), (double)kv_fmt_block_bytes(&shape, tier) / bs, bs,
+               kv_fmt_name(t0), kv_fmt_name(tier), kv_fmt_name(t0));
     printf("perplexity %.4f over %ld scored tokens (%d chunks of %ld)\n", exp(nll / count), count,
            n_chunks, ctx);
     rc = 0;
 out:
     free(ids);
     free(logits);
+    free(chunk);
+    free(tmp);
     free(text);
     cli_runner_close(&r);
     return rc;
@@ -253,7 +330,7 @@ static void s_bench_help(FILE *f) {
                "  -n, --n-gen N       generated tokens (default 128)\n"
                "  -r, --reps N        repetitions (default 5)\n"
                "  -t, --threads N     threads (default %d)\n"
-               "      --kv-type TYPE  f32 (default) or f16\n"
+               "      --kv-type TYPE  KV cache: f32 (default), f16 or int8\n"
                "  -b, --batch B       decode B sequences at once (continuous batching): each\n"
                "                      prefills its own -p tokens, then -n steps of B tokens;\n"
                "                      prints the aggregate generation tokens/s (default 1)\n"
@@ -353,11 +430,7 @@ int cmd_bench_model(int argc, char **argv) {
         case 'n': if (!cli_int(C, "--n-gen", optarg, 1, 8192, &ng)) return 1; break;
         case 'r': if (!cli_int(C, "--reps", optarg, 1, 1000, &reps)) return 1; break;
         case 't': if (!cli_int(C, "--threads", optarg, 1, 256, &threads)) return 1; break;
-        case 1:
-            if (!strcmp(optarg, "f32")) kv_type = KERN_F32;
-            else if (!strcmp(optarg, "f16")) kv_type = KERN_F16;
-            else { fprintf(stderr, "strata bench-model: --kv-type must be f32 or f16\n"); return 1; }
-            break;
+        case 1: if (!s_kv_type(C, optarg, &kv_type)) return 1; break;
         case 'h': s_bench_help(stdout); return 0;
         default: s_bench_help(stderr); return 2;
         }
@@ -412,7 +485,7 @@ report:
     printf("model %s (%s weights, %.1f MiB)  threads %ld  kernels %s  kv %s\n",
            base ? base + 1 : model, kern_type_traits(cfg->ftype)->name,
            model_llama_weight_bytes(r.model) / 1048576.0, threads, kern_ops_best()->name,
-           kv_type == KERN_F16 ? "f16" : "f32");
+           kv_fmt_name(kv_fmt_of_pool_type(kv_type)));
     const char *agg = batch > 1 ? " aggregate" : "";
     printf("batch %ld\n", batch);
     printf("pp%ld: %.1f tok/s%s (median of %ld; min %.1f max %.1f)\n", np, pp[reps / 2], agg, reps,

@@ -8,6 +8,8 @@
 #include "actors/actor_runtime.h"
 #include "actors/actor_supervisor.h"
 #include "actors/actor_topology.h"
+#include "kvstore/kv_codec.h"
+#include "kvstore/kv_policy.h"
 
 #include <czmq.h>
 #include <getopt.h>
@@ -33,6 +35,18 @@ static void s_help(FILE *f) {
             "      --queue N         requests waiting per worker before 'overloaded' (default 64)\n"
             "      --step-tokens N   tokens per forward step, decode + prefill chunks (default 256)\n"
             "      --max-ctx N       positions per request, prompt + max_tokens (default 2048)\n"
+            "KV store (docs/KVSTORE.md):\n"
+            "      --kv-type T       T0 (worker) KV format: f32, f16 or int8 (default f32)\n"
+            "      --kv-policy P     eviction order in every tier: lru, lfu, scored (default scored)\n"
+            "      --no-prefix-cache every request computes its whole prompt\n"
+            "      --no-tiers        no KV tier manager or prefetcher: evicted blocks are dropped\n"
+            "      --t1-blocks N     T1 DRAM pool of the tier manager, in blocks (default 256)\n"
+            "      --t1-type T       T1 format: f32, f16, int8, int4 (default: the T0 format)\n"
+            "      --t2-dir DIR      T2: SSD files in DIR (io_uring, O_DIRECT); default: no T2\n"
+            "      --t2-blocks N     T2 capacity in blocks (default 1024)\n"
+            "      --t2-type T       T2 format (default: the T1 format)\n"
+            "      --prefetch-wait-ms N  how long a request waits for its promotions (default 200)\n"
+            "\n"
             "      --topology FILE   process mode: one process per actor (docs/TOPOLOGY.md);\n"
             "                        the file's options replace the ones above\n"
             "  -h, --help            this help\n"
@@ -44,13 +58,18 @@ static void s_help(FILE *f) {
 /* The embedded default: every actor over inproc:// in this process. */
 static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoint) {
     const char *order_stop[] = {"frontend", "tokenizer", "router"};
-    actor_t **actors = calloc((size_t)workers + 3, sizeof *actors);
+    actor_t **actors = calloc((size_t)workers + 5, sizeof *actors);
     int n = 0, rc = 1;
     char err[512];
     if (!actors)
         return 1;
-    /* workers first (they load the weights), the frontend last: clients are
-     * only accepted when everything behind it is ready */
+    /* the KV tiers and workers first (they load what they own), the frontend
+     * last: clients are only accepted when everything behind it is ready */
+    const char *kv_actors[] = {"kvtier", "prefetcher"};
+    for (int i = 0; i < 2; i++)
+        if (actor_topology_endpoint(topo, kv_actors[i]) &&
+            !(actors[n++] = actor_new(kv_actors[i], topo, 0, err, sizeof err)))
+            goto fail;
     for (int i = 0; i < workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "worker%d", i);
@@ -122,13 +141,21 @@ int cmd_serve(int argc, char **argv) {
     const char *C = "serve";
     const char *model = NULL, *endpoint = ACTOR_FRONTEND_DEFAULT_ENDPOINT, *topo_path = NULL;
     long workers = 1, threads = 0, max_batch = 16, kv_blocks = 512, queue = 64, step = 256,
-         max_ctx = 2048;
+         max_ctx = 2048, t1_blocks = 256, t2_blocks = 1024, wait_ms = 200;
+    const char *kv_type = "f32", *policy = "scored", *t1_type = NULL, *t2_type = NULL,
+               *t2_dir = NULL;
+    bool prefix = true, tiers = true;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"endpoint", required_argument, 0, 1},
         {"workers", required_argument, 0, 2},      {"threads", required_argument, 0, 't'},
         {"max-batch", required_argument, 0, 3},    {"kv-blocks", required_argument, 0, 4},
         {"queue", required_argument, 0, 5},        {"step-tokens", required_argument, 0, 6},
         {"max-ctx", required_argument, 0, 7},      {"topology", required_argument, 0, 8},
+        {"kv-type", required_argument, 0, 9},      {"kv-policy", required_argument, 0, 10},
+        {"no-prefix-cache", no_argument, 0, 11},   {"no-tiers", no_argument, 0, 12},
+        {"t1-blocks", required_argument, 0, 13},   {"t1-type", required_argument, 0, 14},
+        {"t2-dir", required_argument, 0, 15},      {"t2-blocks", required_argument, 0, 16},
+        {"t2-type", required_argument, 0, 17},     {"prefetch-wait-ms", required_argument, 0, 18},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     int o;
     optind = 1;
@@ -144,6 +171,16 @@ int cmd_serve(int argc, char **argv) {
         case 6: if (!cli_int(C, "--step-tokens", optarg, 1, 1 << 16, &step)) return 1; break;
         case 7: if (!cli_int(C, "--max-ctx", optarg, 2, 1 << 20, &max_ctx)) return 1; break;
         case 8: topo_path = optarg; break;
+        case 9: kv_type = optarg; break;
+        case 10: policy = optarg; break;
+        case 11: prefix = false; break;
+        case 12: tiers = false; break;
+        case 13: if (!cli_int(C, "--t1-blocks", optarg, 1, 1 << 24, &t1_blocks)) return 1; break;
+        case 14: t1_type = optarg; break;
+        case 15: t2_dir = optarg; break;
+        case 16: if (!cli_int(C, "--t2-blocks", optarg, 1, 1 << 26, &t2_blocks)) return 1; break;
+        case 17: t2_type = optarg; break;
+        case 18: if (!cli_int(C, "--prefetch-wait-ms", optarg, 0, 60000, &wait_ms)) return 1; break;
         case 'h': s_help(stdout); return 0;
         default: s_help(stderr); return 2;
         }
@@ -154,6 +191,24 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!strstr(endpoint, "://")) {
         fprintf(stderr, "strata serve: --endpoint must look like tcp://HOST:PORT\n");
+        return 2;
+    }
+    int f0 = kv_fmt_parse(kv_type);
+    if (f0 < 0 || kv_fmt_pool_type(f0) < 0) {
+        fprintf(stderr, "strata serve: --kv-type must be f32, f16 or int8 (got '%s')\n", kv_type);
+        return 2;
+    }
+    if (kv_policy_parse(policy) < 0) {
+        fprintf(stderr, "strata serve: --kv-policy must be lru, lfu or scored (got '%s')\n",
+                policy);
+        return 2;
+    }
+    if (!t1_type)
+        t1_type = kv_fmt_name(f0);
+    if (!t2_type)
+        t2_type = t1_type;
+    if (kv_fmt_parse(t1_type) < 0 || kv_fmt_parse(t2_type) < 0) {
+        fprintf(stderr, "strata serve: --t1-type / --t2-type must be f32, f16, int8 or int4\n");
         return 2;
     }
     if (!model)
@@ -192,7 +247,23 @@ int cmd_serve(int argc, char **argv) {
         SET_NUM("queue", queue);
         SET_NUM("step_tokens", step);
         SET_NUM("max_ctx", max_ctx);
+        SET_NUM("prefix_cache", prefix);
+        SET_NUM("prefetch_wait_ms", wait_ms);
+        SET_NUM("t1_blocks", t1_blocks);
+        SET_NUM("t2_blocks", t2_blocks);
 #undef SET_NUM
+        actor_topology_set(d, "kv_type", kv_type);
+        actor_topology_set(d, "kv_policy", policy);
+        actor_topology_set(d, "policy", policy);
+        actor_topology_set(d, "t1_fmt", t1_type);
+        actor_topology_set(d, "t2_fmt", t2_type);
+        actor_topology_set(d, "t2_dir", t2_dir ? t2_dir : "none");
+        if (tiers) {
+            snprintf(ep, sizeof ep, "inproc://strata-%d-kvtier", pid);
+            actor_topology_add(topo, "kvtier", ep);
+            snprintf(ep, sizeof ep, "inproc://strata-%d-prefetcher", pid);
+            actor_topology_add(topo, "prefetcher", ep);
+        }
         snprintf(ep, sizeof ep, "inproc://strata-%d-frontend", pid);
         actor_topology_set(actor_topology_add(topo, "frontend", ep), "client", endpoint);
         snprintf(ep, sizeof ep, "inproc://strata-%d-tokenizer", pid);

@@ -10,10 +10,12 @@ typedef struct {
     const char *help;              /* one line */
 } s_cmd_t;
 
+int cmd_bench_kv_ssd(int argc, char **argv); /* bin/cmd_bench_kv.c */
 static const s_cmd_t s_cmds[] = {
     {"serve", cmd_serve, "run the inference service (ZeroMQ + MessagePack, continuous batching)"},
     {"actor", cmd_actor, "run one actor of a topology as its own process"},
     {"bench-serve", cmd_bench_serve, "load generator for a running service (also: bench serve)"},
+    {"bench-kv-ssd", cmd_bench_kv_ssd, "T2 SSD write/read throughput through kv_ssd (io_uring)"},
     {"generate", cmd_generate, "generate text from a prompt with a GGUF model"},
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
     {"bench-model", cmd_bench_model, "prompt-processing and generation speed (tokens/s)"},

@@ -41,9 +41,14 @@ float kern_i8_quant_row(const float *x, int8_t *q, int n);
 
 /* Attention of one KV head's query group at one query position, over paged KV.
  * Position p of the sequence lives in block blocks[p / block_size], slot
- * p % block_size; K of slot s of block b starts at
- * k_base + b * block_stride + s * head_dim * elt (elt = 4 for F32, 2 for F16),
- * and V likewise from v_base. */
+ * s = p % block_size.  k_base points at this (layer, KV head)'s slab in block
+ * 0 and each block's slab is block_stride bytes further; within a slab:
+ *   KERN_F32, KERN_F16  row s at slab + s * head_dim * elt (elt 4 or 2);
+ *   KERN_I8             (block_size, head_dim) int8, row s at slab + s * head_dim,
+ *                       then (block_size) floats: row s's scale at
+ *                       slab + block_size * head_dim + 4 s; x = q * scale
+ *                       (rows written with kern_i8_quant_row).
+ * V likewise from v_base. */
 typedef struct {
     int head_dim;          /* D */
     int n_q;               /* query heads sharing this KV head (GQA group) */
@@ -55,7 +60,7 @@ typedef struct {
     const uint8_t *k_base; /* K of this layer and KV head, in block 0 */
     const uint8_t *v_base; /* V of this layer and KV head, in block 0 */
     size_t block_stride;   /* bytes from one block to the next */
-    kern_type_t kv_type;   /* KERN_F32 or KERN_F16 */
+    kern_type_t kv_type;   /* KERN_F32, KERN_F16 or KERN_I8 */
     float scale;           /* usually 1/sqrt(D) */
     float *scratch;        /* at least n_q * n_ctx floats */
 } kern_attn_args_t;

@@ -77,6 +77,8 @@ typedef struct {
 /* NULL on bad arguments or no memory. */
 kv_cache_t *kv_cache_new(const model_config_t *cfg, const kv_cache_config_t *c);
 void kv_cache_destroy(kv_cache_t **self_p);
+/* fn sees each evicted block just before its slot is reused; it must not call
+ * back into the cache. */
 void kv_cache_on_evict(kv_cache_t *self, kv_cache_evict_fn fn, void *arg);
 
 const model_kv_pool_t *kv_cache_pool(const kv_cache_t *self);
@@ -130,5 +132,21 @@ int kv_cache_insert(kv_cache_t *self, const kv_meta_t *meta, int fmt, const void
 void kv_cache_mark_lower(kv_cache_t *self, uint64_t hash);
 /* True when a block with this hash is in T0. */
 bool kv_cache_contains(const kv_cache_t *self, uint64_t hash);
+
+/* ---- for tests and debugging */
+
+/* The clock the policy sees (microseconds); NULL: CLOCK_MONOTONIC. */
+void kv_cache_set_clock(kv_cache_t *self, uint64_t (*now_us)(void *arg), void *arg);
+/* Reference count of a block (tables holding it), or -EINVAL. */
+int kv_cache_refs(const kv_cache_t *self, int block);
+/* Check the invariants: free + cached + used == total, states agree with
+ * refcounts and the policy's candidates, the index holds exactly the published
+ * blocks (hashes match their tokens, partial children listed under their
+ * parent), the free stack has no duplicates; with seqs (n_seqs tables, all the
+ * live ones): every refcount equals its table references and each table's
+ * published prefix chains to its tail_hash.  O(n_blocks).  0, or -EPROTO with
+ * the first violation in err. */
+int kv_cache_check(const kv_cache_t *self, const kv_seq_t *const *seqs, int n_seqs, char *err,
+                   size_t errlen);
 
 #endif

@@ -43,8 +43,11 @@ int kv_fmt_of_pool_type(int type);
 size_t kv_fmt_block_bytes(const kv_shape_t *s, int fmt);
 
 /* Convert one block from src (format from) into dst (format to), the first
- * n_valid positions (1..block_size) meaningful.  Same format: a copy.
- * 0, or -EINVAL. */
+ * n_valid positions (1..block_size) meaningful; dst's slots past n_valid are
+ * written as zeros.  Same format: a copy (src may equal dst only then); other
+ * formats: src and dst must not overlap.  The exact byte layouts are in
+ * kv_codec.c.  0, -EINVAL (bad shape, format, pointer or n_valid) or -ENOMEM
+ * (a one-slab float buffer). */
 int kv_codec_convert(const kv_shape_t *s, int from, const void *src, int to, void *dst,
                      int n_valid);
 

@@ -14,6 +14,21 @@
  * No call blocks on the disk except kv_tiers_new (which rebuilds the T2
  * index from the files) and kv_tiers_destroy (which waits for writes).
  * Not thread-safe: one actor thread owns it.
+ *
+ * Details of the implementation (kv_tiers.c):
+ * - T1 demotes ahead of need: when free + demoting T1 slots fall below a small
+ *   reserve (t1_blocks / 8, at least 1, at most queue_depth / 4), the policy's
+ *   victims start their T2 writes; their T1 copies answer gets until the write
+ *   completes, then their slots are freed (kept, if a get asked for them
+ *   meanwhile).  Under a burst, a put takes a slot whose write is in flight
+ *   (its bytes are in the write request; a get then reads T2 after the write).
+ * - A block can be in both tiers: a promoted block keeps its T2 copy, so
+ *   evicting it from T1 again writes nothing.
+ * - An answer pointing into T1 keeps that slot from eviction until the next
+ *   poll.  A T2 hit is answered from its promoted T1 copy (fmt = t1_fmt); when
+ *   every T1 slot is held by answers, from a copy in the T2 format.
+ * - T2 is a kv_ssd (kv_ssd.h) in t2_dir, its layout cookie made from the shape
+ *   and t2_fmt: blocks written under another shape or T2 format are not found.
  */
 #ifndef KV_TIERS_H
 #define KV_TIERS_H
@@ -53,9 +68,12 @@ typedef struct {
 
 typedef struct {
     int64_t t1_hits, t1_misses;       /* gets answered from T1 / not in T1 */
-    int64_t t2_hits, t2_misses;       /* gets read from T2 / in neither */
-    int64_t puts, put_dups;           /* blocks put; of which already present */
-    int64_t t1_to_t2, t2_dropped;     /* demotions T1 -> T2; evictions out of T2 */
+    int64_t t2_hits, t2_misses;       /* gets read from T2 / in neither (or the read
+                                         failed: checksum or I/O error) */
+    int64_t puts, put_dups;           /* blocks put (accepted); of which already present */
+    int64_t t1_to_t2, t2_dropped;     /* demotions T1 -> T2 (T2 writes); blocks that left
+                                         the store: evicted out of T2, or T1 victims with
+                                         no T2 (or none free for them) */
     int64_t t2_to_t1;                 /* promotions T2 -> T1 (get or warm) */
     int64_t bytes_written, bytes_read; /* to / from T2 */
     int64_t checksum_failures;        /* T2 blocks that failed their checksum */
@@ -71,7 +89,10 @@ kv_tiers_t *kv_tiers_new(const kv_tiers_config_t *c, char *err, size_t errlen);
 /* Waits for pending writes, closes files; nulls *self_p; safe twice. */
 void kv_tiers_destroy(kv_tiers_t **self_p);
 
-/* 0; -EINVAL (bad meta, fmt or size). A block already held is only touched. */
+/* 0; -EINVAL (bad meta, fmt or size; meta->hash must be kv_hash_block of its
+ * parent and tokens); -ENOSPC (every T1 slot holds an answer not yet released
+ * and T2 cannot take the block now: poll, then retry).  A block already held
+ * is only touched.  data is copied (converted) before the return. */
 int kv_tiers_put(kv_tiers_t *self, const kv_meta_t *meta, int fmt, const void *data, size_t len);
 /* 0 (queued: completes in kv_tiers_poll) or -ENOMEM. */
 int kv_tiers_get(kv_tiers_t *self, uint64_t hash, uint64_t tag);

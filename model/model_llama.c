@@ -313,18 +313,27 @@ size_t model_llama_weight_bytes(const model_llama_t *self) { return self->weight
 
 /* ------------------------------------------------------------------ KV pool */
 
-static size_t s_kv_elt(kern_type_t t) {
-    return t == KERN_F16 ? 2 : 4;
+/* Bytes of one (layer, K|V, head) slab of a block: (block_size, head_dim)
+ * elements, and for KERN_I8 then (block_size) float row scales. */
+static size_t s_kv_slab_bytes(kern_type_t t, int block_size, int head_dim) {
+    size_t n = (size_t)block_size * head_dim;
+    switch (t) {
+    case KERN_F32: return 4 * n;
+    case KERN_F16: return 2 * n;
+    case KERN_I8: return n + 4 * (size_t)block_size;
+    default: return 0;
+    }
 }
 
 size_t model_kv_block_bytes(const model_config_t *c, kern_type_t type, int block_size) {
-    return (size_t)c->n_layer * 2 * c->n_head_kv * block_size * c->head_dim * s_kv_elt(type);
+    return (size_t)c->n_layer * 2 * c->n_head_kv * s_kv_slab_bytes(type, block_size, c->head_dim);
 }
 
 int model_kv_pool_init(model_kv_pool_t *pool, const model_config_t *cfg, kern_type_t type,
                        int block_size, int n_blocks) {
     memset(pool, 0, sizeof *pool);
-    if ((type != KERN_F32 && type != KERN_F16) || block_size < 1 || n_blocks < 1)
+    if ((type != KERN_F32 && type != KERN_F16 && type != KERN_I8) || block_size < 1 ||
+        n_blocks < 1)
         return -EINVAL;
     size_t bb = model_kv_block_bytes(cfg, type, block_size);
     size_t total = (bb * (size_t)n_blocks + 63) & ~(size_t)63;
@@ -550,13 +559,17 @@ static void s_stage_embed(model_ctx_t *c, int t0, int t1) {
     }
 }
 
-/* Apply RoPE to q and k of this thread's tokens and store k, v into the pool. */
+/* Apply RoPE to q and k of this thread's tokens and store k, v into the pool:
+ * as floats, halves, or (KERN_I8) each head's row of D values quantized to
+ * int8 with one float scale, kern_i8_quant_row, the scale in the slab's
+ * (block_size) scale array after its (block_size, D) int8 values. */
 static void s_stage_rope_store(model_ctx_t *c, int layer, int t0, int t1) {
     const model_config_t *cfg = &c->m->cfg;
     const model_batch_t *b = c->batch;
     const model_kv_pool_t *kv = c->kv;
     int D = cfg->head_dim, H = cfg->n_head, Hkv = cfg->n_head_kv;
-    size_t slab = (size_t)kv->block_size * D; /* elements of one (layer, K|V, head) in a block */
+    size_t slab = s_kv_slab_bytes(kv->type, kv->block_size, D); /* bytes of one (layer, K|V, head) */
+    size_t elt = kv->type == KERN_F32 ? 4 : kv->type == KERN_F16 ? 2 : 1;
     for (int t = t0; t < t1; t++) {
         const float *cs = c->cs + (size_t)t * cfg->n_rot;
         float *q = c->q + (size_t)t * H * D;
@@ -567,19 +580,23 @@ static void s_stage_rope_store(model_ctx_t *c, int layer, int t0, int t1) {
         const model_seq_view_t *s = &b->seqs[b->seq[t]];
         int p = b->pos[t];
         uint8_t *blk = kv->base + (size_t)s->blocks[p / kv->block_size] * kv->block_bytes;
-        size_t slot = (size_t)(p % kv->block_size) * D;
+        int slot = p % kv->block_size;
         for (int h = 0; h < Hkv; h++) {
-            size_t ko = ((size_t)(layer * 2 + 0) * Hkv + h) * slab + slot;
-            size_t vo = ((size_t)(layer * 2 + 1) * Hkv + h) * slab + slot;
+            uint8_t *ks = blk + ((size_t)(layer * 2 + 0) * Hkv + h) * slab; /* K slab */
+            uint8_t *vs = blk + ((size_t)(layer * 2 + 1) * Hkv + h) * slab; /* V slab */
+            uint8_t *kr = ks + (size_t)slot * D * elt, *vr = vs + (size_t)slot * D * elt;
             if (kv->type == KERN_F32) {
-                memcpy((float *)blk + ko, k + h * D, D * sizeof(float));
-                memcpy((float *)blk + vo, v + h * D, D * sizeof(float));
-            } else {
-                kern_f16_t *kb = (kern_f16_t *)blk + ko, *vb = (kern_f16_t *)blk + vo;
-                for (int i = 0; i < D; i++) {
-                    kb[i] = kern_f32_to_f16(k[h * D + i]);
-                    vb[i] = kern_f32_to_f16(v[h * D + i]);
-                }
+                memcpy(kr, k + h * D, D * sizeof(float));
+                memcpy(vr, v + h * D, D * sizeof(float));
+            } else if (kv->type == KERN_F16) { /* round to nearest even, as kern_f32_to_f16 */
+                c->k->quant_row(KERN_F16, k + h * D, kr, D);
+                c->k->quant_row(KERN_F16, v + h * D, vr, D);
+            } else { /* KERN_I8: the row, then its scale at (block_size, D) + slot floats */
+                size_t so = (size_t)kv->block_size * D + 4 * (size_t)slot;
+                float kscale = kern_i8_quant_row(k + h * D, (int8_t *)kr, D);
+                float vscale = kern_i8_quant_row(v + h * D, (int8_t *)vr, D);
+                memcpy(ks + so, &kscale, 4);
+                memcpy(vs + so, &vscale, 4);
             }
         }
     }
@@ -591,8 +608,7 @@ static void s_stage_attention(model_ctx_t *c, int layer, int n, int ith, int nth
     const model_batch_t *b = c->batch;
     const model_kv_pool_t *kv = c->kv;
     int D = cfg->head_dim, H = cfg->n_head, Hkv = cfg->n_head_kv, G = H / Hkv;
-    size_t elt = s_kv_elt(kv->type);
-    size_t slab = (size_t)kv->block_size * D * elt;
+    size_t slab = s_kv_slab_bytes(kv->type, kv->block_size, D);
     int lo, hi;
     base_pool_split(n * Hkv, 1, ith, nth, &lo, &hi);
     float *scratch = c->scratch + (size_t)ith * G * c->max_ctx;

@@ -58,9 +58,12 @@ size_t model_llama_weight_bytes(const model_llama_t *self);
 
 /* KV storage: block b starts at base + b * block_bytes and holds block_size
  * positions of K and V for every layer and KV head, laid out as
- * (n_layer, 2 [K, V], n_head_kv, block_size, head_dim) elements of type. */
+ * (n_layer, 2 [K, V], n_head_kv) slabs; a slab is (block_size, head_dim)
+ * elements of type, and for KERN_I8 (int8 values) then (block_size) float
+ * scales, one per row (x = q * scale; see kern_i8_quant_row and
+ * kvstore/kv_codec.h). */
 typedef struct {
-    kern_type_t type;   /* KERN_F32 or KERN_F16 */
+    kern_type_t type;   /* KERN_F32, KERN_F16 or KERN_I8 */
     int block_size;     /* positions per block */
     size_t block_bytes; /* bytes per block */
     int n_blocks;       /* blocks in the pool */

@@ -116,29 +116,35 @@ static void s_top_k(s_cand_t *c, int n, int k) {
     }
 }
 
-int32_t model_sampler_sample(model_sampler_t *s, const model_sampler_params_t *p, float *logits,
-                             const int32_t *history, int n_history, int pos) {
-    int n = s->n_vocab;
-    if (p->repeat_penalty != 1.0f && p->repeat_last_n > 0) {
-        int from = n_history > p->repeat_last_n ? n_history - p->repeat_last_n : 0;
-        /* Penalise each distinct token once: mark by negating a copy is not
-         * possible in place, so dedupe by checking earlier occurrences. */
-        for (int i = from; i < n_history; i++) {
-            int32_t t = history[i];
-            if (t < 0 || t >= n)
-                continue;
-            bool seen = false;
-            for (int j = from; j < i && !seen; j++)
-                seen = history[j] == t;
-            if (seen)
-                continue;
-            logits[t] = logits[t] > 0 ? logits[t] / p->repeat_penalty
-                                      : logits[t] * p->repeat_penalty;
-        }
+/* CTRL-style repetition penalty on the distinct tokens of the last
+ * repeat_last_n of history, in place. */
+static void s_penalize(int n, const model_sampler_params_t *p, float *logits,
+                       const int32_t *history, int n_history) {
+    if (p->repeat_penalty == 1.0f || p->repeat_last_n <= 0)
+        return;
+    int from = n_history > p->repeat_last_n ? n_history - p->repeat_last_n : 0;
+    /* Penalise each distinct token once: mark by negating a copy is not
+     * possible in place, so dedupe by checking earlier occurrences. */
+    for (int i = from; i < n_history; i++) {
+        int32_t t = history[i];
+        if (t < 0 || t >= n)
+            continue;
+        bool seen = false;
+        for (int j = from; j < i && !seen; j++)
+            seen = history[j] == t;
+        if (seen)
+            continue;
+        logits[t] = logits[t] > 0 ? logits[t] / p->repeat_penalty : logits[t] * p->repeat_penalty;
     }
-    if (p->temperature <= 0)
-        return model_argmax(logits, n);
+}
 
+/* Temperature, top-k, softmax, top-p, min-p (temperature > 0): leaves the m
+ * survivors in s->cand[0..m), most likely first, each with its (not yet
+ * renormalised) probability; *total gets their sum.  The draw picks candidate
+ * i with probability cand[i].logit / total.  Returns m >= 1. */
+static int s_candidates(model_sampler_t *s, const model_sampler_params_t *p, const float *logits,
+                        double *total) {
+    int n = s->n_vocab;
     s_cand_t *c = s->cand;
     for (int i = 0; i < n; i++)
         c[i] = (s_cand_t){logits[i] / p->temperature, i};
@@ -177,9 +183,21 @@ int32_t model_sampler_sample(model_sampler_t *s, const model_sampler_params_t *p
             keep++;
         m = keep;
     }
-    double total = 0;
+    double t = 0;
     for (int i = 0; i < m; i++)
-        total += c[i].logit;
+        t += c[i].logit;
+    *total = t;
+    return m;
+}
+
+int32_t model_sampler_sample(model_sampler_t *s, const model_sampler_params_t *p, float *logits,
+                             const int32_t *history, int n_history, int pos) {
+    s_penalize(s->n_vocab, p, logits, history, n_history);
+    if (p->temperature <= 0)
+        return model_argmax(logits, s->n_vocab);
+    double total;
+    int m = s_candidates(s, p, logits, &total);
+    const s_cand_t *c = s->cand;
     double u = (double)(s_mix(p->seed, (uint64_t)pos) >> 11) * (1.0 / 9007199254740992.0) * total;
     double cum = 0;
     for (int i = 0; i < m; i++) {
@@ -188,6 +206,27 @@ int32_t model_sampler_sample(model_sampler_t *s, const model_sampler_params_t *p
             return c[i].id;
     }
     return c[m - 1].id;
+}
+
+int model_sampler_dist(model_sampler_t *s, const model_sampler_params_t *p, float *logits,
+                       const int32_t *history, int n_history, int32_t *ids, float *probs) {
+    s_penalize(s->n_vocab, p, logits, history, n_history);
+    if (p->temperature <= 0) {
+        ids[0] = model_argmax(logits, s->n_vocab);
+        probs[0] = 1.0f;
+        return 1;
+    }
+    double total;
+    int m = s_candidates(s, p, logits, &total);
+    for (int i = 0; i < m; i++) {
+        ids[i] = s->cand[i].id;
+        probs[i] = (float)(s->cand[i].logit / total);
+    }
+    return m;
+}
+
+int model_sampler_n_vocab(const model_sampler_t *s) {
+    return s->n_vocab;
 }
 
 /* ------------------------------------------------------------------ stops */

@@ -39,6 +39,20 @@ void model_sampler_destroy(model_sampler_t **self_p);
 int32_t model_sampler_sample(model_sampler_t *self, const model_sampler_params_t *p, float *logits,
                              const int32_t *history, int n_history, int pos);
 
+/* The distribution model_sampler_sample draws from at a position (same
+ * arguments, same transforms: repetition penalty, temperature, top-k, top-p,
+ * min-p): writes the m tokens it can pick into ids[0..m) and their
+ * probabilities, summing to 1, into probs[0..m), most likely first (ties:
+ * lower id first), and returns m (1..n_vocab).  Greedy (temperature <= 0):
+ * m = 1, the argmax with probability 1.  logits is modified as by
+ * model_sampler_sample; ids and probs need room for n_vocab entries.  Every
+ * token not in ids has probability 0. */
+int model_sampler_dist(model_sampler_t *self, const model_sampler_params_t *p, float *logits,
+                       const int32_t *history, int n_history, int32_t *ids, float *probs);
+
+/* The n_vocab the sampler was made for (logits per call). */
+int model_sampler_n_vocab(const model_sampler_t *self);
+
 /* Index of the largest of n values (first on ties). */
 int32_t model_argmax(const float *x, int n);
 

@@ -62,6 +62,8 @@ static const msg_field_t s_generate_fields[] = {
     MSG_SAMPLING_FIELDS(msg_generate_t),
     {.key = "seed", .kind = MSG_F_U64, .flags = MSG_FF_HAS,
      .off = offsetof(msg_generate_t, sampling.seed), .off2 = offsetof(msg_generate_t, has_seed)},
+    {.key = "session", .kind = MSG_F_STR_FIX, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_generate_t, session), .max = MSG_MAX_SESSION_BYTES},
 };
 const msg_schema_t msg_schema_generate = {"generate",        sizeof(msg_generate_t),
                                           s_generate_fields, MSG_NFIELDS(s_generate_fields),
@@ -100,6 +102,12 @@ static const msg_field_t s_usage_fields[] = {
      .off = offsetof(msg_usage_t, prompt_tokens), .lo = 0, .hi = INT32_MAX},
     {.key = "completion_tokens", .kind = MSG_F_INT, .flags = REQ,
      .off = offsetof(msg_usage_t, completion_tokens), .lo = 0, .hi = INT32_MAX},
+    {.key = "cached_tokens", .kind = MSG_F_INT, .off = offsetof(msg_usage_t, cached_tokens),
+     .lo = 0, .hi = INT32_MAX},
+    {.key = "draft_proposed", .kind = MSG_F_INT, .off = offsetof(msg_usage_t, draft_proposed),
+     .lo = 0, .hi = INT32_MAX},
+    {.key = "draft_accepted", .kind = MSG_F_INT, .off = offsetof(msg_usage_t, draft_accepted),
+     .lo = 0, .hi = INT32_MAX},
 };
 static const msg_schema_t s_usage_schema = {"", sizeof(msg_usage_t), s_usage_fields,
                                             MSG_NFIELDS(s_usage_fields), NULL, NULL};

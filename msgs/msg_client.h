@@ -32,6 +32,8 @@ typedef struct {
     char stop[MSG_MAX_STOP][MSG_MAX_STOP_BYTES + 1]; /* stop strings, each 1..64 bytes */
     int n_stop;                                      /* 0..MSG_MAX_STOP */
     bool stream;                                     /* default true: token events */
+    char session[MSG_MAX_SESSION_BYTES + 1]; /* optional chat session id: the server keeps
+                                                the session's KV warm between turns */
 } msg_generate_t;
 
 /* 2 cancel: stop the generation with this id (answered by its done, "cancelled") */
@@ -59,6 +61,9 @@ typedef struct {
 typedef struct {
     int prompt_tokens;     /* >= 0 */
     int completion_tokens; /* >= 0 */
+    int cached_tokens;     /* prompt tokens whose KV came from the cache (T0..T2), not computed */
+    int draft_proposed;    /* speculative decoding: draft tokens proposed */
+    int draft_accepted;    /* ... and accepted by the target */
 } msg_usage_t;
 
 typedef struct {

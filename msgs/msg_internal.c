@@ -41,6 +41,10 @@ static const msg_field_t s_work_request_fields[] = {
     {.key = "seed", .kind = MSG_F_U64, .off = offsetof(msg_work_request_t, sampling.seed)},
     {.key = "t_arrival_us", .kind = MSG_F_U64, .flags = REQ,
      .off = offsetof(msg_work_request_t, t_arrival_us)},
+    {.key = "session", .kind = MSG_F_STR_FIX, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_work_request_t, session), .max = MSG_MAX_SESSION_BYTES},
+    {.key = "pin_tokens", .kind = MSG_F_INT, .off = offsetof(msg_work_request_t, pin_tokens),
+     .lo = 0, .hi = MSG_MAX_SEQ_TOKENS},
 };
 const msg_schema_t msg_schema_work_request = {"work_request",
                                               sizeof(msg_work_request_t),
@@ -105,6 +109,12 @@ static const msg_field_t s_text_event_fields[] = {
     S_EVENT_FIELDS(msg_text_event_t),
     {.key = "text", .kind = MSG_F_STR_HEAP, .flags = REQ, .off = offsetof(msg_text_event_t, text),
      .off2 = offsetof(msg_text_event_t, text_len), .max = MSG_MAX_TEXT_BYTES},
+    {.key = "cached_tokens", .kind = MSG_F_INT, .off = offsetof(msg_text_event_t, cached_tokens),
+     .lo = 0, .hi = INT32_MAX},
+    {.key = "draft_proposed", .kind = MSG_F_INT,
+     .off = offsetof(msg_text_event_t, draft_proposed), .lo = 0, .hi = INT32_MAX},
+    {.key = "draft_accepted", .kind = MSG_F_INT,
+     .off = offsetof(msg_text_event_t, draft_accepted), .lo = 0, .hi = INT32_MAX},
 };
 const msg_schema_t msg_schema_text_event = {"text_event",
                                             sizeof(msg_text_event_t),

@@ -37,6 +37,8 @@ typedef struct {
     int n_stop;
     bool stream;
     uint64_t t_arrival_us;
+    char session[MSG_MAX_SESSION_BYTES + 1]; /* chat session id, or "" */
+    int pin_tokens; /* leading tokens that are the system prompt (kept longer in the KV tiers) */
 } msg_work_request_t;
 
 /* 22 work_event (worker -> tokenizer): one token, or the end.  When finish != 0 the
@@ -60,6 +62,9 @@ typedef struct {
     int finish;
     int prompt_tokens;
     msg_timings_us_t timings;
+    int cached_tokens;  /* with finish: prompt tokens served from the KV cache */
+    int draft_proposed; /* with finish: speculative tokens proposed / accepted */
+    int draft_accepted;
 } msg_text_event_t;
 
 /* 24 work_cancel (frontend -> router -> worker) */

@@ -13,7 +13,6 @@
 #include "msg_types.h"
 
 #define MSG_MAX_BLOCK_TOKENS 256 /* tokens per KV block */
-#define MSG_MAX_SESSION_BYTES 64
 
 /* 28 kv_hint (router -> prefetcher): request rid with this prompt goes to worker. */
 typedef struct {

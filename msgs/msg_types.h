@@ -90,6 +90,7 @@ size_t msg_type_max_frame(int type);
 #define MSG_MAX_STOP_BYTES 64             /* bytes per stop string */
 #define MSG_MAX_TEXT_BYTES (512u << 10)   /* text of a token event or of done */
 #define MSG_MAX_ERRMSG_BYTES 512          /* error message text */
+#define MSG_MAX_SESSION_BYTES 64          /* chat session id (prefix warmth) */
 #define MSG_MAX_NAME_BYTES 32             /* actor names */
 #define MSG_MAX_COUNTERS 4096             /* entries in a counters map */
 #define MSG_MAX_COUNTER_NAME_BYTES 96     /* bytes per counter name */

@@ -62,6 +62,11 @@ const router_sched_config_t *router_sched_config(const router_sched_t *self);
  * pool); -EAGAIN (the queue is full: answer "overloaded"). */
 int router_sched_submit(router_sched_t *self, uint64_t rid, int n_prompt, int max_tokens,
                         void *user);
+/* The same for a request whose first n_cached prompt positions are already in
+ * the KV (a cached prefix: 0 <= n_cached < n_prompt): its prefill starts there.
+ * -EINVAL when n_cached is out of range. */
+int router_sched_submit_cached(router_sched_t *self, uint64_t rid, int n_prompt, int n_cached,
+                               int max_tokens, void *user);
 /* Take a request out (finished or cancelled), waiting or running, releasing its
  * KV reservation.  Returns its user pointer, or NULL when rid is unknown. */
 void *router_sched_remove(router_sched_t *self, uint64_t rid);
@@ -78,6 +83,12 @@ int router_sched_plan(router_sched_t *self, router_sched_item_t *items, int cap)
 /* Record that n tokens of rid were computed; generated: a new token was sampled
  * (it becomes the next token to run).  0, or -ENOENT / -EINVAL. */
 int router_sched_advance(router_sched_t *self, uint64_t rid, int n, bool generated);
+/* Speculative decoding: a decode item was run with drafts appended and
+ * n_generated tokens (1..) were accepted; n_computed positions (the last
+ * known token plus the accepted drafts, = n_generated) keep their KV.
+ * 0, or -ENOENT / -EINVAL (more than max_tokens, or positions not known). */
+int router_sched_advance_spec(router_sched_t *self, uint64_t rid, int n_computed,
+                              int n_generated);
 /* Tokens rid has generated so far (-ENOENT if unknown). */
 int router_sched_generated(const router_sched_t *self, uint64_t rid);
 

@@ -4,6 +4,7 @@
 #include "kern_cpu.h"
 
 #include <math.h>
+#include <string.h>
 
 void kern_ref_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     double ss = 0;
@@ -60,22 +61,38 @@ float kern_i8_quant_row(const float *x, int8_t *q, int n) {
     }
     float id = 127.0f / amax;
     for (int i = 0; i < n; i++) {
-        long v = lrintf(x[i] * id);
-        q[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        float v = x[i] * id; /* within [-127, 127] up to rounding */
+        v = v > 127 ? 127 : v < -127 ? -127 : v;
+        /* + 1.5 * 2^23 rounds to an integer, to nearest even, as lrintf would */
+        q[i] = (int8_t)(int)((v + 12582912.0f) - 12582912.0f);
     }
     return amax / 127.0f;
 }
 
-/* Address of K or V of position p (a row of head_dim elements). */
-static const uint8_t *s_kv_row(const kern_attn_args_t *a, const uint8_t *base, int p) {
-    size_t elt = a->kv_type == KERN_F16 ? 2 : 4;
-    int b = a->blocks[p / a->block_size], s = p % a->block_size;
-    return base + (size_t)b * a->block_stride + (size_t)s * a->head_dim * elt;
+/* Bytes per K or V element of a pool type. */
+static size_t s_kv_elt(kern_type_t t) {
+    return t == KERN_I8 ? 1 : t == KERN_F16 ? 2 : 4;
 }
 
-static float s_kv_at(const kern_attn_args_t *a, const uint8_t *row, int i) {
-    return a->kv_type == KERN_F16 ? kern_f16_to_f32(((const kern_f16_t *)row)[i])
-                                  : ((const float *)row)[i];
+/* Address of K or V of position p (a row of head_dim elements); its INT8
+ * scale (KERN_I8 only) goes to *row_scale, else 1. */
+static const uint8_t *s_kv_row(const kern_attn_args_t *a, const uint8_t *base, int p,
+                               float *row_scale) {
+    int b = a->blocks[p / a->block_size], s = p % a->block_size;
+    const uint8_t *slab = base + (size_t)b * a->block_stride;
+    *row_scale = 1;
+    if (a->kv_type == KERN_I8)
+        memcpy(row_scale, slab + (size_t)a->block_size * a->head_dim + 4 * (size_t)s, 4);
+    return slab + (size_t)s * a->head_dim * s_kv_elt(a->kv_type);
+}
+
+/* Element i of a row, dequantized exactly as kvstore/kv_codec.c does (q * scale). */
+static float s_kv_at(const kern_attn_args_t *a, const uint8_t *row, float row_scale, int i) {
+    switch (a->kv_type) {
+    case KERN_F16: return kern_f16_to_f32(((const kern_f16_t *)row)[i]);
+    case KERN_I8: return (float)((const int8_t *)row)[i] * row_scale;
+    default: return ((const float *)row)[i];
+    }
 }
 
 void kern_ref_attention(const kern_attn_args_t *a) {
@@ -84,10 +101,11 @@ void kern_ref_attention(const kern_attn_args_t *a) {
         const float *q = a->q + (size_t)h * D;
         float *sc = a->scratch + (size_t)h * a->n_ctx;
         for (int p = 0; p < a->n_ctx; p++) {
-            const uint8_t *k = s_kv_row(a, a->k_base, p);
+            float ks;
+            const uint8_t *k = s_kv_row(a, a->k_base, p, &ks);
             float s = 0;
             for (int i = 0; i < D; i++)
-                s += q[i] * s_kv_at(a, k, i);
+                s += q[i] * s_kv_at(a, k, ks, i);
             sc[p] = s * a->scale;
         }
         kern_ref_softmax(sc, a->n_ctx);
@@ -95,9 +113,10 @@ void kern_ref_attention(const kern_attn_args_t *a) {
         for (int i = 0; i < D; i++)
             o[i] = 0;
         for (int p = 0; p < a->n_ctx; p++) {
-            const uint8_t *v = s_kv_row(a, a->v_base, p);
+            float vs;
+            const uint8_t *v = s_kv_row(a, a->v_base, p, &vs);
             for (int i = 0; i < D; i++)
-                o[i] += sc[p] * s_kv_at(a, v, i);
+                o[i] += sc[p] * s_kv_at(a, v, vs, i);
         }
     }
 }

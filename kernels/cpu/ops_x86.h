@@ -6,6 +6,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #define KO_INLINE static inline __attribute__((always_inline))
 
@@ -165,39 +166,69 @@ void KX(kern_swiglu)(float *out, const float *gate, const float *up, int n) {
  * At the end out /= l.  Same math as the reference (softmax, then the
  * weighted sum of V), rounded in another order; the result depends on the
  * arguments only.  scratch is used only by the fallback for head_dim not a
- * multiple of 8. */
+ * multiple of 8.
+ *
+ * K/V kinds (kt, a compile-time constant in every specialised function):
+ * S_KT_F32, S_KT_F16, S_KT_I8.  INT8 rows are widened to floats; a row's
+ * scale is factored out of the sums: score = (q . k_int) * k_scale * scale,
+ * and the softmax weight p of a row is multiplied by its V scale before it
+ * multiplies the (integer) V row, so the reference's q * scale products
+ * come out in another rounding order. */
+#define S_KT_F32 0
+#define S_KT_F16 1
+#define S_KT_I8 2
+#define S_KV_ELT(kt) ((kt) == S_KT_I8 ? 1 : (kt) == S_KT_F16 ? 2 : 4)
+
+KO_INLINE int s_kt_of(kern_type_t t) {
+    return t == KERN_I8 ? S_KT_I8 : t == KERN_F16 ? S_KT_F16 : S_KT_F32;
+}
+
+/* The INT8 scale of slot `slot` of the slab at base + blk_off. */
+KO_INLINE float s_kv_scale(const kern_attn_args_t *a, const uint8_t *base, size_t blk_off,
+                           int slot) {
+    float f;
+    memcpy(&f, base + blk_off + (size_t)a->block_size * a->head_dim + 4 * (size_t)slot, 4);
+    return f;
+}
 
 /* 8 elements of a K or V row as floats. */
-KO_INLINE __m256 s_kv8(bool f16, const uint8_t *row, int i) {
-    if (f16)
+KO_INLINE __m256 s_kv8(const int kt, const uint8_t *row, int i) {
+    if (kt == S_KT_I8)
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + i))));
+    if (kt == S_KT_F16)
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * i)));
     return _mm256_loadu_ps((const float *)row + i);
 }
 
-KO_INLINE float s_kv1(bool f16, const uint8_t *row, int i) {
-    if (f16)
+/* Element i of a row (INT8: the integer, unscaled). */
+KO_INLINE float s_kv1(const int kt, const uint8_t *row, int i) {
+    if (kt == S_KT_I8)
+        return (float)((const int8_t *)row)[i];
+    if (kt == S_KT_F16)
         return kern_f16_to_f32(((const kern_f16_t *)row)[i]);
     return ((const float *)row)[i];
 }
 
 /* Fallback for any head_dim: scores into scratch, softmax, weighted sum. */
-KO_INLINE void s_attention(const kern_attn_args_t *a, bool f16) {
+KO_INLINE void s_attention(const kern_attn_args_t *a, const int kt) {
     const int D = a->head_dim, nq = a->n_q, n = a->n_ctx;
-    const size_t rowb = (size_t)D * (f16 ? 2 : 4);
+    const size_t rowb = (size_t)D * S_KV_ELT(kt);
     /* scores: each K row is read once for the whole query group */
     for (int p = 0; p < n; p++) {
-        const uint8_t *k = a->k_base + (size_t)a->blocks[p / a->block_size] * a->block_stride +
-                           (size_t)(p % a->block_size) * rowb;
+        const size_t bo = (size_t)a->blocks[p / a->block_size] * a->block_stride;
+        const uint8_t *k = a->k_base + bo + (size_t)(p % a->block_size) * rowb;
+        const float ks =
+            kt == S_KT_I8 ? s_kv_scale(a, a->k_base, bo, p % a->block_size) * a->scale : a->scale;
         for (int h = 0; h < nq; h++) {
             const float *q = a->q + (size_t)h * D;
             __m256 acc = _mm256_setzero_ps();
             int i = 0;
             for (; i + 8 <= D; i += 8)
-                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), s_kv8(f16, k, i), acc);
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), s_kv8(kt, k, i), acc);
             float s = s_hsum(acc);
             for (; i < D; i++)
-                s += q[i] * s_kv1(f16, k, i);
-            a->scratch[(size_t)h * n + p] = s * a->scale;
+                s += q[i] * s_kv1(kt, k, i);
+            a->scratch[(size_t)h * n + p] = s * ks;
         }
     }
     for (int h = 0; h < nq; h++)
@@ -206,18 +237,19 @@ KO_INLINE void s_attention(const kern_attn_args_t *a, bool f16) {
         for (int i = 0; i < D; i++)
             a->out[(size_t)h * D + i] = 0;
     for (int p = 0; p < n; p++) {
-        const uint8_t *v = a->v_base + (size_t)a->blocks[p / a->block_size] * a->block_stride +
-                           (size_t)(p % a->block_size) * rowb;
+        const size_t bo = (size_t)a->blocks[p / a->block_size] * a->block_stride;
+        const uint8_t *v = a->v_base + bo + (size_t)(p % a->block_size) * rowb;
+        const float vs = kt == S_KT_I8 ? s_kv_scale(a, a->v_base, bo, p % a->block_size) : 1.0f;
         for (int h = 0; h < nq; h++) {
             float *o = a->out + (size_t)h * D;
-            float pw = a->scratch[(size_t)h * n + p];
+            float pw = a->scratch[(size_t)h * n + p] * vs;
             __m256 pv = _mm256_set1_ps(pw);
             int i = 0;
             for (; i + 8 <= D; i += 8)
                 _mm256_storeu_ps(o + i,
-                                 _mm256_fmadd_ps(pv, s_kv8(f16, v, i), _mm256_loadu_ps(o + i)));
+                                 _mm256_fmadd_ps(pv, s_kv8(kt, v, i), _mm256_loadu_ps(o + i)));
             for (; i < D; i++)
-                o[i] += pw * s_kv1(f16, v, i);
+                o[i] += pw * s_kv1(kt, v, i);
         }
     }
 }
@@ -266,9 +298,9 @@ KO_INLINE __m256 s_online8(__m256 s, float *m, __m256 *l, float *o, int D) {
 
 /* head_dim a multiple of 8, any n_q: tiles of 8 positions, heads in groups
  * of up to 8 (each group reads K and V once), outputs accumulated in out. */
-KO_INLINE void s_attn8(const kern_attn_args_t *a, bool f16) {
+KO_INLINE void s_attn8(const kern_attn_args_t *a, const int kt) {
     const int D = a->head_dim, n = a->n_ctx, bs = a->block_size;
-    const size_t rowb = (size_t)D * (f16 ? 2 : 4);
+    const size_t rowb = (size_t)D * S_KV_ELT(kt);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int h0 = 0; h0 < a->n_q; h0 += 8) {
         const int hn = a->n_q - h0 < 8 ? a->n_q - h0 : 8;
@@ -285,14 +317,22 @@ KO_INLINE void s_attn8(const kern_attn_args_t *a, bool f16) {
         for (int p = 0; p < n; p += 8) {
             const int r = n - p < 8 ? n - p : 8;
             const uint8_t *kr[8], *vr[8];
+            float ksc[8], vsc[8]; /* INT8 row scales */
             for (int j = 0; j < 8; j++) {
                 if (j < r) {
-                    size_t off = (size_t)a->blocks[bi] * a->block_stride + (size_t)slot * rowb;
+                    size_t bo = (size_t)a->blocks[bi] * a->block_stride;
+                    size_t off = bo + (size_t)slot * rowb;
                     kr[j] = a->k_base + off, vr[j] = a->v_base + off;
+                    if (kt == S_KT_I8) {
+                        ksc[j] = s_kv_scale(a, a->k_base, bo, slot);
+                        vsc[j] = s_kv_scale(a, a->v_base, bo, slot);
+                    }
                     if (++slot == bs)
                         slot = 0, bi++;
                 } else { /* past the end: row 0 again, its lane masked off */
                     kr[j] = kr[0], vr[j] = vr[0];
+                    if (kt == S_KT_I8)
+                        ksc[j] = ksc[0], vsc[j] = vsc[0];
                 }
             }
             const __m256 valid =
@@ -308,18 +348,23 @@ KO_INLINE void s_attn8(const kern_attn_args_t *a, bool f16) {
                     __m256 qv = _mm256_loadu_ps(qh + i);
 #pragma GCC unroll 8
                     for (int j = 0; j < 8; j++)
-                        acc[j] = _mm256_fmadd_ps(qv, s_kv8(f16, kr[j], i), acc[j]);
+                        acc[j] = _mm256_fmadd_ps(qv, s_kv8(kt, kr[j], i), acc[j]);
                 }
                 __m256 s = _mm256_mul_ps(s_reduce8(acc), _mm256_set1_ps(a->scale));
+                if (kt == S_KT_I8)
+                    s = _mm256_mul_ps(s, _mm256_loadu_ps(ksc));
                 s = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, valid);
-                _mm256_store_ps(pb[h], s_online8(s, &m[h], &l[h], out + (size_t)h * D, D));
+                __m256 pw = s_online8(s, &m[h], &l[h], out + (size_t)h * D, D);
+                if (kt == S_KT_I8) /* the V rows' scales go with the weights */
+                    pw = _mm256_mul_ps(pw, _mm256_loadu_ps(vsc));
+                _mm256_store_ps(pb[h], pw);
             }
             /* rows past the end have p = 0 and add nothing */
             for (int i = 0; i < D; i += 8) {
                 __m256 vv[8];
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++)
-                    vv[j] = s_kv8(f16, vr[j], i);
+                    vv[j] = s_kv8(kt, vr[j], i);
                 for (int h = 0; h < hn; h++) {
                     float *oh = out + (size_t)h * D + i;
                     __m256 ov = _mm256_loadu_ps(oh);
@@ -352,8 +397,10 @@ KO_INLINE void s_attn8(const kern_attn_args_t *a, bool f16) {
  * than the compiler folding the load into each of them. */
 #define S_IN_REG(v) __asm__("" : "+v"(v))
 
-KO_INLINE __m512 s_kv16(bool f16, const uint8_t *row, int i) {
-    if (f16)
+KO_INLINE __m512 s_kv16(const int kt, const uint8_t *row, int i) {
+    if (kt == S_KT_I8)
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(row + i))));
+    if (kt == S_KT_F16)
         return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * i)));
     return _mm512_loadu_ps((const float *)row + i);
 }
@@ -402,11 +449,11 @@ KO_INLINE __m512 s_exp16(__m512 x) {
 }
 
 /* o[h] += p[h][j] * (row v) for the NQ heads; p[h] at pb + 64 h. */
-KO_INLINE void s_vrow16(const bool f16, const int DV, const int NQ, const uint8_t *v,
+KO_INLINE void s_vrow16(const int kt, const int DV, const int NQ, const uint8_t *v,
                         const float *pb, int j, __m512 (*o)[8]) {
 #pragma GCC unroll 8
     for (int d = 0; d < DV; d++) {
-        __m512 vv = s_kv16(f16, v, 16 * d);
+        __m512 vv = s_kv16(kt, v, 16 * d);
         S_IN_REG(vv);
 #pragma GCC unroll 4
         for (int h = 0; h < NQ; h++)
@@ -415,12 +462,13 @@ KO_INLINE void s_vrow16(const bool f16, const int DV, const int NQ, const uint8_
 }
 
 /* Scores of one tile of 16 positions for NQ heads, scaled, lane j for row j,
- * into sb[64 h .. 64 h + 15].  Row j is at kt + j * rowb (contig) or
- * kt + off[j]; rows j >= r repeat a valid row and their lanes get -inf. */
-KO_INLINE void s_scores16(const bool f16, const int DV, const int NQ, const bool contig,
-                          const uint8_t *kt, const size_t *off, const int r, const float *q,
-                          const int D, const float scale, float *sb) {
-    const size_t rowb = (size_t)DV * 16 * (f16 ? 2 : 4);
+ * into sb[64 h .. 64 h + 15].  Row j is at kb + j * rowb (contig) or
+ * kb + off[j]; rows j >= r repeat a valid row and their lanes get -inf.
+ * INT8: ks holds the 16 rows' scales. */
+KO_INLINE void s_scores16(const int kt, const int DV, const int NQ, const bool contig,
+                          const uint8_t *kb, const size_t *off, const int r, const float *q,
+                          const int D, const float scale, const float *ks, float *sb) {
+    const size_t rowb = (size_t)DV * 16 * S_KV_ELT(kt);
     __m512 acc[4][2], t[4], u[4], s01[4];
     /* two positions at a time, the reduction tree folded in as it goes */
 #pragma GCC unroll 8
@@ -431,10 +479,10 @@ KO_INLINE void s_scores16(const bool f16, const int DV, const int NQ, const bool
 #pragma GCC unroll 2
         for (int jj = 0; jj < 2; jj++) {
             const int j = 2 * pr + jj;
-            const uint8_t *k = kt + (contig ? (size_t)j * rowb : off[j]);
+            const uint8_t *k = kb + (contig ? (size_t)j * rowb : off[j]);
 #pragma GCC unroll 8
             for (int d = 0; d < DV; d++) {
-                __m512 kv = s_kv16(f16, k, 16 * d);
+                __m512 kv = s_kv16(kt, k, 16 * d);
                 S_IN_REG(kv);
 #pragma GCC unroll 4
                 for (int h = 0; h < NQ; h++)
@@ -457,6 +505,8 @@ KO_INLINE void s_scores16(const bool f16, const int DV, const int NQ, const bool
             } else {
                 __m512 s =
                     _mm512_mul_ps(s_sum16_16(s01[h], s_sum8_16(u[h], u4)), _mm512_set1_ps(scale));
+                if (kt == S_KT_I8)
+                    s = _mm512_mul_ps(s, _mm512_loadu_ps(ks));
                 if (!contig)
                     s = _mm512_mask_blend_ps((__mmask16)((1u << r) - 1), _mm512_set1_ps(-INFINITY),
                                              s);
@@ -469,19 +519,23 @@ KO_INLINE void s_scores16(const bool f16, const int DV, const int NQ, const bool
 /* Up to 64 positions: scores of all of them first (independent work for the
  * core to overlap), then the online-softmax step, then the values.  Tile t
  * has its rows at kv offsets tb[t] + j * rowb when contig[t], else off[t][j];
- * the outputs ob (NQ x DV zmm) stay in memory between chunks. */
-KO_INLINE void s_chunk64(const kern_attn_args_t *a, const bool f16, const int DV, const int NQ,
+ * INT8: row j's K and V scales in ks[t][j], vs[t][j].  The outputs ob
+ * (NQ x DV zmm) stay in memory between chunks. */
+KO_INLINE void s_chunk64(const kern_attn_args_t *a, const int kt, const int DV, const int NQ,
                          const float *q, const int rc, const bool *contig, const size_t *tb,
-                         const size_t (*off)[16], __m512 (*ob)[8], float *m, __m512 *l) {
+                         const size_t (*off)[16], const float (*ks)[16], const float (*vs)[16],
+                         __m512 (*ob)[8], float *m, __m512 *l) {
     const int D = a->head_dim, nt = (rc + 15) / 16;
-    const size_t rowb = (size_t)DV * 16 * (f16 ? 2 : 4);
+    const size_t rowb = (size_t)DV * 16 * S_KV_ELT(kt);
     __attribute__((aligned(64))) float pb[4 * 64];
     for (int t = 0; t < nt; t++) {
         const int r = rc - 16 * t < 16 ? rc - 16 * t : 16;
         if (contig[t])
-            s_scores16(f16, DV, NQ, true, a->k_base + tb[t], NULL, 16, q, D, a->scale, pb + 16 * t);
+            s_scores16(kt, DV, NQ, true, a->k_base + tb[t], NULL, 16, q, D, a->scale, ks[t],
+                       pb + 16 * t);
         else
-            s_scores16(f16, DV, NQ, false, a->k_base, off[t], r, q, D, a->scale, pb + 16 * t);
+            s_scores16(kt, DV, NQ, false, a->k_base, off[t], r, q, D, a->scale, ks[t],
+                       pb + 16 * t);
     }
 #pragma GCC unroll 4
     for (int h = 0; h < NQ; h++) {
@@ -502,6 +556,8 @@ KO_INLINE void s_chunk64(const kern_attn_args_t *a, const bool f16, const int DV
         for (int t = 0; t < nt; t++) {
             __m512 p = s_exp16(_mm512_sub_ps(_mm512_load_ps(ph + 16 * t), mv));
             l[h] = _mm512_add_ps(l[h], p);
+            if (kt == S_KT_I8) /* the V rows' scales go with the weights */
+                p = _mm512_mul_ps(p, _mm512_loadu_ps(vs[t]));
             _mm512_store_ps(ph + 16 * t, p);
         }
     }
@@ -520,11 +576,11 @@ KO_INLINE void s_chunk64(const kern_attn_args_t *a, const bool f16, const int DV
             const uint8_t *vt = a->v_base + tb[t];
 #pragma GCC unroll 16
             for (int j = 0; j < 16; j++)
-                s_vrow16(f16, DV, NQ, vt + (size_t)j * rowb, pb + 16 * t, j, o);
+                s_vrow16(kt, DV, NQ, vt + (size_t)j * rowb, pb + 16 * t, j, o);
         } else {
             const int r = rc - 16 * t < 16 ? rc - 16 * t : 16;
             for (int j = 0; j < r; j++)
-                s_vrow16(f16, DV, NQ, a->v_base + off[t][j], pb + 16 * t, j, o);
+                s_vrow16(kt, DV, NQ, a->v_base + off[t][j], pb + 16 * t, j, o);
         }
     }
 #pragma GCC unroll 4
@@ -535,10 +591,10 @@ KO_INLINE void s_chunk64(const kern_attn_args_t *a, const bool f16, const int DV
     __asm__ volatile("" ::: "memory");
 }
 
-KO_INLINE void s_attn_group(const kern_attn_args_t *a, const bool f16, const int DV, const int NQ,
+KO_INLINE void s_attn_group(const kern_attn_args_t *a, const int kt, const int DV, const int NQ,
                             int h0) {
     const int D = a->head_dim, n = a->n_ctx, bs = a->block_size;
-    const size_t rowb = (size_t)D * (f16 ? 2 : 4);
+    const size_t rowb = (size_t)D * S_KV_ELT(kt);
     const float *q = a->q + (size_t)h0 * D;
     __m512 ob[4][8], l[4];
     float m[4];
@@ -555,10 +611,25 @@ KO_INLINE void s_attn_group(const kern_attn_args_t *a, const bool f16, const int
         const int rc = n - p < 64 ? n - p : 64;
         bool contig[4];
         size_t tb[4], off[4][16];
+        float ks[4][16], vs[4][16]; /* INT8 row scales */
         for (int t = 0; 16 * t < rc; t++) {
             const int r = rc - 16 * t < 16 ? rc - 16 * t : 16;
             /* a full tile at a multiple of 16 in a block of a multiple of 16 */
             contig[t] = r == 16 && bs % 16 == 0;
+            if (kt == S_KT_I8) { /* the tile's scales, rows past r repeating row 0's */
+                size_t bo = (size_t)a->blocks[bi] * a->block_stride;
+                for (int j = 0, b2 = bi, s2 = slot; j < 16; j++) {
+                    if (j < r) {
+                        bo = (size_t)a->blocks[b2] * a->block_stride;
+                        ks[t][j] = s_kv_scale(a, a->k_base, bo, s2);
+                        vs[t][j] = s_kv_scale(a, a->v_base, bo, s2);
+                        if (++s2 == bs)
+                            s2 = 0, b2++;
+                    } else {
+                        ks[t][j] = ks[t][0], vs[t][j] = vs[t][0];
+                    }
+                }
+            }
             if (contig[t]) {
                 tb[t] = (size_t)a->blocks[bi] * a->block_stride + (size_t)slot * rowb;
                 slot += 16;
@@ -574,7 +645,8 @@ KO_INLINE void s_attn_group(const kern_attn_args_t *a, const bool f16, const int
             for (int j = r; j < 16; j++)
                 off[t][j] = off[t][0];
         }
-        s_chunk64(a, f16, DV, NQ, q, rc, contig, tb, (const size_t(*)[16])off, ob, m, l);
+        s_chunk64(a, kt, DV, NQ, q, rc, contig, tb, (const size_t(*)[16])off,
+                  (const float(*)[16])ks, (const float(*)[16])vs, ob, m, l);
     }
     float *out = a->out + (size_t)h0 * D;
 #pragma GCC unroll 4
@@ -591,33 +663,37 @@ KO_INLINE void s_attn_group(const kern_attn_args_t *a, const bool f16, const int
 #define KA_FN(dv, nqv)                                                                             \
     static __attribute__((noinline)) void s_attn_f32_##dv##_##nqv(const kern_attn_args_t *a,       \
                                                                   int h0) {                        \
-        s_attn_group(a, false, dv, nqv, h0);                                                       \
+        s_attn_group(a, S_KT_F32, dv, nqv, h0);                                                    \
     }                                                                                              \
     static __attribute__((noinline)) void s_attn_f16_##dv##_##nqv(const kern_attn_args_t *a,       \
                                                                   int h0) {                        \
-        s_attn_group(a, true, dv, nqv, h0);                                                        \
+        s_attn_group(a, S_KT_F16, dv, nqv, h0);                                                    \
+    }                                                                                              \
+    static __attribute__((noinline)) void s_attn_i8_##dv##_##nqv(const kern_attn_args_t *a,        \
+                                                                 int h0) {                         \
+        s_attn_group(a, S_KT_I8, dv, nqv, h0);                                                     \
     }
-KA_FN(1, 1)
-KA_FN(1, 2) KA_FN(1, 3) KA_FN(1, 4) KA_FN(2, 1) KA_FN(2, 2) KA_FN(2, 3) KA_FN(2, 4) KA_FN(4, 1)
-    KA_FN(4, 2) KA_FN(4, 3) KA_FN(4, 4) KA_FN(8, 1) KA_FN(8, 2)
+/* clang-format off */
+KA_FN(1, 1) KA_FN(1, 2) KA_FN(1, 3) KA_FN(1, 4)
+KA_FN(2, 1) KA_FN(2, 2) KA_FN(2, 3) KA_FN(2, 4)
+KA_FN(4, 1) KA_FN(4, 2) KA_FN(4, 3) KA_FN(4, 4)
+KA_FN(8, 1) KA_FN(8, 2)
+/* clang-format on */
 #undef KA_FN
 
-        typedef void (*s_attn_fn)(const kern_attn_args_t *, int);
-#define KA_ROW(dv)                                                                                 \
-    { s_attn_f32_##dv##_1, s_attn_f32_##dv##_2, s_attn_f32_##dv##_3, s_attn_f32_##dv##_4 }
-#define KA_ROW16(dv)                                                                               \
-    { s_attn_f16_##dv##_1, s_attn_f16_##dv##_2, s_attn_f16_##dv##_3, s_attn_f16_##dv##_4 }
-/* [f16][log2 DV][nq - 1]; DV = 8 allows nq <= 2 */
-static const s_attn_fn s_attn_tab[2][4][4] = {
-    {KA_ROW(1), KA_ROW(2), KA_ROW(4), {s_attn_f32_8_1, s_attn_f32_8_2, NULL, NULL}},
-    {KA_ROW16(1), KA_ROW16(2), KA_ROW16(4), {s_attn_f16_8_1, s_attn_f16_8_2, NULL, NULL}},
-};
+typedef void (*s_attn_fn)(const kern_attn_args_t *, int);
+#define KA_ROW(ty, dv)                                                                             \
+    { s_attn_##ty##_##dv##_1, s_attn_##ty##_##dv##_2, s_attn_##ty##_##dv##_3, s_attn_##ty##_##dv##_4 }
+#define KA_TYPE(ty)                                                                                \
+    { KA_ROW(ty, 1), KA_ROW(ty, 2), KA_ROW(ty, 4), {s_attn_##ty##_8_1, s_attn_##ty##_8_2, NULL, NULL} }
+/* [kt][log2 DV][nq - 1]; DV = 8 allows nq <= 2 */
+static const s_attn_fn s_attn_tab[3][4][4] = {KA_TYPE(f32), KA_TYPE(f16), KA_TYPE(i8)};
 #undef KA_ROW
-#undef KA_ROW16
+#undef KA_TYPE
 
 /* Heads in groups of up to 4 (2 for head_dim 128); false when head_dim is
  * not 16, 32, 64 or 128. */
-static bool s_attention512(const kern_attn_args_t *a, bool f16) {
+static bool s_attention512(const kern_attn_args_t *a, int kt) {
     const int D = a->head_dim;
     const int lg = D == 16 ? 0 : D == 32 ? 1 : D == 64 ? 2 : D == 128 ? 3 : -1;
     if (lg < 0)
@@ -625,27 +701,32 @@ static bool s_attention512(const kern_attn_args_t *a, bool f16) {
     const int maxq = lg == 3 ? 2 : 4;
     for (int h0 = 0; h0 < a->n_q; h0 += maxq) {
         int nq = a->n_q - h0 < maxq ? a->n_q - h0 : maxq;
-        s_attn_tab[f16][lg][nq - 1](a, h0);
+        s_attn_tab[kt][lg][nq - 1](a, h0);
     }
     return true;
 }
 #endif
 
 void KX(kern_attention)(const kern_attn_args_t *a) {
-    const bool f16 = a->kv_type == KERN_F16;
+    const int kt = s_kt_of(a->kv_type);
 #ifdef KX_AVX512
-    if (s_attention512(a, f16))
+    if (s_attention512(a, kt))
         return;
 #endif
+    /* one call per constant kind, so each is specialised */
     if (a->head_dim % 8 == 0) {
-        if (f16)
-            s_attn8(a, true);
+        if (kt == S_KT_I8)
+            s_attn8(a, S_KT_I8);
+        else if (kt == S_KT_F16)
+            s_attn8(a, S_KT_F16);
         else
-            s_attn8(a, false);
-    } else if (f16) {
-        s_attention(a, true);
+            s_attn8(a, S_KT_F32);
+    } else if (kt == S_KT_I8) {
+        s_attention(a, S_KT_I8);
+    } else if (kt == S_KT_F16) {
+        s_attention(a, S_KT_F16);
     } else {
-        s_attention(a, false);
+        s_attention(a, S_KT_F32);
     }
 }
 

@@ -576,12 +576,22 @@ END_TEST
 
 /* ---- attention ---------------------------------------------------------- */
 
+/* Every table's attention against a double-precision softmax over the K and
+ * V values the pool holds (for KERN_I8 the dequantized q * scale), within
+ * 2e-6 (INT8, whose rows carry outliers: 2e-5, relative above 1).  KERN_I8 also: the scalar reference equals, bit for bit, the F32
+ * reference over a pool of those dequantized values (both compute q * scale
+ * per element), and each SIMD table is within that tolerance of it; the rows include
+ * zeros (scale 0) and outliers. */
 static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bsz, uint64_t seed) {
     uint64_t rng = seed;
     const int n_blocks = (n_ctx + bsz - 1) / bsz + 2;
-    const size_t elt = kvt == KERN_F16 ? 2 : 4;
-    const size_t stride = (size_t)bsz * D * elt * 2 + 64; /* another head lives in between */
+    const size_t elt = kvt == KERN_I8 ? 1 : kvt == KERN_F16 ? 2 : 4;
+    /* a slab of bsz rows (and, INT8, bsz scales); another head lives in between */
+    const size_t slab = (size_t)bsz * D * elt + (kvt == KERN_I8 ? 4 * (size_t)bsz : 0);
+    const size_t stride = slab * 2 + 64;
+    const size_t stride32 = (size_t)bsz * D * 4 + 64; /* the dequantized F32 copy */
     uint8_t *kb = malloc(stride * n_blocks), *vb = malloc(stride * n_blocks);
+    uint8_t *kb32 = malloc(stride32 * n_blocks), *vb32 = malloc(stride32 * n_blocks);
     int32_t *table = malloc(sizeof(int32_t) * n_blocks);
     float *q = malloc(sizeof(float) * n_q * D), *kf = malloc(sizeof(float) * n_ctx * D),
           *vf = malloc(sizeof(float) * n_ctx * D), *sc = malloc(sizeof(float) * n_q * n_ctx),
@@ -597,9 +607,29 @@ static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bs
         int32_t t = table[j];
         table[j] = table[o], table[o] = t;
     }
+    float *krow = malloc(sizeof(float) * D), *vrow = malloc(sizeof(float) * D);
     for (int p = 0; p < n_ctx; p++) {
         uint8_t *ko = kb + (size_t)table[p / bsz] * stride + (size_t)(p % bsz) * D * elt;
         uint8_t *vo = vb + (size_t)table[p / bsz] * stride + (size_t)(p % bsz) * D * elt;
+        if (kvt == KERN_I8) {
+            for (int i = 0; i < D; i++)
+                krow[i] = test_rand_f32(&rng, -2, 2), vrow[i] = test_rand_f32(&rng, -1, 1);
+            if (p % 7 == 3) /* an outlier channel */
+                krow[p % D] = 40.0f, vrow[(p * 5) % D] = -25.0f;
+            if (p % 11 == 5) /* zero rows: scale 0 */
+                memset(krow, 0, sizeof(float) * D), memset(vrow, 0, sizeof(float) * D);
+            size_t so = (size_t)table[p / bsz] * stride + (size_t)bsz * D + 4 * (size_t)(p % bsz);
+            float ksc = kern_i8_quant_row(krow, (int8_t *)ko, D);
+            float vsc = kern_i8_quant_row(vrow, (int8_t *)vo, D);
+            memcpy(kb + so, &ksc, 4), memcpy(vb + so, &vsc, 4);
+            size_t o32 = (size_t)table[p / bsz] * stride32 + (size_t)(p % bsz) * D * 4;
+            for (int i = 0; i < D; i++) {
+                float kv = (float)((int8_t *)ko)[i] * ksc, vv = (float)((int8_t *)vo)[i] * vsc;
+                kf[(size_t)p * D + i] = kv, vf[(size_t)p * D + i] = vv;
+                memcpy(kb32 + o32 + 4 * i, &kv, 4), memcpy(vb32 + o32 + 4 * i, &vv, 4);
+            }
+            continue;
+        }
         for (int i = 0; i < D; i++) {
             float kv = test_rand_f32(&rng, -2, 2), vv = test_rand_f32(&rng, -1, 1);
             if (kvt == KERN_F16) {
@@ -635,6 +665,26 @@ static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bs
         }
         free(s);
     }
+    /* float rounding grows with the magnitudes: INT8 rows carry outliers (K 40, V -25) */
+    const double tol = kvt == KERN_I8 ? 2e-5 : 2e-6;
+    /* INT8: the reference over the dequantized values in an F32 pool */
+    float *ref32 = malloc(sizeof(float) * n_q * D);
+    if (kvt == KERN_I8) {
+        kern_attn_args_t a32 = {.head_dim = D,
+                                .n_q = n_q,
+                                .q = q,
+                                .out = ref32,
+                                .n_ctx = n_ctx,
+                                .blocks = table,
+                                .block_size = bsz,
+                                .k_base = kb32,
+                                .v_base = vb32,
+                                .block_stride = stride32,
+                                .kv_type = KERN_F32,
+                                .scale = scale,
+                                .scratch = sc};
+        kern_ops_ref()->attention(&a32);
+    }
     for (int ti = 0; ti < 3; ti++) {
         const kern_ops_t *ops = s_all_tables(ti);
         if (ops == NULL)
@@ -656,9 +706,17 @@ static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bs
             out[i] = NAN; /* every output must be written */
         ops->attention(&a);
         for (int i = 0; i < n_q * D; i++)
-            ck_assert_msg(fabs(out[i] - want[i]) < 2e-6,
-                          "%s attention D %d n_q %d n_ctx %d bsz %d: %g vs %g", ops->name, D, n_q,
+            ck_assert_msg(fabs(out[i] - want[i]) < tol * fmax(1, fabs(want[i])),
+                          "%s attention D %d n_q %d n_ctx %d bsz %d: %.9g vs %.9g", ops->name, D, n_q,
                           n_ctx, bsz, out[i], want[i]);
+        if (kvt == KERN_I8) {
+            for (int i = 0; i < n_q * D; i++)
+                ck_assert_msg(ti == 0 ? out[i] == ref32[i]
+                                      : fabs(out[i] - ref32[i]) < tol * fmax(1, fabs(ref32[i])),
+                              "%s int8 attention vs f32 over dequantized, D %d n_q %d n_ctx %d "
+                              "bsz %d: %g vs %g",
+                              ops->name, D, n_q, n_ctx, bsz, out[i], ref32[i]);
+        }
         /* deterministic: the same arguments give the same bits, whatever the
          * scratch held */
         memcpy(again, out, sizeof(float) * n_q * D);
@@ -670,13 +728,13 @@ static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bs
                       n_ctx);
     }
     free(kb), free(vb), free(table), free(q), free(kf), free(vf), free(sc), free(want), free(out);
-    free(again);
+    free(again), free(kb32), free(vb32), free(krow), free(vrow), free(ref32);
 }
 
 START_TEST(test_attention) {
     uint64_t seed = 300;
-    kern_type_t kvts[2] = {KERN_F32, KERN_F16};
-    for (int t = 0; t < 2; t++) {
+    kern_type_t kvts[3] = {KERN_F32, KERN_F16, KERN_I8};
+    for (int t = 0; t < 3; t++) {
         s_check_attention(kvts[t], 64, 1, 1, 16, seed++);
         s_check_attention(kvts[t], 64, 3, 37, 16, seed++);
         s_check_attention(kvts[t], 64, 3, 130, 16, seed++);
@@ -695,10 +753,10 @@ END_TEST
  * sizes that are and are not multiples of 16, every block table shuffled. */
 START_TEST(test_attention_tiles) {
     uint64_t seed = 900;
-    kern_type_t kvts[2] = {KERN_F32, KERN_F16};
+    kern_type_t kvts[3] = {KERN_F32, KERN_F16, KERN_I8};
     const int ctxs[] = {1, 15, 16, 17, 63, 64, 65, 200};
     const int nqs[] = {1, 3, 4, 8};
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < 3; t++) {
         for (int c = 0; c < (int)(sizeof ctxs / sizeof *ctxs); c++)
             for (int i = 0; i < 4; i++) {
                 s_check_attention(kvts[t], 64, nqs[i], ctxs[c], 16, seed++);
@@ -709,6 +767,7 @@ START_TEST(test_attention_tiles) {
             s_check_attention(kvts[t], 128, nqs[i], 4097, 16, seed++);
         }
         s_check_attention(kvts[t], 64, 3, 100, 5, seed++); /* tiles across blocks */
+        s_check_attention(kvts[t], 64, 3, 100, 7, seed++); /* odd rows: unaligned scales */
         s_check_attention(kvts[t], 64, 3, 100, 8, seed++);
         s_check_attention(kvts[t], 128, 2, 130, 48, seed++);
         s_check_attention(kvts[t], 96, 3, 77, 16, seed++); /* 8-wide path */

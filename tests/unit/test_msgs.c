@@ -61,7 +61,7 @@ static void fill(int type, msg_any_t *a) {
         a->u.done.finish_reason = MSG_FINISH_LENGTH;
         a->u.done.text = "full text";
         a->u.done.text_len = 9;
-        a->u.done.usage = (msg_usage_t){12, 32};
+        a->u.done.usage = (msg_usage_t){12, 32, 8, 5, 3};
         a->u.done.timings = (msg_timings_ms_t){1.5, 20.25, 300, 21.75};
         break;
     case MSG_ERROR:

@@ -1,0 +1,384 @@
+/* actor_kvtier.c - the KV tier manager actor: a thin shell around kv_tiers
+ * (T1 DRAM + T2 SSD).  Promotions are asynchronous: gets are queued to
+ * kv_tiers and answered as they complete, so a slow disk never stalls puts. */
+#include "actor_kvtier.h"
+
+#include "base/base_log.h"
+#include "kvstore/kv_tiers.h"
+#include "model/model_gguf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define TAG "kvtier"
+#define S_MAX_PROMOS 256 /* promotions in flight */
+
+/* One promotion in flight: blocks of rid's prompt being fetched for worker. */
+typedef struct {
+    bool used;
+    uint64_t rid;
+    int worker;
+    int pending; /* gets not completed */
+    int sent;    /* blocks sent to the worker */
+    int missing; /* blocks not found (or failed their checksum) */
+} s_promo_t;
+
+typedef struct {
+    actor_env_t *env;
+    zsock_t *in;         /* inbound PULL */
+    zsock_t *to_front;   /* PUSH to the frontend (pong, stats) */
+    zsock_t **to_worker; /* (n_workers) PUSH to each worker, for promotions */
+    int n_workers;
+    kv_tiers_t *tiers;   /* T1 + T2 */
+    kv_shape_t shape;    /* block shape */
+    s_promo_t promos[S_MAX_PROMOS];
+    uint64_t *hashes;    /* (max_blocks) scratch: a prompt's chained hashes */
+    int max_blocks;
+    actor_counters_t *counters;
+    uint64_t last_stats_us;
+} s_kvtier_t;
+
+/* Block shape from the model's GGUF header (no weights are loaded). */
+static int s_shape(const char *path, int block_size, kv_shape_t *s, char *err, size_t errlen) {
+    model_gguf_t *g = model_gguf_open(path, err, errlen);
+    if (!g)
+        return -EINVAL;
+    char *arch = NULL, k[160];
+    int64_t n_layer = 0, n_head = 0, n_head_kv = 0, d_model = 0, key_len = 0;
+    int rc = -EINVAL;
+    if (model_gguf_get_str(g, "general.architecture", &arch)) {
+        snprintf(k, sizeof k, "%s.block_count", arch);
+        model_gguf_get_i64(g, k, &n_layer);
+        snprintf(k, sizeof k, "%s.attention.head_count", arch);
+        model_gguf_get_i64(g, k, &n_head);
+        n_head_kv = n_head;
+        snprintf(k, sizeof k, "%s.attention.head_count_kv", arch);
+        model_gguf_get_i64(g, k, &n_head_kv);
+        snprintf(k, sizeof k, "%s.embedding_length", arch);
+        model_gguf_get_i64(g, k, &d_model);
+        snprintf(k, sizeof k, "%s.attention.key_length", arch);
+        if (!model_gguf_get_i64(g, k, &key_len) && n_head > 0)
+            key_len = d_model / n_head;
+        if (n_layer > 0 && n_layer < 4096 && n_head_kv > 0 && n_head_kv < 4096 && key_len > 0 &&
+            key_len < 65536) {
+            *s = (kv_shape_t){(int)n_layer, (int)n_head_kv, (int)key_len, block_size};
+            rc = 0;
+        } else {
+            snprintf(err, errlen, "%s: no usable layer/head counts in the GGUF header", path);
+        }
+    } else {
+        snprintf(err, errlen, "%s: no general.architecture", path);
+    }
+    free(arch);
+    model_gguf_destroy(&g);
+    return rc;
+}
+
+static s_promo_t *s_promo_new(s_kvtier_t *t, uint64_t rid, int worker, int *slot) {
+    for (int i = 0; i < S_MAX_PROMOS; i++)
+        if (!t->promos[i].used) {
+            t->promos[i] = (s_promo_t){true, rid, worker, 0, 0, 0};
+            *slot = i;
+            return &t->promos[i];
+        }
+    return NULL;
+}
+
+static void s_promo_done(s_kvtier_t *t, s_promo_t *p) {
+    msg_kv_promote_done_t d;
+    msg_kv_promote_done_init(&d);
+    d.rid = p->rid;
+    d.sent = p->sent;
+    d.missing = p->missing;
+    if (actor_send(t->to_worker[p->worker], MSG_KV_PROMOTE_DONE, &d))
+        actor_counters_add(t->counters, "send.failed", 1);
+    actor_counters_add(t->counters, "promotions.done", 1);
+    p->used = false;
+}
+
+static void s_on_promote(s_kvtier_t *t, const msg_kv_promote_t *q) {
+    if (q->worker >= t->n_workers) {
+        actor_counters_add(t->counters, "promote.bad_worker", 1);
+        return;
+    }
+    int bs = t->shape.block_size;
+    int nf = q->n_tokens / bs;
+    if (nf > t->max_blocks) {
+        uint64_t *h = realloc(t->hashes, (size_t)nf * sizeof *h);
+        if (!h) {
+            actor_counters_add(t->counters, "promote.nomem", 1);
+            return;
+        }
+        t->hashes = h;
+        t->max_blocks = nf;
+    }
+    kv_hash_chain(q->tokens, q->n_tokens, bs, t->hashes);
+    if (q->warm) {
+        int lifted = 0;
+        for (int b = 0; b < nf; b++) {
+            int where = kv_tiers_where(t->tiers, t->hashes[b]);
+            if (!where)
+                break;
+            if (where == 2 && kv_tiers_warm(t->tiers, t->hashes[b]) == 0)
+                lifted++;
+        }
+        actor_counters_add(t->counters, "warm.requests", 1);
+        actor_counters_add(t->counters, "warm.blocks", lifted);
+        return;
+    }
+    actor_counters_add(t->counters, "promote.requests", 1);
+    int slot;
+    s_promo_t *p = s_promo_new(t, q->rid, q->worker, &slot);
+    if (!p) {
+        actor_counters_add(t->counters, "promote.busy", 1);
+        s_promo_t tmp = {true, q->rid, q->worker, 0, 0, nf};
+        s_promo_done(t, &tmp); /* the worker stops waiting and recomputes */
+        return;
+    }
+    int b = 0;
+    for (; b < nf; b++) {
+        if (!kv_tiers_where(t->tiers, t->hashes[b]))
+            break;
+        uint64_t tag = (uint64_t)slot << 32 | (uint32_t)b;
+        if (kv_tiers_get(t->tiers, t->hashes[b], tag))
+            break;
+        p->pending++;
+    }
+    p->missing = nf - b;
+    if (!p->pending)
+        s_promo_done(t, p);
+}
+
+static void s_on_completions(s_kvtier_t *t, int wait_us) {
+    kv_tiers_done_t done[64];
+    int n;
+    while ((n = kv_tiers_poll(t->tiers, done, 64, wait_us)) > 0) {
+        wait_us = 0;
+        for (int i = 0; i < n; i++) {
+            const kv_tiers_done_t *d = &done[i];
+            int slot = (int)(d->tag >> 32);
+            if (slot < 0 || slot >= S_MAX_PROMOS || !t->promos[slot].used)
+                continue;
+            s_promo_t *p = &t->promos[slot];
+            p->pending--;
+            if (d->status == 0) {
+                msg_kv_block_t b;
+                msg_kv_block_init(&b);
+                b.rid = p->rid;
+                b.worker = p->worker;
+                b.hash = d->hash;
+                b.parent = d->meta->parent;
+                b.tokens = (int32_t *)d->meta->tokens;
+                b.n_tokens = d->meta->n_tokens;
+                b.fmt = d->fmt;
+                b.pin = d->meta->pin;
+                /* promotions are worth a short wait: the worker is waiting for them */
+                if (actor_send_raw(t->to_worker[p->worker], MSG_KV_BLOCK, &b, d->data, d->bytes,
+                                   50) == 0) {
+                    p->sent++;
+                    actor_counters_add(t->counters, d->tier == 1 ? "promoted.t1" : "promoted.t2",
+                                       1);
+                    actor_counters_add(t->counters, "bytes.promoted", (int64_t)d->bytes);
+                } else {
+                    p->missing++;
+                    actor_counters_add(t->counters, "send.failed", 1);
+                }
+            } else {
+                p->missing++;
+                actor_counters_add(t->counters,
+                                   d->status == -EBADMSG ? "promote.checksum_failed"
+                                   : d->status == -ENOENT ? "promote.gone"
+                                                          : "promote.io_error",
+                                   1);
+            }
+            if (!p->pending)
+                s_promo_done(t, p);
+        }
+    }
+}
+
+static void s_on_put(s_kvtier_t *t, const msg_kv_block_t *b, const zmq_msg_t *raw) {
+    size_t len = zmq_msg_size((zmq_msg_t *)raw);
+    size_t want = kv_fmt_block_bytes(&t->shape, b->fmt);
+    if (b->n_tokens > t->shape.block_size || !want || len != want ||
+        kv_hash_block(b->parent, b->tokens, b->n_tokens) != b->hash) {
+        actor_counters_add(t->counters, "put.refused", 1);
+        return;
+    }
+    kv_meta_t meta;
+    meta.hash = b->hash;
+    meta.parent = b->parent;
+    meta.n_tokens = b->n_tokens;
+    meta.pin = b->pin;
+    memcpy(meta.tokens, b->tokens, (size_t)b->n_tokens * sizeof *meta.tokens);
+    if (kv_tiers_put(t->tiers, &meta, b->fmt, zmq_msg_data((zmq_msg_t *)raw), len))
+        actor_counters_add(t->counters, "put.failed", 1);
+    else
+        actor_counters_add(t->counters, "bytes.demoted_in", (int64_t)len);
+}
+
+static void s_stats(s_kvtier_t *t) {
+    kv_tiers_stats_t s = kv_tiers_stats(t->tiers);
+    actor_counters_t *c = t->counters;
+    actor_counters_set(c, "t1.hits", s.t1_hits);
+    actor_counters_set(c, "t1.misses", s.t1_misses);
+    actor_counters_set(c, "t2.hits", s.t2_hits);
+    actor_counters_set(c, "t2.misses", s.t2_misses);
+    actor_counters_set(c, "puts", s.puts);
+    actor_counters_set(c, "puts.duplicate", s.put_dups);
+    actor_counters_set(c, "demoted.t1_to_t2", s.t1_to_t2);
+    actor_counters_set(c, "promoted.t2_to_t1", s.t2_to_t1);
+    actor_counters_set(c, "t2.dropped", s.t2_dropped);
+    actor_counters_set(c, "t2.bytes_written", s.bytes_written);
+    actor_counters_set(c, "t2.bytes_read", s.bytes_read);
+    actor_counters_set(c, "t2.checksum_failures", s.checksum_failures);
+    actor_counters_set(c, "t2.io_errors", s.io_errors);
+    actor_counters_set(c, "t1.blocks", s.t1_used);
+    actor_counters_set(c, "t2.blocks", s.t2_used);
+    actor_counters_set(c, "t1.bytes", s.t1_bytes);
+    actor_counters_set(c, "t2.bytes", s.t2_bytes);
+    actor_counters_set(c, "t2.recovered", s.t2_recovered);
+    t->last_stats_us = actor_now_us();
+}
+
+static void s_cleanup(s_kvtier_t *t) {
+    kv_tiers_destroy(&t->tiers);
+    for (int i = 0; t->to_worker && i < t->n_workers; i++)
+        zsock_destroy(&t->to_worker[i]);
+    free(t->to_worker);
+    free(t->hashes);
+    zsock_destroy(&t->in);
+    zsock_destroy(&t->to_front);
+    actor_counters_destroy(&t->counters);
+}
+
+int actor_kvtier_main(actor_env_t *env) {
+    const actor_topology_t *topo = actor_env_topology(env);
+    const char *me = actor_env_name(env);
+    s_kvtier_t t = {0};
+    t.env = env;
+    char err[512];
+    const char *model = actor_topology_opt(topo, me, "model", NULL);
+    int bs = (int)actor_topology_opt_int(topo, me, "block_size", 16);
+    if (!model || bs < 1 || bs > KV_MAX_BLOCK_TOKENS) {
+        actor_env_fail(env, "%s: needs model= and a block_size in 1..%d", me, KV_MAX_BLOCK_TOKENS);
+        return 1;
+    }
+    if (s_shape(model, bs, &t.shape, err, sizeof err)) {
+        actor_env_fail(env, "%s: %s", me, err);
+        return 1;
+    }
+    char dir[1024];
+    const char *t2 = actor_topology_opt(topo, me, "t2_dir", NULL);
+    if (!t2) {
+        const char *home = getenv("HOME");
+        snprintf(dir, sizeof dir, "%s/.cache/strata/kv", home ? home : "/tmp");
+        t2 = dir;
+    } else if (!strcmp(t2, "none")) {
+        t2 = NULL;
+    }
+    kv_tiers_config_t c = {
+        .shape = t.shape,
+        .t1_blocks = (int)actor_topology_opt_int(topo, me, "t1_blocks", 256),
+        .t1_fmt = kv_fmt_parse(actor_topology_opt(topo, me, "t1_fmt", "f32")),
+        .t2_dir = t2,
+        .t2_blocks = (int)actor_topology_opt_int(topo, me, "t2_blocks", 1024),
+        .t2_fmt = kv_fmt_parse(actor_topology_opt(topo, me, "t2_fmt", "f32")),
+        .policy = kv_policy_parse(actor_topology_opt(topo, me, "policy", "scored")),
+        .queue_depth = (int)actor_topology_opt_int(topo, me, "queue_depth", 64),
+    };
+    if (c.t1_blocks < 1 || c.t1_fmt < 0 || c.t2_fmt < 0 || (int)c.policy < 0 ||
+        (t2 && c.t2_blocks < 1)) {
+        actor_env_fail(env, "%s: bad option value (t1_blocks, t1_fmt, t2_blocks, t2_fmt, policy)",
+                       me);
+        return 1;
+    }
+    if (t2) {
+        char cmd[1100];
+        snprintf(cmd, sizeof cmd, "%s", t2); /* create the directory chain */
+        for (char *p = cmd + 1; *p; p++)
+            if (*p == '/') {
+                *p = 0;
+                mkdir(cmd, 0755);
+                *p = '/';
+            }
+        mkdir(cmd, 0755);
+    }
+    t.tiers = kv_tiers_new(&c, err, sizeof err);
+    if (!t.tiers) {
+        actor_env_fail(env, "%s: %s", me, err);
+        return 1;
+    }
+    t.n_workers = actor_topology_workers(topo);
+    t.counters = actor_counters_new();
+    t.to_worker = calloc((size_t)(t.n_workers > 0 ? t.n_workers : 1), sizeof *t.to_worker);
+    t.in = actor_sock_inbound(actor_topology_endpoint(topo, me), (int64_t)64 << 20, 10000);
+    t.to_front = actor_sock_outbound(actor_topology_endpoint(topo, "frontend"), 1000);
+    bool ok = t.counters && t.to_worker && t.in && t.to_front;
+    for (int i = 0; ok && i < t.n_workers; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "worker%d", i);
+        t.to_worker[i] = actor_sock_outbound(actor_topology_endpoint(topo, name), 1000);
+        ok = t.to_worker[i] != NULL;
+    }
+    if (!ok) {
+        actor_env_fail(env, "%s: cannot set up (sockets or memory)", me);
+        s_cleanup(&t);
+        return 1;
+    }
+    kv_tiers_stats_t st = kv_tiers_stats(t.tiers);
+    LOG_I(me, "ready: T1 %d blocks (%s), T2 %s (%d blocks, %s, %d found from before), policy %s",
+          c.t1_blocks, kv_fmt_name(c.t1_fmt), t2 ? t2 : "off", t2 ? c.t2_blocks : 0,
+          kv_fmt_name(c.t2_fmt), st.t2_recovered, kv_policy_name(c.policy));
+    s_stats(&t);
+    actor_env_ready(env);
+
+    zpoller_t *poller = zpoller_new(actor_env_pipe(env), t.in, NULL);
+    zpoller_set_nonstop(poller, true);
+    bool stop = false;
+    while (!stop) {
+        bool io = kv_tiers_pending(t.tiers) > 0;
+        void *which = zpoller_wait(poller, io ? 0 : 100);
+        if (which == actor_env_pipe(env))
+            break;
+        msg_any_t m;
+        msg_err_t e;
+        zmq_msg_t raw;
+        int rc;
+        while (!stop && (rc = actor_recv_raw(t.in, &m, &e, &raw)) != -EAGAIN) {
+            if (rc < 0) {
+                actor_counters_add(t.counters, "malformed", 1);
+                zmq_msg_close(&raw);
+                continue;
+            }
+            switch (m.type) {
+            case MSG_KV_BLOCK:
+                s_on_put(&t, &m.u.kv_block, &raw);
+                break;
+            case MSG_KV_PROMOTE:
+                s_on_promote(&t, &m.u.kv_promote);
+                break;
+            default:
+                if (m.type == MSG_STATS_QUERY)
+                    s_stats(&t);
+                if (actor_ctl_handle(env, &m, t.to_front, t.counters) == 1)
+                    stop = true;
+                else if (m.type != MSG_PING && m.type != MSG_STATS_QUERY)
+                    actor_counters_add(t.counters, "unexpected", 1);
+            }
+            zmq_msg_close(&raw);
+            msg_any_clear(&m);
+        }
+        /* with I/O in flight, wait for the disk a little instead of spinning */
+        s_on_completions(&t, io ? 500 : 0);
+        if (actor_now_us() - t.last_stats_us > 200000)
+            s_stats(&t);
+    }
+    zpoller_destroy(&poller);
+    LOG_I(me, "stopping");
+    s_cleanup(&t);
+    return 0;
+}

@@ -1,0 +1,32 @@
+/* actor_kvtier.h - the KV tier manager: owns T1 (a DRAM pool shared by every
+ * worker of the deployment) and T2 (SSD files over io_uring), both behind one
+ * global index by block hash (kvstore/kv_tiers).  Workers demote evicted T0
+ * blocks to it; the prefetcher asks it to promote a prompt's cached prefix to
+ * the worker that will run the prompt.  Block data travels as a raw frame
+ * after the kv_block header.
+ *
+ * Command / reply table (inbound PULL socket):
+ *   kv_block   (worker, + raw frame) -> stored in T1 (demoting T1's victim to T2);
+ *                                       a block whose hash does not match its
+ *                                       parent and tokens, or whose size is not
+ *                                       its format's, is refused and counted
+ *   kv_promote (prefetcher, warm=0) -> every block of the prompt's chain found in
+ *                                       T1/T2 (up to the first miss) to the worker
+ *                                       as kv_block + raw frame, then
+ *                                       kv_promote_done {sent, missing}
+ *   kv_promote (warm=1)             -> lifts the chain's T2 blocks into T1; no reply
+ *   ping / stats_query              -> pong / stats_answer to the frontend
+ *   stop                            -> ends the actor (pending writes complete)
+ *
+ * Options (topology line "kvtier"): model (for the block shape), block_size (16),
+ * t1_blocks (256), t1_fmt (f32), t2_dir (~/.cache/strata/kv; "none": no T2),
+ * t2_blocks (1024), t2_fmt (f32), policy (lru|lfu|scored; scored).
+ */
+#ifndef ACTOR_KVTIER_H
+#define ACTOR_KVTIER_H
+
+#include "actor_runtime.h"
+
+int actor_kvtier_main(actor_env_t *env);
+
+#endif

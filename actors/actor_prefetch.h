@@ -1,0 +1,27 @@
+/* actor_prefetch.h - the prefetcher: turns request arrivals into promotions
+ * before the worker's prefill needs the blocks, and keeps recently active
+ * chat sessions warm between turns.
+ *
+ * Command / reply table (inbound PULL socket):
+ *   kv_hint (router)  -> kv_promote {rid, worker, tokens} to the tier manager,
+ *                        which sends the prompt's prefix found in T1/T2 to the
+ *                        worker; a hint with a session id also records the
+ *                        session's latest prompt and its time
+ *   (every warm_ms)   -> kv_promote {warm} for each of the warm_sessions most
+ *                        recently active sessions (active within warm_s
+ *                        seconds): their T2 blocks are lifted into T1, so the
+ *                        next turn is a DRAM hit, not a disk read
+ *   ping / stats_query -> pong / stats_answer to the frontend
+ *   stop              -> ends the actor
+ *
+ * Options (topology line "prefetcher"): sessions (256 tracked), warm_sessions
+ * (16), warm_ms (250), warm_s (600).
+ */
+#ifndef ACTOR_PREFETCH_H
+#define ACTOR_PREFETCH_H
+
+#include "actor_runtime.h"
+
+int actor_prefetch_main(actor_env_t *env);
+
+#endif

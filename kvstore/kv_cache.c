@@ -1,0 +1,824 @@
+/* kv_cache.c - T0: a worker's paged KV pool, block tables with reference
+ * counts, a prefix index over published blocks, copy-on-write and eviction of
+ * unreferenced cached blocks in policy order.  Owns the pool and the index.
+ *
+ * The index is a radix tree at block granularity: a node is a block, an edge
+ * from a parent is the chained hash kv_hash_block(parent, next B tokens), so
+ * the tree needs no explicit child pointers: `by_hash` maps every published
+ * block's hash to its slot (full and partial blocks), and `partials` maps a
+ * parent hash (0 for the root) to a list of that node's partial children,
+ * which a lookup compares token by token (longest prefix of the request
+ * wins).  A published block is immutable until evicted.
+ *
+ * Block states:  FREE (on the free stack)  --take-->  USED (refs >= 1)
+ *   USED --last unref--> CACHED if published (a policy candidate), else FREE
+ *   CACHED --attach--> USED;  CACHED --evict (callback first)--> taken.
+ */
+#include "kv_cache.h"
+
+#include "base_log.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define S_TAG "kv_cache"
+
+typedef enum { S_FREE = 0, S_USED = 1, S_CACHED = 2 } s_state_t;
+
+/* Per-block bookkeeping; the block's tokens live in kv_cache_t.tokens. */
+typedef struct {
+    uint64_t hash;    /* chained hash of the content: published blocks, and the full
+                         blocks below a table's n_published; 0 when unknown */
+    uint64_t parent;  /* hash of the block before it (0 for the first) */
+    int32_t refs;     /* tables holding the block */
+    int32_t p_next;   /* next partial child of the same parent, -1 at the end */
+    int32_t p_prev;   /* previous one, -1 at the head */
+    int16_t n_tokens; /* tokens named by hash (block_size: a full block) */
+    uint8_t state;    /* s_state_t */
+    uint8_t pin;      /* importance 0..255 */
+    bool published;   /* in the index (read-only until evicted) */
+    bool in_lower;    /* a lower tier holds it already */
+} s_block_t;
+
+/* Open-addressing hash map uint64 -> block id (linear probing, backward-shift
+ * deletion; vals[i] < 0 marks an empty slot, so any key, 0 included, is valid). */
+typedef struct {
+    uint64_t *keys; /* (mask + 1) */
+    int32_t *vals;  /* (mask + 1) block id, -1 empty */
+    uint32_t mask;  /* capacity - 1 (a power of two, >= twice the entries) */
+    int n;          /* entries */
+} s_map_t;
+
+struct kv_cache_t {
+    kv_cache_config_t cfg;      /* as given */
+    kv_shape_t shape;           /* block shape */
+    model_kv_pool_t pool;       /* (n_blocks, block_bytes) the blocks' data, T0 format */
+    s_block_t *blk;             /* (n_blocks) */
+    int32_t *tokens;            /* (n_blocks, block_size) tokens of each block's meta */
+    int32_t *free_ids;          /* (n_blocks) stack of FREE blocks; first n_free valid */
+    int n_free;                 /* FREE blocks */
+    int n_cached;               /* CACHED blocks (== policy candidates) */
+    int n_used;                 /* USED blocks */
+    kv_policy_t *policy;        /* eviction order of the CACHED blocks */
+    s_map_t by_hash;            /* hash -> published block */
+    s_map_t partials;           /* parent hash -> first published partial child */
+    int32_t *scratch;           /* (n_blocks) block ids during one call */
+    kv_cache_evict_fn on_evict; /* or NULL */
+    void *evict_arg;
+    uint64_t (*clock)(void *arg); /* microseconds; NULL: CLOCK_MONOTONIC */
+    void *clock_arg;
+    kv_cache_stats_t st; /* counters (the n_* fields are filled on request) */
+};
+
+/* ---- hash map */
+
+static uint32_t s_home(const s_map_t *m, uint64_t k) {
+    return (uint32_t)((k * 0x9E3779B97F4A7C15ull) >> 32) & m->mask;
+}
+
+static int s_map_init(s_map_t *m, int n_max) {
+    uint32_t cap = 16;
+    while (cap < 2u * (uint32_t)n_max)
+        cap *= 2;
+    m->keys = calloc(cap, sizeof *m->keys);
+    m->vals = malloc(cap * sizeof *m->vals);
+    if (!m->keys || !m->vals)
+        return -ENOMEM;
+    memset(m->vals, 0xff, cap * sizeof *m->vals);
+    m->mask = cap - 1;
+    m->n = 0;
+    return 0;
+}
+
+static void s_map_free(s_map_t *m) {
+    free(m->keys);
+    free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+static int32_t s_map_get(const s_map_t *m, uint64_t k) {
+    for (uint32_t i = s_home(m, k);; i = (i + 1) & m->mask) {
+        if (m->vals[i] < 0)
+            return -1;
+        if (m->keys[i] == k)
+            return m->vals[i];
+    }
+}
+
+/* Insert or overwrite.  Never full: at most n_blocks entries in >= 2 n_blocks slots. */
+static void s_map_put(s_map_t *m, uint64_t k, int32_t v) {
+    for (uint32_t i = s_home(m, k);; i = (i + 1) & m->mask) {
+        if (m->vals[i] < 0) {
+            m->keys[i] = k;
+            m->vals[i] = v;
+            m->n++;
+            return;
+        }
+        if (m->keys[i] == k) {
+            m->vals[i] = v;
+            return;
+        }
+    }
+}
+
+static void s_map_del(s_map_t *m, uint64_t k) {
+    uint32_t i = s_home(m, k);
+    for (;; i = (i + 1) & m->mask) {
+        if (m->vals[i] < 0)
+            return;
+        if (m->keys[i] == k)
+            break;
+    }
+    /* Backward shift: pull later entries of the probe run into the hole when
+     * the hole lies between their home and where they sit. */
+    for (uint32_t j = i;;) {
+        j = (j + 1) & m->mask;
+        if (m->vals[j] < 0)
+            break;
+        uint32_t h = s_home(m, m->keys[j]);
+        if (((j - h) & m->mask) >= ((j - i) & m->mask)) {
+            m->keys[i] = m->keys[j];
+            m->vals[i] = m->vals[j];
+            i = j;
+        }
+    }
+    m->vals[i] = -1;
+    m->n--;
+}
+
+/* ---- helpers */
+
+static uint64_t s_now(const kv_cache_t *self) {
+    if (self->clock)
+        return self->clock(self->clock_arg);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static int32_t *s_tokens(const kv_cache_t *self, int id) {
+    return self->tokens + (size_t)id * self->cfg.block_size;
+}
+
+static uint8_t *s_data(const kv_cache_t *self, int id) {
+    return self->pool.base + (size_t)id * self->pool.block_bytes;
+}
+
+static int s_blocks_for(const kv_cache_t *self, int n_positions) {
+    if (n_positions <= 0)
+        return 0;
+    return (n_positions + self->cfg.block_size - 1) / self->cfg.block_size;
+}
+
+/* Make room for n entries in seq's table.  0 or -ENOMEM (table unchanged). */
+static int s_grow(kv_seq_t *seq, int n) {
+    if (n <= seq->cap)
+        return 0;
+    int cap = seq->cap > 0 ? seq->cap : 8;
+    while (cap < n)
+        cap *= 2;
+    int32_t *b = realloc(seq->blocks, (size_t)cap * sizeof *b);
+    if (!b)
+        return -ENOMEM;
+    seq->blocks = b;
+    seq->cap = cap;
+    return 0;
+}
+
+static bool s_seq_ok(const kv_cache_t *self, const kv_seq_t *seq) {
+    if (!seq || seq->n < 0 || seq->n > seq->cap || (seq->n > 0 && !seq->blocks))
+        return false;
+    if (seq->n_published < 0 || seq->n_published > seq->n)
+        return false;
+    for (int i = 0; i < seq->n; i++)
+        if (seq->blocks[i] < 0 || seq->blocks[i] >= self->cfg.n_blocks)
+            return false;
+    return true;
+}
+
+/* Reset n_published to k (<= the current one) and its tail hash. */
+static void s_set_published(const kv_cache_t *self, kv_seq_t *seq, int k) {
+    seq->n_published = k;
+    seq->tail_hash = k > 0 ? self->blk[seq->blocks[k - 1]].hash : 0;
+}
+
+/* ---- the index */
+
+static void s_index_add(kv_cache_t *self, int id) {
+    s_block_t *b = &self->blk[id];
+    assert(!b->published && s_map_get(&self->by_hash, b->hash) < 0);
+    s_map_put(&self->by_hash, b->hash, id);
+    b->p_next = b->p_prev = -1;
+    if (b->n_tokens < self->cfg.block_size) {
+        int32_t head = s_map_get(&self->partials, b->parent);
+        b->p_next = head;
+        if (head >= 0)
+            self->blk[head].p_prev = id;
+        s_map_put(&self->partials, b->parent, id);
+    }
+    b->published = true;
+}
+
+static void s_index_del(kv_cache_t *self, int id) {
+    s_block_t *b = &self->blk[id];
+    if (!b->published)
+        return;
+    assert(s_map_get(&self->by_hash, b->hash) == id);
+    s_map_del(&self->by_hash, b->hash);
+    if (b->n_tokens < self->cfg.block_size) {
+        if (b->p_prev >= 0)
+            self->blk[b->p_prev].p_next = b->p_next;
+        else if (b->p_next >= 0)
+            s_map_put(&self->partials, b->parent, b->p_next);
+        else
+            s_map_del(&self->partials, b->parent);
+        if (b->p_next >= 0)
+            self->blk[b->p_next].p_prev = b->p_prev;
+    }
+    b->p_next = b->p_prev = -1;
+    b->published = false;
+}
+
+/* The published full block with this hash holding exactly these tokens, or -1. */
+static int s_find_full(const kv_cache_t *self, uint64_t h, const int32_t *tokens) {
+    int id = s_map_get(&self->by_hash, h);
+    if (id < 0 || self->blk[id].n_tokens != self->cfg.block_size)
+        return -1;
+    if (memcmp(s_tokens(self, id), tokens, (size_t)self->cfg.block_size * sizeof *tokens))
+        return -1; /* a 64-bit collision: treat as absent */
+    return id;
+}
+
+/* Walk the tree along tokens[0..n): full blocks by chained hash, then the
+ * longest partial child whose tokens are a prefix of the rest.  The blocks go
+ * to ids (n_blocks entries suffice); *n_ids gets their count.  Returns the
+ * positions covered. */
+static int s_lookup(const kv_cache_t *self, const int32_t *tokens, int n, int32_t *ids,
+                    int *n_ids) {
+    const int B = self->cfg.block_size;
+    uint64_t h = 0;
+    int f = 0;
+    while ((f + 1) * B <= n) {
+        uint64_t hh = kv_hash_block(h, tokens + (size_t)f * B, B);
+        int id = s_find_full(self, hh, tokens + (size_t)f * B);
+        if (id < 0)
+            break;
+        ids[f++] = id;
+        h = hh;
+    }
+    int rest = n - f * B, best = -1, best_len = 0;
+    int32_t id = s_map_get(&self->partials, h);
+    for (; id >= 0; id = self->blk[id].p_next) {
+        int m = self->blk[id].n_tokens;
+        if (m <= rest && m > best_len && self->blk[id].parent == h &&
+            !memcmp(s_tokens(self, id), tokens + (size_t)f * B, (size_t)m * sizeof *tokens)) {
+            best = id;
+            best_len = m;
+        }
+    }
+    *n_ids = f;
+    if (best >= 0)
+        ids[(*n_ids)++] = best;
+    return f * B + best_len;
+}
+
+/* ---- block life cycle */
+
+/* Hand a cached block to the evict callback and drop it from the index and
+ * the policy; the caller reuses its slot. */
+static void s_evict(kv_cache_t *self, int id) {
+    s_block_t *b = &self->blk[id];
+    assert(b->state == S_CACHED && b->refs == 0);
+    if (self->on_evict) {
+        kv_meta_t meta;
+        meta.hash = b->hash;
+        meta.parent = b->parent;
+        meta.n_tokens = b->n_tokens;
+        meta.pin = b->pin;
+        memcpy(meta.tokens, s_tokens(self, id), (size_t)b->n_tokens * sizeof *meta.tokens);
+        kv_cache_evicted_t ev = {&meta, self->cfg.fmt, s_data(self, id), self->pool.block_bytes,
+                                 b->in_lower};
+        self->on_evict(self->evict_arg, &ev);
+    }
+    s_index_del(self, id);
+    kv_policy_remove(self->policy, id);
+    self->n_cached--;
+    self->st.evictions++;
+}
+
+/* A slot for new content: a free block, else the policy's victim (evicted).
+ * The caller has checked n_free + n_cached > 0.  Returns it USED, refs 1,
+ * meta cleared. */
+static int s_take(kv_cache_t *self) {
+    int id;
+    if (self->n_free > 0) {
+        id = self->free_ids[--self->n_free];
+    } else {
+        id = kv_policy_victim(self->policy);
+        assert(id >= 0);
+        s_evict(self, id);
+    }
+    s_block_t *b = &self->blk[id];
+    memset(b, 0, sizeof *b);
+    b->p_next = b->p_prev = -1;
+    b->state = S_USED;
+    b->refs = 1;
+    self->n_used++;
+    return id;
+}
+
+/* One table reference fewer.  The last one makes a published block cached (a
+ * candidate, keeping its use count) and a private one free. */
+static void s_unref(kv_cache_t *self, int id, uint64_t now) {
+    s_block_t *b = &self->blk[id];
+    if (b->refs <= 0) {
+        LOG_W(S_TAG, "block %d released with no reference", id);
+        return;
+    }
+    if (--b->refs > 0)
+        return;
+    self->n_used--;
+    if (b->published) {
+        b->state = S_CACHED;
+        self->n_cached++;
+        kv_policy_insert(self->policy, id, now, b->pin, false);
+    } else {
+        b->state = S_FREE;
+        b->hash = 0;
+        self->free_ids[self->n_free++] = id;
+    }
+}
+
+/* Take a reference on a published block found by a lookup. */
+static void s_ref(kv_cache_t *self, int id, uint64_t now) {
+    s_block_t *b = &self->blk[id];
+    if (b->refs++ == 0) {
+        assert(b->state == S_CACHED);
+        kv_policy_remove(self->policy, id);
+        b->state = S_USED;
+        self->n_cached--;
+        self->n_used++;
+    }
+    kv_policy_touch(self->policy, id, now);
+}
+
+/* seq may not write into this block. */
+static bool s_shared(const kv_cache_t *self, int id) {
+    return self->blk[id].refs > 1 || self->blk[id].published;
+}
+
+/* Publish seq's block id under its meta (set by the caller): new content for
+ * the policy (use count 1, not a candidate while referenced). */
+static void s_publish_block(kv_cache_t *self, int id, int pin, uint64_t now) {
+    self->blk[id].pin = (uint8_t)(pin < 0 ? 0 : pin > 255 ? 255 : pin);
+    s_index_add(self, id);
+    kv_policy_insert(self->policy, id, now, pin, true);
+    kv_policy_remove(self->policy, id);
+}
+
+/* ---- construction */
+
+kv_cache_t *kv_cache_new(const model_config_t *cfg, const kv_cache_config_t *c) {
+    if (!cfg || !c || c->block_size < 1 || c->block_size > KV_MAX_BLOCK_TOKENS || c->n_blocks < 1 ||
+        c->n_blocks > (1 << 28))
+        return NULL;
+    int type = kv_fmt_pool_type(c->fmt);
+    if (type < 0)
+        return NULL;
+    kv_cache_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->cfg = *c;
+    self->shape = kv_shape_of(cfg, c->block_size);
+    size_t n = (size_t)c->n_blocks;
+    if (model_kv_pool_init(&self->pool, cfg, (kern_type_t)type, c->block_size, c->n_blocks))
+        goto fail;
+    self->blk = calloc(n, sizeof *self->blk);
+    self->tokens = calloc(n * (size_t)c->block_size, sizeof *self->tokens);
+    self->free_ids = malloc(n * sizeof *self->free_ids);
+    self->scratch = malloc(n * sizeof *self->scratch);
+    self->policy = kv_policy_new(c->policy, c->n_blocks);
+    if (!self->blk || !self->tokens || !self->free_ids || !self->scratch || !self->policy)
+        goto fail;
+    if (s_map_init(&self->by_hash, c->n_blocks) || s_map_init(&self->partials, c->n_blocks))
+        goto fail;
+    for (int i = 0; i < c->n_blocks; i++) { /* hand out low ids first */
+        self->free_ids[i] = c->n_blocks - 1 - i;
+        self->blk[i].p_next = self->blk[i].p_prev = -1;
+    }
+    self->n_free = c->n_blocks;
+    return self;
+fail:
+    kv_cache_destroy(&self);
+    return NULL;
+}
+
+void kv_cache_destroy(kv_cache_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    kv_cache_t *self = *self_p;
+    model_kv_pool_free(&self->pool);
+    free(self->blk);
+    free(self->tokens);
+    free(self->free_ids);
+    free(self->scratch);
+    kv_policy_destroy(&self->policy);
+    s_map_free(&self->by_hash);
+    s_map_free(&self->partials);
+    free(self);
+    *self_p = NULL;
+}
+
+void kv_cache_on_evict(kv_cache_t *self, kv_cache_evict_fn fn, void *arg) {
+    self->on_evict = fn;
+    self->evict_arg = arg;
+}
+
+void kv_cache_set_clock(kv_cache_t *self, uint64_t (*now_us)(void *arg), void *arg) {
+    self->clock = now_us;
+    self->clock_arg = arg;
+}
+
+const model_kv_pool_t *kv_cache_pool(const kv_cache_t *self) {
+    return &self->pool;
+}
+const kv_shape_t *kv_cache_shape(const kv_cache_t *self) {
+    return &self->shape;
+}
+int kv_cache_fmt(const kv_cache_t *self) {
+    return self->cfg.fmt;
+}
+int kv_cache_block_size(const kv_cache_t *self) {
+    return self->cfg.block_size;
+}
+int kv_cache_total(const kv_cache_t *self) {
+    return self->cfg.n_blocks;
+}
+int kv_cache_available(const kv_cache_t *self) {
+    return self->n_free + self->n_cached;
+}
+int kv_cache_needed(const kv_cache_t *self, int n_positions) {
+    return s_blocks_for(self, n_positions);
+}
+
+kv_cache_stats_t kv_cache_stats(const kv_cache_t *self) {
+    kv_cache_stats_t s = self->st;
+    s.n_free = self->n_free;
+    s.n_cached = self->n_cached;
+    s.n_used = self->n_used;
+    return s;
+}
+
+int kv_cache_refs(const kv_cache_t *self, int block) {
+    if (block < 0 || block >= self->cfg.n_blocks)
+        return -EINVAL;
+    return self->blk[block].refs;
+}
+
+/* ---- prefix lookup and attach */
+
+int kv_cache_match(const kv_cache_t *self, const int32_t *tokens, int n) {
+    if (!self->cfg.prefix_sharing || !tokens || n <= 0)
+        return 0;
+    int n_ids;
+    return s_lookup(self, tokens, n, self->scratch, &n_ids);
+}
+
+int kv_cache_attach_prefix(kv_cache_t *self, kv_seq_t *seq, const int32_t *tokens, int n) {
+    if (!seq || seq->n != 0 || n < 0 || (n > 0 && !tokens))
+        return -EINVAL;
+    self->st.lookups++;
+    if (!self->cfg.prefix_sharing || n <= 1) {
+        self->st.miss_blocks += s_blocks_for(self, n);
+        return 0;
+    }
+    int n_ids;
+    int covered = s_lookup(self, tokens, n, self->scratch, &n_ids);
+    if (covered >= n)
+        covered = n - 1;                  /* the last token is computed (for its logits) */
+    int nb = s_blocks_for(self, covered); /* drops a partial block left with nothing */
+    if (s_grow(seq, nb))
+        return -ENOMEM;
+    uint64_t now = s_now(self);
+    for (int i = 0; i < nb; i++) {
+        s_ref(self, self->scratch[i], now);
+        seq->blocks[i] = self->scratch[i];
+    }
+    seq->n = nb;
+    s_set_published(self, seq, covered / self->cfg.block_size);
+    self->st.hit_blocks += nb;
+    self->st.hit_tokens += covered;
+    self->st.miss_blocks += s_blocks_for(self, n) - nb;
+    return covered;
+}
+
+/* ---- reserve (grow + copy-on-write) */
+
+int kv_cache_reserve(kv_cache_t *self, kv_seq_t *seq, int pos0, int n_positions) {
+    if (!s_seq_ok(self, seq) || pos0 < 0 || n_positions < 0)
+        return -EINVAL;
+    const int B = self->cfg.block_size;
+    int need = s_blocks_for(self, n_positions);
+    int grow = need > seq->n ? need - seq->n : 0;
+    /* blocks of seq that hold positions of [pos0, n_positions) */
+    int b0 = pos0 / B, b1 = need < seq->n ? need : seq->n;
+    bool writes = pos0 < n_positions;
+    int cow = 0;
+    if (writes)
+        for (int b = b0; b < b1; b++)
+            cow += s_shared(self, seq->blocks[b]);
+    int want = grow + cow;
+    if (want > self->n_free + self->n_cached)
+        return -ENOSPC; /* nothing taken */
+    if (s_grow(seq, need))
+        return -ENOMEM;
+    /* Take every slot before any copy releases a block: a source block that
+     * becomes cached must not be evicted from under the copy. */
+    for (int i = 0; i < want; i++)
+        self->scratch[i] = s_take(self);
+    int k = 0;
+    uint64_t now = s_now(self);
+    if (writes) {
+        for (int b = b0; b < b1; b++) {
+            int old = seq->blocks[b];
+            if (!s_shared(self, old))
+                continue;
+            int id = self->scratch[k++];
+            memcpy(s_data(self, id), s_data(self, old), self->pool.block_bytes);
+            s_unref(self, old, now);
+            seq->blocks[b] = id;
+            self->st.cow_copies++;
+        }
+    }
+    while (k < want)
+        seq->blocks[seq->n++] = self->scratch[k++];
+    /* Blocks from b0 on may be rewritten: they no longer count as published. */
+    if (writes && seq->n_published > b0)
+        s_set_published(self, seq, b0);
+    return 0;
+}
+
+/* ---- publish */
+
+int kv_cache_publish(kv_cache_t *self, kv_seq_t *seq, const int32_t *tokens, int n_computed,
+                     bool last_partial, int pin) {
+    const int B = self->cfg.block_size;
+    if (!s_seq_ok(self, seq) || n_computed < 0 || n_computed > seq->n * B ||
+        (n_computed > 0 && !tokens))
+        return -EINVAL;
+    if (!self->cfg.prefix_sharing)
+        return 0;
+    uint64_t now = s_now(self);
+    int nf = n_computed / B;
+    uint64_t h = seq->tail_hash;
+    for (int i = seq->n_published; i < nf; i++) {
+        uint64_t parent = h;
+        const int32_t *t = tokens + (size_t)i * B;
+        h = kv_hash_block(parent, t, B);
+        int id = seq->blocks[i];
+        s_block_t *b = &self->blk[id];
+        if (b->published) {
+            /* Attached (or published earlier): immutable, named by its own hash. */
+            if (b->hash != h)
+                LOG_W(S_TAG, "publish: block %d of a table holds other tokens", i);
+            continue;
+        }
+        /* Name the private block (truncate and a later publish chain from it). */
+        b->hash = h;
+        b->parent = parent;
+        b->n_tokens = (int16_t)B;
+        memcpy(s_tokens(self, id), t, (size_t)B * sizeof *t);
+        if (s_map_get(&self->by_hash, h) >= 0)
+            continue; /* computed twice: ours stays private, the chain goes on */
+        s_publish_block(self, id, pin, now);
+    }
+    if (nf > seq->n_published) {
+        seq->n_published = nf;
+        seq->tail_hash = h;
+    }
+    int p = n_computed % B;
+    if (last_partial && p > 0) {
+        int id = seq->blocks[nf];
+        s_block_t *b = &self->blk[id];
+        uint64_t parent = nf > 0 ? self->blk[seq->blocks[nf - 1]].hash : 0;
+        const int32_t *t = tokens + (size_t)nf * B;
+        uint64_t hp = kv_hash_block(parent, t, p);
+        if (!b->published && s_map_get(&self->by_hash, hp) < 0) {
+            b->hash = hp;
+            b->parent = parent;
+            b->n_tokens = (int16_t)p;
+            memcpy(s_tokens(self, id), t, (size_t)p * sizeof *t);
+            s_publish_block(self, id, pin, now);
+        }
+    }
+    return 0;
+}
+
+/* ---- truncate, release */
+
+int kv_cache_truncate(kv_cache_t *self, kv_seq_t *seq, int n_positions) {
+    if (!s_seq_ok(self, seq) || n_positions < 0 || n_positions > seq->n * self->cfg.block_size)
+        return -EINVAL;
+    int keep = s_blocks_for(self, n_positions);
+    uint64_t now = s_now(self);
+    while (seq->n > keep)
+        s_unref(self, seq->blocks[--seq->n], now);
+    int full = n_positions / self->cfg.block_size;
+    if (seq->n_published > full)
+        s_set_published(self, seq, full);
+    return 0;
+}
+
+void kv_cache_release(kv_cache_t *self, kv_seq_t *seq) {
+    if (!seq)
+        return;
+    /* Block i is released (n - 1 - i) us "earlier" than the last one: among
+     * blocks released together a chain's tail goes first (its head is what
+     * later prompts can still reach; a tail without its head is useless). */
+    uint64_t now = s_now(self);
+    for (int i = 0; i < seq->n; i++) {
+        int id = seq->blocks[i];
+        uint64_t back = (uint64_t)(seq->n - 1 - i);
+        if (id >= 0 && id < self->cfg.n_blocks)
+            s_unref(self, id, now > back ? now - back : 0);
+    }
+    free(seq->blocks);
+    memset(seq, 0, sizeof *seq);
+}
+
+/* ---- lower tiers */
+
+int kv_cache_insert(kv_cache_t *self, const kv_meta_t *meta, int fmt, const void *data,
+                    size_t len) {
+    if (!meta || !data || meta->n_tokens < 1 || meta->n_tokens > self->cfg.block_size ||
+        meta->pin < 0 || meta->pin > 255)
+        return -EINVAL;
+    size_t bytes = kv_fmt_block_bytes(&self->shape, fmt);
+    if (bytes == 0 || len != bytes)
+        return -EINVAL;
+    if (kv_hash_block(meta->parent, meta->tokens, meta->n_tokens) != meta->hash)
+        return -EINVAL; /* the name does not match the tokens */
+    if (s_map_get(&self->by_hash, meta->hash) >= 0)
+        return -EEXIST;
+    if (self->n_free + self->n_cached == 0)
+        return -ENOSPC;
+    int id = s_take(self);
+    s_block_t *b = &self->blk[id];
+    int rc =
+        kv_codec_convert(&self->shape, fmt, data, self->cfg.fmt, s_data(self, id), meta->n_tokens);
+    if (rc) {
+        b->refs = 0;
+        b->state = S_FREE;
+        self->n_used--;
+        self->free_ids[self->n_free++] = id;
+        return rc < 0 ? rc : -EINVAL;
+    }
+    b->hash = meta->hash;
+    b->parent = meta->parent;
+    b->n_tokens = (int16_t)meta->n_tokens;
+    memcpy(s_tokens(self, id), meta->tokens, (size_t)meta->n_tokens * sizeof *meta->tokens);
+    b->pin = (uint8_t)meta->pin;
+    s_index_add(self, id);
+    b->in_lower = true;
+    b->refs = 0;
+    b->state = S_CACHED;
+    self->n_used--;
+    self->n_cached++;
+    kv_policy_insert(self->policy, id, s_now(self), b->pin, true);
+    self->st.inserted++;
+    return 0;
+}
+
+void kv_cache_mark_lower(kv_cache_t *self, uint64_t hash) {
+    int id = s_map_get(&self->by_hash, hash);
+    if (id >= 0)
+        self->blk[id].in_lower = true;
+}
+
+bool kv_cache_contains(const kv_cache_t *self, uint64_t hash) {
+    return s_map_get(&self->by_hash, hash) >= 0;
+}
+
+/* ---- invariants */
+
+#define S_FAIL(...)                                                                                \
+    do {                                                                                           \
+        if (err && errlen)                                                                         \
+            snprintf(err, errlen, __VA_ARGS__);                                                    \
+        rc = -EPROTO;                                                                              \
+        goto out;                                                                                  \
+    } while (0)
+
+int kv_cache_check(const kv_cache_t *self, const kv_seq_t *const *seqs, int n_seqs, char *err,
+                   size_t errlen) {
+    const int N = self->cfg.n_blocks, B = self->cfg.block_size;
+    int rc = 0;
+    int32_t *cnt = calloc((size_t)N, sizeof *cnt);
+    if (!cnt)
+        return -ENOMEM;
+    /* states and counts: free + cached + used == total */
+    int nf = 0, nc = 0, nu = 0, npub = 0, npart = 0;
+    for (int i = 0; i < N; i++) {
+        const s_block_t *b = &self->blk[i];
+        if (b->state == S_FREE) {
+            nf++;
+            if (b->refs || b->published)
+                S_FAIL("free block %d has refs %d / published %d", i, b->refs, b->published);
+        } else if (b->state == S_CACHED) {
+            nc++;
+            if (b->refs || !b->published)
+                S_FAIL("cached block %d has refs %d / published %d", i, b->refs, b->published);
+        } else if (b->state == S_USED) {
+            nu++;
+            if (b->refs < 1)
+                S_FAIL("used block %d has refs %d", i, b->refs);
+        } else {
+            S_FAIL("block %d in state %d", i, b->state);
+        }
+        if (kv_policy_is_candidate(self->policy, i) != (b->state == S_CACHED))
+            S_FAIL("block %d: policy candidate %d, state %d", i,
+                   kv_policy_is_candidate(self->policy, i), b->state);
+        if (b->published) {
+            npub++;
+            if (b->n_tokens < 1 || b->n_tokens > B)
+                S_FAIL("published block %d has %d tokens", i, b->n_tokens);
+            if (kv_hash_block(b->parent, s_tokens(self, i), b->n_tokens) != b->hash)
+                S_FAIL("published block %d: hash does not match its tokens", i);
+            if (s_map_get(&self->by_hash, b->hash) != i)
+                S_FAIL("published block %d not indexed under its hash", i);
+            if (b->n_tokens < B) {
+                npart++;
+                int32_t id = s_map_get(&self->partials, b->parent);
+                int steps = 0;
+                while (id >= 0 && id != i && steps++ < N)
+                    id = self->blk[id].p_next;
+                if (id != i)
+                    S_FAIL("partial block %d not in its parent's list", i);
+            }
+        }
+    }
+    if (nf != self->n_free || nc != self->n_cached || nu != self->n_used || nf + nc + nu != N)
+        S_FAIL("counts: free %d/%d cached %d/%d used %d/%d of %d", nf, self->n_free, nc,
+               self->n_cached, nu, self->n_used, N);
+    if (kv_policy_count(self->policy) != nc)
+        S_FAIL("policy holds %d candidates, %d cached", kv_policy_count(self->policy), nc);
+    if (self->by_hash.n != npub)
+        S_FAIL("index holds %d hashes, %d published", self->by_hash.n, npub);
+    /* the partial lists hold exactly the published partial blocks */
+    int in_lists = 0;
+    for (uint32_t s = 0; s <= self->partials.mask; s++) {
+        int32_t id = self->partials.vals[s];
+        if (id < 0)
+            continue;
+        if (self->blk[id].p_prev != -1)
+            S_FAIL("partial list head %d has a predecessor", id);
+        for (int steps = 0; id >= 0; id = self->blk[id].p_next) {
+            if (steps++ > N || !self->blk[id].published || self->blk[id].n_tokens >= B ||
+                self->blk[id].parent != self->partials.keys[s])
+                S_FAIL("partial list of %016llx is broken at block %d",
+                       (unsigned long long)self->partials.keys[s], id);
+            in_lists++;
+        }
+    }
+    if (in_lists != npart)
+        S_FAIL("partial lists hold %d blocks, %d published partials", in_lists, npart);
+    /* the free stack holds each free block once */
+    for (int i = 0; i < self->n_free; i++) {
+        int id = self->free_ids[i];
+        if (id < 0 || id >= N || self->blk[id].state != S_FREE || cnt[id]++)
+            S_FAIL("free stack entry %d (block %d) is wrong", i, id);
+    }
+    /* refcounts == table references; published prefix of each table chains */
+    if (seqs) {
+        memset(cnt, 0, (size_t)N * sizeof *cnt);
+        for (int s = 0; s < n_seqs; s++) {
+            const kv_seq_t *q = seqs[s];
+            if (!q)
+                continue;
+            if (!s_seq_ok(self, q))
+                S_FAIL("table %d is malformed", s);
+            for (int i = 0; i < q->n; i++)
+                cnt[q->blocks[i]]++;
+            uint64_t h = 0;
+            for (int i = 0; i < q->n_published; i++) {
+                const s_block_t *b = &self->blk[q->blocks[i]];
+                if (b->n_tokens != B || b->parent != h ||
+                    kv_hash_block(h, s_tokens(self, q->blocks[i]), B) != b->hash)
+                    S_FAIL("table %d: block %d below n_published does not chain", s, i);
+                h = b->hash;
+            }
+            if (q->tail_hash != h)
+                S_FAIL("table %d: tail hash is not block %d's", s, q->n_published - 1);
+        }
+        for (int i = 0; i < N; i++)
+            if (cnt[i] != self->blk[i].refs)
+                S_FAIL("block %d: refs %d, %d table references", i, self->blk[i].refs, cnt[i]);
+    }
+out:
+    free(cnt);
+    return rc;
+}
