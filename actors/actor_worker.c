@@ -9,6 +9,7 @@
 #include "kvstore/kv_cache.h"
 #include "model/model_llama.h"
 #include "model/model_sampler.h"
+#include "model/model_spec.h"
 #include "model/model_tokenizer.h"
 #include "router/router_sched.h"
 
@@ -32,6 +33,15 @@ typedef struct s_req_t {
     bool parked;               /* waiting for promotions (not yet in the scheduler) */
     uint64_t park_deadline;    /* stop waiting then (us) */
     struct s_req_t *next_parked; /* parked list */
+    /* speculative decoding */
+    model_spec_adapt_t adapt;  /* depth from observed acceptance */
+    uint64_t draft_seq;        /* last draft_request sent (0: none yet) */
+    bool draft_pending;        /* its reply has not arrived */
+    uint64_t draft_sent_us;    /* when it was sent */
+    int32_t draft[MODEL_SPEC_MAX_K]; /* proposals continuing hist[0..draft_base) */
+    int n_draft;
+    int draft_base;
+    int proposed, accepted;    /* totals for the final event */
     uint64_t t_arrival;        /* frontend arrival (us) */
     uint64_t t_prefill;        /* first prefill chunk started */
     uint64_t t_first;          /* first token sampled */
@@ -56,6 +66,11 @@ typedef struct {
     s_req_t *parked;            /* requests waiting for promotions */
     int prefetch_wait_ms;       /* longest wait for promotions */
     bool self_promote;          /* a tier manager but no prefetcher: ask for promotions */
+    zsock_t *to_draft;          /* PUSH to the draft worker, or NULL: no speculation */
+    int spec_k;                 /* fixed depth, or 0: adaptive */
+    int spec_k_max;             /* adaptive: the largest depth */
+    int spec_wait_us;           /* longest wait for a draft before a step runs without it */
+    int n_pending_drafts;       /* draft replies outstanding */
     int block_size;
     router_sched_t *sched;      /* continuous batching policy */
     model_sampler_t *sampler;   /* scratch shared by all requests (one thread) */
@@ -96,6 +111,12 @@ static void s_req_free(s_worker_t *w, s_req_t **rp) {
         return;
     if (r->kv.n)
         s_publish(w, r, r->n_computed, true); /* what it computed serves later requests */
+    if (r->draft_pending)
+        w->n_pending_drafts--;
+    if (w->to_draft && r->draft_seq) {
+        msg_draft_end_t e = {r->rid, w->index};
+        actor_send(w->to_draft, MSG_DRAFT_END, &e); /* a lost one ages out of the drafter */
+    }
     kv_cache_release(w->kv, &r->kv);
     model_stopper_free(&r->stopper);
     free(r->hist);
@@ -171,6 +192,8 @@ static int s_event(s_worker_t *w, s_req_t *r, int index, int32_t token, int fini
         te.timings.ttft_us = tf > r->t_arrival ? tf - r->t_arrival : 0;
         te.timings.decode_us = r->t_last > tf ? r->t_last - tf : 0;
         te.cached_tokens = r->n_cached;
+        te.draft_proposed = r->proposed;
+        te.draft_accepted = r->accepted;
     }
     s_send(w, w->to_front, MSG_TEXT_EVENT, &te);
     if (te.finish) {
@@ -244,6 +267,7 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
         return;
     }
     r->pin_tokens = q->pin_tokens < r->n_prompt ? q->pin_tokens : r->n_prompt;
+    model_spec_adapt_init(&r->adapt, w->spec_k, w->spec_k_max);
     if (w->to_tier && kv_cache_match(w->kv, r->hist, r->n_prompt) / w->block_size <
                           (r->n_prompt - 1) / w->block_size) {
         /* part of the prompt may be in T1/T2: the prefetcher is having it sent
@@ -313,6 +337,142 @@ static void s_finish(s_worker_t *w, s_req_t *r, int index, int32_t token, int fi
     s_req_free(w, &r);
 }
 
+/* Ask the draft worker for proposals continuing r's history (when
+ * speculation is on and the adaptive depth says it pays). */
+static void s_want_draft(s_worker_t *w, s_req_t *r) {
+    r->n_draft = 0;
+    if (!w->to_draft || r->draft_pending)
+        return;
+    int left = r->max_tokens - (r->n_hist - r->n_prompt); /* tokens it may still emit */
+    int k = model_spec_adapt_next_k(&r->adapt, router_sched_load(w->sched).n_running);
+    if (k > left - 1)
+        k = left - 1; /* every verified position stays inside the request's reservation */
+    if (k < 1)
+        return;
+    msg_draft_request_t q;
+    msg_draft_request_init(&q);
+    q.rid = r->rid;
+    q.worker = w->index;
+    q.seq = ++r->draft_seq;
+    q.tokens = r->hist;
+    q.n_tokens = r->n_hist;
+    q.k = k;
+    if (actor_send(w->to_draft, MSG_DRAFT_REQUEST, &q)) {
+        actor_counters_add(w->counters, "spec.request_dropped", 1);
+        return;
+    }
+    r->draft_pending = true;
+    r->draft_sent_us = actor_now_us();
+    w->n_pending_drafts++;
+}
+
+static void s_on_draft(s_worker_t *w, const msg_draft_reply_t *m) {
+    s_req_t *r = router_sched_find(w->sched, m->rid);
+    if (!r || !r->draft_pending || m->seq != r->draft_seq) {
+        actor_counters_add(w->counters, "spec.reply_stale", 1);
+        return;
+    }
+    r->draft_pending = false;
+    w->n_pending_drafts--;
+    if (m->base != r->n_hist || m->n_tokens > MODEL_SPEC_MAX_K) {
+        actor_counters_add(w->counters, "spec.reply_stale", 1);
+        return;
+    }
+    for (int i = 0; i < m->n_tokens; i++)
+        if (m->tokens[i] >= w->n_vocab)
+            return;
+    memcpy(r->draft, m->tokens, (size_t)m->n_tokens * sizeof *r->draft);
+    r->n_draft = m->n_tokens;
+    r->draft_base = m->base;
+    if (!m->n_tokens)
+        actor_counters_add(w->counters, "spec.reply_empty", 1);
+}
+
+/* True while a step should wait for draft replies still on their way. */
+static bool s_wait_drafts(s_worker_t *w) {
+    if (!w->n_pending_drafts)
+        return false;
+    /* the oldest outstanding request decides: wait at most spec_wait_us for it */
+    uint64_t now = actor_now_us(), oldest = now;
+    int n = 0;
+    for (int i = 0; i < router_sched_count(w->sched); i++) {
+        s_req_t *r = router_sched_user_at(w->sched, i);
+        if (r && r->draft_pending) {
+            n++;
+            if (r->draft_sent_us < oldest)
+                oldest = r->draft_sent_us;
+        }
+    }
+    if (!n) {
+        w->n_pending_drafts = 0;
+        return false;
+    }
+    if (now - oldest < (uint64_t)w->spec_wait_us)
+        return true;
+    actor_counters_add(w->counters, "spec.wait_timeouts", 1);
+    for (int i = 0; i < router_sched_count(w->sched); i++) {
+        s_req_t *r = router_sched_user_at(w->sched, i);
+        if (r && r->draft_pending) { /* a late reply is then stale: the seq moves on */
+            r->draft_pending = false;
+            w->n_pending_drafts--;
+        }
+    }
+    return false;
+}
+
+/* A decode item ran with nd drafts: verify them (model_spec_verify), emit the
+ * accepted tokens and the target's own next one, roll the KV of the rejected
+ * positions back.  lg: (nd + 1, n_vocab) logits. */
+static void s_emit_verified(s_worker_t *w, s_req_t *r, const router_sched_item_t *it, float *lg,
+                            int nd) {
+    int32_t out[MODEL_SPEC_MAX_K + 1];
+    int h = r->n_hist; /* position of the first new token */
+    int e = model_spec_verify(w->sampler, &r->sp, lg, r->draft, nd, r->hist, r->n_hist, h, out);
+    r->n_draft = 0;
+    if (e < 1) {
+        LOG_E(w->name, "verification failed (%d)", e);
+        router_sched_remove(w->sched, r->rid);
+        s_error(w, r->rid, MSG_CODE_INTERNAL, "speculative verification failed");
+        s_req_free(w, &r);
+        return;
+    }
+    int acc = e - 1;
+    model_spec_adapt_observe(&r->adapt, nd, acc);
+    r->proposed += nd;
+    r->accepted += acc;
+    actor_counters_add(w->counters, "spec.proposed", nd);
+    actor_counters_add(w->counters, "spec.accepted", acc);
+    actor_counters_add(w->counters, "spec.steps", 1);
+    /* positions it->pos0 .. it->pos0 + acc hold valid KV; the rest is rolled back */
+    r->n_computed = it->pos0 + 1 + acc;
+    kv_cache_truncate(w->kv, &r->kv, r->n_computed);
+    int n_emit = 0;
+    for (int i = 0; i < e; i++) {
+        int index = r->n_hist - r->n_prompt;
+        int32_t t = out[i];
+        if (model_tokenizer_is_eog(w->tok, t)) {
+            s_finish(w, r, -1, -1, MSG_FINISH_EOS);
+            return;
+        }
+        r->hist[r->n_hist++] = t;
+        n_emit++;
+        actor_counters_add(w->counters, "tokens.generated", 1);
+        if (index + 1 >= r->max_tokens) {
+            s_finish(w, r, index, t, MSG_FINISH_LENGTH);
+            return;
+        }
+        if (s_event(w, r, index, t, MSG_FINISH_NONE) == MSG_FINISH_STOP) {
+            router_sched_remove(w->sched, r->rid);
+            actor_counters_add(w->counters, "stopped", 1);
+            actor_counters_add(w->counters, "completed", 1);
+            s_req_free(w, &r);
+            return;
+        }
+    }
+    router_sched_advance_spec(w->sched, r->rid, 1 + acc, n_emit);
+    s_want_draft(w, r);
+}
+
 /* One forward step over everything the scheduler picked. */
 static int s_step(s_worker_t *w) {
     int n_items = router_sched_plan(w->sched, w->items, w->max_batch);
@@ -330,6 +490,15 @@ static int s_step(s_worker_t *w) {
         }
         if (it->prefill && !r->t_prefill)
             r->t_prefill = now;
+        /* a decode item verifies its drafts in the same pass: the last known
+         * token then draft[0..nd) at the following positions, logits for all */
+        int nd = 0;
+        if (!it->prefill && it->sample && r->n_draft > 0 && r->draft_base == r->n_hist) {
+            nd = r->n_draft;
+            if (kv_cache_reserve(w->kv, &r->kv, it->pos0, it->pos0 + 1 + nd))
+                nd = 0; /* no room: plain decode this step */
+        }
+        r->n_draft = nd; /* what this step verifies */
         w->b_seqs[k] = (model_seq_view_t){r->kv.blocks, r->kv.n};
         for (int j = 0; j < it->n; j++, nt++) {
             w->b_tok[nt] = r->hist[it->pos0 + j];
@@ -337,6 +506,14 @@ static int s_step(s_worker_t *w) {
             w->b_seq[nt] = k;
             w->b_want[nt] = it->sample && j == it->n - 1;
         }
+        for (int j = 0; j < nd; j++, nt++) {
+            w->b_tok[nt] = r->draft[j];
+            w->b_pos[nt] = it->pos0 + 1 + j;
+            w->b_seq[nt] = k;
+            w->b_want[nt] = true;
+        }
+        if (nd)
+            actor_counters_add(w->counters, "tokens.verified", nd);
         actor_counters_add(w->counters, it->prefill ? "tokens.prefill" : "tokens.decode", it->n);
     }
     model_batch_t b = {nt, w->b_tok, w->b_pos, w->b_seq, w->b_want, n_items, w->b_seqs};
@@ -363,13 +540,19 @@ static int s_step(s_worker_t *w) {
             router_sched_advance(w->sched, r->rid, it->n, false);
             continue;
         }
-        float *lg = w->logits + (size_t)row++ * w->n_vocab;
+        float *lg = w->logits + (size_t)row * w->n_vocab;
+        int nd = it->prefill ? 0 : r->n_draft;
+        row += 1 + nd;
         int pos = it->pos0 + it->n;
-        int index = r->n_hist - r->n_prompt;
-        int32_t next = model_sampler_sample(w->sampler, &r->sp, lg, r->hist, r->n_hist, pos);
         if (!r->t_first)
             r->t_first = now;
         r->t_last = now;
+        if (nd > 0) {
+            s_emit_verified(w, r, it, lg, nd);
+            continue;
+        }
+        int index = r->n_hist - r->n_prompt;
+        int32_t next = model_sampler_sample(w->sampler, &r->sp, lg, r->hist, r->n_hist, pos);
         if (model_tokenizer_is_eog(w->tok, next)) {
             s_finish(w, r, -1, -1, MSG_FINISH_EOS);
             continue;
@@ -386,7 +569,10 @@ static int s_step(s_worker_t *w) {
             actor_counters_add(w->counters, "stopped", 1);
             actor_counters_add(w->counters, "completed", 1);
             s_req_free(w, &r);
+            continue;
         }
+        if (!it->prefill || it->sample)
+            s_want_draft(w, r);
     }
     w->dirty = true;
     return n_items;
@@ -505,6 +691,7 @@ static void s_cleanup(s_worker_t *w) {
     }
     kv_cache_destroy(&w->kv);
     zsock_destroy(&w->to_tier);
+    zsock_destroy(&w->to_draft);
     model_ctx_destroy(&w->ctx);
     model_sampler_destroy(&w->sampler);
     model_tokenizer_destroy(&w->tok);
@@ -550,6 +737,18 @@ int actor_worker_main(actor_env_t *env) {
     bool sharing = actor_topology_opt_int(t, name, "prefix_cache", 1) != 0;
     w.prefetch_wait_ms = (int)actor_topology_opt_int(t, name, "prefetch_wait_ms", 200);
     w.block_size = bs;
+    /* speculative decoding: on when the topology has a draft worker */
+    bool spec = actor_topology_endpoint(t, "draft") != NULL &&
+                actor_topology_opt_int(t, name, "spec", 1) != 0;
+    w.spec_k = (int)actor_topology_opt_int(t, name, "spec_k", 0);
+    w.spec_k_max = (int)actor_topology_opt_int(t, name, "spec_k_max", 8);
+    w.spec_wait_us = (int)actor_topology_opt_int(t, name, "spec_wait_us", 20000);
+    if (w.spec_k < 0 || w.spec_k > MODEL_SPEC_MAX_K || w.spec_k_max < 1 ||
+        w.spec_k_max > MODEL_SPEC_MAX_K || w.spec_wait_us < 0) {
+        actor_env_fail(env, "%s: spec_k must be 0..%d, spec_k_max 1..%d", name, MODEL_SPEC_MAX_K,
+                       MODEL_SPEC_MAX_K);
+        return 1;
+    }
     if (kv_fmt < 0 || kv_fmt_pool_type(kv_fmt) < 0 || policy < 0 || w.prefetch_wait_ms < 0 ||
         bs > KV_MAX_BLOCK_TOKENS) {
         actor_env_fail(env, "%s: bad kv_type (f32|f16|int8), kv_policy (lru|lfu|scored), "
@@ -571,7 +770,10 @@ int actor_worker_main(actor_env_t *env) {
     const model_config_t *cfg = model_llama_config(w.model);
     w.n_vocab = cfg->n_vocab;
     w.tok = model_tokenizer_new(model_llama_gguf(w.model), err, sizeof err);
-    w.ctx = model_ctx_new(w.model, w.step_tokens, max_ctx, threads, NULL);
+    /* with speculation a decode item carries up to MODEL_SPEC_MAX_K drafts */
+    int room = w.step_tokens + (spec ? w.max_batch * MODEL_SPEC_MAX_K : 0);
+    int rows = w.max_batch * (spec ? 1 + MODEL_SPEC_MAX_K : 1);
+    w.ctx = model_ctx_new(w.model, spec ? room : w.step_tokens, max_ctx, threads, NULL);
     kv_cache_config_t kc = {kv_fmt, bs, n_blocks, (kv_policy_kind_t)policy, sharing};
     w.kv = kv_cache_new(cfg, &kc);
     if (w.kv)
@@ -581,12 +783,12 @@ int actor_worker_main(actor_env_t *env) {
     w.sampler = model_sampler_new(cfg->n_vocab);
     w.counters = actor_counters_new();
     w.items = malloc((size_t)w.max_batch * sizeof *w.items);
-    w.b_tok = malloc((size_t)w.step_tokens * sizeof *w.b_tok);
-    w.b_pos = malloc((size_t)w.step_tokens * sizeof *w.b_pos);
-    w.b_seq = malloc((size_t)w.step_tokens * sizeof *w.b_seq);
-    w.b_want = malloc((size_t)w.step_tokens * sizeof *w.b_want);
+    w.b_tok = malloc((size_t)room * sizeof *w.b_tok);
+    w.b_pos = malloc((size_t)room * sizeof *w.b_pos);
+    w.b_seq = malloc((size_t)room * sizeof *w.b_seq);
+    w.b_want = malloc((size_t)room * sizeof *w.b_want);
     w.b_seqs = malloc((size_t)w.max_batch * sizeof *w.b_seqs);
-    w.logits = malloc((size_t)w.max_batch * cfg->n_vocab * sizeof *w.logits);
+    w.logits = malloc((size_t)rows * cfg->n_vocab * sizeof *w.logits);
     w.piece = malloc(S_SCRATCH);
     w.text = malloc(S_SCRATCH);
     if (!w.tok || !w.ctx || !w.kv || !w.sched || !w.sampler || !w.counters || !w.items ||
@@ -612,6 +814,11 @@ int actor_worker_main(actor_env_t *env) {
             s_cleanup(&w);
             return 1;
         }
+    }
+    if (spec && !(w.to_draft = actor_sock_outbound(actor_topology_endpoint(t, "draft"), 10000))) {
+        actor_env_fail(env, "%s: cannot connect to the draft worker", name);
+        s_cleanup(&w);
+        return 1;
     }
     if (!w.in || !w.to_tok || !w.to_router || !w.to_front) {
         actor_env_fail(env, "%s: cannot open its sockets", name);
@@ -648,6 +855,9 @@ int actor_worker_main(actor_env_t *env) {
             case MSG_KV_BLOCK:
                 s_on_block(&w, &m.u.kv_block, &raw);
                 break;
+            case MSG_DRAFT_REPLY:
+                s_on_draft(&w, &m.u.draft_reply);
+                break;
             case MSG_KV_PROMOTE_DONE: {
                 s_req_t *r = s_find_parked(&w, m.u.kv_promote_done.rid);
                 if (r) {
@@ -672,6 +882,10 @@ int actor_worker_main(actor_env_t *env) {
             msg_any_clear(&m);
         }
         s_check_parked(&w);
+        if (s_wait_drafts(&w)) { /* a draft is on its way: a short wait, then the step */
+            zpoller_wait(poller, 1);
+            continue;
+        }
         busy = s_step(&w) > 0;
         uint64_t now = actor_now_us();
         if ((w.dirty && now - w.last_report_us > 20000) || now - w.last_report_us > 100000)

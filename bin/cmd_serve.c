@@ -47,6 +47,14 @@ static void s_help(FILE *f) {
             "      --t2-type T       T2 format (default: the T1 format)\n"
             "      --prefetch-wait-ms N  how long a request waits for its promotions (default 200)\n"
             "\n"
+            "Speculative decoding:\n"
+            "      --draft KIND      ngram (prompt lookup) or model (needs --draft-model); a draft\n"
+            "                        worker proposes tokens, the target verifies them in one pass\n"
+            "      --draft-model PATH  draft GGUF with the target's vocabulary (e.g. a Q4_1 copy)\n"
+            "      --spec-k N        fixed draft depth 1..16 (default 0: adaptive, from acceptance\n"
+            "                        and load)\n"
+            "      --spec-k-max N    adaptive: the largest depth (default 8)\n"
+            "\n"
             "      --topology FILE   process mode: one process per actor (docs/TOPOLOGY.md);\n"
             "                        the file's options replace the ones above\n"
             "  -h, --help            this help\n"
@@ -58,15 +66,15 @@ static void s_help(FILE *f) {
 /* The embedded default: every actor over inproc:// in this process. */
 static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoint) {
     const char *order_stop[] = {"frontend", "tokenizer", "router"};
-    actor_t **actors = calloc((size_t)workers + 5, sizeof *actors);
+    actor_t **actors = calloc((size_t)workers + 6, sizeof *actors);
     int n = 0, rc = 1;
     char err[512];
     if (!actors)
         return 1;
     /* the KV tiers and workers first (they load what they own), the frontend
      * last: clients are only accepted when everything behind it is ready */
-    const char *kv_actors[] = {"kvtier", "prefetcher"};
-    for (int i = 0; i < 2; i++)
+    const char *kv_actors[] = {"kvtier", "prefetcher", "draft"};
+    for (int i = 0; i < 3; i++)
         if (actor_topology_endpoint(topo, kv_actors[i]) &&
             !(actors[n++] = actor_new(kv_actors[i], topo, 0, err, sizeof err)))
             goto fail;
@@ -145,6 +153,8 @@ int cmd_serve(int argc, char **argv) {
     const char *kv_type = "f32", *policy = "scored", *t1_type = NULL, *t2_type = NULL,
                *t2_dir = NULL;
     bool prefix = true, tiers = true;
+    const char *draft = NULL, *draft_model = NULL;
+    long spec_k = 0, spec_k_max = 8;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"endpoint", required_argument, 0, 1},
         {"workers", required_argument, 0, 2},      {"threads", required_argument, 0, 't'},
@@ -156,6 +166,8 @@ int cmd_serve(int argc, char **argv) {
         {"t1-blocks", required_argument, 0, 13},   {"t1-type", required_argument, 0, 14},
         {"t2-dir", required_argument, 0, 15},      {"t2-blocks", required_argument, 0, 16},
         {"t2-type", required_argument, 0, 17},     {"prefetch-wait-ms", required_argument, 0, 18},
+        {"draft", required_argument, 0, 19},       {"draft-model", required_argument, 0, 20},
+        {"spec-k", required_argument, 0, 21},      {"spec-k-max", required_argument, 0, 22},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     int o;
     optind = 1;
@@ -180,6 +192,10 @@ int cmd_serve(int argc, char **argv) {
         case 15: t2_dir = optarg; break;
         case 16: if (!cli_int(C, "--t2-blocks", optarg, 1, 1 << 26, &t2_blocks)) return 1; break;
         case 17: t2_type = optarg; break;
+        case 19: draft = optarg; break;
+        case 20: draft_model = optarg; break;
+        case 21: if (!cli_int(C, "--spec-k", optarg, 0, 16, &spec_k)) return 1; break;
+        case 22: if (!cli_int(C, "--spec-k-max", optarg, 1, 16, &spec_k_max)) return 1; break;
         case 18: if (!cli_int(C, "--prefetch-wait-ms", optarg, 0, 60000, &wait_ms)) return 1; break;
         case 'h': s_help(stdout); return 0;
         default: s_help(stderr); return 2;
@@ -202,6 +218,20 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "strata serve: --kv-policy must be lru, lfu or scored (got '%s')\n",
                 policy);
         return 2;
+    }
+    if (draft && strcmp(draft, "ngram") && strcmp(draft, "model")) {
+        fprintf(stderr, "strata serve: --draft must be ngram or model (got '%s')\n", draft);
+        return 2;
+    }
+    if (draft && !strcmp(draft, "model") && !draft_model) {
+        fprintf(stderr, "strata serve: --draft model needs --draft-model PATH\n");
+        return 2;
+    }
+    if (draft_model && !draft)
+        draft = "model";
+    if (draft_model && access(draft_model, R_OK)) {
+        fprintf(stderr, "strata serve: cannot read the draft model '%s'\n", draft_model);
+        return 1;
     }
     if (!t1_type)
         t1_type = kv_fmt_name(f0);
@@ -258,6 +288,17 @@ int cmd_serve(int argc, char **argv) {
         actor_topology_set(d, "t1_fmt", t1_type);
         actor_topology_set(d, "t2_fmt", t2_type);
         actor_topology_set(d, "t2_dir", t2_dir ? t2_dir : "none");
+        snprintf(num, sizeof num, "%ld", spec_k);
+        actor_topology_set(d, "spec_k", num);
+        snprintf(num, sizeof num, "%ld", spec_k_max);
+        actor_topology_set(d, "spec_k_max", num);
+        if (draft) {
+            snprintf(ep, sizeof ep, "inproc://strata-%d-draft", pid);
+            actor_topo_entry_t *e = actor_topology_add(topo, "draft", ep);
+            actor_topology_set(e, "draft", draft);
+            if (draft_model)
+                actor_topology_set(e, "draft_model", draft_model);
+        }
         if (tiers) {
             snprintf(ep, sizeof ep, "inproc://strata-%d-kvtier", pid);
             actor_topology_add(topo, "kvtier", ep);

@@ -63,6 +63,22 @@ static int s_find(const s_req_t *a, int n, uint64_t rid) {
     return -1;
 }
 
+void *router_sched_find(const router_sched_t *self, uint64_t rid) {
+    int i = s_find(self->running, self->n_running, rid);
+    if (i >= 0)
+        return self->running[i].user;
+    i = s_find(self->waiting, self->n_waiting, rid);
+    return i >= 0 ? self->waiting[i].user : NULL;
+}
+
+int router_sched_count(const router_sched_t *self) {
+    return self->n_running;
+}
+
+void *router_sched_user_at(const router_sched_t *self, int i) {
+    return i >= 0 && i < self->n_running ? self->running[i].user : NULL;
+}
+
 bool router_sched_has(const router_sched_t *self, uint64_t rid) {
     return s_find(self->waiting, self->n_waiting, rid) >= 0 ||
            s_find(self->running, self->n_running, rid) >= 0;

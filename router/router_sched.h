@@ -72,6 +72,11 @@ int router_sched_submit_cached(router_sched_t *self, uint64_t rid, int n_prompt,
 void *router_sched_remove(router_sched_t *self, uint64_t rid);
 /* Take out any one request (for shutdown); its user pointer, NULL when empty. */
 void *router_sched_pop(router_sched_t *self);
+/* The user pointer of rid (waiting or running), or NULL. */
+void *router_sched_find(const router_sched_t *self, uint64_t rid);
+/* Running requests, and the user pointer of the i-th (admission order). */
+int router_sched_count(const router_sched_t *self);
+void *router_sched_user_at(const router_sched_t *self, int i);
 /* True when rid is waiting or running. */
 bool router_sched_has(const router_sched_t *self, uint64_t rid);
 
