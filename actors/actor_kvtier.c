@@ -138,16 +138,15 @@ static void s_on_promote(s_kvtier_t *t, const msg_kv_promote_t *q) {
         s_promo_done(t, &tmp); /* the worker stops waiting and recomputes */
         return;
     }
-    int b = 0;
-    for (; b < nf; b++) {
-        if (!kv_tiers_where(t->tiers, t->hashes[b]))
-            break;
+    /* every block of the chain found here goes: the ones missing here are
+     * often the ones the worker still holds (its T0 keeps a prefix's head) */
+    for (int b = 0; b < nf; b++) {
         uint64_t tag = (uint64_t)slot << 32 | (uint32_t)b;
-        if (kv_tiers_get(t->tiers, t->hashes[b], tag))
-            break;
-        p->pending++;
+        if (!kv_tiers_where(t->tiers, t->hashes[b]) || kv_tiers_get(t->tiers, t->hashes[b], tag))
+            p->missing++;
+        else
+            p->pending++;
     }
-    p->missing = nf - b;
     if (!p->pending)
         s_promo_done(t, p);
 }
@@ -200,7 +199,14 @@ static void s_on_completions(s_kvtier_t *t, int wait_us) {
     }
 }
 
+static void s_on_completions(s_kvtier_t *t, int wait_us);
+
 static void s_on_put(s_kvtier_t *t, const msg_kv_block_t *b, const zmq_msg_t *raw) {
+    /* a burst of demotions must not outrun the disk: a put whose T1 victim
+     * finds no free write request would drop it, so wait for one (bounded) */
+    uint64_t t0 = actor_now_us();
+    while (kv_tiers_free_io(t->tiers) < 2 && actor_now_us() - t0 < 2000000)
+        s_on_completions(t, 1000);
     size_t len = zmq_msg_size((zmq_msg_t *)raw);
     size_t want = kv_fmt_block_bytes(&t->shape, b->fmt);
     if (b->n_tokens > t->shape.block_size || !want || len != want ||

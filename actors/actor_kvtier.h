@@ -11,7 +11,7 @@
  *                                       parent and tokens, or whose size is not
  *                                       its format's, is refused and counted
  *   kv_promote (prefetcher, warm=0) -> every block of the prompt's chain found in
- *                                       T1/T2 (up to the first miss) to the worker
+ *                                       T1/T2 to the worker
  *                                       as kv_block + raw frame, then
  *                                       kv_promote_done {sent, missing}
  *   kv_promote (warm=1)             -> lifts the chain's T2 blocks into T1; no reply

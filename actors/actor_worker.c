@@ -272,6 +272,8 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
                           (r->n_prompt - 1) / w->block_size) {
         /* part of the prompt may be in T1/T2: the prefetcher is having it sent
          * here; run it when the tier manager says it is done (or at the deadline) */
+        /* hold what T0 has now: the promoted blocks must not evict it */
+        r->n_cached = kv_cache_attach_prefix(w->kv, &r->kv, r->hist, r->n_prompt);
         r->parked = true;
         r->park_deadline = actor_now_us() + (uint64_t)w->prefetch_wait_ms * 1000;
         r->next_parked = w->parked;
@@ -294,6 +296,7 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
 
 /* Attach r's cached prefix and hand it to the scheduler. */
 static void s_admit(s_worker_t *w, s_req_t *r) {
+    kv_cache_release(w->kv, &r->kv); /* what it held while parked: attached again below */
     r->n_cached = kv_cache_attach_prefix(w->kv, &r->kv, r->hist, r->n_prompt);
     if (r->n_cached < 0)
         r->n_cached = 0;

@@ -636,13 +636,14 @@ int kv_cache_truncate(kv_cache_t *self, kv_seq_t *seq, int n_positions) {
 void kv_cache_release(kv_cache_t *self, kv_seq_t *seq) {
     if (!seq)
         return;
-    /* Block i is released (n - 1 - i) us "earlier" than the last one: among
-     * blocks released together a chain's tail goes first (its head is what
-     * later prompts can still reach; a tail without its head is useless). */
+    /* Block i is released i us "earlier" than the first one, so among blocks
+     * released together (equal recency) a chain's tail is the older and goes
+     * first: its head is what later prompts can still reach, and a tail
+     * without its head is useless. */
     uint64_t now = s_now(self);
     for (int i = 0; i < seq->n; i++) {
         int id = seq->blocks[i];
-        uint64_t back = (uint64_t)(seq->n - 1 - i);
+        uint64_t back = (uint64_t)i;
         if (id >= 0 && id < self->cfg.n_blocks)
             s_unref(self, id, now > back ? now - back : 0);
     }

@@ -7,7 +7,8 @@
  * then head).  Let B = block_size, D = head_dim.  One slab is:
  *
  *   F32   (B, D) float                                   4*B*D bytes
- *   F16   (B, D) IEEE half                               2*B*D bytes
+ *   F16   (B, D) IEEE half, rounded to nearest even      2*B*D bytes
+ *         (bitwise kern_f32_to_f16, as the pool writer)
  *   INT8  (B, D) int8 q, then (B) float scale            B*D + 4*B bytes
  *         x[s][c] = q[s][c] * scale[s]; the row quantizer is
  *         kern_i8_quant_row (symmetric, scale = max|row| / 127), the same
@@ -25,6 +26,10 @@
  *         ceil(B*D/2) + 8*B bytes.  scale = (max - min) / 15, q =
  *         round-to-nearest-even((x - min) / scale) clamped to 0..15; a
  *         constant group has scale 0 and decodes exactly to min.
+ *
+ * All values and parameters are host-endian (little-endian on x86).
+ * Conversions between formats decode to floats and encode again; same-format
+ * conversions copy bytes.
  *
  * Slots at or past n_valid are written as zeros in every format (values,
  * scales and, for INT4, the per-slot V parameters; the per-channel K
@@ -142,16 +147,17 @@ static inline int s_i4_quant(float x, float scale, float min) {
     return (int)((v + 12582912.0f) - 12582912.0f); /* 1.5 * 2^23: round to nearest even */
 }
 
-/* Encode (B, D) floats x (slots >= n_valid ignored) into a slab of fmt at dst. */
-static void s_slab_encode(const kv_shape_t *s, int fmt, bool is_v, const float *x, uint8_t *dst,
-                          int n_valid) {
+/* Encode (B, D) floats x (slots >= n_valid ignored) into a slab of fmt at dst;
+ * k converts halves. */
+static void s_slab_encode(const kern_ops_t *k, const kv_shape_t *s, int fmt, bool is_v,
+                          const float *x, uint8_t *dst, int n_valid) {
     int B = s->block_size, D = s->head_dim;
     size_t nv = (size_t)n_valid * D; /* valid elements */
     memset(dst, 0, s_slab_bytes(s, fmt, is_v));
     switch (fmt) {
     case KV_FMT_F32: memcpy(dst, x, nv * 4); break;
     case KV_FMT_F16: /* round to nearest even (the SIMD tables give kern_f32_to_f16's bits) */
-        kern_ops_best()->quant_row(KERN_F16, x, dst, (int64_t)nv);
+        k->quant_row(KERN_F16, x, dst, (int64_t)nv);
         break;
     case KV_FMT_I8: {
         uint8_t *scales = dst + (size_t)B * D;
@@ -192,13 +198,13 @@ static void s_slab_encode(const kv_shape_t *s, int fmt, bool is_v, const float *
 }
 
 /* Decode a slab of fmt at src into (B, D) floats x; slots >= n_valid get 0. */
-static void s_slab_decode(const kv_shape_t *s, int fmt, bool is_v, const uint8_t *src, float *x,
-                          int n_valid) {
+static void s_slab_decode(const kern_ops_t *k, const kv_shape_t *s, int fmt, bool is_v,
+                          const uint8_t *src, float *x, int n_valid) {
     int B = s->block_size, D = s->head_dim;
     size_t nv = (size_t)n_valid * D, n = (size_t)B * D;
     switch (fmt) {
     case KV_FMT_F32: memcpy(x, src, nv * 4); break;
-    case KV_FMT_F16: kern_ops_best()->dequant_row(KERN_F16, src, x, (int64_t)nv); break;
+    case KV_FMT_F16: k->dequant_row(KERN_F16, src, x, (int64_t)nv); break;
     case KV_FMT_I8: {
         const int8_t *q = (const int8_t *)src;
         const uint8_t *scales = src + n;
@@ -284,11 +290,12 @@ int kv_codec_convert(const kv_shape_t *s, int from, const void *src, int to, voi
     float *x = malloc(n * sizeof(float));
     if (x == NULL)
         return -ENOMEM;
+    const kern_ops_t *k = kern_ops_best();
     for (int l = 0; l < s->n_layer; l++)
         for (int kv = 0; kv < 2; kv++)
             for (int h = 0; h < s->n_head_kv; h++) {
-                s_slab_decode(s, from, kv == 1, in, x, n_valid);
-                s_slab_encode(s, to, kv == 1, x, out, n_valid);
+                s_slab_decode(k, s, from, kv == 1, in, x, n_valid);
+                s_slab_encode(k, s, to, kv == 1, x, out, n_valid);
                 in += s_slab_bytes(s, from, kv == 1);
                 out += s_slab_bytes(s, to, kv == 1);
             }

@@ -11,7 +11,9 @@
  *             float scales; x = q * scale  (model_kv_pool_t's KERN_I8 layout)
  *   INT4      KIVI: K quantized per channel (over the block's tokens), V per
  *             token; asymmetric 4-bit with float scale and minimum per group;
- *             two values per byte.  Lower tiers only (the kernels do not read it).
+ *             two values per byte, then the groups' (scale, min) pairs (the
+ *             exact byte layout is at the top of kv_codec.c).  Lower tiers
+ *             only (the kernels do not read it).
  * Slots at or past n_valid in a partial block are written as zeros.
  */
 #ifndef KV_CODEC_H

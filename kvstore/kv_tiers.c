@@ -850,6 +850,10 @@ int kv_tiers_poll(kv_tiers_t *self, kv_tiers_done_t *out, int max, int wait_us) 
     return n;
 }
 
+int kv_tiers_free_io(const kv_tiers_t *self) {
+    return self->ssd ? kv_ssd_free_requests(self->ssd) : INT32_MAX;
+}
+
 int kv_tiers_pending(const kv_tiers_t *self) {
     return self->recs_open + self->writes;
 }

@@ -103,6 +103,10 @@ int kv_tiers_where(const kv_tiers_t *self, uint64_t hash);
 /* Submit queued I/O, reap completions and return up to max finished gets.
  * wait_us > 0: wait that long for at least one completion when I/O is pending. */
 int kv_tiers_poll(kv_tiers_t *self, kv_tiers_done_t *out, int max, int wait_us);
+/* I/O requests T2 can still take now (INT32_MAX without T2).  A put may need
+ * one to demote T1's victim: with none free, the victim is dropped, so a
+ * caller that must not lose blocks polls until one is free. */
+int kv_tiers_free_io(const kv_tiers_t *self);
 /* Gets and writes in flight. */
 int kv_tiers_pending(const kv_tiers_t *self);
 kv_tiers_stats_t kv_tiers_stats(const kv_tiers_t *self);
