@@ -10,8 +10,11 @@ model over a public-domain text (tests/data/alice29_ch1-6.txt, 20751 tokens: all
   positions is converted to KIVI-style INT4, K per channel and V per token, and back,
   before later positions attend to it): within 3% of F16.
 
-Measured (SmolLM2-135M-Instruct Q4_1): F16 17.9227, INT8 17.9249 (+0.01%), INT4 tier
-18.0306 (+0.60%); KV bytes per token 23040 (f16), 12240 (int8), 9360 (int4).
+Measured (SmolLM2-135M-Instruct Q4_1, 10200 scored tokens): F16 17.2632, INT8 17.2586
+(-0.03%), INT4 tier 17.3744 (+0.64%); KV bytes per token (K and V, 30 layers x 3 KV heads x
+64): 23040 (f16), 12240 (int8), 9360 (int4).  CPU time on one thread 13 s, 15 s and 16 s
+(the tier run takes one forward pass per block of 16), so the three runs take ~30 s on two
+idle cores.
 
 Env: STRATA_BIN (set by CTest), STRATA_MODEL (optional), STRATA_SRC (the source tree;
 default: two levels above this file).  Exit 0 on success, 1 on failure.
