@@ -54,6 +54,8 @@ static void s_help(FILE *f) {
             "      --spec-k N        fixed draft depth 1..16 (default 0: adaptive, from acceptance\n"
             "                        and load)\n"
             "      --spec-k-max N    adaptive: the largest depth (default 8)\n"
+            "      --spec-wait-ms N  longest wait for a draft before a step runs without it\n"
+            "                        (default 20)\n"
             "\n"
             "      --topology FILE   process mode: one process per actor (docs/TOPOLOGY.md);\n"
             "                        the file's options replace the ones above\n"
@@ -154,7 +156,7 @@ int cmd_serve(int argc, char **argv) {
                *t2_dir = NULL;
     bool prefix = true, tiers = true;
     const char *draft = NULL, *draft_model = NULL;
-    long spec_k = 0, spec_k_max = 8;
+    long spec_k = 0, spec_k_max = 8, spec_wait_ms = 20;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"endpoint", required_argument, 0, 1},
         {"workers", required_argument, 0, 2},      {"threads", required_argument, 0, 't'},
@@ -168,6 +170,7 @@ int cmd_serve(int argc, char **argv) {
         {"t2-type", required_argument, 0, 17},     {"prefetch-wait-ms", required_argument, 0, 18},
         {"draft", required_argument, 0, 19},       {"draft-model", required_argument, 0, 20},
         {"spec-k", required_argument, 0, 21},      {"spec-k-max", required_argument, 0, 22},
+        {"spec-wait-ms", required_argument, 0, 23},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     int o;
     optind = 1;
@@ -196,6 +199,7 @@ int cmd_serve(int argc, char **argv) {
         case 20: draft_model = optarg; break;
         case 21: if (!cli_int(C, "--spec-k", optarg, 0, 16, &spec_k)) return 1; break;
         case 22: if (!cli_int(C, "--spec-k-max", optarg, 1, 16, &spec_k_max)) return 1; break;
+        case 23: if (!cli_int(C, "--spec-wait-ms", optarg, 0, 60000, &spec_wait_ms)) return 1; break;
         case 18: if (!cli_int(C, "--prefetch-wait-ms", optarg, 0, 60000, &wait_ms)) return 1; break;
         case 'h': s_help(stdout); return 0;
         default: s_help(stderr); return 2;
@@ -292,6 +296,8 @@ int cmd_serve(int argc, char **argv) {
         actor_topology_set(d, "spec_k", num);
         snprintf(num, sizeof num, "%ld", spec_k_max);
         actor_topology_set(d, "spec_k_max", num);
+        snprintf(num, sizeof num, "%ld", spec_wait_ms * 1000);
+        actor_topology_set(d, "spec_wait_us", num);
         if (draft) {
             snprintf(ep, sizeof ep, "inproc://strata-%d-draft", pid);
             actor_topo_entry_t *e = actor_topology_add(topo, "draft", ep);

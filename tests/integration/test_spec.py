@@ -44,7 +44,9 @@ def main():
     run(["--draft", "ngram", "--spec-k", "4"], "n-gram, fixed k = 4")
     model = os.environ.get("STRATA_MODEL") or os.path.expanduser(
         "~/.cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    run(["--draft", "model", "--draft-model", model, "--spec-k-max", "6"],
+    # a generous wait: under a sanitizer build the draft model is slow, and a
+    # draft that misses the wait is (correctly) not used
+    run(["--draft", "model", "--draft-model", model, "--spec-k-max", "6", "--spec-wait-ms", "2000"],
         "draft model, adaptive k")
     print("ok")
 
