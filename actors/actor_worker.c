@@ -31,6 +31,8 @@ typedef struct s_req_t {
     int n_computed;            /* positions whose KV is computed (cached ones included) */
     int pin_tokens;            /* leading tokens that are the system prompt */
     bool parked;               /* waiting for promotions (not yet in the scheduler) */
+    bool fresh;                /* not run yet: its cached prefix is attached when it first runs */
+    int skip;                  /* positions of this step's item that came from the cache */
     uint64_t park_deadline;    /* stop waiting then (us) */
     struct s_req_t *next_parked; /* parked list */
     /* speculative decoding */
@@ -272,8 +274,11 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
                           (r->n_prompt - 1) / w->block_size) {
         /* part of the prompt may be in T1/T2: the prefetcher is having it sent
          * here; run it when the tier manager says it is done (or at the deadline) */
-        /* hold what T0 has now: the promoted blocks must not evict it */
-        r->n_cached = kv_cache_attach_prefix(w->kv, &r->kv, r->hist, r->n_prompt);
+        /* make what T0 has now the most recently used, so that the promoted
+         * blocks evict other blocks before this prompt's head (nothing is held:
+         * only running requests hold blocks, which the scheduler accounts for) */
+        kv_cache_attach_prefix(w->kv, &r->kv, r->hist, r->n_prompt);
+        kv_cache_release(w->kv, &r->kv);
         r->parked = true;
         r->park_deadline = actor_now_us() + (uint64_t)w->prefetch_wait_ms * 1000;
         r->next_parked = w->parked;
@@ -294,16 +299,12 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
     s_admit(w, r);
 }
 
-/* Attach r's cached prefix and hand it to the scheduler. */
+/* Hand r to the scheduler.  Its cached prefix is attached when it first runs
+ * (s_attach): a request waiting in the queue holds no blocks, so the
+ * scheduler's reservations (running requests only) stay a true bound. */
 static void s_admit(s_worker_t *w, s_req_t *r) {
-    kv_cache_release(w->kv, &r->kv); /* what it held while parked: attached again below */
-    r->n_cached = kv_cache_attach_prefix(w->kv, &r->kv, r->hist, r->n_prompt);
-    if (r->n_cached < 0)
-        r->n_cached = 0;
-    r->n_computed = r->n_cached;
-    actor_counters_add(w->counters, "kv.cached_tokens", r->n_cached);
-    int rc = router_sched_submit_cached(w->sched, r->rid, r->n_prompt, r->n_cached,
-                                        r->max_tokens, r);
+    r->fresh = true;
+    int rc = router_sched_submit(w->sched, r->rid, r->n_prompt, r->max_tokens, r);
     if (rc) {
         s_error(w, r->rid, rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_BAD_REQUEST,
                 rc == -EAGAIN   ? "the worker's queue is full"
@@ -476,6 +477,25 @@ static void s_emit_verified(s_worker_t *w, s_req_t *r, const router_sched_item_t
     s_want_draft(w, r);
 }
 
+/* A request runs for the first time: attach its cached prefix and start its
+ * first prefill chunk after it (the positions skipped are reported to the
+ * scheduler with the chunk, in r->skip). */
+static void s_attach(s_worker_t *w, s_req_t *r, router_sched_item_t *it) {
+    r->fresh = false;
+    r->skip = 0;
+    if (!it->prefill || it->pos0 != 0)
+        return;
+    int c = kv_cache_attach_prefix(w->kv, &r->kv, r->hist, r->n_prompt);
+    if (c <= 0)
+        return;
+    r->n_cached = r->n_computed = r->skip = c;
+    actor_counters_add(w->counters, "kv.cached_tokens", c);
+    it->pos0 = c;
+    if (it->n > r->n_prompt - c)
+        it->n = r->n_prompt - c;
+    it->sample = it->pos0 + it->n == r->n_prompt;
+}
+
 /* One forward step over everything the scheduler picked. */
 static int s_step(s_worker_t *w) {
     int n_items = router_sched_plan(w->sched, w->items, w->max_batch);
@@ -486,9 +506,13 @@ static int s_step(s_worker_t *w) {
     for (int k = 0; k < n_items; k++) {
         router_sched_item_t *it = &w->items[k];
         s_req_t *r = it->user;
+        if (r->fresh)
+            s_attach(w, r, it);
         if (kv_cache_reserve(w->kv, &r->kv, it->pos0, it->pos0 + it->n)) {
-            /* cannot happen while the scheduler's accounting holds */
+            /* cannot happen while the scheduler's accounting holds: every
+             * block in use belongs to a running request's reservation */
             actor_counters_add(w->counters, "kv.reserve_failed", 1);
+            LOG_E(w->name, "KV reservation failed: the scheduler's accounting is off");
             return -ENOSPC;
         }
         if (it->prefill && !r->t_prefill)
@@ -539,8 +563,10 @@ static int s_step(s_worker_t *w) {
         r->n_computed = it->pos0 + it->n;
         if (it->prefill) /* full prompt blocks are shareable as soon as they are computed */
             s_publish(w, r, r->n_computed, false);
+        int skip = r->skip; /* cached positions before this chunk (first chunk only) */
+        r->skip = 0;
         if (!it->sample) {
-            router_sched_advance(w->sched, r->rid, it->n, false);
+            router_sched_advance(w->sched, r->rid, skip + it->n, false);
             continue;
         }
         float *lg = w->logits + (size_t)row * w->n_vocab;
@@ -566,7 +592,7 @@ static int s_step(s_worker_t *w) {
             s_finish(w, r, index, next, MSG_FINISH_LENGTH);
             continue;
         }
-        router_sched_advance(w->sched, r->rid, it->n, true);
+        router_sched_advance(w->sched, r->rid, skip + it->n, true);
         if (s_event(w, r, index, next, MSG_FINISH_NONE) == MSG_FINISH_STOP) {
             router_sched_remove(w->sched, r->rid);
             actor_counters_add(w->counters, "stopped", 1);
