@@ -22,6 +22,7 @@ typedef struct {
     size_t ident_len;
     bool delim;                    /* the client used an empty delimiter frame */
     int fd;                        /* connection it came from (disconnect detection) */
+    uint32_t fd_gen;               /* that fd's accept generation when the request came */
     char id[MSG_MAX_ID_BYTES + 1]; /* client's request id */
     bool stream;                   /* token events wanted */
     bool gone;                     /* client went away: nothing more is sent */
@@ -69,7 +70,12 @@ typedef struct {
     uint64_t last_ping_us;
     actor_counters_t *counters;         /* stats */
     char endpoint[ACTOR_TOPO_ENDPOINT]; /* client endpoint */
+    uint32_t *fd_gen; /* (S_MAX_FD) connections accepted on each fd so far: a closed
+                         connection's fd is reused by the next one, and its
+                         DISCONNECTED event must not cancel the newer requests */
 } s_front_t;
+
+#define S_MAX_FD 65536
 
 /* ---- sending to clients */
 
@@ -206,6 +212,7 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
     r->ident_len = ident_len;
     r->delim = delim;
     r->fd = fd;
+    r->fd_gen = fd >= 0 && fd < S_MAX_FD && f->fd_gen ? f->fd_gen[fd] : 0;
     snprintf(r->id, sizeof r->id, "%s", g->id);
     r->stream = g->stream;
     f->n_reqs++;
@@ -406,17 +413,21 @@ static void s_on_monitor(s_front_t *f) {
         uint16_t event = (uint16_t)(d[0] | d[1] << 8);
         int32_t value = (int32_t)((uint32_t)d[2] | (uint32_t)d[3] << 8 | (uint32_t)d[4] << 16 |
                                   (uint32_t)d[5] << 24);
+        bool tracked = value >= 0 && value < S_MAX_FD && f->fd_gen;
         if (event == ZMQ_EVENT_DISCONNECTED) {
             actor_counters_add(f->counters, "clients.disconnected", 1);
+            uint32_t gen = tracked ? f->fd_gen[value] : 0;
             for (int i = 0; i < f->max_requests; i++) {
                 s_req_t *r = &f->reqs[i];
-                if (r->rid && r->fd == value) {
+                if (r->rid && r->fd == value && r->fd_gen == gen) {
                     r->gone = true;
                     s_cancel(f, r, "disconnect");
                 }
             }
         } else if (event == ZMQ_EVENT_ACCEPTED) {
             actor_counters_add(f->counters, "clients.accepted", 1);
+            if (tracked)
+                f->fd_gen[value]++;
         }
     }
     zmsg_destroy(&msg);
@@ -580,6 +591,7 @@ static void s_cleanup(s_front_t *f) {
     for (int i = 0; f->reqs && i < f->max_requests; i++)
         free(f->reqs[i].text);
     free(f->reqs);
+    free(f->fd_gen);
     for (int i = 0; f->peers && i < f->n_peers; i++) {
         if (f->peers[i].push != f->to_tok)
             zsock_destroy(&f->peers[i].push);
@@ -604,13 +616,14 @@ int actor_frontend_main(actor_env_t *env) {
     if (f.max_requests < 1)
         f.max_requests = 1;
     f.reqs = calloc((size_t)f.max_requests, sizeof *f.reqs);
+    f.fd_gen = calloc(S_MAX_FD, sizeof *f.fd_gen);
     f.counters = actor_counters_new();
     int nw = actor_topology_workers(t);
     f.peers = calloc((size_t)t->n + 2, sizeof *f.peers); /* at most every entry */
     f.in = actor_sock_inbound(actor_topology_endpoint(t, "frontend"), MSG_MAX_INTERNAL_FRAME + 4096,
                               100000);
     f.to_tok = actor_sock_outbound(actor_topology_endpoint(t, "tokenizer"), 10000);
-    if (!f.reqs || !f.counters || !f.peers || !f.in || !f.to_tok) {
+    if (!f.reqs || !f.fd_gen || !f.counters || !f.peers || !f.in || !f.to_tok) {
         actor_env_fail(env, "frontend: cannot set up (sockets or memory)");
         s_cleanup(&f);
         return 1;
@@ -697,8 +710,13 @@ int actor_frontend_main(actor_env_t *env) {
             s_on_internal(&f, &m, &stop);
             msg_any_clear(&m);
         }
-        for (budget = 1000; budget-- > 0 && (zsock_events(f.clients) & ZMQ_POLLIN);)
+        for (budget = 1000; budget-- > 0 && (zsock_events(f.clients) & ZMQ_POLLIN);) {
+            /* the socket events of a connection precede its messages: read
+             * them first, every time, so each request gets its own fd_gen */
+            while (zsock_events(f.monitor) & ZMQ_POLLIN)
+                s_on_monitor(&f);
             s_on_client(&f);
+        }
         s_heartbeat(&f);
         s_stats_flush(&f);
     }
