@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define TAG "kvtier"
 #define S_MAX_PROMOS 256 /* promotions in flight */
@@ -335,6 +338,12 @@ int actor_kvtier_main(actor_env_t *env) {
         s_cleanup(&t);
         return 1;
     }
+    /* demotions (copy, convert, write) are background work: on a machine with
+     * few cores they must not take CPU from the workers' forward passes.  A
+     * lower priority for this thread only (Linux: per-thread nice). */
+    int nice_v = (int)actor_topology_opt_int(topo, me, "nice", 10);
+    if (nice_v && setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice_v))
+        LOG_W(me, "cannot lower its priority (nice %d)", nice_v);
     kv_tiers_stats_t st = kv_tiers_stats(t.tiers);
     LOG_I(me, "ready: T1 %d blocks (%s), T2 %s (%d blocks, %s, %d found from before), policy %s",
           c.t1_blocks, kv_fmt_name(c.t1_fmt), t2 ? t2 : "off", t2 ? c.t2_blocks : 0,

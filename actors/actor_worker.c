@@ -40,6 +40,7 @@ typedef struct s_req_t {
     uint64_t draft_seq;        /* last draft_request sent (0: none yet) */
     bool draft_pending;        /* its reply has not arrived */
     uint64_t draft_sent_us;    /* when it was sent */
+    int draft_k;               /* proposals it asked for */
     int32_t draft[MODEL_SPEC_MAX_K]; /* proposals continuing hist[0..draft_base) */
     int n_draft;
     int draft_base;
@@ -73,6 +74,8 @@ typedef struct {
     int spec_k_max;             /* adaptive: the largest depth */
     int spec_wait_us;           /* longest wait for a draft before a step runs without it */
     int n_pending_drafts;       /* draft replies outstanding */
+    double step_us;             /* EMA of a forward step's wall time */
+    double draft_us_per_token;  /* EMA of a draft reply's latency per proposed token */
     int block_size;
     router_sched_t *sched;      /* continuous batching policy */
     model_sampler_t *sampler;   /* scratch shared by all requests (one thread) */
@@ -348,6 +351,10 @@ static void s_want_draft(s_worker_t *w, s_req_t *r) {
     if (!w->to_draft || r->draft_pending)
         return;
     int left = r->max_tokens - (r->n_hist - r->n_prompt); /* tokens it may still emit */
+    /* drafting is serial with the target's step: its measured latency per
+     * token, in target steps, is part of what a deeper k costs */
+    if (w->step_us > 0)
+        r->adapt.draft_cost = (float)(w->draft_us_per_token / w->step_us);
     int k = model_spec_adapt_next_k(&r->adapt, router_sched_load(w->sched).n_running);
     if (k > left - 1)
         k = left - 1; /* every verified position stays inside the request's reservation */
@@ -366,6 +373,7 @@ static void s_want_draft(s_worker_t *w, s_req_t *r) {
         return;
     }
     r->draft_pending = true;
+    r->draft_k = k;
     r->draft_sent_us = actor_now_us();
     w->n_pending_drafts++;
 }
@@ -378,6 +386,9 @@ static void s_on_draft(s_worker_t *w, const msg_draft_reply_t *m) {
     }
     r->draft_pending = false;
     w->n_pending_drafts--;
+    double per = (double)(actor_now_us() - r->draft_sent_us) / (r->draft_k > 0 ? r->draft_k : 1);
+    w->draft_us_per_token = w->draft_us_per_token > 0 ? 0.8 * w->draft_us_per_token + 0.2 * per
+                                                      : per;
     if (m->base != r->n_hist || m->n_tokens > MODEL_SPEC_MAX_K) {
         actor_counters_add(w->counters, "spec.reply_stale", 1);
         return;
@@ -419,6 +430,11 @@ static bool s_wait_drafts(s_worker_t *w) {
         if (r && r->draft_pending) { /* a late reply is then stale: the seq moves on */
             r->draft_pending = false;
             w->n_pending_drafts--;
+            /* a draft that misses the wait is a failed attempt, and its latency
+             * (at least the wait) makes deep drafts look as costly as they are */
+            model_spec_adapt_observe(&r->adapt, r->draft_k, 0);
+            double per = (double)w->spec_wait_us / (r->draft_k > 0 ? r->draft_k : 1);
+            w->draft_us_per_token = 0.8 * w->draft_us_per_token + 0.2 * per;
         }
     }
     return false;
@@ -544,7 +560,10 @@ static int s_step(s_worker_t *w) {
         actor_counters_add(w->counters, it->prefill ? "tokens.prefill" : "tokens.decode", it->n);
     }
     model_batch_t b = {nt, w->b_tok, w->b_pos, w->b_seq, w->b_want, n_items, w->b_seqs};
+    uint64_t t_fwd = actor_now_us();
     int got = model_ctx_forward(w->ctx, &b, kv_cache_pool(w->kv), w->logits);
+    double dt = (double)(actor_now_us() - t_fwd);
+    w->step_us = w->step_us > 0 ? 0.9 * w->step_us + 0.1 * dt : dt;
     actor_counters_add(w->counters, "steps", 1);
     if (got < 0) {
         LOG_E(w->name, "forward pass failed (%d): failing the batch", got);
