@@ -409,11 +409,12 @@ static bool s_wait_drafts(s_worker_t *w) {
         return false;
     /* the oldest outstanding request decides: wait at most spec_wait_us for it */
     uint64_t now = actor_now_us(), oldest = now;
-    int n = 0;
+    int n = 0, kmax = 1;
     for (int i = 0; i < router_sched_count(w->sched); i++) {
         s_req_t *r = router_sched_user_at(w->sched, i);
         if (r && r->draft_pending) {
             n++;
+            kmax = r->draft_k > kmax ? r->draft_k : kmax;
             if (r->draft_sent_us < oldest)
                 oldest = r->draft_sent_us;
         }
@@ -422,7 +423,17 @@ static bool s_wait_drafts(s_worker_t *w) {
         w->n_pending_drafts = 0;
         return false;
     }
-    if (now - oldest < (uint64_t)w->spec_wait_us)
+    /* the wait: spec_wait_us; but when every running request is waiting for
+     * its draft the step has nothing else to do, so wait as long as drafts
+     * have been taking (up to 10x the configured wait) */
+    uint64_t wait = (uint64_t)w->spec_wait_us;
+    if (n == router_sched_count(w->sched)) {
+        uint64_t expect = (uint64_t)(2.0 * w->draft_us_per_token * kmax);
+        uint64_t cap = 10 * (uint64_t)w->spec_wait_us;
+        if (expect > wait)
+            wait = expect < cap ? expect : cap;
+    }
+    if (now - oldest < wait)
         return true;
     actor_counters_add(w->counters, "spec.wait_timeouts", 1);
     for (int i = 0; i < router_sched_count(w->sched); i++) {
