@@ -16,6 +16,12 @@ Measured (SmolLM2-135M-Instruct Q4_1, 10200 scored tokens): F16 17.2632, INT8 17
 (the tier run takes one forward pass per block of 16), so the three runs take ~30 s on two
 idle cores.
 
+Under a sanitizer build (ASAN_OPTIONS set, as `STRATA_SANITIZE=1 scripts/test` does) the
+Debug binary is ~20x slower: the same three runs then score 4 chunks (1020 tokens) - what
+that build checks is memory safety of the INT8/INT4 paths.  1020 tokens are too few for the
+0.5% / 3% limits (INT8 measured +0.65% there, -0.03% over the whole text), so that run only
+asks for 5%; the quality limits are checked by the full run of the normal build.
+
 Env: STRATA_BIN (set by CTest), STRATA_MODEL (optional), STRATA_SRC (the source tree;
 default: two levels above this file).  Exit 0 on success, 1 on failure.
 """
@@ -34,6 +40,9 @@ DEFAULT_MODEL = os.path.join(
 )
 CTX, THREADS = 512, 2
 MIN_SCORED = 10000  # 20751 tokens in 40 chunks of 512: 40 * 255 scored tokens
+SANITIZED = bool(os.environ.get("ASAN_OPTIONS"))
+if SANITIZED:
+    MIN_SCORED = 1000  # 4 chunks
 
 RUNS = [  # name, extra arguments, allowed |relative change| vs f16 (None: the baseline)
     ("f16", ["--kv-type", "f16"], None),
@@ -51,9 +60,11 @@ def perplexity(binp, model, extra):
     """(perplexity, scored tokens, {format: bytes per token}, seconds) of one run."""
     cmd = [binp, "perplexity", "-m", model, "-f", TEXT, "-c", str(CTX), "-t", str(THREADS)]
     cmd += extra
+    if SANITIZED:
+        cmd += ["--chunks", "4"]
     t0 = time.monotonic()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300 if not SANITIZED else 180)
     except subprocess.TimeoutExpired:
         fail_exit(f"timed out: {' '.join(cmd)}")
     secs = time.monotonic() - t0
@@ -91,6 +102,8 @@ def main():
                   f"KV bytes/token: {sizes}")
             continue
         rel = ppl / base - 1
+        if SANITIZED:
+            limit = max(limit, 0.05)
         verdict = "ok" if abs(rel) <= limit else "FAIL"
         ok &= abs(rel) <= limit
         print(f"  {name:9s} perplexity {ppl:.4f}  {rel * 100:+.2f}% vs f16 (limit "
