@@ -68,7 +68,20 @@ def main():
         expect_error("unknown command", ["frobnicate"], "unknown command")
         expect_error("quantize: bad type", ["quantize", MODEL, os.path.join(d, "o.gguf"), "q3_x"], "q3_x")
         expect_error("perplexity: missing text", ["perplexity", "-f", os.path.join(d, "none.txt")], "cannot read")
-    for c in ("generate", "perplexity", "bench-model", "quantize", "tokenize", "detokenize", "logits"):
+        expect_error("perplexity: bad --kv-type", ["perplexity", "-f", text, "--kv-type", "int4"], "int4")
+        expect_error("perplexity: bad --kv-tier-type", ["perplexity", "-f", text, "--kv-tier-type", "q9"], "q9")
+        # the service's KV store and speculative-decoding flags
+        expect_error("serve: bad --kv-type", ["serve", "--kv-type", "int4"], "--kv-type")
+        expect_error("serve: bad --kv-policy", ["serve", "--kv-policy", "fifo"], "--kv-policy")
+        expect_error("serve: bad --t2-type", ["serve", "--t2-type", "q3"], "--t2-type")
+        expect_error("serve: bad --t1-blocks", ["serve", "--t1-blocks", "0"], "--t1-blocks")
+        expect_error("serve: bad --draft", ["serve", "--draft", "oracle"], "--draft")
+        expect_error("serve: model draft without a file", ["serve", "--draft", "model"], "--draft-model")
+        expect_error("serve: missing draft model", ["serve", "--draft-model", os.path.join(d, "no.gguf")],
+                     "cannot read the draft model")
+        expect_error("serve: bad --spec-k", ["serve", "--spec-k", "17"], "--spec-k")
+    for c in ("generate", "perplexity", "bench-model", "quantize", "tokenize", "detokenize", "logits",
+              "serve", "bench-kv-ssd"):
         p = subprocess.run([BIN, c, "--help"], capture_output=True, text=True, timeout=30)
         ok = p.returncode == 0 and "usage:" in p.stdout
         print(f"{'ok  ' if ok else 'FAIL'} {c} --help")

@@ -211,6 +211,23 @@ def phase_kill(d):
             print(u.health(ep), s.read_log()[-3000:])
             raise
         same(ep, "k0", "astronomy", Q[0], "before the kill")
+        # bad input to the tier manager's own socket: a block whose hash does not
+        # match its tokens, one whose size is not its format's, and garbage
+        push = zmq.Context.instance().socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 1000)
+        push.connect("ipc://%s/kvtier" % d)
+        blk = {"type": "kv_block", "v": 1, "rid": 0, "worker": 0, "hash": 12345, "parent": 0,
+               "tokens": b"\x01\x00\x00\x00" * 16, "fmt": 0}
+        push.send_multipart([u.pack(blk), b"\0" * 64])                  # wrong hash and size
+        push.send_multipart([u.pack(dict(blk, fmt=9)), b"\0" * 64])     # no such format
+        push.send(b"\xc1 not msgpack")
+        push.close()
+        st = u.wait_for(lambda: (lambda c: c if c.get("kvtier.put.refused", 0) >= 2 and
+                                 c.get("kvtier.malformed", 0) >= 1 else None)(counters(ep)),
+                        10, "the tier manager to refuse bad blocks")
+        print("  bad blocks refused: %d, malformed frames: %d" %
+              (st["kvtier.put.refused"], st["kvtier.malformed"]))
+        same(ep, "k0b", "astronomy", Q[0], "after bad input")
         same(ep, "k1", "gardening", Q[0], "before the kill (astronomy -> T1)")
         pids = re.findall(r"started kvtier \(pid (\d+)\)", s.read_log())
         u.check(pids, "no kvtier pid in the log")
