@@ -6,6 +6,7 @@
 #include "base/base_log.h"
 #include "kvstore/kv_tiers.h"
 #include "model/model_gguf.h"
+#include "model/model_llama.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -49,33 +50,10 @@ static int s_shape(const char *path, int block_size, kv_shape_t *s, char *err, s
     model_gguf_t *g = model_gguf_open(path, err, errlen);
     if (!g)
         return -EINVAL;
-    char *arch = NULL, k[160];
-    int64_t n_layer = 0, n_head = 0, n_head_kv = 0, d_model = 0, key_len = 0;
-    int rc = -EINVAL;
-    if (model_gguf_get_str(g, "general.architecture", &arch)) {
-        snprintf(k, sizeof k, "%s.block_count", arch);
-        model_gguf_get_i64(g, k, &n_layer);
-        snprintf(k, sizeof k, "%s.attention.head_count", arch);
-        model_gguf_get_i64(g, k, &n_head);
-        n_head_kv = n_head;
-        snprintf(k, sizeof k, "%s.attention.head_count_kv", arch);
-        model_gguf_get_i64(g, k, &n_head_kv);
-        snprintf(k, sizeof k, "%s.embedding_length", arch);
-        model_gguf_get_i64(g, k, &d_model);
-        snprintf(k, sizeof k, "%s.attention.key_length", arch);
-        if (!model_gguf_get_i64(g, k, &key_len) && n_head > 0)
-            key_len = d_model / n_head;
-        if (n_layer > 0 && n_layer < 4096 && n_head_kv > 0 && n_head_kv < 4096 && key_len > 0 &&
-            key_len < 65536) {
-            *s = (kv_shape_t){(int)n_layer, (int)n_head_kv, (int)key_len, block_size};
-            rc = 0;
-        } else {
-            snprintf(err, errlen, "%s: no usable layer/head counts in the GGUF header", path);
-        }
-    } else {
-        snprintf(err, errlen, "%s: no general.architecture", path);
-    }
-    free(arch);
+    model_config_t cfg;
+    int rc = model_llama_read_config(g, &cfg, err, errlen);
+    if (!rc)
+        *s = kv_shape_of(&cfg, block_size);
     model_gguf_destroy(&g);
     return rc;
 }

@@ -355,7 +355,7 @@ static void s_want_draft(s_worker_t *w, s_req_t *r) {
      * token, in target steps, is part of what a deeper k costs */
     if (w->step_us > 0)
         r->adapt.draft_cost = (float)(w->draft_us_per_token / w->step_us);
-    int k = model_spec_adapt_next_k(&r->adapt, router_sched_load(w->sched).n_running);
+    int k = model_spec_adapt_next_k(&r->adapt, router_sched_count(w->sched));
     if (k > left - 1)
         k = left - 1; /* every verified position stays inside the request's reservation */
     if (k < 1)

@@ -117,10 +117,9 @@ static bool s_get_int(const model_gguf_t *g, const char *arch, const char *key, 
     return true;
 }
 
-static int s_load_config(model_llama_t *m, char *err, size_t errlen) {
-    const model_gguf_t *g = m->gguf;
+int model_llama_read_config(const model_gguf_t *g, model_config_t *c, char *err, size_t errlen) {
     const char *path = model_gguf_path(g);
-    model_config_t *c = &m->cfg;
+    memset(c, 0, sizeof *c);
     char *arch = NULL;
     if (!model_gguf_get_str(g, "general.architecture", &arch))
         return s_err(err, errlen, path, "missing general.architecture");
@@ -219,7 +218,7 @@ model_llama_t *model_llama_load(const char *path, char *err, size_t errlen) {
         return NULL;
     }
     m->gguf = model_gguf_open(path, err, errlen);
-    if (!m->gguf || s_load_config(m, err, errlen))
+    if (!m->gguf || model_llama_read_config(m->gguf, &m->cfg, err, errlen))
         goto fail;
     model_config_t *c = &m->cfg;
     const model_gguf_tensor_t *te = model_gguf_tensor(m->gguf, "token_embd.weight");

@@ -48,6 +48,9 @@ typedef struct model_llama_t model_llama_t;
  * failure with a one-line reason in err. */
 model_llama_t *model_llama_load(const char *path, char *err, size_t errlen);
 void model_llama_destroy(model_llama_t **self_p);
+/* Only the configuration of an open GGUF (no weights are read): what a KV
+ * store needs to know the block shape.  0, or -EINVAL with a one-line reason. */
+int model_llama_read_config(const model_gguf_t *g, model_config_t *cfg, char *err, size_t errlen);
 const model_config_t *model_llama_config(const model_llama_t *self);
 /* The GGUF the model reads from (for the tokenizer); owned by the model. */
 const model_gguf_t *model_llama_gguf(const model_llama_t *self);

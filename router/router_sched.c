@@ -86,12 +86,7 @@ bool router_sched_has(const router_sched_t *self, uint64_t rid) {
 
 int router_sched_submit(router_sched_t *self, uint64_t rid, int n_prompt, int max_tokens,
                         void *user) {
-    return router_sched_submit_cached(self, rid, n_prompt, 0, max_tokens, user);
-}
-
-int router_sched_submit_cached(router_sched_t *self, uint64_t rid, int n_prompt, int n_cached,
-                               int max_tokens, void *user) {
-    if (n_prompt < 1 || max_tokens < 1 || n_cached < 0 || n_cached >= n_prompt)
+    if (n_prompt < 1 || max_tokens < 1)
         return -EINVAL;
     if (router_sched_has(self, rid))
         return -EEXIST;
@@ -101,7 +96,7 @@ int router_sched_submit_cached(router_sched_t *self, uint64_t rid, int n_prompt,
     int blocks = (int)((positions + self->cfg.block_size - 1) / self->cfg.block_size);
     if (blocks > self->cfg.kv_blocks)
         return -E2BIG;
-    s_req_t r = {rid, user, n_prompt, max_tokens, n_cached, 0, blocks};
+    s_req_t r = {rid, user, n_prompt, max_tokens, 0, 0, blocks};
     /* nobody waiting and room now: it runs from the next step, never queued */
     if (self->n_waiting == 0 && self->n_running < self->cfg.max_batch &&
         self->blocks_reserved + blocks <= self->cfg.kv_blocks) {

@@ -62,11 +62,6 @@ const router_sched_config_t *router_sched_config(const router_sched_t *self);
  * pool); -EAGAIN (the queue is full: answer "overloaded"). */
 int router_sched_submit(router_sched_t *self, uint64_t rid, int n_prompt, int max_tokens,
                         void *user);
-/* The same for a request whose first n_cached prompt positions are already in
- * the KV (a cached prefix: 0 <= n_cached < n_prompt): its prefill starts there.
- * -EINVAL when n_cached is out of range. */
-int router_sched_submit_cached(router_sched_t *self, uint64_t rid, int n_prompt, int n_cached,
-                               int max_tokens, void *user);
 /* Take a request out (finished or cancelled), waiting or running, releasing its
  * KV reservation.  Returns its user pointer, or NULL when rid is unknown. */
 void *router_sched_remove(router_sched_t *self, uint64_t rid);
