@@ -1,0 +1,21 @@
+/* base_clock.h - the one monotonic clock of strata: every timing, deadline and
+ * t_arrival_us reads CLOCK_MONOTONIC through these two functions. */
+#ifndef BASE_CLOCK_H
+#define BASE_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+/* Monotonic nanoseconds since an arbitrary origin (never goes back). */
+static inline uint64_t base_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Monotonic microseconds, same origin. */
+static inline uint64_t base_now_us(void) {
+    return base_now_ns() / 1000u;
+}
+
+#endif
