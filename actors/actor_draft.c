@@ -253,7 +253,8 @@ actor_draft_t *actor_draft_new(const actor_draft_config_t *cfg, char *err, size_
     d->n_vocab = mc->n_vocab;
     int st = c.step_tokens;
     d->ctx = model_ctx_new(d->model, st, c.max_ctx, c.threads, NULL);
-    d->kv = kv_blocks_new(mc, KERN_F32, c.block_size, c.kv_blocks);
+    kern_kv_shape_t shape = model_kv_shape(mc, c.block_size);
+    d->kv = kv_blocks_new(&shape, KERN_F32, c.kv_blocks);
     d->b_tok = malloc((size_t)st * sizeof *d->b_tok);
     d->b_pos = malloc((size_t)st * sizeof *d->b_pos);
     d->b_seq = malloc((size_t)st * sizeof *d->b_seq);

@@ -37,7 +37,7 @@ typedef struct {
     zsock_t **to_worker; /* (n_workers) PUSH to each worker, for promotions */
     int n_workers;
     kv_tiers_t *tiers;   /* T1 + T2 */
-    kv_shape_t shape;    /* block shape */
+    kern_kv_shape_t shape;    /* block shape */
     s_promo_t promos[S_MAX_PROMOS];
     uint64_t *hashes;    /* (max_blocks) scratch: a prompt's chained hashes */
     int max_blocks;
@@ -46,14 +46,14 @@ typedef struct {
 } s_kvtier_t;
 
 /* Block shape from the model's GGUF header (no weights are loaded). */
-static int s_shape(const char *path, int block_size, kv_shape_t *s, char *err, size_t errlen) {
+static int s_shape(const char *path, int block_size, kern_kv_shape_t *s, char *err, size_t errlen) {
     model_gguf_t *g = model_gguf_open(path, err, errlen);
     if (!g)
         return -EINVAL;
     model_config_t cfg;
     int rc = model_llama_read_config(g, &cfg, err, errlen);
     if (!rc)
-        *s = kv_shape_of(&cfg, block_size);
+        *s = model_kv_shape(&cfg, block_size);
     model_gguf_destroy(&g);
     return rc;
 }

@@ -244,7 +244,11 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
             return;
         }
     char why[128];
-    if (model_sampler_check(&q->sampling, why, sizeof why)) {
+    const model_sampler_params_t sp = {q->sampling.temperature, q->sampling.top_k,
+                                       q->sampling.top_p,       q->sampling.min_p,
+                                       q->sampling.repeat_penalty, q->sampling.repeat_last_n,
+                                       q->sampling.seed};
+    if (model_sampler_check(&sp, why, sizeof why)) {
         s_error(w, q->rid, MSG_CODE_BAD_REQUEST, why);
         return;
     }
@@ -260,7 +264,7 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
     memcpy(r->hist, q->tokens, (size_t)q->n_tokens * sizeof *r->hist);
     r->n_prompt = r->n_hist = q->n_tokens;
     r->max_tokens = q->max_tokens;
-    r->sp = q->sampling;
+    r->sp = sp;
     r->t_arrival = q->t_arrival_us;
     model_detok_init(&r->detok, w->tok);
     const char *stops[MSG_MAX_STOP];
@@ -834,7 +838,8 @@ int actor_worker_main(actor_env_t *env) {
     int rows = w.max_batch * (spec ? 1 + MODEL_SPEC_MAX_K : 1);
     w.ctx = model_ctx_new(w.model, spec ? room : w.step_tokens, max_ctx, threads, NULL);
     kv_cache_config_t kc = {kv_fmt, bs, n_blocks, (kv_policy_kind_t)policy, sharing};
-    w.kv = kv_cache_new(cfg, &kc);
+    kern_kv_shape_t shape = model_kv_shape(cfg, bs);
+    w.kv = kv_cache_new(&shape, &kc);
     if (w.kv)
         kv_cache_on_evict(w.kv, s_on_evict, &w);
     router_sched_config_t sc = {w.max_batch, queue, n_blocks, bs, w.step_tokens, max_ctx};

@@ -141,7 +141,7 @@ bool cli_runner_open(cli_runner_t *r, const char *cmd, const char *path) {
 
 static void s_runner_release(cli_runner_t *r) {
     model_ctx_destroy(&r->ctx);
-    model_kv_pool_free(&r->kv);
+    kern_kv_pool_free(&r->kv);
     free(r->blocks);
     free(r->logits);
     free(r->pos);
@@ -161,7 +161,8 @@ bool cli_runner_reserve(cli_runner_t *r, const char *cmd, int max_ctx, int ubatc
     r->max_ctx = (max_ctx + bs - 1) / bs * bs;
     r->ubatch = ubatch < r->max_ctx ? ubatch : r->max_ctx;
     int nb = r->max_ctx / bs;
-    if (model_kv_pool_init(&r->kv, cfg, kv_type, bs, nb)) {
+    kern_kv_shape_t shape = model_kv_shape(cfg, bs);
+    if (kern_kv_pool_init(&r->kv, &shape, kv_type, nb)) {
         fprintf(stderr, "strata %s: cannot allocate KV for %d positions\n", cmd, r->max_ctx);
         goto fail;
     }

@@ -33,7 +33,7 @@ typedef struct {
     model_llama_t *model;
     model_tokenizer_t *tok;
     model_ctx_t *ctx;
-    model_kv_pool_t kv;
+    kern_kv_pool_t kv;
     int32_t *blocks;  /* (kv.n_blocks) identity block table */
     int max_ctx;      /* positions this runner holds */
     int ubatch;       /* tokens per forward pass in prefill */

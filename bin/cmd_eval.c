@@ -158,7 +158,7 @@ static int s_ppl_chunk(cli_runner_t *r, const int32_t *chunk, int n, int lo, int
                        void *tmp, float *logits) {
     const model_config_t *cfg = model_llama_config(r->model);
     const int bs = r->kv.block_size, t0 = kv_fmt_of_pool_type(r->kv.type);
-    const kv_shape_t shape = kv_shape_of(cfg, bs);
+    const kern_kv_shape_t shape = model_kv_shape(cfg, bs);
     const int step = tier < 0 ? r->ubatch : bs;
     model_seq_view_t sv = {r->blocks, r->kv.n_blocks};
     float *dst = logits;
@@ -255,7 +255,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (!cli_runner_reserve(&r, C, (int)ctx, (int)ctx, (int)threads, kv_type))
         goto out;
     const int bs = r.kv.block_size, t0 = kv_fmt_of_pool_type(kv_type);
-    const kv_shape_t shape = kv_shape_of(cfg, bs);
+    const kern_kv_shape_t shape = model_kv_shape(cfg, bs);
     const int lo = (int)ctx / 2, hi = (int)ctx - 1; /* positions whose next token is scored */
     logits = malloc((size_t)(hi - lo) * cfg->n_vocab * sizeof(float));
     chunk = malloc((size_t)ctx * sizeof *chunk);
@@ -345,8 +345,9 @@ static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int t
     const model_config_t *cfg = model_llama_config(r->model);
     const int bs = 16, nb = (np + ng + bs - 1) / bs;
     int rc = 1;
-    model_kv_pool_t kv;
-    if (model_kv_pool_init(&kv, cfg, kv_type, bs, B * nb))
+    kern_kv_pool_t kv;
+    kern_kv_shape_t shape = model_kv_shape(cfg, bs);
+    if (kern_kv_pool_init(&kv, &shape, kv_type, B * nb))
         return 1;
     model_ctx_t *ctx = model_ctx_new(r->model, np > B ? np : B, np + ng, threads, NULL);
     int32_t *blocks = malloc(sizeof(int32_t) * B * nb);
@@ -399,7 +400,7 @@ static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int t
     rc = 0;
 out:
     model_ctx_destroy(&ctx);
-    model_kv_pool_free(&kv);
+    kern_kv_pool_free(&kv);
     free(blocks);
     free(sv);
     free(tok);

@@ -1,4 +1,4 @@
-/* kv_blocks.c - free list over a model_kv_pool_t and per-sequence block tables.
+/* kv_blocks.c - free list over a kern_kv_pool_t and per-sequence block tables.
  * The free list is a stack of block ids; a per-block flag catches double frees. */
 #include "kv_blocks.h"
 
@@ -7,20 +7,19 @@
 #include <stdlib.h>
 
 struct kv_blocks_t {
-    model_kv_pool_t pool; /* the blocks themselves */
+    kern_kv_pool_t pool; /* the blocks themselves */
     int32_t *free_ids;    /* (n_blocks) stack of free block ids; first n_free valid */
     int n_free;           /* blocks on the stack */
     bool *in_use;         /* (n_blocks) true while a table holds the block */
 };
 
-kv_blocks_t *kv_blocks_new(const model_config_t *cfg, kern_type_t type, int block_size,
-                           int n_blocks) {
-    if (!cfg || block_size < 1 || n_blocks < 1)
+kv_blocks_t *kv_blocks_new(const kern_kv_shape_t *s, kern_type_t type, int n_blocks) {
+    if (!kern_kv_shape_ok(s) || n_blocks < 1)
         return NULL;
     kv_blocks_t *self = calloc(1, sizeof *self);
     if (!self)
         return NULL;
-    if (model_kv_pool_init(&self->pool, cfg, type, block_size, n_blocks))
+    if (kern_kv_pool_init(&self->pool, s, type, n_blocks))
         goto fail;
     self->free_ids = malloc((size_t)n_blocks * sizeof *self->free_ids);
     self->in_use = calloc((size_t)n_blocks, sizeof *self->in_use);
@@ -40,14 +39,14 @@ void kv_blocks_destroy(kv_blocks_t **self_p) {
     if (!self_p || !*self_p)
         return;
     kv_blocks_t *self = *self_p;
-    model_kv_pool_free(&self->pool);
+    kern_kv_pool_free(&self->pool);
     free(self->free_ids);
     free(self->in_use);
     free(self);
     *self_p = NULL;
 }
 
-const model_kv_pool_t *kv_blocks_pool(const kv_blocks_t *self) {
+const kern_kv_pool_t *kv_blocks_pool(const kv_blocks_t *self) {
     return &self->pool;
 }
 int kv_blocks_block_size(const kv_blocks_t *self) {

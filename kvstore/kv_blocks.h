@@ -1,4 +1,4 @@
-/* kv_blocks.h - a simple paged-KV block allocator: it owns one model_kv_pool_t
+/* kv_blocks.h - a simple paged-KV block allocator: it owns one kern_kv_pool_t
  * (the worker's device tier) and a free list over its blocks, and grows or
  * releases per-sequence block tables.  No prefix sharing yet: every block has
  * exactly one owner.  Not thread-safe (one worker thread owns it).
@@ -6,7 +6,7 @@
 #ifndef KV_BLOCKS_H
 #define KV_BLOCKS_H
 
-#include "model_llama.h"
+#include "kern_kv.h"
 #include <stdint.h>
 
 typedef struct kv_blocks_t kv_blocks_t;
@@ -19,15 +19,14 @@ typedef struct {
     int cap;         /* allocated entries */
 } kv_table_t;
 
-/* A pool of n_blocks blocks of block_size positions for the model cfg, with
- * elements of type (KERN_F32 or KERN_F16).  NULL on bad arguments or no memory. */
-kv_blocks_t *kv_blocks_new(const model_config_t *cfg, kern_type_t type, int block_size,
-                           int n_blocks);
+/* A pool of n_blocks blocks of shape s (kernels/kern_kv.h), with elements of
+ * type (KERN_F32, KERN_F16 or KERN_I8).  NULL on bad arguments or no memory. */
+kv_blocks_t *kv_blocks_new(const kern_kv_shape_t *s, kern_type_t type, int n_blocks);
 /* Frees the pool; nulls *self_p; safe on NULL and twice. */
 void kv_blocks_destroy(kv_blocks_t **self_p);
 
 /* The pool the forward pass reads and writes (borrowed). */
-const model_kv_pool_t *kv_blocks_pool(const kv_blocks_t *self);
+const kern_kv_pool_t *kv_blocks_pool(const kv_blocks_t *self);
 int kv_blocks_block_size(const kv_blocks_t *self);
 int kv_blocks_total(const kv_blocks_t *self);
 int kv_blocks_free_count(const kv_blocks_t *self);

@@ -55,8 +55,8 @@ typedef struct {
 
 struct kv_cache_t {
     kv_cache_config_t cfg;      /* as given */
-    kv_shape_t shape;           /* block shape */
-    model_kv_pool_t pool;       /* (n_blocks, block_bytes) the blocks' data, T0 format */
+    kern_kv_shape_t shape;           /* block shape */
+    kern_kv_pool_t pool;       /* (n_blocks, block_bytes) the blocks' data, T0 format */
     s_block_t *blk;             /* (n_blocks) */
     int32_t *tokens;            /* (n_blocks, block_size) tokens of each block's meta */
     int32_t *free_ids;          /* (n_blocks) stack of FREE blocks; first n_free valid */
@@ -382,8 +382,8 @@ static void s_publish_block(kv_cache_t *self, int id, int pin, uint64_t now) {
 
 /* ---- construction */
 
-kv_cache_t *kv_cache_new(const model_config_t *cfg, const kv_cache_config_t *c) {
-    if (!cfg || !c || c->block_size < 1 || c->block_size > KV_MAX_BLOCK_TOKENS || c->n_blocks < 1 ||
+kv_cache_t *kv_cache_new(const kern_kv_shape_t *s, const kv_cache_config_t *c) {
+    if (!kern_kv_shape_ok(s) || !c || s->block_size != c->block_size || c->block_size < 1 || c->block_size > KV_MAX_BLOCK_TOKENS || c->n_blocks < 1 ||
         c->n_blocks > (1 << 28))
         return NULL;
     int type = kv_fmt_pool_type(c->fmt);
@@ -393,9 +393,9 @@ kv_cache_t *kv_cache_new(const model_config_t *cfg, const kv_cache_config_t *c) 
     if (!self)
         return NULL;
     self->cfg = *c;
-    self->shape = kv_shape_of(cfg, c->block_size);
+    self->shape = *s;
     size_t n = (size_t)c->n_blocks;
-    if (model_kv_pool_init(&self->pool, cfg, (kern_type_t)type, c->block_size, c->n_blocks))
+    if (kern_kv_pool_init(&self->pool, s, (kern_type_t)type, c->n_blocks))
         goto fail;
     self->blk = calloc(n, sizeof *self->blk);
     self->tokens = calloc(n * (size_t)c->block_size, sizeof *self->tokens);
@@ -421,7 +421,7 @@ void kv_cache_destroy(kv_cache_t **self_p) {
     if (!self_p || !*self_p)
         return;
     kv_cache_t *self = *self_p;
-    model_kv_pool_free(&self->pool);
+    kern_kv_pool_free(&self->pool);
     free(self->blk);
     free(self->tokens);
     free(self->free_ids);
@@ -443,10 +443,10 @@ void kv_cache_set_clock(kv_cache_t *self, uint64_t (*now_us)(void *arg), void *a
     self->clock_arg = arg;
 }
 
-const model_kv_pool_t *kv_cache_pool(const kv_cache_t *self) {
+const kern_kv_pool_t *kv_cache_pool(const kv_cache_t *self) {
     return &self->pool;
 }
-const kv_shape_t *kv_cache_shape(const kv_cache_t *self) {
+const kern_kv_shape_t *kv_cache_shape(const kv_cache_t *self) {
     return &self->shape;
 }
 int kv_cache_fmt(const kv_cache_t *self) {

@@ -1,6 +1,6 @@
 /* kv_cache.h - T0: a worker's paged KV with prefix sharing.
  *
- * The cache owns one model_kv_pool_t (what the forward pass reads and writes)
+ * The cache owns one kern_kv_pool_t (what the forward pass reads and writes)
  * and hands out blocks to sequences through block tables (kv_seq_t).  Blocks
  * whose tokens are known are published in a radix index at block granularity:
  * a node is a block, named by its chained hash (kv_hash.h); its children are
@@ -27,7 +27,6 @@
 #include "kv_codec.h"
 #include "kv_hash.h"
 #include "kv_policy.h"
-#include "model_llama.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -74,15 +73,16 @@ typedef struct {
     int n_used;            /* blocks referenced by sequences */
 } kv_cache_stats_t;
 
-/* NULL on bad arguments or no memory. */
-kv_cache_t *kv_cache_new(const model_config_t *cfg, const kv_cache_config_t *c);
+/* A cache of blocks of shape s (kernels/kern_kv.h; s->block_size must equal
+ * c->block_size).  NULL on bad arguments or no memory. */
+kv_cache_t *kv_cache_new(const kern_kv_shape_t *s, const kv_cache_config_t *c);
 void kv_cache_destroy(kv_cache_t **self_p);
 /* fn sees each evicted block just before its slot is reused; it must not call
  * back into the cache. */
 void kv_cache_on_evict(kv_cache_t *self, kv_cache_evict_fn fn, void *arg);
 
-const model_kv_pool_t *kv_cache_pool(const kv_cache_t *self);
-const kv_shape_t *kv_cache_shape(const kv_cache_t *self);
+const kern_kv_pool_t *kv_cache_pool(const kv_cache_t *self);
+const kern_kv_shape_t *kv_cache_shape(const kv_cache_t *self);
 int kv_cache_fmt(const kv_cache_t *self);
 int kv_cache_block_size(const kv_cache_t *self);
 int kv_cache_total(const kv_cache_t *self);

@@ -46,10 +46,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-kv_shape_t kv_shape_of(const model_config_t *cfg, int block_size) {
-    return (kv_shape_t){cfg->n_layer, cfg->n_head_kv, cfg->head_dim, block_size};
-}
-
 static const char *const s_names[KV_FMT_COUNT] = {"f32", "f16", "int8", "int4"};
 
 const char *kv_fmt_name(int fmt) {
@@ -87,25 +83,21 @@ int kv_fmt_of_pool_type(int type) {
     }
 }
 
-static bool s_shape_ok(const kv_shape_t *s) {
-    return s != NULL && s->n_layer > 0 && s->n_head_kv > 0 && s->head_dim > 0 &&
-           s->block_size > 0;
-}
 
 /* Bytes of one slab (K if !is_v, else V) of fmt; 0 for an invalid fmt. */
-static size_t s_slab_bytes(const kv_shape_t *s, int fmt, bool is_v) {
+static size_t s_slab_bytes(const kern_kv_shape_t *s, int fmt, bool is_v) {
     size_t B = (size_t)s->block_size, D = (size_t)s->head_dim;
     switch (fmt) {
-    case KV_FMT_F32: return 4 * B * D;
-    case KV_FMT_F16: return 2 * B * D;
-    case KV_FMT_I8: return B * D + 4 * B;
+    case KV_FMT_F32: return kern_kv_slab_bytes(KERN_F32, s->block_size, s->head_dim);
+    case KV_FMT_F16: return kern_kv_slab_bytes(KERN_F16, s->block_size, s->head_dim);
+    case KV_FMT_I8: return kern_kv_slab_bytes(KERN_I8, s->block_size, s->head_dim);
     case KV_FMT_I4: return (B * D + 1) / 2 + 8 * (is_v ? B : D);
     default: return 0;
     }
 }
 
-size_t kv_fmt_block_bytes(const kv_shape_t *s, int fmt) {
-    if (!s_shape_ok(s) || fmt < 0 || fmt >= KV_FMT_COUNT)
+size_t kv_fmt_block_bytes(const kern_kv_shape_t *s, int fmt) {
+    if (!kern_kv_shape_ok(s) || fmt < 0 || fmt >= KV_FMT_COUNT)
         return 0;
     size_t per = s_slab_bytes(s, fmt, false) + s_slab_bytes(s, fmt, true);
     return (size_t)s->n_layer * (size_t)s->n_head_kv * per;
@@ -149,7 +141,7 @@ static inline int s_i4_quant(float x, float scale, float min) {
 
 /* Encode (B, D) floats x (slots >= n_valid ignored) into a slab of fmt at dst;
  * k converts halves. */
-static void s_slab_encode(const kern_ops_t *k, const kv_shape_t *s, int fmt, bool is_v,
+static void s_slab_encode(const kern_ops_t *k, const kern_kv_shape_t *s, int fmt, bool is_v,
                           const float *x, uint8_t *dst, int n_valid) {
     int B = s->block_size, D = s->head_dim;
     size_t nv = (size_t)n_valid * D; /* valid elements */
@@ -198,7 +190,7 @@ static void s_slab_encode(const kern_ops_t *k, const kv_shape_t *s, int fmt, boo
 }
 
 /* Decode a slab of fmt at src into (B, D) floats x; slots >= n_valid get 0. */
-static void s_slab_decode(const kern_ops_t *k, const kv_shape_t *s, int fmt, bool is_v,
+static void s_slab_decode(const kern_ops_t *k, const kern_kv_shape_t *s, int fmt, bool is_v,
                           const uint8_t *src, float *x, int n_valid) {
     int B = s->block_size, D = s->head_dim;
     size_t nv = (size_t)n_valid * D, n = (size_t)B * D;
@@ -231,7 +223,7 @@ static void s_slab_decode(const kern_ops_t *k, const kv_shape_t *s, int fmt, boo
 
 /* Same format, partial block: keep the bytes of the valid slots, zero the
  * rest (src may equal dst). */
-static void s_slab_copy(const kv_shape_t *s, int fmt, bool is_v, const uint8_t *src, uint8_t *dst,
+static void s_slab_copy(const kern_kv_shape_t *s, int fmt, bool is_v, const uint8_t *src, uint8_t *dst,
                         int n_valid) {
     size_t B = (size_t)s->block_size, D = (size_t)s->head_dim, nv = (size_t)n_valid * D;
     size_t nb = (size_t)n_valid;
@@ -263,9 +255,9 @@ static void s_slab_copy(const kv_shape_t *s, int fmt, bool is_v, const uint8_t *
     }
 }
 
-int kv_codec_convert(const kv_shape_t *s, int from, const void *src, int to, void *dst,
+int kv_codec_convert(const kern_kv_shape_t *s, int from, const void *src, int to, void *dst,
                      int n_valid) {
-    if (!s_shape_ok(s) || from < 0 || from >= KV_FMT_COUNT || to < 0 || to >= KV_FMT_COUNT ||
+    if (!kern_kv_shape_ok(s) || from < 0 || from >= KV_FMT_COUNT || to < 0 || to >= KV_FMT_COUNT ||
         src == NULL || dst == NULL || n_valid < 1 || n_valid > s->block_size)
         return -EINVAL;
     const uint8_t *in = src;

@@ -5,10 +5,10 @@
  * INT8; lower tiers store F16, INT8 or INT4 and are converted on the way
  * (dequantized on promotion).  Layouts, all (layer, K|V, kv_head) slabs in
  * that order, slab by slab:
- *   F32, F16  (block_size, head_dim) elements (exactly model_kv_pool_t's
- *             KERN_F32 / KERN_F16 layout)
+ *   F32, F16  (block_size, head_dim) elements (exactly the T0 pool's
+ *             KERN_F32 / KERN_F16 layout, kernels/kern_kv.h)
  *   INT8      per-token scales: (block_size, head_dim) int8 then (block_size)
- *             float scales; x = q * scale  (model_kv_pool_t's KERN_I8 layout)
+ *             float scales; x = q * scale  (the T0 pool's KERN_I8 layout)
  *   INT4      KIVI: K quantized per channel (over the block's tokens), V per
  *             token; asymmetric 4-bit with float scale and minimum per group;
  *             two values per byte, then the groups' (scale, min) pairs (the
@@ -19,20 +19,14 @@
 #ifndef KV_CODEC_H
 #define KV_CODEC_H
 
-#include "model_llama.h"
+#include "kern_kv.h"
 #include <stddef.h>
 
 typedef enum { KV_FMT_F32 = 0, KV_FMT_F16 = 1, KV_FMT_I8 = 2, KV_FMT_I4 = 3 } kv_fmt_t;
 #define KV_FMT_COUNT 4
 
-typedef struct {
-    int n_layer;    /* transformer blocks */
-    int n_head_kv;  /* KV heads */
-    int head_dim;   /* per head */
-    int block_size; /* positions per block */
-} kv_shape_t;
+/* The block shape is kern_kv_shape_t (kernels/kern_kv.h). */
 
-kv_shape_t kv_shape_of(const model_config_t *cfg, int block_size);
 /* "f32", "f16", "int8", "int4"; NULL if invalid. */
 const char *kv_fmt_name(int fmt);
 /* The inverse (also accepts "i8", "q8", "i4", "q4"); -1 if unknown. */
@@ -42,7 +36,7 @@ int kv_fmt_pool_type(int fmt);
 /* The fmt of a pool type; -1 if none. */
 int kv_fmt_of_pool_type(int type);
 /* Bytes of one block in fmt; 0 for an invalid fmt or shape. */
-size_t kv_fmt_block_bytes(const kv_shape_t *s, int fmt);
+size_t kv_fmt_block_bytes(const kern_kv_shape_t *s, int fmt);
 
 /* Convert one block from src (format from) into dst (format to), the first
  * n_valid positions (1..block_size) meaningful; dst's slots past n_valid are
@@ -50,7 +44,7 @@ size_t kv_fmt_block_bytes(const kv_shape_t *s, int fmt);
  * formats: src and dst must not overlap.  The exact byte layouts are in
  * kv_codec.c.  0, -EINVAL (bad shape, format, pointer or n_valid) or -ENOMEM
  * (a one-slab float buffer). */
-int kv_codec_convert(const kv_shape_t *s, int from, const void *src, int to, void *dst,
+int kv_codec_convert(const kern_kv_shape_t *s, int from, const void *src, int to, void *dst,
                      int n_valid);
 
 #endif

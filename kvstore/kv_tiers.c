@@ -115,7 +115,7 @@ typedef struct {
 } s_rlist_t;
 
 struct kv_tiers_t {
-    kv_shape_t shape;    /* block shape */
+    kern_kv_shape_t shape;    /* block shape */
     int t1_fmt, t2_fmt;  /* storage formats */
     size_t t1_bb, t2_bb; /* bytes of a block in each */
     int t1_n;            /* T1 capacity */
@@ -538,7 +538,7 @@ static void s_process(kv_tiers_t *self, const kv_ssd_done_t *d, int n) {
 
 /* ---- open and close */
 
-static uint64_t s_cookie(const kv_shape_t *s, int fmt) {
+static uint64_t s_cookie(const kern_kv_shape_t *s, int fmt) {
     int32_t v[6] = {0x5354524b /* "STRK" */, 1, s->n_layer, s->n_head_kv, s->head_dim, 0};
     v[5] = s->block_size * 16 + fmt;
     return XXH3_64bits(v, sizeof v);

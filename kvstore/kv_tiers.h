@@ -44,7 +44,7 @@
 typedef struct kv_tiers_t kv_tiers_t;
 
 typedef struct {
-    kv_shape_t shape;        /* block shape */
+    kern_kv_shape_t shape;        /* block shape */
     int t1_blocks;           /* DRAM pool capacity in blocks (>= 1) */
     int t1_fmt;              /* T1 storage format (KV_FMT_*) */
     const char *t2_dir;      /* directory of the SSD files; NULL or "": no T2 */

@@ -312,42 +312,8 @@ size_t model_llama_weight_bytes(const model_llama_t *self) { return self->weight
 
 /* ------------------------------------------------------------------ KV pool */
 
-/* Bytes of one (layer, K|V, head) slab of a block: (block_size, head_dim)
- * elements, and for KERN_I8 then (block_size) float row scales. */
-static size_t s_kv_slab_bytes(kern_type_t t, int block_size, int head_dim) {
-    size_t n = (size_t)block_size * head_dim;
-    switch (t) {
-    case KERN_F32: return 4 * n;
-    case KERN_F16: return 2 * n;
-    case KERN_I8: return n + 4 * (size_t)block_size;
-    default: return 0;
-    }
-}
-
-size_t model_kv_block_bytes(const model_config_t *c, kern_type_t type, int block_size) {
-    return (size_t)c->n_layer * 2 * c->n_head_kv * s_kv_slab_bytes(type, block_size, c->head_dim);
-}
-
-int model_kv_pool_init(model_kv_pool_t *pool, const model_config_t *cfg, kern_type_t type,
-                       int block_size, int n_blocks) {
-    memset(pool, 0, sizeof *pool);
-    if ((type != KERN_F32 && type != KERN_F16 && type != KERN_I8) || block_size < 1 ||
-        n_blocks < 1)
-        return -EINVAL;
-    size_t bb = model_kv_block_bytes(cfg, type, block_size);
-    size_t total = (bb * (size_t)n_blocks + 63) & ~(size_t)63;
-    /* Not zeroed: every position is written before it is read, and leaving the
-     * pages untouched keeps a large pool from costing memory until it is used. */
-    uint8_t *base = aligned_alloc(64, total);
-    if (!base)
-        return -ENOMEM;
-    *pool = (model_kv_pool_t){type, block_size, bb, n_blocks, base};
-    return 0;
-}
-
-void model_kv_pool_free(model_kv_pool_t *pool) {
-    free(pool->base);
-    memset(pool, 0, sizeof *pool);
+kern_kv_shape_t model_kv_shape(const model_config_t *c, int block_size) {
+    return (kern_kv_shape_t){c->n_layer, c->n_head_kv, c->head_dim, block_size};
 }
 
 /* ------------------------------------------------------------------ context */
@@ -383,7 +349,7 @@ struct model_ctx_t {
     s_plan_t *plans; /* (n_layer * S_PLANS_PER_LAYER + 1) formats per input, fixed at creation */
     /* per-run state, read by the workers */
     const model_batch_t *batch;
-    const model_kv_pool_t *kv;
+    const kern_kv_pool_t *kv;
     float *logits;
     int n_out;
 };
@@ -565,9 +531,9 @@ static void s_stage_embed(model_ctx_t *c, int t0, int t1) {
 static void s_stage_rope_store(model_ctx_t *c, int layer, int t0, int t1) {
     const model_config_t *cfg = &c->m->cfg;
     const model_batch_t *b = c->batch;
-    const model_kv_pool_t *kv = c->kv;
+    const kern_kv_pool_t *kv = c->kv;
     int D = cfg->head_dim, H = cfg->n_head, Hkv = cfg->n_head_kv;
-    size_t slab = s_kv_slab_bytes(kv->type, kv->block_size, D); /* bytes of one (layer, K|V, head) */
+    size_t slab = kern_kv_slab_bytes(kv->type, kv->block_size, D); /* bytes of one (layer, K|V, head) */
     size_t elt = kv->type == KERN_F32 ? 4 : kv->type == KERN_F16 ? 2 : 1;
     for (int t = t0; t < t1; t++) {
         const float *cs = c->cs + (size_t)t * cfg->n_rot;
@@ -605,9 +571,9 @@ static void s_stage_rope_store(model_ctx_t *c, int layer, int t0, int t1) {
 static void s_stage_attention(model_ctx_t *c, int layer, int n, int ith, int nth) {
     const model_config_t *cfg = &c->m->cfg;
     const model_batch_t *b = c->batch;
-    const model_kv_pool_t *kv = c->kv;
+    const kern_kv_pool_t *kv = c->kv;
     int D = cfg->head_dim, H = cfg->n_head, Hkv = cfg->n_head_kv, G = H / Hkv;
-    size_t slab = s_kv_slab_bytes(kv->type, kv->block_size, D);
+    size_t slab = kern_kv_slab_bytes(kv->type, kv->block_size, D);
     int lo, hi;
     base_pool_split(n * Hkv, 1, ith, nth, &lo, &hi);
     float *scratch = c->scratch + (size_t)ith * G * c->max_ctx;
@@ -714,7 +680,7 @@ static void s_forward_worker(void *arg, int ith, int nth) {
     s_matmul(c, PO, wout, &c->logits, 1, c->n_out, ith, nth);
 }
 
-int model_ctx_forward(model_ctx_t *c, const model_batch_t *b, const model_kv_pool_t *kv,
+int model_ctx_forward(model_ctx_t *c, const model_batch_t *b, const kern_kv_pool_t *kv,
                       float *logits) {
     const model_config_t *cfg = &c->m->cfg;
     if (b->n_tokens < 1 || b->n_tokens > c->max_tokens || !kv->base)

@@ -7,6 +7,7 @@
 #ifndef MODEL_LLAMA_H
 #define MODEL_LLAMA_H
 
+#include "kern_kv.h"
 #include "kern_ops.h"
 #include "model_gguf.h"
 #include <stdbool.h>
@@ -57,29 +58,10 @@ const model_gguf_t *model_llama_gguf(const model_llama_t *self);
 /* Bytes of weights (the tensors' data). */
 size_t model_llama_weight_bytes(const model_llama_t *self);
 
-/* ---- KV pool: plain data the caller owns (kvstore/ manages it in the service). */
+/* ---- KV: the block layout is kernels/kern_kv.h's (kvstore/ manages the pool in the service). */
 
-/* KV storage: block b starts at base + b * block_bytes and holds block_size
- * positions of K and V for every layer and KV head, laid out as
- * (n_layer, 2 [K, V], n_head_kv) slabs; a slab is (block_size, head_dim)
- * elements of type, and for KERN_I8 (int8 values) then (block_size) float
- * scales, one per row (x = q * scale; see kern_i8_quant_row and
- * kvstore/kv_codec.h). */
-typedef struct {
-    kern_type_t type;   /* KERN_F32, KERN_F16 or KERN_I8 */
-    int block_size;     /* positions per block */
-    size_t block_bytes; /* bytes per block */
-    int n_blocks;       /* blocks in the pool */
-    uint8_t *base;      /* (n_blocks, block_bytes) */
-} model_kv_pool_t;
-
-/* Bytes of one block for this model. */
-size_t model_kv_block_bytes(const model_config_t *cfg, kern_type_t type, int block_size);
-/* Allocate (64-byte aligned, not zeroed: positions are written before they are
- * read) a pool of n_blocks.  0 or -ENOMEM/-EINVAL. */
-int model_kv_pool_init(model_kv_pool_t *pool, const model_config_t *cfg, kern_type_t type,
-                       int block_size, int n_blocks);
-void model_kv_pool_free(model_kv_pool_t *pool);
+/* The shape of a KV block of block_size positions for this model. */
+kern_kv_shape_t model_kv_shape(const model_config_t *cfg, int block_size);
 
 /* ---- batched forward */
 
@@ -116,7 +98,7 @@ int model_ctx_threads(const model_ctx_t *self);
  * every wanted token, in batch order, into logits (n_wanted, n_vocab).
  * Returns the number of wanted tokens, or -EINVAL for a batch that is too
  * large, a token id out of range, or a position beyond its block table. */
-int model_ctx_forward(model_ctx_t *self, const model_batch_t *batch, const model_kv_pool_t *kv,
+int model_ctx_forward(model_ctx_t *self, const model_batch_t *batch, const kern_kv_pool_t *kv,
                       float *logits);
 
 #endif

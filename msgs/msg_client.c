@@ -28,7 +28,7 @@ static const msg_schema_t s_chat_schema = {"", sizeof(msg_chat_t), s_chat_fields
 static void s_generate_init(void *p) {
     msg_generate_t *m = p;
     m->max_tokens = MSG_DEFAULT_MAX_TOKENS;
-    m->sampling = model_sampler_defaults();
+    m->sampling = msg_sampling_defaults();
     m->stream = true;
 }
 

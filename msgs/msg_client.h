@@ -10,7 +10,6 @@
 #define MSG_CLIENT_H
 
 #include "msg_types.h"
-#include "model/model_sampler.h"
 
 /* one chat message of generate.messages */
 typedef struct {
@@ -27,7 +26,7 @@ typedef struct {
     msg_chat_t *messages;            /* (n_messages) chat; NULL when prompt is used */
     int n_messages;                  /* 1..MSG_MAX_MESSAGES when used */
     int max_tokens;                  /* 1..MSG_MAX_TOKENS, default 256 */
-    model_sampler_params_t sampling; /* defaults: model_sampler_defaults() */
+    msg_sampling_t sampling;         /* defaults: msg_sampling_defaults() */
     bool has_seed;                   /* "seed" was given (else the server picks 0) */
     char stop[MSG_MAX_STOP][MSG_MAX_STOP_BYTES + 1]; /* stop strings, each 1..64 bytes */
     int n_stop;                                      /* 0..MSG_MAX_STOP */

@@ -28,7 +28,7 @@ const msg_schema_t msg_schema_tok_request = {"tok_request", sizeof(msg_tok_reque
 static void s_work_request_init(void *p) {
     msg_work_request_t *m = p;
     m->max_tokens = MSG_DEFAULT_MAX_TOKENS;
-    m->sampling = model_sampler_defaults();
+    m->sampling = msg_sampling_defaults();
     m->stream = true;
 }
 

@@ -32,7 +32,7 @@ typedef struct {
     int32_t *tokens;                 /* (n_tokens) prompt token ids, >= 0; "bin" int32 LE */
     int n_tokens;                    /* 1..MSG_MAX_SEQ_TOKENS */
     int max_tokens;                  /* 1..MSG_MAX_TOKENS */
-    model_sampler_params_t sampling; /* seed included */
+    msg_sampling_t sampling;         /* seed included */
     char stop[MSG_MAX_STOP][MSG_MAX_STOP_BYTES + 1];
     int n_stop;
     bool stream;

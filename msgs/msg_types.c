@@ -193,3 +193,13 @@ int msg_peek_id(const void *buf, size_t len, char *id, size_t cap) {
     }
     return -EPROTO;
 }
+
+msg_sampling_t msg_sampling_defaults(void) {
+    return (msg_sampling_t){.temperature = 0.8f,
+                            .top_k = 40,
+                            .top_p = 0.95f,
+                            .min_p = 0.05f,
+                            .repeat_penalty = 1.0f,
+                            .repeat_last_n = 64,
+                            .seed = 0};
+}

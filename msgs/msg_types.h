@@ -100,6 +100,24 @@ size_t msg_type_max_frame(int type);
 #define MSG_MAX_REPEAT_LAST_N 65536
 #define MSG_MAX_DEPTH 16 /* nesting depth a decoder walks (skipping unknown values too) */
 
+/* ---- sampling parameters as they travel (generate, work_request).  The wire
+ * carries its own type so msgs/ needs nothing from model/; the worker turns it
+ * into the sampler's parameters.  Ranges are checked by the decoders. */
+typedef struct {
+    float temperature;    /* <= 0: greedy (argmax); 0..100 */
+    int top_k;            /* keep the k most likely; 0: off */
+    float top_p;          /* nucleus mass in (0, 1]; 1: off */
+    float min_p;          /* drop tokens below min_p * p(top), [0, 1]; 0: off */
+    float repeat_penalty; /* penalty on recent tokens, (0, 10]; 1: off */
+    int repeat_last_n;    /* how many recent tokens the penalty looks at */
+    uint64_t seed;        /* per-request seed */
+} msg_sampling_t;
+
+/* The protocol's defaults (docs/PROTOCOL.md), the same as the sampler's and
+ * llama.cpp's: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
+ * repeat_penalty 1.0 (off), repeat_last_n 64, seed 0. */
+msg_sampling_t msg_sampling_defaults(void);
+
 /* ---- error model
  * Every decoder and msg_peek_type return 0 or a negative errno:
  *   -EMSGSIZE        frame larger than the family's limit

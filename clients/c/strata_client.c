@@ -37,7 +37,7 @@ static int s_fail(strata_client_t *c, int rc, const char *fmt, ...) {
 void strata_gen_params_default(strata_gen_params_t *p) {
     memset(p, 0, sizeof *p);
     p->max_tokens = MSG_DEFAULT_MAX_TOKENS;
-    model_sampler_params_t d = model_sampler_defaults();
+    msg_sampling_t d = msg_sampling_defaults();
     p->temperature = d.temperature;
     p->top_k = d.top_k;
     p->top_p = d.top_p;

@@ -16,6 +16,7 @@
 
 static model_llama_t *M;
 static const model_config_t *CFG;
+static kern_kv_shape_t KV16; /* the model's KV blocks of 16 positions */
 
 static const int32_t P1[] = {504, 3458, 282, 4649, 314, 7042, 30, 378, 3458, 282, 4649,
                              314, 7042, 30, 378, 3458, 282, 4649, 314, 7042, 30};
@@ -28,8 +29,8 @@ static const int32_t P2[] = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 33
  * logits of every position (n, n_vocab), malloc'd. */
 static float *run_seq(const int32_t *toks, int n, int chunk, const int32_t *blocks, int nb,
                       kern_type_t kvt, int threads) {
-    model_kv_pool_t kv;
-    ck_assert_int_eq(model_kv_pool_init(&kv, CFG, kvt, 16, 16), 0);
+    kern_kv_pool_t kv;
+    ck_assert_int_eq(kern_kv_pool_init(&kv, &KV16, kvt, 16), 0);
     model_ctx_t *ctx = model_ctx_new(M, chunk, 256, threads, NULL);
     ck_assert_ptr_nonnull(ctx);
     float *out = malloc((size_t)n * CFG->n_vocab * sizeof(float));
@@ -46,7 +47,7 @@ static float *run_seq(const int32_t *toks, int n, int chunk, const int32_t *bloc
         ck_assert_int_eq(model_ctx_forward(ctx, &b, &kv, out + (size_t)i * CFG->n_vocab), m);
     }
     model_ctx_destroy(&ctx);
-    model_kv_pool_free(&kv);
+    kern_kv_pool_free(&kv);
     return out;
 }
 
@@ -126,8 +127,8 @@ START_TEST(mixed_batch_equals_separate) {
         return;
     float *a = run_seq(P1, N1, 32, IDENT, 4, KERN_F32, 2);
     float *b = run_seq(P2, N2, 32, IDENT, 4, KERN_F32, 2);
-    model_kv_pool_t kv;
-    ck_assert_int_eq(model_kv_pool_init(&kv, CFG, KERN_F32, 16, 16), 0);
+    kern_kv_pool_t kv;
+    ck_assert_int_eq(kern_kv_pool_init(&kv, &KV16, KERN_F32, 16), 0);
     model_ctx_t *ctx = model_ctx_new(M, 64, 256, 2, NULL);
     int32_t blk1[] = {3, 7}, blk2[] = {0, 12};
     model_seq_view_t sv[2] = {{blk1, 2}, {blk2, 2}};
@@ -156,15 +157,15 @@ START_TEST(mixed_batch_equals_separate) {
     free(a);
     free(b);
     model_ctx_destroy(&ctx);
-    model_kv_pool_free(&kv);
+    kern_kv_pool_free(&kv);
 }
 END_TEST
 
 START_TEST(bad_batches_refused) {
     if (!M)
         return;
-    model_kv_pool_t kv;
-    ck_assert_int_eq(model_kv_pool_init(&kv, CFG, KERN_F32, 16, 2), 0);
+    kern_kv_pool_t kv;
+    ck_assert_int_eq(kern_kv_pool_init(&kv, &KV16, KERN_F32, 2), 0);
     model_ctx_t *ctx = model_ctx_new(M, 4, 64, 1, NULL);
     int32_t blocks[] = {0, 1}, bad_blocks[] = {0, 5};
     model_seq_view_t sv = {blocks, 2}, sv_bad = {bad_blocks, 2};
@@ -188,7 +189,7 @@ START_TEST(bad_batches_refused) {
     b.n_tokens = 5; /* more than the context holds */
     ck_assert_int_eq(model_ctx_forward(ctx, &b, &kv, lg), -EINVAL);
     model_ctx_destroy(&ctx);
-    model_kv_pool_free(&kv);
+    kern_kv_pool_free(&kv);
 }
 END_TEST
 
@@ -202,6 +203,7 @@ int main(void) {
             return 1;
         }
         CFG = model_llama_config(M);
+        KV16 = model_kv_shape(CFG, 16);
     } else {
         printf("default model absent: forward tests skipped\n");
     }

@@ -9,18 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static model_config_t s_cfg(void) {
-    model_config_t c;
-    memset(&c, 0, sizeof c);
-    c.n_layer = 2;
-    c.n_head_kv = 2;
-    c.head_dim = 8;
-    return c;
+/* 2 layers, 2 KV heads of 8 elements, bs positions per block */
+static kern_kv_shape_t s_shape(int bs) {
+    return (kern_kv_shape_t){2, 2, 8, bs};
 }
 
 START_TEST(reserve_release) {
-    model_config_t c = s_cfg();
-    kv_blocks_t *kv = kv_blocks_new(&c, KERN_F32, 16, 8);
+    kern_kv_shape_t c = s_shape(16);
+    kv_blocks_t *kv = kv_blocks_new(&c, KERN_F32, 8);
     ck_assert_ptr_nonnull(kv);
     ck_assert_int_eq(kv_blocks_total(kv), 8);
     ck_assert_int_eq(kv_blocks_block_size(kv), 16);
@@ -62,8 +58,8 @@ START_TEST(reserve_release) {
 END_TEST
 
 START_TEST(double_free_caught) {
-    model_config_t c = s_cfg();
-    kv_blocks_t *kv = kv_blocks_new(&c, KERN_F16, 4, 4);
+    kern_kv_shape_t c = s_shape(4);
+    kv_blocks_t *kv = kv_blocks_new(&c, KERN_F16, 4);
     kv_table_t a = {0};
     ck_assert_int_eq(kv_blocks_reserve(kv, &a, 8), 0);
     kv_table_t copy = {0};
@@ -74,7 +70,8 @@ START_TEST(double_free_caught) {
     ck_assert_int_eq(kv_blocks_release(kv, &a), 0);
     ck_assert_int_eq(kv_blocks_release(kv, &copy), 2);
     ck_assert_int_eq(kv_blocks_free_count(kv), 4);
-    ck_assert_ptr_null(kv_blocks_new(&c, KERN_F32, 0, 4));
+    c.block_size = 0;
+    ck_assert_ptr_null(kv_blocks_new(&c, KERN_F32, 4));
     kv_blocks_destroy(&kv);
 }
 END_TEST

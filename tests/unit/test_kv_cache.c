@@ -9,6 +9,7 @@
  * prefix and computes only the rest produces bitwise the logits of computing
  * it from scratch. */
 #include "kv_cache.h"
+#include "model_llama.h"
 #include "test_util.h"
 
 #include <check.h>
@@ -20,13 +21,9 @@
 #define B 4
 #define ELEMS (2 * 2 * 2 * 8) /* per position: layers * (K, V) * heads * head_dim */
 
-static model_config_t s_cfg(void) {
-    model_config_t c;
-    memset(&c, 0, sizeof c);
-    c.n_layer = 2;
-    c.n_head_kv = 2;
-    c.head_dim = 8;
-    return c;
+/* 2 layers, 2 KV heads of 8 elements, B positions per block */
+static kern_kv_shape_t s_shape(void) {
+    return (kern_kv_shape_t){2, 2, 8, B};
 }
 
 /* A test clock: tests move it by hand. */
@@ -37,7 +34,7 @@ static uint64_t s_clock(void *arg) {
 }
 
 static kv_cache_t *s_new(int n_blocks, kv_policy_kind_t policy, bool sharing) {
-    model_config_t c = s_cfg();
+    kern_kv_shape_t c = s_shape();
     kv_cache_config_t kc = {KV_FMT_F32, B, n_blocks, policy, sharing};
     kv_cache_t *kv = kv_cache_new(&c, &kc);
     ck_assert_ptr_nonnull(kv);
@@ -76,7 +73,7 @@ static float s_value(uint64_t key, int e) {
 
 /* Element e (layer, K|V, head, dim flattened) of slot `slot` in block id. */
 static float *s_elem(const kv_cache_t *kv, int id, int slot, int e) {
-    const model_kv_pool_t *pool = kv_cache_pool(kv);
+    const kern_kv_pool_t *pool = kv_cache_pool(kv);
     float *base = (float *)(pool->base + (size_t)id * pool->block_bytes);
     int slab = e / 8, d = e % 8; /* (layer, K|V, head) slab, then dim */
     return base + ((size_t)slab * B + slot) * 8 + d;
@@ -332,7 +329,7 @@ END_TEST
  * a later attach once the chain from the first block is complete. */
 START_TEST(insert_then_attach) {
     kv_cache_t *kv = s_new(4, KV_POLICY_LRU, true);
-    const kv_shape_t *shape = kv_cache_shape(kv);
+    const kern_kv_shape_t *shape = kv_cache_shape(kv);
     size_t f32 = kv_fmt_block_bytes(shape, KV_FMT_F32), f16 = kv_fmt_block_bytes(shape, KV_FMT_F16);
     ck_assert_int_eq(f32, kv_cache_pool(kv)->block_bytes);
     /* reference data: computed in a scratch cache, block by block */
@@ -514,11 +511,14 @@ START_TEST(sharing_off) {
     kv_cache_release(kv, &a);
     ck_assert_int_eq(kv_cache_stats(kv).n_free, 8);
     ck_assert_int_eq(kv_cache_stats(kv).n_cached, 0);
-    model_config_t c = s_cfg();
+    kern_kv_shape_t c = s_shape();
     kv_cache_config_t bad = {KV_FMT_I4, B, 8, KV_POLICY_LRU, true}; /* not a T0 format */
     ck_assert_ptr_null(kv_cache_new(&c, &bad));
     bad.fmt = KV_FMT_F16;
     bad.block_size = KV_MAX_BLOCK_TOKENS + 1;
+    c.block_size = bad.block_size;
+    ck_assert_ptr_null(kv_cache_new(&c, &bad));
+    bad.block_size = B; /* the shape's block size differs from the config's */
     ck_assert_ptr_null(kv_cache_new(&c, &bad));
     kv_cache_destroy(&kv);
 }
@@ -678,7 +678,8 @@ static void s_forward(model_ctx_t *ctx, const kv_cache_t *kv, const kv_seq_t *q,
 
 static kv_cache_t *s_model_cache(void) {
     kv_cache_config_t kc = {KV_FMT_F32, 16, 16, KV_POLICY_LRU, true};
-    kv_cache_t *kv = kv_cache_new(model_llama_config(M), &kc);
+    kern_kv_shape_t shape = model_kv_shape(model_llama_config(M), kc.block_size);
+    kv_cache_t *kv = kv_cache_new(&shape, &kc);
     ck_assert_ptr_nonnull(kv);
     return kv;
 }

@@ -28,11 +28,11 @@
 #include <unistd.h>
 
 /* Values of one block as floats: (n_layer, 2, n_head_kv, block_size, head_dim). */
-static size_t s_block_floats(const kv_shape_t *s) {
+static size_t s_block_floats(const kern_kv_shape_t *s) {
     return (size_t)s->n_layer * 2 * s->n_head_kv * s->block_size * s->head_dim;
 }
 
-static float *s_f32_at(const kv_shape_t *s, float *x, int layer, int kv, int h, int slot) {
+static float *s_f32_at(const kern_kv_shape_t *s, float *x, int layer, int kv, int h, int slot) {
     size_t slab = (size_t)s->block_size * s->head_dim;
     return x + ((size_t)(layer * 2 + kv) * s->n_head_kv + h) * slab + (size_t)slot * s->head_dim;
 }
@@ -40,7 +40,7 @@ static float *s_f32_at(const kv_shape_t *s, float *x, int layer, int kv, int h, 
 typedef enum { D_RANDOM, D_ZEROS, D_CONST_ROWS, D_CONST_CHANNELS, D_OUTLIERS } s_data_t;
 
 /* Fill an F32 block: slots >= n_valid hold garbage that must not leak. */
-static void s_fill(const kv_shape_t *s, float *x, int n_valid, s_data_t kind, uint64_t *rng) {
+static void s_fill(const kern_kv_shape_t *s, float *x, int n_valid, s_data_t kind, uint64_t *rng) {
     for (int l = 0; l < s->n_layer; l++)
         for (int kv = 0; kv < 2; kv++)
             for (int h = 0; h < s->n_head_kv; h++)
@@ -65,7 +65,7 @@ static void s_fill(const kv_shape_t *s, float *x, int n_valid, s_data_t kind, ui
 }
 
 /* Round trip F32 -> fmt -> F32 and check each element against the bound. */
-static void s_check_round_trip(const kv_shape_t *s, int fmt, int n_valid, s_data_t kind,
+static void s_check_round_trip(const kern_kv_shape_t *s, int fmt, int n_valid, s_data_t kind,
                                uint64_t seed) {
     uint64_t rng = seed;
     size_t nf = s_block_floats(s), bytes = kv_fmt_block_bytes(s, fmt);
@@ -156,7 +156,7 @@ START_TEST(test_names_and_sizes) {
     ck_assert_int_eq(kv_fmt_of_pool_type(KERN_Q4_0), -1);
 
     /* SmolLM2-135M: 30 layers, 3 KV heads of 64, blocks of 16 */
-    kv_shape_t s = {30, 3, 64, 16};
+    kern_kv_shape_t s = {30, 3, 64, 16};
     size_t slabs = 30 * 3; /* (layer, head) pairs, each a K and a V slab */
     ck_assert_uint_eq(kv_fmt_block_bytes(&s, KV_FMT_F32), slabs * 2 * 16 * 64 * 4);
     ck_assert_uint_eq(kv_fmt_block_bytes(&s, KV_FMT_F16), slabs * 2 * 16 * 64 * 2);
@@ -164,24 +164,23 @@ START_TEST(test_names_and_sizes) {
     /* INT4: K slab 512 nibble bytes + 64 channel (scale, min); V 512 + 16 slot pairs */
     ck_assert_uint_eq(kv_fmt_block_bytes(&s, KV_FMT_I4), slabs * ((512 + 64 * 8) + (512 + 16 * 8)));
     ck_assert_uint_eq(kv_fmt_block_bytes(&s, KV_FMT_COUNT), 0);
-    kv_shape_t bad = {30, 3, 0, 16};
+    kern_kv_shape_t bad = {30, 3, 0, 16};
     ck_assert_uint_eq(kv_fmt_block_bytes(&bad, KV_FMT_F16), 0);
     /* the pool's INT8 and F16 blocks are the codec's */
-    model_config_t cfg = {.n_layer = 30, .n_head_kv = 3, .head_dim = 64};
-    kv_shape_t cs = kv_shape_of(&cfg, 16);
-    ck_assert_uint_eq(model_kv_block_bytes(&cfg, KERN_I8, 16), kv_fmt_block_bytes(&cs, KV_FMT_I8));
-    ck_assert_uint_eq(model_kv_block_bytes(&cfg, KERN_F16, 16),
-                      kv_fmt_block_bytes(&cs, KV_FMT_F16));
+    kern_kv_shape_t cs = {30, 3, 64, 16};
+    ck_assert_uint_eq(kern_kv_block_bytes(&cs, KERN_I8), kv_fmt_block_bytes(&cs, KV_FMT_I8));
+    ck_assert_uint_eq(kern_kv_block_bytes(&cs, KERN_F16), kv_fmt_block_bytes(&cs, KV_FMT_F16));
+    ck_assert_uint_eq(kern_kv_block_bytes(&cs, KERN_F32), kv_fmt_block_bytes(&cs, KV_FMT_F32));
 }
 END_TEST
 
 START_TEST(test_round_trips) {
     /* shapes: a real one, odd block size and odd head_dim (INT4 nibble
      * sharing across slots), block of one */
-    const kv_shape_t shapes[] = {{2, 3, 64, 16}, {1, 2, 5, 7}, {2, 1, 32, 1}, {1, 1, 128, 32}};
+    const kern_kv_shape_t shapes[] = {{2, 3, 64, 16}, {1, 2, 5, 7}, {2, 1, 32, 1}, {1, 1, 128, 32}};
     uint64_t seed = 1;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const kv_shape_t *s = &shapes[si];
+        const kern_kv_shape_t *s = &shapes[si];
         int valids[] = {s->block_size, 1, (s->block_size + 1) / 2, s->block_size - 1};
         for (int fmt = 0; fmt < KV_FMT_COUNT; fmt++)
             for (int kind = D_RANDOM; kind <= D_OUTLIERS; kind++)
@@ -194,7 +193,7 @@ END_TEST
 
 /* Edge data decodes exactly where the format can represent it. */
 START_TEST(test_exact_cases) {
-    kv_shape_t s = {1, 1, 8, 4};
+    kern_kv_shape_t s = {1, 1, 8, 4};
     float x[2 * 4 * 8], y[2 * 4 * 8];
     uint8_t enc[4096];
     /* zeros: every format exactly zero (INT8 scale 0; INT4 scale 0 min 0) */
@@ -233,7 +232,7 @@ END_TEST
  * F32(decoded F16) -> INT8; same-format partial copies zero the padding and
  * may run in place. */
 START_TEST(test_conversions) {
-    kv_shape_t s = {2, 2, 16, 8};
+    kern_kv_shape_t s = {2, 2, 16, 8};
     size_t nf = s_block_floats(&s);
     uint64_t rng = 77;
     float *x = malloc(nf * 4), *xd = malloc(nf * 4);
@@ -298,19 +297,19 @@ START_TEST(test_pool_layout_is_codec) {
     const model_config_t *cfg = model_llama_config(m);
     ck_assert_int_eq(cfg->head_dim, 64);
     const int bs = 16, n = 20;
-    kv_shape_t s = kv_shape_of(cfg, bs);
+    kern_kv_shape_t s = model_kv_shape(cfg, bs);
     int32_t toks[20], pos[20], seq[20] = {0}, blocks[2] = {1, 0};
     bool want[20] = {false};
     for (int i = 0; i < n; i++)
         toks[i] = 3 + (i * 7) % 60, pos[i] = i;
     model_seq_view_t sv = {blocks, 2};
     model_batch_t b = {n, toks, pos, seq, want, 1, &sv};
-    model_kv_pool_t pools[3];
+    kern_kv_pool_t pools[3];
     const kern_type_t types[3] = {KERN_F32, KERN_F16, KERN_I8};
     model_ctx_t *ctx = model_ctx_new(m, n, 64, 2, NULL);
     ck_assert_ptr_nonnull(ctx);
     for (int p = 0; p < 3; p++) {
-        ck_assert_int_eq(model_kv_pool_init(&pools[p], cfg, types[p], bs, 2), 0);
+        ck_assert_int_eq(kern_kv_pool_init(&pools[p], &s, types[p], 2), 0);
         ck_assert_uint_eq(pools[p].block_bytes,
                           kv_fmt_block_bytes(&s, kv_fmt_of_pool_type(types[p])));
         memset(pools[p].base, 0, pools[p].block_bytes * 2); /* the padding slots compare */
@@ -355,7 +354,7 @@ START_TEST(test_pool_layout_is_codec) {
     }
     free(dec);
     for (int p = 0; p < 3; p++)
-        model_kv_pool_free(&pools[p]);
+        kern_kv_pool_free(&pools[p]);
     model_ctx_destroy(&ctx);
     model_llama_destroy(&m);
 }

@@ -1,5 +1,6 @@
 /* test_sampler.c - the sampler and the stop-string filter. */
 #include "model_sampler.h"
+#include "msg_types.h"
 #include "test_util.h"
 
 #include <check.h>
@@ -179,6 +180,21 @@ START_TEST(stop_strings_hold_back) {
 }
 END_TEST
 
+/* The protocol's defaults (msgs/, which knows nothing of model/) are the sampler's. */
+START_TEST(wire_defaults_are_the_samplers) {
+    model_sampler_params_t m = model_sampler_defaults();
+    msg_sampling_t w = msg_sampling_defaults();
+    ck_assert_float_eq(w.temperature, m.temperature);
+    ck_assert_int_eq(w.top_k, m.top_k);
+    ck_assert_float_eq(w.top_p, m.top_p);
+    ck_assert_float_eq(w.min_p, m.min_p);
+    ck_assert_float_eq(w.repeat_penalty, m.repeat_penalty);
+    ck_assert_int_eq(w.repeat_last_n, m.repeat_last_n);
+    ck_assert_uint_eq(w.seed, m.seed);
+    ck_assert_uint_eq(sizeof w, sizeof m); /* a new field must be added to both */
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sampler");
     TCase *tc = tcase_create("sampler");
@@ -188,6 +204,7 @@ int main(void) {
     tcase_add_test(tc, top_p_min_p_cut);
     tcase_add_test(tc, repetition_penalty);
     tcase_add_test(tc, stop_strings_hold_back);
+    tcase_add_test(tc, wire_defaults_are_the_samplers);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -259,14 +259,15 @@ END_TEST
  * identity block table, positions below n-1 already in the KV. */
 typedef struct {
     model_ctx_t *ctx;
-    model_kv_pool_t kv;
+    kern_kv_pool_t kv;
     int32_t blocks[64];
     float *logits; /* (256, NV) */
 } eng_t;
 
 static void eng_init(eng_t *g) {
     const model_config_t *cfg = model_llama_config(M);
-    ck_assert_int_eq(model_kv_pool_init(&g->kv, cfg, KERN_F32, 16, 64), 0);
+    kern_kv_shape_t shape = model_kv_shape(cfg, 16);
+    ck_assert_int_eq(kern_kv_pool_init(&g->kv, &shape, KERN_F32, 64), 0);
     for (int i = 0; i < 64; i++)
         g->blocks[i] = 63 - i; /* any order works */
     g->ctx = model_ctx_new(M, 256, 1024, 1, NULL);
@@ -276,7 +277,7 @@ static void eng_init(eng_t *g) {
 
 static void eng_free(eng_t *g) {
     model_ctx_destroy(&g->ctx);
-    model_kv_pool_free(&g->kv);
+    kern_kv_pool_free(&g->kv);
     free(g->logits);
 }
 
