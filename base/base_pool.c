@@ -4,6 +4,8 @@
  * handshake relies on (see s_worker_wait). */
 #include "base_pool.h"
 
+#include "base_clock.h"
+
 #include <pthread.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -56,20 +58,14 @@ struct base_pool_t {
 /* Wait for a generation other than last.  The worker announces itself in
  * `sleeping` before re-checking gen under the mutex; the runner bumps gen and
  * then reads `sleeping`: with seq_cst one of the two sees the other. */
-static uint64_t s_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static unsigned s_worker_wait(base_pool_t *p, unsigned last) {
-    uint64_t deadline = s_now_ns() + p->spin_ns;
+    uint64_t deadline = base_now_ns() + p->spin_ns;
     for (int i = 1;; i++) {
         unsigned g = atomic_load(&p->gen);
         if (g != last || atomic_load(&p->stop))
             return g;
         S_PAUSE();
-        if ((i & 63) == 0 && s_now_ns() > deadline)
+        if ((i & 63) == 0 && base_now_ns() > deadline)
             break;
     }
     pthread_mutex_lock(&p->mu);
@@ -204,7 +200,7 @@ void base_pool_barrier(base_pool_t *p) {
     for (int i = 1; atomic_load(&p->bar_gen) == g; i++) {
         S_PAUSE();
         if ((i & 63) == 0) {
-            uint64_t now = s_now_ns();
+            uint64_t now = base_now_ns();
             if (!deadline) {
                 deadline = now + S_BARRIER_SPIN_NS;
             } else if (now > deadline) {

@@ -1,6 +1,8 @@
 /* cli.c - shared helpers for the strata subcommands. */
 #include "cli.h"
 
+#include "base_clock.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,9 +30,7 @@ int cli_default_threads(void) {
 }
 
 double cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
+    return (double)base_now_ns() * 1e-9;
 }
 
 bool cli_int(const char *cmd, const char *opt, const char *val, long lo, long hi, long *out) {

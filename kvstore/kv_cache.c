@@ -16,14 +16,15 @@
  */
 #include "kv_cache.h"
 
+#include "base_clock.h"
 #include "base_log.h"
+#include "base_map.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define S_TAG "kv_cache"
 
@@ -44,15 +45,6 @@ typedef struct {
     bool in_lower;    /* a lower tier holds it already */
 } s_block_t;
 
-/* Open-addressing hash map uint64 -> block id (linear probing, backward-shift
- * deletion; vals[i] < 0 marks an empty slot, so any key, 0 included, is valid). */
-typedef struct {
-    uint64_t *keys; /* (mask + 1) */
-    int32_t *vals;  /* (mask + 1) block id, -1 empty */
-    uint32_t mask;  /* capacity - 1 (a power of two, >= twice the entries) */
-    int n;          /* entries */
-} s_map_t;
-
 struct kv_cache_t {
     kv_cache_config_t cfg;      /* as given */
     kern_kv_shape_t shape;           /* block shape */
@@ -64,8 +56,8 @@ struct kv_cache_t {
     int n_cached;               /* CACHED blocks (== policy candidates) */
     int n_used;                 /* USED blocks */
     kv_policy_t *policy;        /* eviction order of the CACHED blocks */
-    s_map_t by_hash;            /* hash -> published block */
-    s_map_t partials;           /* parent hash -> first published partial child */
+    base_map_t by_hash;         /* hash -> published block */
+    base_map_t partials;        /* parent hash -> first published partial child */
     int32_t *scratch;           /* (n_blocks) block ids during one call */
     kv_cache_evict_fn on_evict; /* or NULL */
     void *evict_arg;
@@ -74,90 +66,26 @@ struct kv_cache_t {
     kv_cache_stats_t st; /* counters (the n_* fields are filled on request) */
 };
 
-/* ---- hash map */
+/* ---- the two indexes: base_map from a hash to a block id */
 
-static uint32_t s_home(const s_map_t *m, uint64_t k) {
-    return (uint32_t)((k * 0x9E3779B97F4A7C15ull) >> 32) & m->mask;
+/* The block id of k, or -1. */
+static int32_t s_map_get(const base_map_t *m, uint64_t k) {
+    uint64_t v;
+    return base_map_get(m, k, &v) ? (int32_t)v : -1;
 }
 
-static int s_map_init(s_map_t *m, int n_max) {
-    uint32_t cap = 16;
-    while (cap < 2u * (uint32_t)n_max)
-        cap *= 2;
-    m->keys = calloc(cap, sizeof *m->keys);
-    m->vals = malloc(cap * sizeof *m->vals);
-    if (!m->keys || !m->vals)
-        return -ENOMEM;
-    memset(m->vals, 0xff, cap * sizeof *m->vals);
-    m->mask = cap - 1;
-    m->n = 0;
-    return 0;
-}
-
-static void s_map_free(s_map_t *m) {
-    free(m->keys);
-    free(m->vals);
-    memset(m, 0, sizeof *m);
-}
-
-static int32_t s_map_get(const s_map_t *m, uint64_t k) {
-    for (uint32_t i = s_home(m, k);; i = (i + 1) & m->mask) {
-        if (m->vals[i] < 0)
-            return -1;
-        if (m->keys[i] == k)
-            return m->vals[i];
-    }
-}
-
-/* Insert or overwrite.  Never full: at most n_blocks entries in >= 2 n_blocks slots. */
-static void s_map_put(s_map_t *m, uint64_t k, int32_t v) {
-    for (uint32_t i = s_home(m, k);; i = (i + 1) & m->mask) {
-        if (m->vals[i] < 0) {
-            m->keys[i] = k;
-            m->vals[i] = v;
-            m->n++;
-            return;
-        }
-        if (m->keys[i] == k) {
-            m->vals[i] = v;
-            return;
-        }
-    }
-}
-
-static void s_map_del(s_map_t *m, uint64_t k) {
-    uint32_t i = s_home(m, k);
-    for (;; i = (i + 1) & m->mask) {
-        if (m->vals[i] < 0)
-            return;
-        if (m->keys[i] == k)
-            break;
-    }
-    /* Backward shift: pull later entries of the probe run into the hole when
-     * the hole lies between their home and where they sit. */
-    for (uint32_t j = i;;) {
-        j = (j + 1) & m->mask;
-        if (m->vals[j] < 0)
-            break;
-        uint32_t h = s_home(m, m->keys[j]);
-        if (((j - h) & m->mask) >= ((j - i) & m->mask)) {
-            m->keys[i] = m->keys[j];
-            m->vals[i] = m->vals[j];
-            i = j;
-        }
-    }
-    m->vals[i] = -1;
-    m->n--;
+/* Insert or overwrite.  Never grows: at most n_blocks entries, and the maps
+ * are sized for n_blocks (kv_cache_new). */
+static void s_map_put(base_map_t *m, uint64_t k, int32_t v) {
+    int rc = base_map_put(m, k, (uint64_t)v);
+    assert(rc == 0);
+    (void)rc;
 }
 
 /* ---- helpers */
 
 static uint64_t s_now(const kv_cache_t *self) {
-    if (self->clock)
-        return self->clock(self->clock_arg);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return self->clock ? self->clock(self->clock_arg) : base_now_us();
 }
 
 static int32_t *s_tokens(const kv_cache_t *self, int id) {
@@ -228,14 +156,14 @@ static void s_index_del(kv_cache_t *self, int id) {
     if (!b->published)
         return;
     assert(s_map_get(&self->by_hash, b->hash) == id);
-    s_map_del(&self->by_hash, b->hash);
+    base_map_del(&self->by_hash, b->hash);
     if (b->n_tokens < self->cfg.block_size) {
         if (b->p_prev >= 0)
             self->blk[b->p_prev].p_next = b->p_next;
         else if (b->p_next >= 0)
             s_map_put(&self->partials, b->parent, b->p_next);
         else
-            s_map_del(&self->partials, b->parent);
+            base_map_del(&self->partials, b->parent);
         if (b->p_next >= 0)
             self->blk[b->p_next].p_prev = b->p_prev;
     }
@@ -404,7 +332,8 @@ kv_cache_t *kv_cache_new(const kern_kv_shape_t *s, const kv_cache_config_t *c) {
     self->policy = kv_policy_new(c->policy, c->n_blocks);
     if (!self->blk || !self->tokens || !self->free_ids || !self->scratch || !self->policy)
         goto fail;
-    if (s_map_init(&self->by_hash, c->n_blocks) || s_map_init(&self->partials, c->n_blocks))
+    if (base_map_init(&self->by_hash, (size_t)c->n_blocks) ||
+        base_map_init(&self->partials, (size_t)c->n_blocks))
         goto fail;
     for (int i = 0; i < c->n_blocks; i++) { /* hand out low ids first */
         self->free_ids[i] = c->n_blocks - 1 - i;
@@ -427,8 +356,8 @@ void kv_cache_destroy(kv_cache_t **self_p) {
     free(self->free_ids);
     free(self->scratch);
     kv_policy_destroy(&self->policy);
-    s_map_free(&self->by_hash);
-    s_map_free(&self->partials);
+    base_map_free(&self->by_hash);
+    base_map_free(&self->partials);
     free(self);
     *self_p = NULL;
 }
@@ -767,14 +696,14 @@ int kv_cache_check(const kv_cache_t *self, const kv_seq_t *const *seqs, int n_se
                self->n_cached, nu, self->n_used, N);
     if (kv_policy_count(self->policy) != nc)
         S_FAIL("policy holds %d candidates, %d cached", kv_policy_count(self->policy), nc);
-    if (self->by_hash.n != npub)
-        S_FAIL("index holds %d hashes, %d published", self->by_hash.n, npub);
+    if (self->by_hash.n != (size_t)npub)
+        S_FAIL("index holds %zu hashes, %d published", self->by_hash.n, npub);
     /* the partial lists hold exactly the published partial blocks */
     int in_lists = 0;
-    for (uint32_t s = 0; s <= self->partials.mask; s++) {
-        int32_t id = self->partials.vals[s];
-        if (id < 0)
+    for (size_t s = 0; s < self->partials.cap; s++) {
+        if (!self->partials.used[s])
             continue;
+        int32_t id = (int32_t)self->partials.vals[s];
         if (self->blk[id].p_prev != -1)
             S_FAIL("partial list head %d has a predecessor", id);
         for (int steps = 0; id >= 0; id = self->blk[id].p_next) {

@@ -4,6 +4,8 @@
  */
 #include "kv_ssd.h"
 
+#include "base_clock.h"
+#include "base_fifo.h"
 #include "base_log.h"
 
 #include <assert.h>
@@ -89,12 +91,11 @@ typedef struct s_req_t {
     size_t bytes;         /* payload bytes */
     int fmt;              /* payload format */
     kv_meta_t meta;       /* read: from the header; write: what is written */
-    struct s_req_t *next; /* list link (free stack, queued, done or returned list) */
+    struct s_req_t *next; /* free stack link */
+    base_fifo_link_t link; /* queued, done or returned list */
 } s_req_t;
 
-typedef struct {
-    s_req_t *head, *tail;
-} s_list_t;
+typedef base_fifo_t s_list_t; /* of s_req_t, through link */
 
 struct kv_ssd_t {
     struct io_uring ring;      /* one ring: SQ of queue_depth entries */
@@ -139,30 +140,12 @@ static size_t s_round_up(size_t n) {
     return (n + KV_SSD_ALIGN - 1) / KV_SSD_ALIGN * KV_SSD_ALIGN;
 }
 
-static uint64_t s_now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 static void s_list_push(s_list_t *l, s_req_t *r) {
-    r->next = NULL;
-    if (l->tail)
-        l->tail->next = r;
-    else
-        l->head = r;
-    l->tail = r;
+    base_fifo_push(l, &r->link);
 }
 
 static s_req_t *s_list_pop(s_list_t *l) {
-    s_req_t *r = l->head;
-    if (r) {
-        l->head = r->next;
-        if (!l->head)
-            l->tail = NULL;
-        r->next = NULL;
-    }
-    return r;
+    return BASE_FIFO_ENTRY(base_fifo_pop(l), s_req_t, link);
 }
 
 /* ---- slot bookkeeping */
@@ -865,7 +848,7 @@ int kv_ssd_read(kv_ssd_t *self, int slot, uint64_t tag) {
 
 int kv_ssd_poll(kv_ssd_t *self, kv_ssd_done_t *out, int max, int wait_us) {
     s_release_returned(self);
-    uint64_t deadline = wait_us > 0 ? s_now_us() + (uint64_t)wait_us : 0;
+    uint64_t deadline = wait_us > 0 ? base_now_us() + (uint64_t)wait_us : 0;
     for (;;) {
         int rc = s_submit(self);
         if (rc < 0)
@@ -875,7 +858,7 @@ int kv_ssd_poll(kv_ssd_t *self, kv_ssd_done_t *out, int max, int wait_us) {
             continue; /* resubmissions, or reads whose write just finished */
         if (self->done.head || self->inflight == 0 || wait_us <= 0)
             break;
-        uint64_t now = s_now_us();
+        uint64_t now = base_now_us();
         if (now >= deadline)
             break;
         rc = s_wait(self, (int64_t)(deadline - now));

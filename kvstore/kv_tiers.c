@@ -14,7 +14,10 @@
  */
 #include "kv_tiers.h"
 
+#include "base_clock.h"
+#include "base_fifo.h"
 #include "base_log.h"
+#include "base_map.h"
 #include "kv_ssd.h"
 
 #include <assert.h>
@@ -23,62 +26,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <xxhash.h>
 
 #define S_TAG "kv_tiers"
 #define S_POLL_BATCH 32 /* kv_ssd completions taken per kv_ssd_poll */
 
-/* ---- the index: open addressing, linear probing, backward-shift delete */
+/* ---- the index: block hash -> where the block lives.  A base_map whose
+ * value packs the T1 and the T2 slot (-1: not in that tier); a block in
+ * neither tier is not in the index. */
 
 typedef struct {
-    uint64_t hash; /* 0: empty (kv_hash_block never returns 0) */
-    int32_t t1;    /* T1 slot or -1 */
-    int32_t t2;    /* T2 slot or -1 */
-} s_entry_t;
+    int32_t t1; /* T1 slot or -1 */
+    int32_t t2; /* T2 slot or -1 */
+} s_loc_t;
 
-typedef struct {
-    s_entry_t *e;  /* (mask + 1) */
-    uint64_t mask; /* capacity - 1 (a power of two, > 2x the blocks held) */
-} s_index_t;
-
-static s_entry_t *s_find(const s_index_t *ix, uint64_t h) {
-    for (uint64_t i = h & ix->mask;; i = (i + 1) & ix->mask) {
-        if (ix->e[i].hash == h)
-            return &ix->e[i];
-        if (ix->e[i].hash == 0)
-            return NULL;
-    }
+static uint64_t s_pack(s_loc_t l) {
+    return (uint64_t)(uint32_t)l.t1 << 32 | (uint32_t)l.t2;
 }
 
-/* A new entry for h (not present; the table never fills: see kv_tiers_new). */
-static s_entry_t *s_add(s_index_t *ix, uint64_t h) {
-    uint64_t i = h & ix->mask;
-    while (ix->e[i].hash != 0)
-        i = (i + 1) & ix->mask;
-    ix->e[i] = (s_entry_t){.hash = h, .t1 = -1, .t2 = -1};
-    return &ix->e[i];
-}
-
-/* Remove e; other entries may move (pointers into the table go stale). */
-static void s_del(s_index_t *ix, s_entry_t *e) {
-    uint64_t i = (uint64_t)(e - ix->e);
-    for (;;) {
-        ix->e[i].hash = 0;
-        uint64_t j = i;
-        for (;;) {
-            j = (j + 1) & ix->mask;
-            if (ix->e[j].hash == 0)
-                return;
-            uint64_t home = ix->e[j].hash & ix->mask;
-            /* e[j] may fill the hole at i unless its home lies in (i, j] */
-            bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-            if (!stays)
-                break;
-        }
-        ix->e[i] = ix->e[j];
-        i = j;
-    }
+static s_loc_t s_unpack(uint64_t v) {
+    return (s_loc_t){(int32_t)(uint32_t)(v >> 32), (int32_t)(uint32_t)v};
 }
 
 /* ---- state */
@@ -107,12 +74,11 @@ typedef struct s_rec_t {
     int t1;               /* T1 slot held by the answer, or -1 */
     int t2;               /* T2 slot to read (t2 wait list), or -1 */
     bool warm;            /* a warm: promote, answer no one */
-    struct s_rec_t *next; /* list link */
+    struct s_rec_t *next; /* free list link */
+    base_fifo_link_t link; /* ready, delivered or t2_wait queue */
 } s_rec_t;
 
-typedef struct {
-    s_rec_t *head, *tail;
-} s_rlist_t;
+typedef base_fifo_t s_rlist_t; /* of s_rec_t, through link */
 
 struct kv_tiers_t {
     kern_kv_shape_t shape;    /* block shape */
@@ -130,7 +96,7 @@ struct kv_tiers_t {
     int t2_n;            /* T2 capacity */
     s_t2_t *t2;          /* (t2_n) */
     kv_policy_t *t2_pol; /* over T2 slots */
-    s_index_t ix;        /* hash -> (t1, t2) */
+    base_map_t ix;       /* hash -> s_loc_t, packed (s_pack) */
     s_rlist_t ready;     /* answers to deliver */
     s_rlist_t delivered; /* answers returned by the last poll */
     s_rlist_t t2_wait;   /* reads waiting for a free kv_ssd request */
@@ -140,30 +106,34 @@ struct kv_tiers_t {
     kv_tiers_stats_t st;
 };
 
-static uint64_t s_now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+/* Where block h lives: true (and *l, when l is not NULL) when it is indexed. */
+static bool s_find(const kv_tiers_t *self, uint64_t h, s_loc_t *l) {
+    uint64_t v;
+    if (!base_map_get(&self->ix, h, &v))
+        return false;
+    if (l)
+        *l = s_unpack(v);
+    return true;
+}
+
+/* Record where block h lives; in neither tier, it leaves the index.  The map
+ * has room for every slot of both tiers (kv_tiers_new), so it never grows. */
+static void s_set(kv_tiers_t *self, uint64_t h, s_loc_t l) {
+    if (l.t1 < 0 && l.t2 < 0) {
+        base_map_del(&self->ix, h);
+    } else {
+        int rc = base_map_put(&self->ix, h, s_pack(l));
+        assert(rc == 0); /* never grows: see above */
+        (void)rc;
+    }
 }
 
 static void s_rpush(s_rlist_t *l, s_rec_t *r) {
-    r->next = NULL;
-    if (l->tail)
-        l->tail->next = r;
-    else
-        l->head = r;
-    l->tail = r;
+    base_fifo_push(l, &r->link);
 }
 
 static s_rec_t *s_rpop(s_rlist_t *l) {
-    s_rec_t *r = l->head;
-    if (r) {
-        l->head = r->next;
-        if (!l->head)
-            l->tail = NULL;
-        r->next = NULL;
-    }
-    return r;
+    return BASE_FIFO_ENTRY(base_fifo_pop(l), s_rec_t, link);
 }
 
 static uint8_t *s_t1_ptr(const kv_tiers_t *self, int slot) {
@@ -181,7 +151,7 @@ static void s_t1_unhold(kv_tiers_t *self, int slot) {
     s_t1_t *t = &self->t1[slot];
     assert(t->hold > 0);
     if (--t->hold == 0 && t->used && !t->demoting)
-        kv_policy_insert(self->t1_pol, slot, s_now_us(), t->meta.pin, false);
+        kv_policy_insert(self->t1_pol, slot, base_now_us(), t->meta.pin, false);
 }
 
 /* Forget the T1 copy in slot (not held): the slot goes back to the free stack
@@ -194,11 +164,12 @@ static void s_t1_release(kv_tiers_t *self, int slot) {
         t->demoting = false;
         self->t1_demoting--;
     }
-    s_entry_t *e = s_find(&self->ix, t->meta.hash);
-    assert(e && e->t1 == slot);
-    e->t1 = -1;
-    if (e->t2 < 0)
-        s_del(&self->ix, e);
+    s_loc_t e;
+    bool found = s_find(self, t->meta.hash, &e);
+    assert(found && e.t1 == slot);
+    (void)found;
+    e.t1 = -1;
+    s_set(self, t->meta.hash, e);
     t->used = false;
     t->keep = false;
     self->t1_free[self->t1_n_free++] = slot;
@@ -214,11 +185,12 @@ static void s_t2_forget(kv_tiers_t *self, int s, bool ssd_free) {
     kv_policy_remove(self->t2_pol, s);
     if (ssd_free)
         kv_ssd_free(self->ssd, s);
-    s_entry_t *e = s_find(&self->ix, t->hash);
-    assert(e && e->t2 == s);
-    e->t2 = -1;
-    if (e->t1 < 0)
-        s_del(&self->ix, e);
+    s_loc_t e;
+    bool found = s_find(self, t->hash, &e);
+    assert(found && e.t2 == s);
+    (void)found;
+    e.t2 = -1;
+    s_set(self, t->hash, e);
     t->hash = 0;
     t->clean = false;
     t->writing = false;
@@ -257,11 +229,13 @@ static int s_t2_write(kv_tiers_t *self, const kv_meta_t *meta, int fmt, const vo
     self->t2[s] = (s_t2_t){.hash = meta->hash, .pin = meta->pin, .writing = true};
     /* a new block in s: restart its use count, then keep it out of the order
      * until the write completes */
-    kv_policy_insert(self->t2_pol, s, s_now_us(), meta->pin, true);
+    kv_policy_insert(self->t2_pol, s, base_now_us(), meta->pin, true);
     kv_policy_remove(self->t2_pol, s);
-    s_entry_t *e = s_find(&self->ix, meta->hash);
-    assert(e && e->t2 < 0);
-    e->t2 = s;
+    s_loc_t e = {-1, -1}; /* a put straight to T2 is not indexed yet */
+    s_find(self, meta->hash, &e);
+    assert(e.t2 < 0);
+    e.t2 = s;
+    s_set(self, meta->hash, e);
     self->writes++;
     self->st.t2_used++;
     self->st.t1_to_t2++;
@@ -289,9 +263,11 @@ static int s_demote(kv_tiers_t *self, int v) {
  * its T1 copy; one without is written to T2 (its bytes go with the request)
  * or, failing that, dropped. */
 static void s_t1_evict(kv_tiers_t *self, int v) {
-    s_entry_t *e = s_find(&self->ix, self->t1[v].meta.hash);
-    assert(e && e->t1 == v);
-    if (e->t2 < 0 && !(self->ssd && s_demote(self, v) == 0))
+    s_loc_t e;
+    bool found = s_find(self, self->t1[v].meta.hash, &e);
+    assert(found && e.t1 == v);
+    (void)found;
+    if (e.t2 < 0 && !(self->ssd && s_demote(self, v) == 0))
         self->st.t2_dropped++; /* no T2, or T2 cannot take it now */
     s_t1_release(self, v);
 }
@@ -333,8 +309,9 @@ static void s_t1_rebalance(kv_tiers_t *self) {
         int v = kv_policy_victim(self->t1_pol);
         if (v < 0)
             return;
-        s_entry_t *e = s_find(&self->ix, self->t1[v].meta.hash);
-        if (e->t2 >= 0)
+        s_loc_t e = {-1, -1};
+        s_find(self, self->t1[v].meta.hash, &e);
+        if (e.t2 >= 0)
             s_t1_release(self, v); /* already in T2: nothing to write */
         else if (s_demote(self, v) < 0)
             return; /* T2 busy: try again at the next put */
@@ -354,10 +331,12 @@ static void s_t1_fill(kv_tiers_t *self, int slot, const kv_meta_t *meta, int fmt
     t->meta.n_tokens = meta->n_tokens;
     t->meta.pin = meta->pin;
     memcpy(t->meta.tokens, meta->tokens, (size_t)meta->n_tokens * sizeof meta->tokens[0]);
-    s_entry_t *e = s_find(&self->ix, meta->hash);
-    assert(e && e->t1 < 0);
-    e->t1 = slot;
-    kv_policy_insert(self->t1_pol, slot, s_now_us(), meta->pin, true);
+    s_loc_t e = {-1, -1}; /* a new block is not indexed yet */
+    s_find(self, meta->hash, &e);
+    assert(e.t1 < 0);
+    e.t1 = slot;
+    s_set(self, meta->hash, e);
+    kv_policy_insert(self->t1_pol, slot, base_now_us(), meta->pin, true);
 }
 
 /* ---- records */
@@ -427,13 +406,15 @@ static void s_on_write(kv_tiers_t *self, const kv_ssd_done_t *d) {
     assert(t->hash != 0 && t->writing);
     t->writing = false;
     self->writes--;
-    s_entry_t *e = s_find(&self->ix, t->hash);
-    assert(e && e->t2 == d->slot);
-    int t1 = e->t1;
+    s_loc_t e;
+    bool found = s_find(self, t->hash, &e);
+    assert(found && e.t2 == d->slot);
+    (void)found;
+    int t1 = e.t1;
     if (d->status == 0) {
         t->clean = true;
         if (t->reading == 0)
-            kv_policy_insert(self->t2_pol, d->slot, s_now_us(), t->pin, false);
+            kv_policy_insert(self->t2_pol, d->slot, base_now_us(), t->pin, false);
     } else {
         LOG_W(S_TAG, "T2 write failed: %d", d->status);
         self->st.io_errors++;
@@ -451,7 +432,7 @@ static void s_on_write(kv_tiers_t *self, const kv_ssd_done_t *d) {
         } else {
             s->keep = false;
             if (s->hold == 0)
-                kv_policy_insert(self->t1_pol, t1, s_now_us(), s->meta.pin, false);
+                kv_policy_insert(self->t1_pol, t1, base_now_us(), s->meta.pin, false);
         }
     }
 }
@@ -481,7 +462,7 @@ static void s_on_read(kv_tiers_t *self, const kv_ssd_done_t *d) {
         if (t->hash && status == -EBADMSG)
             s_t2_forget(self, d->slot, ssd_free); /* other reads of it fail the same way */
         else if (t->hash && t->reading == 0 && !t->writing)
-            kv_policy_insert(self->t2_pol, d->slot, s_now_us(), t->pin, false);
+            kv_policy_insert(self->t2_pol, d->slot, base_now_us(), t->pin, false);
         s_rec_fail(self, r, status, 2);
         return;
     }
@@ -490,8 +471,9 @@ static void s_on_read(kv_tiers_t *self, const kv_ssd_done_t *d) {
         self->st.t2_hits++;
     /* promotion: into T1 unless a T1 copy exists already (another get) */
     uint64_t hash = t->hash;
-    s_entry_t *e = s_find(&self->ix, hash);
-    int slot = e->t1;
+    s_loc_t e = {-1, -1};
+    s_find(self, hash, &e);
+    int slot = e.t1;
     if (slot < 0) {
         slot = s_t1_alloc(self); /* may evict, demote, drop T2 blocks: not this one */
         if (slot >= 0) {
@@ -499,10 +481,10 @@ static void s_on_read(kv_tiers_t *self, const kv_ssd_done_t *d) {
             self->st.t2_to_t1++;
         }
     } else if (!r->warm) {
-        kv_policy_touch(self->t1_pol, slot, s_now_us());
+        kv_policy_touch(self->t1_pol, slot, base_now_us());
     }
     if (t->reading == 0 && !t->writing) /* back into T2's eviction order, after the touch */
-        kv_policy_insert(self->t2_pol, d->slot, s_now_us(), t->pin, false);
+        kv_policy_insert(self->t2_pol, d->slot, base_now_us(), t->pin, false);
     if (r->warm) {
         self->recs_open--;
         s_rec_free(self, r);
@@ -564,18 +546,18 @@ static int s_recover(kv_tiers_t *self) {
         n++;
     }
     qsort(v, (size_t)n, sizeof *v, s_cmp_seq);
-    uint64_t now = s_now_us();
+    uint64_t now = base_now_us();
     int kept = 0;
     for (int k = 0; k < n; k++) {
         int s = (int)v[k][1];
         kv_ssd_info_t info;
         kv_ssd_slot_info(self->ssd, s, &info);
         if (info.fmt != self->t2_fmt || info.bytes != self->t2_bb ||
-            info.n_tokens > self->shape.block_size || s_find(&self->ix, info.hash)) {
+            info.n_tokens > self->shape.block_size || s_find(self, info.hash, NULL)) {
             kv_ssd_free(self->ssd, s); /* not a block of this layout (or a copy) */
             continue;
         }
-        s_add(&self->ix, info.hash)->t2 = s;
+        s_set(self, info.hash, (s_loc_t){-1, s});
         self->t2[s] = (s_t2_t){.hash = info.hash, .pin = info.pin, .clean = true};
         kv_policy_insert(self->t2_pol, s, now - (uint64_t)(n - k), info.pin, true);
         kept++;
@@ -634,12 +616,8 @@ kv_tiers_t *kv_tiers_new(const kv_tiers_config_t *c, char *err, size_t errlen) {
     self->t1_free = malloc((size_t)self->t1_n * sizeof *self->t1_free);
     self->t1_data = aligned_alloc(64, (self->t1_n * self->t1_bb + 63) / 64 * 64);
     self->t1_pol = kv_policy_new(c->policy, self->t1_n);
-    uint64_t cap = 4;
-    while (cap < 2 * ((uint64_t)self->t1_n + (uint64_t)self->t2_n) + 2)
-        cap *= 2;
-    self->ix.mask = cap - 1;
-    self->ix.e = calloc(cap, sizeof *self->ix.e);
-    if (!self->t1 || !self->t1_free || !self->t1_data || !self->t1_pol || !self->ix.e)
+    int ix_rc = base_map_init(&self->ix, (size_t)self->t1_n + (size_t)self->t2_n + 1);
+    if (!self->t1 || !self->t1_free || !self->t1_data || !self->t1_pol || ix_rc)
         goto nomem;
     for (int i = self->t1_n - 1; i >= 0; i--)
         self->t1_free[self->t1_n_free++] = i;
@@ -710,7 +688,7 @@ void kv_tiers_destroy(kv_tiers_t **self_p) {
     }
     kv_policy_destroy(&self->t1_pol);
     kv_policy_destroy(&self->t2_pol);
-    free(self->ix.e);
+    base_map_free(&self->ix);
     free(self->t1_data);
     free(self->t1_free);
     free(self->t1);
@@ -731,31 +709,26 @@ int kv_tiers_put(kv_tiers_t *self, const kv_meta_t *meta, int fmt, const void *d
     if (!s_meta_ok(self, meta) || !data || kv_fmt_block_bytes(&self->shape, fmt) == 0 ||
         len != kv_fmt_block_bytes(&self->shape, fmt))
         return -EINVAL;
-    uint64_t now = s_now_us();
-    s_entry_t *e = s_find(&self->ix, meta->hash);
-    if (e) {
+    uint64_t now = base_now_us();
+    s_loc_t e;
+    if (s_find(self, meta->hash, &e)) {
         self->st.puts++;
         self->st.put_dups++;
-        if (e->t1 >= 0)
-            kv_policy_touch(self->t1_pol, e->t1, now);
-        else if (e->t2 >= 0)
-            kv_policy_touch(self->t2_pol, e->t2, now);
+        if (e.t1 >= 0)
+            kv_policy_touch(self->t1_pol, e.t1, now);
+        else if (e.t2 >= 0)
+            kv_policy_touch(self->t2_pol, e.t2, now);
         return 0;
     }
     int slot = s_t1_alloc(self);
     if (slot < 0) { /* every T1 slot holds an answer: straight to T2 */
         if (!self->ssd)
             return -ENOSPC;
-        s_add(&self->ix, meta->hash);
-        int rc = s_t2_write(self, meta, fmt, data);
-        if (rc < 0) {
-            s_del(&self->ix, s_find(&self->ix, meta->hash));
+        if (s_t2_write(self, meta, fmt, data) < 0)
             return -ENOSPC;
-        }
         self->st.puts++;
         return 0;
     }
-    s_add(&self->ix, meta->hash);
     s_t1_fill(self, slot, meta, fmt, data);
     s_t1_rebalance(self);
     self->st.puts++;
@@ -766,58 +739,59 @@ int kv_tiers_get(kv_tiers_t *self, uint64_t hash, uint64_t tag) {
     s_rec_t *r = s_rec_new(self, hash, tag);
     if (!r)
         return -ENOMEM;
-    uint64_t now = s_now_us();
-    s_entry_t *e = hash ? s_find(&self->ix, hash) : NULL;
-    if (e && e->t1 >= 0) {
+    uint64_t now = base_now_us();
+    s_loc_t e;
+    bool found = hash && s_find(self, hash, &e);
+    if (found && e.t1 >= 0) {
         self->st.t1_hits++;
-        s_t1_t *t = &self->t1[e->t1];
+        s_t1_t *t = &self->t1[e.t1];
         if (t->demoting)
             t->keep = true; /* it was wanted: keep the T1 copy after the write */
-        kv_policy_touch(self->t1_pol, e->t1, now);
-        s_rec_answer_t1(self, r, e->t1, 1);
+        kv_policy_touch(self->t1_pol, e.t1, now);
+        s_rec_answer_t1(self, r, e.t1, 1);
         return 0;
     }
     self->st.t1_misses++;
-    if (!e) {
+    if (!found) {
         self->st.t2_misses++;
         r->done.status = -ENOENT;
         s_rpush(&self->ready, r);
         return 0;
     }
-    s_t2_t *t = &self->t2[e->t2];
-    kv_policy_touch(self->t2_pol, e->t2, now);
-    kv_policy_remove(self->t2_pol, e->t2); /* no eviction while reading */
+    s_t2_t *t = &self->t2[e.t2];
+    kv_policy_touch(self->t2_pol, e.t2, now);
+    kv_policy_remove(self->t2_pol, e.t2); /* no eviction while reading */
     t->reading++;
-    r->t2 = e->t2;
+    r->t2 = e.t2;
     s_rpush(&self->t2_wait, r);
     s_issue_waiting(self);
     return 0;
 }
 
 int kv_tiers_warm(kv_tiers_t *self, uint64_t hash) {
-    s_entry_t *e = hash ? s_find(&self->ix, hash) : NULL;
-    if (!e)
+    s_loc_t e;
+    if (!hash || !s_find(self, hash, &e))
         return -ENOENT;
-    if (e->t1 >= 0)
+    if (e.t1 >= 0)
         return 0;
     s_rec_t *r = s_rec_new(self, hash, 0);
     if (!r)
         return -ENOMEM;
     r->warm = true;
-    s_t2_t *t = &self->t2[e->t2];
-    kv_policy_remove(self->t2_pol, e->t2);
+    s_t2_t *t = &self->t2[e.t2];
+    kv_policy_remove(self->t2_pol, e.t2);
     t->reading++;
-    r->t2 = e->t2;
+    r->t2 = e.t2;
     s_rpush(&self->t2_wait, r);
     s_issue_waiting(self);
     return 0;
 }
 
 int kv_tiers_where(const kv_tiers_t *self, uint64_t hash) {
-    const s_entry_t *e = hash ? s_find(&self->ix, hash) : NULL;
-    if (!e)
+    s_loc_t e;
+    if (!hash || !s_find(self, hash, &e))
         return 0;
-    return e->t1 >= 0 ? 1 : 2;
+    return e.t1 >= 0 ? 1 : 2;
 }
 
 int kv_tiers_poll(kv_tiers_t *self, kv_tiers_done_t *out, int max, int wait_us) {

@@ -1,0 +1,118 @@
+/* test_base.c - base/: the u64 map against a plain array as reference (random
+ * puts, overwrites and deletes across growth, key 0 included), the intrusive
+ * FIFO, and the monotonic clock. */
+#include "base_clock.h"
+#include "base_fifo.h"
+#include "base_map.h"
+#include "test_util.h"
+
+#include <check.h>
+#include <stdlib.h>
+
+/* Reference: a key space of N small keys (spread into u64 by a multiplier so
+ * they collide in the map's low bits) and a present flag + value per key. */
+#define N 2048
+static uint64_t s_key(int i) {
+    return (uint64_t)i * 0x100000000ull; /* low 32 bits all zero: probe runs form */
+}
+
+START_TEST(map_matches_reference) {
+    base_map_t m;
+    ck_assert_int_eq(base_map_init(&m, 4), 0); /* small: it must grow */
+    static bool present[N];
+    static uint64_t val[N];
+    uint64_t rng = 7;
+    for (int step = 0; step < 200000; step++) {
+        int i = (int)(test_rand_u64(&rng) % N);
+        uint64_t k = s_key(i), v;
+        switch (test_rand_u64(&rng) % 3) {
+        case 0:
+        case 1:
+            v = test_rand_u64(&rng);
+            ck_assert_int_eq(base_map_put(&m, k, v), 0);
+            present[i] = true;
+            val[i] = v;
+            break;
+        default:
+            ck_assert_int_eq(base_map_del(&m, k), present[i]);
+            present[i] = false;
+        }
+        if (step % 4096 == 0) {
+            size_t n = 0;
+            for (int j = 0; j < N; j++) {
+                bool got = base_map_get(&m, s_key(j), &v);
+                ck_assert_int_eq(got, present[j]);
+                if (got)
+                    ck_assert_uint_eq(v, val[j]);
+                n += present[j];
+            }
+            ck_assert_uint_eq(m.n, n);
+            ck_assert_uint_le(2 * m.n, m.cap); /* at most half full */
+        }
+    }
+    base_map_free(&m);
+    base_map_free(&m); /* safe twice */
+    ck_assert(!base_map_get(&m, 0, NULL));
+}
+END_TEST
+
+START_TEST(map_sized_never_grows) {
+    base_map_t m;
+    ck_assert_int_eq(base_map_init(&m, 1000), 0);
+    size_t cap = m.cap;
+    for (uint64_t k = 0; k < 1000; k++) /* key 0 is a key like any other */
+        ck_assert_int_eq(base_map_put(&m, k * 16, k), 0);
+    ck_assert_uint_eq(m.cap, cap);
+    uint64_t v = 1;
+    ck_assert(base_map_get(&m, 0, &v) && v == 0);
+    ck_assert(!base_map_get(&m, 1, NULL));
+    base_map_free(&m);
+}
+END_TEST
+
+typedef struct {
+    int id;
+    base_fifo_link_t link;
+} s_item_t;
+
+START_TEST(fifo_order) {
+    s_item_t it[5];
+    base_fifo_t q = {0};
+    ck_assert(base_fifo_empty(&q));
+    ck_assert_ptr_null(BASE_FIFO_ENTRY(base_fifo_pop(&q), s_item_t, link));
+    for (int i = 0; i < 5; i++) {
+        it[i].id = i;
+        base_fifo_push(&q, &it[i].link);
+    }
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(BASE_FIFO_ENTRY(base_fifo_pop(&q), s_item_t, link)->id, i);
+    base_fifo_push(&q, &it[0].link); /* a popped link can go in again */
+    int want[] = {3, 4, 0};
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(BASE_FIFO_ENTRY(base_fifo_pop(&q), s_item_t, link)->id, want[i]);
+    ck_assert(base_fifo_empty(&q));
+    ck_assert_ptr_null(q.tail);
+}
+END_TEST
+
+START_TEST(clock_monotonic) {
+    uint64_t a = base_now_ns(), b = base_now_us();
+    ck_assert_uint_le(a / 1000, b);
+    ck_assert_uint_le(b, base_now_us());
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("base");
+    TCase *tc = tcase_create("base");
+    tcase_add_test(tc, map_matches_reference);
+    tcase_add_test(tc, map_sized_never_grows);
+    tcase_add_test(tc, fifo_order);
+    tcase_add_test(tc, clock_monotonic);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
