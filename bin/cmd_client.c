@@ -205,6 +205,9 @@ int cmd_client(int argc, char **argv) {
             if (done.text)
                 fputs(done.text, stdout);
             printf("\n");
+            if (done.completion_tokens == 0 && !strcmp(done.finish_reason, "eos"))
+                fprintf(stderr, "strata client: the model ended the answer at once (0 tokens)%s\n",
+                        chat ? "" : ": for an instruct model use the chat form (--chat)");
             if (timings)
                 fprintf(stderr,
                         "[%s] prompt %d tokens, completion %d tokens; queued %.1f ms, "

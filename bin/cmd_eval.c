@@ -324,6 +324,8 @@ static void s_bench_help(FILE *f) {
                "\n"
                "Measures prompt processing (one batch of -p tokens) and generation (-n tokens,\n"
                "one at a time after the prompt) and prints the median tokens/s of -r runs.\n"
+               "Decoding is greedy with the end-of-generation tokens banned (as generate\n"
+               "--ignore-eos), so every run decodes real text for all -n tokens.\n"
                "\n"
                "  -m, --model PATH    GGUF model (default: %s)\n"
                "  -p, --n-prompt N    prompt tokens (default 512)\n"
@@ -336,6 +338,17 @@ static void s_bench_help(FILE *f) {
                "                      prints the aggregate generation tokens/s (default 1)\n"
                "  -h, --help\n",
                cli_default_model(), cli_default_threads());
+}
+
+/* The end-of-generation token ids, malloc'd (NULL when out of memory), count in *n:
+ * bench-model bans them, as generate --ignore-eos does. */
+static int32_t *s_eog_ids(const model_tokenizer_t *tok, int n_vocab, int *n) {
+    int32_t *ids = malloc((size_t)n_vocab * sizeof *ids);
+    *n = 0;
+    for (int32_t id = 0; ids && id < n_vocab; id++)
+        if (model_tokenizer_is_eog(tok, id))
+            ids[(*n)++] = id;
+    return ids;
 }
 
 /* bench-model --batch B: B sequences, each prefilled separately, then decoded
@@ -357,7 +370,9 @@ static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int t
     int32_t *seq = malloc(sizeof(int32_t) * n), *next = malloc(sizeof(int32_t) * B);
     bool *want = malloc(sizeof(bool) * n);
     float *logits = malloc(sizeof(float) * B * cfg->n_vocab);
-    if (!ctx || !blocks || !sv || !tok || !pos || !seq || !next || !want || !logits)
+    int n_eog;
+    int32_t *eog = s_eog_ids(r->tok, cfg->n_vocab, &n_eog);
+    if (!ctx || !blocks || !sv || !tok || !pos || !seq || !next || !want || !logits || !eog)
         goto out;
     for (int i = 0; i < B * nb; i++)
         blocks[i] = i;
@@ -375,6 +390,7 @@ static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int t
             model_batch_t b = {np, tok, pos, seq, want, B, sv};
             if (model_ctx_forward(ctx, &b, &kv, logits) < 0)
                 goto out;
+            model_logits_ban(logits, eog, n_eog);
             next[s] = model_argmax(logits, cfg->n_vocab);
         }
         double t1 = cli_now();
@@ -388,8 +404,11 @@ static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int t
             model_batch_t b = {B, tok, pos, seq, want, B, sv};
             if (model_ctx_forward(ctx, &b, &kv, logits) < 0)
                 goto out;
-            for (int s = 0; s < B; s++)
-                next[s] = model_argmax(logits + (size_t)s * cfg->n_vocab, cfg->n_vocab);
+            for (int s = 0; s < B; s++) {
+                float *row = logits + (size_t)s * cfg->n_vocab;
+                model_logits_ban(row, eog, n_eog);
+                next[s] = model_argmax(row, cfg->n_vocab);
+            }
         }
         double t2 = cli_now();
         pp[k] = (double)B * np / (t1 - t0);
@@ -409,6 +428,7 @@ out:
     free(next);
     free(want);
     free(logits);
+    free(eog);
     return rc;
 }
 
@@ -445,7 +465,9 @@ int cmd_bench_model(int argc, char **argv) {
     int32_t *toks = malloc((size_t)np * sizeof *toks);
     float *logits = malloc((size_t)cfg->n_vocab * sizeof(float));
     double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
-    if (!toks || !logits || !pp || !tg)
+    int n_eog;
+    int32_t *eog = s_eog_ids(r.tok, cfg->n_vocab, &n_eog);
+    if (!toks || !logits || !pp || !tg || !eog)
         goto out;
     if (batch > 1) {
         if (s_bench_batch(&r, (int)batch, (int)np, (int)ng, (int)reps, (int)threads, kv_type, pp,
@@ -467,10 +489,12 @@ int cmd_bench_model(int argc, char **argv) {
         if (cli_runner_eval(&r, toks, (int)np, 0, false, logits))
             goto out;
         double t1 = cli_now();
+        model_logits_ban(logits, eog, n_eog);
         int32_t next = model_argmax(logits, cfg->n_vocab);
         for (int i = 0; i < ng; i++) {
             if (cli_runner_eval(&r, &next, 1, (int)np + i, false, logits))
                 goto out;
+            model_logits_ban(logits, eog, n_eog);
             next = model_argmax(logits, cfg->n_vocab);
         }
         double t2 = cli_now();
@@ -501,6 +525,7 @@ out:
     free(logits);
     free(pp);
     free(tg);
+    free(eog);
     cli_runner_close(&r);
     return rc;
 }

@@ -33,10 +33,22 @@ static void s_help(FILE *f) {
             "      --repeat-last-n N   tokens the penalty looks back (default 64)\n"
             "      --seed N            sampling seed (default 0)\n"
             "      --stop TEXT         stop when TEXT appears (repeatable, up to 8)\n"
-            "      --ignore-eos        do not stop at end-of-generation tokens\n"
+            "      --ignore-eos        never end: end-of-generation tokens are banned from\n"
+            "                          sampling (generate exactly -n tokens)\n"
             "      --print-ids         print generated token ids (one line) instead of text\n"
             "  -h, --help              this help\n",
             cli_default_model(), cli_default_threads());
+}
+
+/* The end-of-generation token ids among the first n_vocab, malloc'd (NULL when out
+ * of memory), their count in *n. */
+static int32_t *s_eog_ids(const model_tokenizer_t *tok, int n_vocab, int *n) {
+    int32_t *ids = malloc((size_t)n_vocab * sizeof *ids);
+    *n = 0;
+    for (int32_t id = 0; ids && id < n_vocab; id++)
+        if (model_tokenizer_is_eog(tok, id))
+            ids[(*n)++] = id;
+    return ids;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -130,7 +142,8 @@ int cmd_generate(int argc, char **argv) {
     /* Load with a provisional context; resize once the prompt length is known. */
     cli_runner_t r;
     int rc = 1;
-    int32_t *toks = NULL, *hist = NULL;
+    int32_t *toks = NULL, *hist = NULL, *eog = NULL;
+    int n_eog = 0; /* banned ids in eog: the end-of-generation tokens with --ignore-eos */
     model_sampler_t *sampler = NULL;
     model_stopper_t stopper = {0};
     char err[256];
@@ -193,7 +206,10 @@ int cmd_generate(int argc, char **argv) {
     }
     sampler = model_sampler_new(cfg->n_vocab);
     hist = malloc(((size_t)n_prompt + n_predict + 1) * sizeof *hist);
-    if (!sampler || !hist || model_stopper_init(&stopper, stops, n_stops)) {
+    if (ignore_eos)
+        eog = s_eog_ids(r.tok, cfg->n_vocab, &n_eog);
+    if (!sampler || !hist || (ignore_eos && !eog) ||
+        model_stopper_init(&stopper, stops, n_stops)) {
         fprintf(stderr, "strata generate: out of memory\n");
         goto out;
     }
@@ -215,6 +231,7 @@ int cmd_generate(int argc, char **argv) {
     const char *stop_reason = "length";
     for (; n_gen < n_predict; n_gen++) {
         int pos = n_prompt + n_gen;
+        model_logits_ban(logits, eog, n_eog);
         int32_t next = model_sampler_sample(sampler, &sp, logits, hist, n_hist, pos);
         if (!ignore_eos && model_tokenizer_is_eog(r.tok, next)) {
             stop_reason = "eos";
@@ -250,6 +267,9 @@ int cmd_generate(int argc, char **argv) {
     }
     printf("\n");
     fflush(stdout);
+    if (n_gen == 0 && !strcmp(stop_reason, "eos"))
+        fprintf(stderr, "strata generate: the model ended the answer at once (0 tokens)%s\n",
+                chat || ids_s ? "" : ": for an instruct model use the chat form (--chat)");
     fprintf(stderr,
             "strata generate: prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in "
             "%.3f s (%.1f tok/s), stop: %s, threads %ld, kernels %s\n",
@@ -261,6 +281,7 @@ out:
     model_stopper_free(&stopper);
     model_sampler_destroy(&sampler);
     free(hist);
+    free(eog);
     free(toks);
     cli_runner_close(&r);
 out_text:

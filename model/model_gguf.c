@@ -14,10 +14,14 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
 #define GGUF_MAX_DIMS 4
 #define GGUF_MAX_KEY 65536u
+#define GGUF_MAX_NAME 4096u
+#define GGUF_MAX_NE (1ull << 40)  /* elements along one dimension */
+#define GGUF_MAX_NEL (1ull << 50) /* elements in one tensor */
 
 struct model_gguf_t {
     char *path;                   /* copy of the path */
@@ -30,19 +34,26 @@ struct model_gguf_t {
     model_gguf_kv_t *kv;          /* (n_kv) */
     int64_t n_tensors;            /* tensor count */
     model_gguf_tensor_t *tensors; /* (n_tensors) */
+    int64_t *by_name;             /* (n_slots) tensor index + 1, 0 = empty: an open-addressing
+                                     set keyed by XXH3 of the name, at most half full */
+    uint64_t n_slots;             /* a power of two */
 };
 
-/* Bounds-checked reader over the mapping. */
+/* Bounds-checked reader over the mapping.  Every error names the file offset of
+ * the item that is wrong: "<path>: at offset N: <what is wrong>". */
 typedef struct {
-    const uint8_t *p;   /* next byte */
-    const uint8_t *end; /* one past the last byte */
-    char *err;          /* where the first error goes */
+    const uint8_t *base; /* first byte of the file */
+    const uint8_t *p;    /* next byte */
+    const uint8_t *end;  /* one past the last byte */
+    char *err;           /* where the first error goes */
     size_t errlen;
     const char *path;
     bool failed;
 } s_cursor_t;
 
-static void s_fail(s_cursor_t *c, const char *fmt, ...) {
+static void s_fail(s_cursor_t *c, const void *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void s_fail(s_cursor_t *c, const void *at, const char *fmt, ...) {
     if (c->failed)
         return;
     c->failed = true;
@@ -52,15 +63,17 @@ static void s_fail(s_cursor_t *c, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (c->err && c->errlen)
-        snprintf(c->err, c->errlen, "%s: %s", c->path, msg);
+        snprintf(c->err, c->errlen, "%s: at offset %zu: %s", c->path,
+                 (size_t)((const uint8_t *)at - c->base), msg);
 }
+
+static size_t s_left(const s_cursor_t *c) { return (size_t)(c->end - c->p); }
 
 static bool s_take(s_cursor_t *c, void *dst, size_t n, const char *what) {
     if (c->failed)
         return false;
-    if ((size_t)(c->end - c->p) < n) {
-        s_fail(c, "truncated file: needs %zu more bytes for %s at offset %zu", n, what,
-               (size_t)(c->p - (c->end - (c->end - c->p))));
+    if (s_left(c) < n) {
+        s_fail(c, c->p, "truncated file: %s needs %zu bytes, %zu remain", what, n, s_left(c));
         return false;
     }
     if (dst)
@@ -69,13 +82,14 @@ static bool s_take(s_cursor_t *c, void *dst, size_t n, const char *what) {
     return true;
 }
 
-static bool s_str(s_cursor_t *c, uint32_t version, model_gguf_str_t *out, const char *what) {
-    (void)version; /* v2 and v3 share 64-bit lengths */
+static bool s_str(s_cursor_t *c, model_gguf_str_t *out, const char *what) {
+    /* v2 and v3 share 64-bit lengths */
+    const uint8_t *at = c->p;
     uint64_t len = 0;
     if (!s_take(c, &len, 8, what))
         return false;
-    if (len > (uint64_t)(c->end - c->p)) {
-        s_fail(c, "string length %llu for %s runs past the end of the file",
+    if (len > s_left(c)) {
+        s_fail(c, at, "string length %llu for %s runs past the end of the file",
                (unsigned long long)len, what);
         return false;
     }
@@ -84,7 +98,6 @@ static bool s_str(s_cursor_t *c, uint32_t version, model_gguf_str_t *out, const 
     c->p += len;
     return true;
 }
-
 static size_t s_vtype_size(model_gguf_vtype_t t) {
     switch (t) {
     case GGUF_UINT8: case GGUF_INT8: case GGUF_BOOL: return 1;
@@ -113,26 +126,31 @@ static void s_scalar(model_gguf_vtype_t t, const uint8_t *p, model_gguf_kv_t *kv
     }
 }
 
-static bool s_read_kv(s_cursor_t *c, uint32_t version, model_gguf_kv_t *kv, int64_t idx) {
+/* One metadata entry at the cursor: key, value type, value.  Arrays are
+ * walked (string arrays element by element) but not copied. */
+static bool s_read_kv(s_cursor_t *c, model_gguf_kv_t *kv, int64_t idx) {
     char what[64];
     snprintf(what, sizeof what, "metadata key #%lld", (long long)idx);
-    if (!s_str(c, version, &kv->key, what))
+    const uint8_t *at = c->p;
+    if (!s_str(c, &kv->key, what))
         return false;
     if (kv->key.len == 0 || kv->key.len > GGUF_MAX_KEY) {
-        s_fail(c, "metadata key #%lld has invalid length %llu", (long long)idx,
+        s_fail(c, at, "metadata key #%lld has invalid length %llu", (long long)idx,
                (unsigned long long)kv->key.len);
         return false;
     }
     uint32_t t;
+    at = c->p;
     if (!s_take(c, &t, 4, "metadata value type"))
         return false;
     if (t >= GGUF_TYPE_COUNT) {
-        s_fail(c, "metadata '%.*s' has unknown value type %u", (int)kv->key.len, kv->key.ptr, t);
+        s_fail(c, at, "metadata '%.*s' has unknown value type %u", (int)kv->key.len, kv->key.ptr,
+               t);
         return false;
     }
     kv->type = (model_gguf_vtype_t)t;
     if (t == GGUF_STRING)
-        return s_str(c, version, &kv->v.str, "metadata string value");
+        return s_str(c, &kv->v.str, "metadata string value");
     if (t != GGUF_ARRAY) {
         size_t n = s_vtype_size(kv->type);
         const uint8_t *p = c->p;
@@ -141,90 +159,128 @@ static bool s_read_kv(s_cursor_t *c, uint32_t version, model_gguf_kv_t *kv, int6
         s_scalar(kv->type, p, kv);
         return true;
     }
-    uint32_t at;
+    uint32_t at_type;
     uint64_t len = 0;
-    if (!s_take(c, &at, 4, "array element type"))
+    const uint8_t *at_elt = c->p, *at_len = c->p + 4;
+    if (!s_take(c, &at_type, 4, "array element type") || !s_take(c, &len, 8, "array length"))
         return false;
-    if (!s_take(c, &len, 8, "array length"))
-        return false;
-    if (at >= GGUF_TYPE_COUNT || at == GGUF_ARRAY) {
-        s_fail(c, "metadata '%.*s' has unsupported array element type %u", (int)kv->key.len,
-               kv->key.ptr, at);
+    if (at_type >= GGUF_TYPE_COUNT || at_type == GGUF_ARRAY) {
+        s_fail(c, at_elt, "metadata '%.*s' has unsupported array element type %u",
+               (int)kv->key.len, kv->key.ptr, at_type);
         return false;
     }
-    kv->arr_type = (model_gguf_vtype_t)at;
+    kv->arr_type = (model_gguf_vtype_t)at_type;
     kv->arr_len = len;
     kv->arr_data = c->p;
-    if (at == GGUF_STRING) {
+    if (at_type == GGUF_STRING) {
         for (uint64_t i = 0; i < len; i++) {
             model_gguf_str_t s;
-            if (!s_str(c, version, &s, "array string"))
+            if (!s_str(c, &s, "array string"))
                 return false;
         }
         return true;
     }
-    size_t es = s_vtype_size(kv->arr_type);
-    if (len > (uint64_t)(c->end - c->p) / es) {
-        s_fail(c, "metadata array '%.*s' of %llu elements runs past the end of the file",
+    uint64_t bytes;
+    if (__builtin_mul_overflow(len, (uint64_t)s_vtype_size(kv->arr_type), &bytes) ||
+        bytes > s_left(c)) {
+        s_fail(c, at_len, "metadata array '%.*s' of %llu elements runs past the end of the file",
                (int)kv->key.len, kv->key.ptr, (unsigned long long)len);
         return false;
     }
-    c->p += len * es;
+    c->p += bytes;
     return true;
 }
 
-static bool s_read_tensor(s_cursor_t *c, uint32_t version, model_gguf_tensor_t *t, int64_t idx) {
+/* The slot that holds the tensor named name[0..len), or the empty slot where it
+ * would go.  The set is at most half full, so the probe ends. */
+static uint64_t s_slot(const model_gguf_t *self, const char *name, size_t len) {
+    uint64_t mask = self->n_slots - 1;
+    for (uint64_t i = XXH3_64bits(name, len) & mask;; i = (i + 1) & mask) {
+        int64_t k = self->by_name[i];
+        if (k == 0)
+            return i;
+        const model_gguf_str_t *s = &self->tensors[k - 1].name;
+        if (s->len == len && !memcmp(s->ptr, name, len))
+            return i;
+    }
+}
+
+/* Tensor info #idx at the cursor: name (unique), dimensions, type, data offset.
+ * Every product of dimensions is checked; nbytes is the data size. */
+static bool s_read_tensor(s_cursor_t *c, model_gguf_t *self, int64_t idx) {
+    model_gguf_tensor_t *t = &self->tensors[idx];
     char what[64];
     snprintf(what, sizeof what, "tensor #%lld name", (long long)idx);
-    if (!s_str(c, version, &t->name, what))
+    const uint8_t *at = c->p;
+    if (!s_str(c, &t->name, what))
         return false;
-    if (t->name.len == 0 || t->name.len > 4096) {
-        s_fail(c, "tensor #%lld has invalid name length %llu", (long long)idx,
+    if (t->name.len == 0 || t->name.len > GGUF_MAX_NAME) {
+        s_fail(c, at, "tensor #%lld has invalid name length %llu", (long long)idx,
                (unsigned long long)t->name.len);
         return false;
     }
+    uint64_t slot = s_slot(self, t->name.ptr, t->name.len);
+    if (self->by_name[slot]) {
+        const model_gguf_tensor_t *first = &self->tensors[self->by_name[slot] - 1];
+        s_fail(c, at, "duplicate tensor name '%.*s' (tensor #%lld; #%lld has it already)",
+               (int)t->name.len, t->name.ptr, (long long)idx, (long long)(first - self->tensors));
+        return false;
+    }
+    self->by_name[slot] = idx + 1;
     uint32_t nd;
+    at = c->p;
     if (!s_take(c, &nd, 4, "tensor dimension count"))
         return false;
     if (nd < 1 || nd > GGUF_MAX_DIMS) {
-        s_fail(c, "tensor '%.*s' has %u dimensions (1..4 allowed)", (int)t->name.len,
+        s_fail(c, at, "tensor '%.*s' has %u dimensions (1..4 allowed)", (int)t->name.len,
                t->name.ptr, nd);
         return false;
     }
     t->n_dims = (int)nd;
+    const uint8_t *at_ne0 = c->p;
     uint64_t nel = 1;
     for (int i = 0; i < GGUF_MAX_DIMS; i++) {
         uint64_t ne = 1;
-        if (i < (int)nd) {
-            if (!s_take(c, &ne, 8, "tensor dimension"))
-                return false;
-        }
-        if (ne == 0 || ne > (1ull << 40) || nel > (1ull << 50) / ne) {
-            s_fail(c, "tensor '%.*s' has invalid dimension %llu", (int)t->name.len, t->name.ptr,
-                   (unsigned long long)ne);
+        at = c->p;
+        if (i < (int)nd && !s_take(c, &ne, 8, "tensor dimension"))
+            return false;
+        if (ne == 0 || ne > GGUF_MAX_NE || __builtin_mul_overflow(nel, ne, &nel) ||
+            nel > GGUF_MAX_NEL) {
+            s_fail(c, at, "tensor '%.*s' has invalid dimension %d = %llu (at most 2^40 each, "
+                          "2^50 elements in all)",
+                   (int)t->name.len, t->name.ptr, i, (unsigned long long)ne);
             return false;
         }
         t->ne[i] = (int64_t)ne;
-        nel *= ne;
     }
     uint32_t type;
+    at = c->p;
     if (!s_take(c, &type, 4, "tensor type") || !s_take(c, &t->offset, 8, "tensor offset"))
         return false;
     const kern_type_traits_t *tr = kern_type_traits((int)type);
     if (!tr || !tr->is_weight) {
-        s_fail(c, "tensor '%.*s' has unsupported type %u (supported: f32 f16 bf16 q4_0 q4_1 "
-                  "q5_0 q5_1 q8_0 q4_K q5_K q6_K)",
+        s_fail(c, at, "tensor '%.*s' has unsupported type %u (supported: f32 f16 bf16 q4_0 q4_1 "
+                      "q5_0 q5_1 q8_0 q4_K q5_K q6_K)",
                (int)t->name.len, t->name.ptr, type);
         return false;
     }
     if (t->ne[0] % tr->block_size) {
-        s_fail(c, "tensor '%.*s': row length %lld is not a multiple of the %s block size %d",
+        s_fail(c, at_ne0, "tensor '%.*s': row length %lld is not a multiple of the %s block size %d",
                (int)t->name.len, t->name.ptr, (long long)t->ne[0], tr->name, tr->block_size);
         return false;
     }
     t->type = (kern_type_t)type;
-    t->nbytes = kern_row_size(t->type, t->ne[0]) * (nel / (uint64_t)t->ne[0]);
+    uint64_t rows = nel / (uint64_t)t->ne[0];
+    if (__builtin_mul_overflow((uint64_t)kern_row_size(t->type, t->ne[0]), rows, &t->nbytes)) {
+        s_fail(c, at_ne0, "tensor '%.*s' is too large", (int)t->name.len, t->name.ptr);
+        return false;
+    }
     return true;
+}
+
+/* File offset of tensor t's data-offset field (its info ends with type, offset). */
+static const uint8_t *s_offset_field(const model_gguf_tensor_t *t) {
+    return (const uint8_t *)t->name.ptr + t->name.len + 4 + 8 * (size_t)t->n_dims + 4;
 }
 
 model_gguf_t *model_gguf_open(const char *path, char *err, size_t errlen) {
@@ -250,12 +306,9 @@ model_gguf_t *model_gguf_open(const char *path, char *err, size_t errlen) {
         goto fail;
     }
     self->size = (size_t)st.st_size;
-    if (self->size < 24) {
-        char head[4] = {0};
-        bool gguf = pread(fd, head, 4, 0) == 4 && !memcmp(head, "GGUF", 4);
+    if (self->size < 4) {
         if (err)
-            snprintf(err, errlen, "%s: %s (only %zu bytes)", path,
-                     gguf ? "truncated file" : "not a GGUF file", self->size);
+            snprintf(err, errlen, "%s: not a GGUF file (only %zu bytes)", path, self->size);
         goto fail;
     }
     void *m = mmap(NULL, self->size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -268,78 +321,84 @@ model_gguf_t *model_gguf_open(const char *path, char *err, size_t errlen) {
     close(fd);
     fd = -1;
 
-    s_cursor_t c = {self->map, self->map + self->size, err, errlen, path, false};
+    s_cursor_t c = {self->map, self->map, self->map + self->size, err, errlen, path, false};
     uint32_t magic = 0;
     s_take(&c, &magic, 4, "magic");
     if (magic != GGUF_MAGIC) {
-        s_fail(&c, "not a GGUF file (bad magic 0x%08x)", magic);
+        s_fail(&c, self->map, "not a GGUF file (bad magic 0x%08x)", magic);
         goto fail;
     }
-    s_take(&c, &self->version, 4, "version");
+    if (!s_take(&c, &self->version, 4, "version"))
+        goto fail;
     if (self->version != 2 && self->version != 3) {
-        s_fail(&c, "unsupported GGUF version %u (2 and 3 are supported)", self->version);
+        s_fail(&c, self->map + 4, "unsupported GGUF version %u (2 and 3 are supported)",
+               self->version);
         goto fail;
     }
     uint64_t nt, nkv;
     if (!s_take(&c, &nt, 8, "tensor count") || !s_take(&c, &nkv, 8, "metadata count"))
         goto fail;
     /* Each entry takes at least 8+1+4 (kv) or 8+1+4+8+4+8 (tensor) bytes. */
-    if (nkv > self->size / 13 || nt > self->size / 33) {
-        s_fail(&c, "truncated or corrupt file: %llu tensors and %llu metadata entries cannot "
-                   "fit in %zu bytes",
+    if (nt > self->size / 33 || nkv > self->size / 13) {
+        s_fail(&c, self->map + (nt > self->size / 33 ? 8 : 16),
+               "truncated or corrupt file: %llu tensors and %llu metadata entries cannot "
+               "fit in %zu bytes",
                (unsigned long long)nt, (unsigned long long)nkv, self->size);
         goto fail;
     }
     self->n_kv = (int64_t)nkv;
     self->n_tensors = (int64_t)nt;
+    for (self->n_slots = 2; self->n_slots < 2 * nt;)
+        self->n_slots *= 2;
     self->kv = calloc(nkv ? nkv : 1, sizeof *self->kv);
     self->tensors = calloc(nt ? nt : 1, sizeof *self->tensors);
-    if (!self->kv || !self->tensors)
+    self->by_name = calloc(self->n_slots, sizeof *self->by_name);
+    if (!self->kv || !self->tensors || !self->by_name)
         goto oom;
     for (int64_t i = 0; i < self->n_kv; i++)
-        if (!s_read_kv(&c, self->version, &self->kv[i], i))
+        if (!s_read_kv(&c, &self->kv[i], i))
             goto fail;
     self->alignment = 32;
     const model_gguf_kv_t *al = model_gguf_find(self, "general.alignment");
     if (al) {
         if (al->type != GGUF_UINT32 || al->v.u64 == 0 || (al->v.u64 & (al->v.u64 - 1))) {
-            s_fail(&c, "general.alignment must be a power-of-two uint32");
+            /* the value follows the key and its 4-byte type */
+            s_fail(&c, al->key.ptr + al->key.len + 4,
+                   "general.alignment must be a power-of-two uint32");
             goto fail;
         }
         self->alignment = al->v.u64;
     }
     for (int64_t i = 0; i < self->n_tensors; i++)
-        if (!s_read_tensor(&c, self->version, &self->tensors[i], i))
+        if (!s_read_tensor(&c, self, i))
             goto fail;
+    /* header <= file size and alignment <= 2^31: no overflow */
     uint64_t hdr = (uint64_t)(c.p - self->map);
     self->data_offset = (hdr + self->alignment - 1) / self->alignment * self->alignment;
     if (self->data_offset > self->size && self->n_tensors > 0) {
-        s_fail(&c, "truncated file: tensor data section missing");
+        s_fail(&c, c.p, "truncated file: tensor data section missing (the header ends at %llu)",
+               (unsigned long long)hdr);
         goto fail;
     }
     for (int64_t i = 0; i < self->n_tensors; i++) {
         model_gguf_tensor_t *t = &self->tensors[i];
         if (t->offset % self->alignment) {
-            s_fail(&c, "tensor '%.*s' offset %llu is not aligned to %llu", (int)t->name.len,
-                   t->name.ptr, (unsigned long long)t->offset,
+            s_fail(&c, s_offset_field(t), "tensor '%.*s' offset %llu is not aligned to %llu",
+                   (int)t->name.len, t->name.ptr, (unsigned long long)t->offset,
                    (unsigned long long)self->alignment);
             goto fail;
         }
         uint64_t avail = self->size - self->data_offset;
         if (t->offset > avail || t->nbytes > avail - t->offset) {
-            s_fail(&c, "truncated file: tensor '%.*s' (%llu bytes at data offset %llu) runs "
-                       "past the end of the file (%zu bytes)",
+            s_fail(&c, s_offset_field(t),
+                   "truncated file: tensor '%.*s' (%llu bytes at data offset %llu) runs "
+                   "past the end of the file (%zu bytes, data from %llu)",
                    (int)t->name.len, t->name.ptr, (unsigned long long)t->nbytes,
-                   (unsigned long long)t->offset, self->size);
+                   (unsigned long long)t->offset, self->size,
+                   (unsigned long long)self->data_offset);
             goto fail;
         }
         t->data = self->map + self->data_offset + t->offset;
-        for (int64_t j = 0; j < i; j++)
-            if (self->tensors[j].name.len == t->name.len &&
-                !memcmp(self->tensors[j].name.ptr, t->name.ptr, t->name.len)) {
-                s_fail(&c, "duplicate tensor name '%.*s'", (int)t->name.len, t->name.ptr);
-                goto fail;
-            }
     }
     return self;
 oom:
@@ -360,6 +419,7 @@ void model_gguf_destroy(model_gguf_t **self_p) {
         munmap((void *)self->map, self->size);
     free(self->kv);
     free(self->tensors);
+    free(self->by_name);
     free(self->path);
     free(self);
     *self_p = NULL;
@@ -394,10 +454,8 @@ const model_gguf_kv_t *model_gguf_find(const model_gguf_t *self, const char *key
 }
 
 const model_gguf_tensor_t *model_gguf_tensor(const model_gguf_t *self, const char *name) {
-    for (int64_t i = 0; i < self->n_tensors; i++)
-        if (model_gguf_str_eq(self->tensors[i].name, name))
-            return &self->tensors[i];
-    return NULL;
+    int64_t k = self->by_name[s_slot(self, name, strlen(name))];
+    return k ? &self->tensors[k - 1] : NULL;
 }
 
 static bool s_is_unsigned(model_gguf_vtype_t t) {

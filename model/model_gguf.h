@@ -1,6 +1,7 @@
 /* model_gguf.h - a validating, mmap-based reader of GGUF files (versions 2 and 3).
  * Every count, length, offset and size is checked against the file before use;
- * a malformed file yields an error message naming the problem, never a crash.
+ * a malformed file yields an error message naming the problem and the file
+ * offset of the bad item, never a crash.
  */
 #ifndef MODEL_GGUF_H
 #define MODEL_GGUF_H
@@ -52,7 +53,8 @@ typedef struct {
 typedef struct model_gguf_t model_gguf_t;
 
 /* Map and validate the file at path.  On failure returns NULL and writes a
- * one-line reason (naming the file and the problem) into err[errlen]. */
+ * one-line reason into err[errlen]: "<path>: at offset N: <problem>", N the file
+ * offset of the bad item (for a file that cannot be opened or mapped, no offset). */
 model_gguf_t *model_gguf_open(const char *path, char *err, size_t errlen);
 /* Unmap and free; nulls *self_p; safe on NULL. */
 void model_gguf_destroy(model_gguf_t **self_p);
@@ -93,7 +95,7 @@ bool model_gguf_arr_num(const model_gguf_t *self, const char *key, uint64_t i, d
 
 int64_t model_gguf_tensor_count(const model_gguf_t *self);
 const model_gguf_tensor_t *model_gguf_tensor_at(const model_gguf_t *self, int64_t i);
-/* The tensor with this name, or NULL. */
+/* The tensor with this name, or NULL (a hash lookup: names are unique). */
 const model_gguf_tensor_t *model_gguf_tensor(const model_gguf_t *self, const char *name);
 
 /* Compare a GGUF string with a C string. */

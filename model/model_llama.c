@@ -159,6 +159,16 @@ int model_llama_read_config(const model_gguf_t *g, model_config_t *c, char *err,
     if (c->n_head % c->n_head_kv || c->n_rot > c->head_dim || c->n_rot % 2 || c->head_dim % 2)
         return s_err(err, errlen, path, "inconsistent heads: %d query heads, %d KV heads, "
                      "head_dim %d, rope dims %d", c->n_head, c->n_head_kv, c->head_dim, c->n_rot);
+    /* Every product of header values the model uses must fit in an int: query and
+     * KV widths, and the KV elements one position takes over all layers. */
+    int q_dim, kv_dim, kv_pos;
+    if (__builtin_mul_overflow(c->n_head, c->head_dim, &q_dim) ||
+        __builtin_mul_overflow(c->n_head_kv, c->head_dim, &kv_dim) ||
+        __builtin_mul_overflow(kv_dim, 2, &kv_pos) ||
+        __builtin_mul_overflow(kv_pos, c->n_layer, &kv_pos))
+        return s_err(err, errlen, path, "attention too large: %d layers, %d query heads, %d KV "
+                     "heads of head_dim %d overflow", c->n_layer, c->n_head, c->n_head_kv,
+                     c->head_dim);
     char k[160];
     double v;
     c->rope_base = 10000.0f;
@@ -226,7 +236,12 @@ model_llama_t *model_llama_load(const char *path, char *err, size_t errlen) {
         s_err(err, errlen, path, "missing 2-D tensor 'token_embd.weight'");
         goto fail;
     }
+    if (te->ne[1] > INT32_MAX) {
+        s_err(err, errlen, path, "vocabulary of %lld tokens is too large", (long long)te->ne[1]);
+        goto fail;
+    }
     c->n_vocab = (int)te->ne[1];
+    /* read_config checked that these products fit */
     int q_dim = c->n_head * c->head_dim, kv_dim = c->n_head_kv * c->head_dim;
     if (s_weight(m, "token_embd.weight", c->d_model, c->n_vocab, &m->embd, err, errlen) ||
         s_vector(m, "output_norm.weight", c->d_model, &m->out_norm, err, errlen))

@@ -84,6 +84,11 @@ int32_t model_argmax(const float *x, int n) {
     return 0; /* every value NaN or -inf */
 }
 
+void model_logits_ban(float *logits, const int32_t *ids, int n) {
+    for (int i = 0; i < n; i++)
+        logits[ids[i]] = -INFINITY;
+}
+
 /* splitmix64: a well-mixed 64-bit value from (seed, pos). */
 static uint64_t s_mix(uint64_t seed, uint64_t pos) {
     uint64_t z = seed + 0x9E3779B97F4A7C15ull * (pos + 1);

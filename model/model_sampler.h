@@ -56,6 +56,11 @@ int model_sampler_n_vocab(const model_sampler_t *self);
 /* Index of the largest of n values (first on ties). */
 int32_t model_argmax(const float *x, int n);
 
+/* Set logits[ids[i]] to -INFINITY for each of the n ids: no transform above can
+ * bring such a token back, so it is never sampled (how --ignore-eos bans the
+ * end-of-generation tokens, as llama.cpp does).  Call it before sampling. */
+void model_logits_ban(float *logits, const int32_t *ids, int n);
+
 /* ---- stop strings over a stream of text pieces */
 
 #define MODEL_MAX_STOP 8

@@ -10,15 +10,21 @@ Needs Debian's python3-zmq and python3-msgpack (import zmq, msgpack).
                 print(ev["text"], end="", flush=True)
         print(c.stats())
 
-As a command:  python3 clients/python/strata_client.py "prompt" [-n 64] [--chat] ...
+As a command:  python3 clients/python/strata_client.py [--chat] "prompt" [-n 64] ...
+(--chat sends the prompt as a user message, rendered with the model's chat template:
+what an instruct model expects; without it the text goes to the model as is.)
 """
 import argparse
 import itertools
 import os
 import sys
 
-import msgpack
-import zmq
+try:
+    import msgpack
+    import zmq
+except ImportError as e:
+    sys.exit(f"strata_client: {e}: needs Debian's python3-zmq and python3-msgpack "
+             f"(run it with /usr/bin/python3 if another python3 comes first on PATH)")
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
 MAX_FRAME = 1 << 20
@@ -167,6 +173,11 @@ def main(argv=None):
                 elif ev.get("text"):
                     print(ev["text"], end="")
             print()
+            if (ev.get("finish_reason") == "eos"
+                    and ev.get("usage", {}).get("completion_tokens") == 0):
+                print("strata_client: the model ended the answer at once (0 tokens)"
+                      + ("" if a.chat else ": for an instruct model use the chat form (--chat)"),
+                      file=sys.stderr)
             return 0
     except StrataError as e:
         print(f"strata_client: {e.message}" if e.code == "timeout"

@@ -6,6 +6,7 @@
 #include "test_util.h"
 
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +274,207 @@ START_TEST(truncated_real_model) {
 }
 END_TEST
 
+/* ---- every error names the file offset of the bad item */
+
+/* Where the items of a make_two file sit, noted while writing it (so the
+ * expected offsets do not come from the reader under test). */
+typedef struct {
+    size_t key2;    /* length field of the second metadata key */
+    size_t type2;   /* value type of the second metadata entry */
+    size_t tensor2; /* the second tensor info (its name's length field) */
+    size_t dim2;    /* the second dimension of tensor 2 */
+    size_t offset2; /* the data offset field of tensor 2 */
+    size_t data;    /* the tensor data section */
+} offsets_t;
+
+/* A valid file: general.architecture, general.alignment = 32, then two F32
+ * tensors "a" [8, 2] and name2 [ne0, ne1] (data only for 8 x 2). */
+static buf_t make_two(const char *name2, uint64_t ne0, uint64_t ne1, offsets_t *o) {
+    buf_t b = {0};
+    put_u32(&b, 0x46554747);
+    put_u32(&b, 3);
+    put_u64(&b, 2); /* tensors */
+    put_u64(&b, 2); /* kv */
+    kv_str(&b, "general.architecture", "llama");
+    o->key2 = b.n;
+    put_str(&b, "general.alignment");
+    o->type2 = b.n;
+    put_u32(&b, GGUF_UINT32);
+    put_u32(&b, 32);
+    put_str(&b, "a");
+    put_u32(&b, 2);
+    put_u64(&b, 8);
+    put_u64(&b, 2);
+    put_u32(&b, 0);
+    put_u64(&b, 0);
+    o->tensor2 = b.n;
+    put_str(&b, name2);
+    put_u32(&b, 2);
+    put_u64(&b, ne0);
+    o->dim2 = b.n;
+    put_u64(&b, ne1);
+    put_u32(&b, 0);
+    o->offset2 = b.n;
+    put_u64(&b, 64);
+    pad_to(&b, 32);
+    o->data = b.n;
+    float data[32] = {0};
+    put(&b, data, sizeof data);
+    return b;
+}
+
+/* Open must fail with "at offset <at>:" and `needle` in the message. */
+static void expect_fail_at(const buf_t *b, size_t at, const char *needle) {
+    char err[512] = "", want[64];
+    snprintf(want, sizeof want, ": at offset %zu: ", at);
+    const char *path = write_tmp(b);
+    model_gguf_t *g = model_gguf_open(path, err, sizeof err);
+    ck_assert_msg(g == NULL, "expected failure at %zu (%s)", at, needle);
+    ck_assert_msg(strstr(err, want) != NULL, "error '%s' lacks '%s'", err, want);
+    ck_assert_msg(strstr(err, needle) != NULL, "error '%s' lacks '%s'", err, needle);
+    unlink(path);
+}
+
+START_TEST(error_offsets) {
+    offsets_t o;
+    buf_t b = make_two("b", 8, 2, &o);
+    char err[512];
+    model_gguf_t *g = model_gguf_open(write_tmp(&b), err, sizeof err);
+    ck_assert_msg(g != NULL, "%s", err);
+    ck_assert_ptr_eq(model_gguf_tensor(g, "b"), model_gguf_tensor_at(g, 1));
+    ck_assert_ptr_null(model_gguf_tensor(g, "c"));
+    ck_assert_uint_eq(model_gguf_data_offset(g), o.data);
+    model_gguf_destroy(&g);
+
+    b.p[0] = 'X';
+    expect_fail_at(&b, 0, "bad magic");
+    b.p[0] = 'G';
+    b.p[4] = 9;
+    expect_fail_at(&b, 4, "unsupported GGUF version 9");
+    b.p[4] = 3;
+
+    buf_t cut = {b.p, 12, 12}; /* 4 of the tensor count's 8 bytes */
+    expect_fail_at(&cut, 8, "truncated file: tensor count");
+    uint64_t huge = 1ull << 60;
+    memcpy(b.p + 16, &huge, 8);
+    expect_fail_at(&b, 16, "cannot fit");
+    free(b.p);
+
+    b = make_two("b", 8, 2, &o);
+    memcpy(b.p + o.key2, &huge, 8);
+    expect_fail_at(&b, o.key2, "string length 1152921504606846976 for metadata key #1");
+    free(b.p);
+
+    b = make_two("b", 8, 2, &o);
+    uint32_t bad_type = 99;
+    memcpy(b.p + o.type2, &bad_type, 4);
+    expect_fail_at(&b, o.type2, "unknown value type 99");
+    uint32_t three = 3;
+    memcpy(b.p + o.type2, &(uint32_t){GGUF_UINT32}, 4);
+    memcpy(b.p + o.type2 + 4, &three, 4);
+    expect_fail_at(&b, o.type2 + 4, "general.alignment must be a power-of-two");
+    free(b.p);
+
+    b = make_two("a", 8, 2, &o);
+    expect_fail_at(&b, o.tensor2, "duplicate tensor name 'a'");
+    free(b.p);
+
+    b = make_two("b", 8, 2, &o);
+    uint64_t far = 1 << 20;
+    memcpy(b.p + o.offset2, &far, 8);
+    expect_fail_at(&b, o.offset2, "runs past the end of the file");
+    far = 40; /* not a multiple of the alignment */
+    memcpy(b.p + o.offset2, &far, 8);
+    expect_fail_at(&b, o.offset2, "not aligned to 32");
+    free(b.p);
+
+    b = make_two("b", 1ull << 32, 1ull << 32, &o); /* 2^64 elements */
+    expect_fail_at(&b, o.dim2, "invalid dimension 1 = 4294967296");
+    free(b.p);
+}
+END_TEST
+
+/* n one-row F32 tensors "blk.<i>.w" holding i; with dup >= 0 the last one is
+ * named "blk.<dup>.w" instead.  *last: where the last tensor info starts. */
+static buf_t make_many(int n, int dup, size_t *last) {
+    buf_t b = {0};
+    put_u32(&b, 0x46554747);
+    put_u32(&b, 3);
+    put_u64(&b, (uint64_t)n);
+    put_u64(&b, 0);
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "blk.%d.w", i == n - 1 && dup >= 0 ? dup : i);
+        *last = b.n;
+        put_str(&b, name);
+        put_u32(&b, 1);
+        put_u64(&b, 8);
+        put_u32(&b, 0);
+        put_u64(&b, (uint64_t)i * 32);
+    }
+    pad_to(&b, 32);
+    for (int i = 0; i < n; i++) {
+        float row[8] = {(float)i};
+        put(&b, row, sizeof row);
+    }
+    return b;
+}
+
+/* Thousands of tensors: every name is found by model_gguf_tensor, and a duplicate
+ * is reported at the info that repeats the name (the reader keeps a hash set). */
+START_TEST(many_tensors) {
+    enum { N = 5000 };
+    size_t last;
+    buf_t b = make_many(N, -1, &last);
+    char err[512];
+    const char *path = write_tmp(&b);
+    model_gguf_t *g = model_gguf_open(path, err, sizeof err);
+    ck_assert_msg(g != NULL, "%s", err);
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "blk.%d.w", i);
+        const model_gguf_tensor_t *t = model_gguf_tensor(g, name);
+        ck_assert_ptr_eq(t, model_gguf_tensor_at(g, i));
+        ck_assert_float_eq(((const float *)t->data)[0], (float)i);
+    }
+    model_gguf_destroy(&g);
+    unlink(path);
+    free(b.p);
+
+    b = make_many(N, 17, &last);
+    expect_fail_at(&b, last, "duplicate tensor name 'blk.17.w' (tensor #4999; #17 has it");
+    free(b.p);
+}
+END_TEST
+
+/* Header values whose products overflow an int are refused by the config reader. */
+START_TEST(config_products_overflow) {
+    buf_t b = {0};
+    put_u32(&b, 0x46554747);
+    put_u32(&b, 3);
+    put_u64(&b, 0);
+    put_u64(&b, 6);
+    kv_str(&b, "general.architecture", "llama");
+    kv_u32(&b, "llama.block_count", 1);
+    kv_u32(&b, "llama.embedding_length", 1u << 20);
+    kv_u32(&b, "llama.feed_forward_length", 64);
+    kv_u32(&b, "llama.attention.head_count", 1u << 20);
+    kv_u32(&b, "llama.attention.key_length", 1u << 20); /* 2^40 query width */
+    char err[512];
+    const char *path = write_tmp(&b);
+    model_gguf_t *g = model_gguf_open(path, err, sizeof err);
+    ck_assert_msg(g != NULL, "%s", err);
+    model_config_t c;
+    ck_assert_int_eq(model_llama_read_config(g, &c, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "overflow"), "%s", err);
+    model_gguf_destroy(&g);
+    ck_assert_ptr_null(model_llama_load(path, err, sizeof err));
+    ck_assert_msg(strstr(err, "overflow"), "%s", err);
+    unlink(path);
+    free(b.p);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("gguf");
     TCase *tc = tcase_create("reader");
@@ -285,6 +487,12 @@ int main(void) {
     tcase_add_test(tc, default_model_metadata);
     tcase_add_test(tc, truncated_real_model);
     suite_add_tcase(s, tc);
+    TCase *tco = tcase_create("offsets");
+    tcase_set_timeout(tco, 60);
+    tcase_add_test(tco, error_offsets);
+    tcase_add_test(tco, many_tensors);
+    tcase_add_test(tco, config_products_overflow);
+    suite_add_tcase(s, tco);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
