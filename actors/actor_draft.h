@@ -39,6 +39,8 @@
 #include <stdint.h>
 
 int actor_draft_main(actor_env_t *env);
+/* Its options, declared once (name, type, default, range, help). */
+extern const actor_opt_t actor_draft_opts[];
 
 /* ---- the drafter, without sockets (what the actor runs; usable from tests) */
 

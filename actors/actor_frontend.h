@@ -34,5 +34,7 @@
 #define ACTOR_FRONTEND_DEFAULT_ENDPOINT "tcp://127.0.0.1:5555"
 
 int actor_frontend_main(actor_env_t *env);
+/* Its options, declared once (name, type, default, range, help). */
+extern const actor_opt_t actor_frontend_opts[];
 
 #endif

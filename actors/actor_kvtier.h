@@ -28,5 +28,7 @@
 #include "actor_runtime.h"
 
 int actor_kvtier_main(actor_env_t *env);
+/* Its options, declared once (name, type, default, range, help). */
+extern const actor_opt_t actor_kvtier_opts[];
 
 #endif

@@ -23,5 +23,7 @@
 #include "actor_runtime.h"
 
 int actor_tokenizer_main(actor_env_t *env);
+/* Its options (topology line "tokenizer" or "defaults"). */
+extern const actor_opt_t actor_tokenizer_opts[];
 
 #endif

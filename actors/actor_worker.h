@@ -29,5 +29,7 @@
 #include "actor_runtime.h"
 
 int actor_worker_main(actor_env_t *env);
+/* Its options, declared once (name, type, default, range, help). */
+extern const actor_opt_t actor_worker_opts[];
 
 #endif
