@@ -285,10 +285,10 @@ void actor_draft_end(actor_draft_t *self, int worker, uint64_t rid) {
 }
 
 static void s_ngram(actor_draft_t *d, actor_draft_job_t *j) {
-    uint64_t t0 = actor_now_us();
+    uint64_t t0 = base_now_us();
     j->by = ACTOR_DRAFT_NGRAM;
     j->n_out = model_spec_ngram(j->tokens, j->n, d->cfg.ngram_min, d->cfg.ngram_max, j->k, j->out);
-    s_count(d, "time.ngram_us", (int64_t)(actor_now_us() - t0));
+    s_count(d, "time.ngram_us", (int64_t)(base_now_us() - t0));
 }
 
 /* Set up job j for the model: its state, rolled back to the longest common
@@ -451,9 +451,9 @@ int actor_draft_run(actor_draft_t *self, actor_draft_job_t *jobs, int n_jobs) {
         self->prog = p;
         self->cap_prog = n_jobs;
     }
-    uint64_t t0 = actor_now_us();
+    uint64_t t0 = base_now_us();
     int rc = s_run_model(self, jobs, n_jobs);
-    s_count(self, "time.model_us", (int64_t)(actor_now_us() - t0));
+    s_count(self, "time.model_us", (int64_t)(base_now_us() - t0));
     return rc;
 }
 
@@ -468,10 +468,29 @@ typedef struct {
     zsock_t **to_worker; /* (n_workers) PUSH to each target worker, made on first use */
     int n_workers;
     actor_draft_t *drafter;     /* n-gram or model */
-    actor_counters_t *counters; /* stats */
+    actor_loop_t *loop;         /* polling, control messages, counters */
+    actor_counters_t *counters; /* the loop's */
     msg_any_t *pending;         /* (S_MAX_JOBS) draft requests received, not yet answered */
     int n_pending;
 } s_actor_t;
+
+const actor_opt_t actor_draft_opts[] = {
+    {"draft", ACTOR_OPT_ENUM, "ngram", 0, 0, "ngram|model",
+     "drafter: ngram (prompt lookup) or model (a small draft model)"},
+    {"draft_model", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
+     "draft GGUF (same vocabulary as model, checked at start); needed by draft=model"},
+    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
+     "the target's GGUF (draft=model: to check the vocabularies)"},
+    {"threads", ACTOR_OPT_INT, "1", 1, 256, NULL, "threads of the draft model's forward pass"},
+    {"ngram_min", ACTOR_OPT_INT, "1", 1, 64, NULL, "shortest n-gram tried"},
+    {"ngram_max", ACTOR_OPT_INT, "4", 1, 64, NULL, "longest n-gram tried (tried first)"},
+    {"kv_blocks", ACTOR_OPT_INT, "256", 1, 1 << 24, NULL, "the draft model's KV pool, in blocks"},
+    {"block_size", ACTOR_OPT_INT, "16", 1, 256, NULL, "positions per KV block"},
+    {"max_ctx", ACTOR_OPT_INT, "4096", 2, 1 << 20, NULL,
+     "longest history drafted with the model (longer: n-gram)"},
+    {"step_tokens", ACTOR_OPT_INT, "256", 1, 1 << 16, NULL, "tokens per draft forward pass"},
+    {NULL},
+};
 
 static void s_reply(s_actor_t *a, const msg_draft_request_t *q, const int32_t *toks, int n) {
     if (q->worker < 0 || q->worker >= a->n_workers) {
@@ -547,6 +566,30 @@ static void s_flush(s_actor_t *a) {
     a->n_pending = 0;
 }
 
+static void s_on_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_actor_t *a = self;
+    actor_counters_add(a->counters, "requests", 1);
+    a->pending[a->n_pending++] = *m; /* owned by pending now */
+    m->type = MSG_NONE;
+    if (a->n_pending == S_MAX_JOBS)
+        s_flush(a);
+}
+
+static void s_on_end(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_actor_t *a = self;
+    s_flush(a); /* drafts still pending for it would recreate the state */
+    actor_draft_end(a->drafter, m->u.draft_end.worker, m->u.draft_end.rid);
+    actor_counters_add(a->counters, "ends", 1);
+}
+
+/* After every wakeup: what arrived is drafted together, in one batch. */
+static int s_idle(void *self) {
+    s_flush(self);
+    return -1;
+}
+
 static void s_actor_cleanup(s_actor_t *a) {
     for (int i = 0; i < a->n_pending; i++)
         msg_any_clear(&a->pending[i]);
@@ -557,7 +600,7 @@ static void s_actor_cleanup(s_actor_t *a) {
     zsock_destroy(&a->in);
     zsock_destroy(&a->to_front);
     actor_draft_destroy(&a->drafter);
-    actor_counters_destroy(&a->counters);
+    actor_loop_destroy(&a->loop);
 }
 
 int actor_draft_main(actor_env_t *env) {
@@ -566,22 +609,23 @@ int actor_draft_main(actor_env_t *env) {
     s_actor_t a = {0};
     a.env = env;
     a.n_workers = actor_topology_workers(t);
-    a.counters = actor_counters_new();
+    a.loop = actor_loop_new(env, &a);
+    a.counters = a.loop ? actor_loop_counters(a.loop) : NULL;
     a.pending = calloc(S_MAX_JOBS, sizeof *a.pending);
     a.to_worker = calloc((size_t)(a.n_workers > 0 ? a.n_workers : 1), sizeof *a.to_worker);
-    if (!a.counters || !a.pending || !a.to_worker) {
+    if (!a.loop || !a.pending || !a.to_worker) {
         actor_env_fail(env, "%s: out of memory", name);
         s_actor_cleanup(&a);
         return 1;
     }
-    const char *mode = actor_topology_opt(t, name, "draft", "ngram");
+    const char *mode = actor_env_str(env, "draft");
     actor_draft_config_t c = {0};
     if (!strcmp(mode, "ngram")) {
         c.mode = ACTOR_DRAFT_NGRAM;
     } else if (!strcmp(mode, "model")) {
         c.mode = ACTOR_DRAFT_MODEL;
-        c.draft_model = actor_topology_opt(t, name, "draft_model", NULL);
-        c.target_model = actor_topology_opt(t, name, "model", NULL);
+        c.draft_model = actor_env_str(env, "draft_model");
+        c.target_model = actor_env_str(env, "model");
         if (!c.draft_model || !c.target_model) {
             actor_env_fail(env,
                            "%s: draft=model needs draft_model=PATH and model=PATH (the "
@@ -590,25 +634,15 @@ int actor_draft_main(actor_env_t *env) {
             s_actor_cleanup(&a);
             return 1;
         }
-    } else {
-        actor_env_fail(env, "%s: draft=%s: expected ngram or model", name, mode);
-        s_actor_cleanup(&a);
-        return 1;
     }
-    c.threads = (int)actor_topology_opt_int(t, name, "threads", 1);
-    c.ngram_min = (int)actor_topology_opt_int(t, name, "ngram_min", 1);
-    c.ngram_max = (int)actor_topology_opt_int(t, name, "ngram_max", 4);
-    c.kv_blocks = (int)actor_topology_opt_int(t, name, "kv_blocks", 256);
-    c.block_size = (int)actor_topology_opt_int(t, name, "block_size", 16);
-    c.max_ctx = (int)actor_topology_opt_int(t, name, "max_ctx", 4096);
-    c.step_tokens = (int)actor_topology_opt_int(t, name, "step_tokens", 256);
+    c.threads = (int)actor_env_int(env, "threads");
+    c.ngram_min = (int)actor_env_int(env, "ngram_min");
+    c.ngram_max = (int)actor_env_int(env, "ngram_max");
+    c.kv_blocks = (int)actor_env_int(env, "kv_blocks");
+    c.block_size = (int)actor_env_int(env, "block_size");
+    c.max_ctx = (int)actor_env_int(env, "max_ctx");
+    c.step_tokens = (int)actor_env_int(env, "step_tokens");
     c.counters = a.counters;
-    if (c.threads < 1 || c.ngram_min < 1 || c.ngram_max < c.ngram_min || c.kv_blocks < 1 ||
-        c.block_size < 1 || c.max_ctx < 2 || c.step_tokens < 1) {
-        actor_env_fail(env, "%s: bad option value", name);
-        s_actor_cleanup(&a);
-        return 1;
-    }
     char err[512];
     a.drafter = actor_draft_new(&c, err, sizeof err);
     if (!a.drafter) {
@@ -629,46 +663,11 @@ int actor_draft_main(actor_env_t *env) {
           c.draft_model ? c.draft_model : "");
     actor_env_ready(env);
 
-    zpoller_t *poller = zpoller_new(actor_env_pipe(env), a.in, NULL);
-    zpoller_set_nonstop(poller, true);
-    bool stop = false;
-    while (!stop) {
-        void *which = zpoller_wait(poller, 500);
-        if (which == actor_env_pipe(env))
-            break;
-        msg_any_t m;
-        msg_err_t e;
-        int rc;
-        while (!stop && (rc = actor_recv(a.in, &m, &e)) != -EAGAIN) {
-            if (rc < 0) {
-                actor_counters_add(a.counters, "malformed", 1);
-                continue;
-            }
-            switch (m.type) {
-            case MSG_DRAFT_REQUEST:
-                actor_counters_add(a.counters, "requests", 1);
-                a.pending[a.n_pending++] = m; /* owned by pending now */
-                m.type = MSG_NONE;
-                if (a.n_pending == S_MAX_JOBS)
-                    s_flush(&a);
-                break;
-            case MSG_DRAFT_END:
-                /* drafts still pending for it would recreate the state */
-                s_flush(&a);
-                actor_draft_end(a.drafter, m.u.draft_end.worker, m.u.draft_end.rid);
-                actor_counters_add(a.counters, "ends", 1);
-                break;
-            default:
-                if (actor_ctl_handle(env, &m, a.to_front, a.counters) == 1)
-                    stop = true;
-                else if (m.type != MSG_PING && m.type != MSG_STATS_QUERY)
-                    actor_counters_add(a.counters, "unexpected", 1);
-            }
-            msg_any_clear(&m);
-        }
-        s_flush(&a);
-    }
-    zpoller_destroy(&poller);
+    actor_loop_inbox(a.loop, a.in, a.to_front, false, "");
+    actor_loop_on(a.loop, MSG_DRAFT_REQUEST, s_on_request);
+    actor_loop_on(a.loop, MSG_DRAFT_END, s_on_end);
+    actor_loop_idle(a.loop, s_idle);
+    actor_loop_run(a.loop, 500);
     LOG_I(name, "stopping");
     s_actor_cleanup(&a);
     return 0;

@@ -5,12 +5,7 @@
  * (worker, rid) KV in its own paged pool so that each request only prefills
  * what changed since the last one.
  *
- * Options (topology, actor "draft" or "defaults"):
- *   draft=ngram|model (ngram)   draft_model=PATH (GGUF; required for draft=model)
- *   model=PATH   the target's GGUF: draft=model refuses to start unless the two
- *                vocabularies are identical (size and every token string)
- *   threads=N (1)  ngram_min=N (1)  ngram_max=N (4)
- *   kv_blocks=N (256)  block_size=N (16)  max_ctx=N (4096)  step_tokens=N (256)
+ * Options: actor_draft_opts in actor_draft.c (`strata actor --help`).
  *
  * Command / reply table (inbound PULL socket):
  *   draft_request (worker N) -> draft_reply to worker N (PUSH to the endpoint of
@@ -39,6 +34,8 @@
 #include <stdint.h>
 
 int actor_draft_main(actor_env_t *env);
+/* Its options, declared once (name, type, default, range, help). */
+extern const actor_opt_t actor_draft_opts[];
 
 /* ---- the drafter, without sockets (what the actor runs; usable from tests) */
 

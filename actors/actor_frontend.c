@@ -67,8 +67,8 @@ typedef struct {
     int max_requests, n_reqs;
     uint64_t next_rid; /* next server-side id */
     uint64_t ping_seq; /* heartbeat sequence */
-    uint64_t last_ping_us;
-    actor_counters_t *counters;         /* stats */
+    actor_loop_t *loop;                 /* polling, control messages, timers, counters */
+    actor_counters_t *counters;         /* the loop's */
     char endpoint[ACTOR_TOPO_ENDPOINT]; /* client endpoint */
     uint32_t *fd_gen; /* (S_MAX_FD) connections accepted on each fd so far: a closed
                          connection's fd is reused by the next one, and its
@@ -76,6 +76,14 @@ typedef struct {
 } s_front_t;
 
 #define S_MAX_FD 65536
+
+const actor_opt_t actor_frontend_opts[] = {
+    {"client", ACTOR_OPT_STRING, ACTOR_FRONTEND_DEFAULT_ENDPOINT, 0, 0, NULL,
+     "client endpoint (ROUTER)"},
+    {"max_requests", ACTOR_OPT_INT, "1024", 1, 1 << 20, NULL,
+     "requests in flight before overloaded"},
+    {NULL},
+};
 
 /* ---- sending to clients */
 
@@ -220,7 +228,7 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
     msg_tok_request_init(&q);
     q.rid = r->rid;
     q.gen = *g; /* borrowed: the caller clears g */
-    q.t_arrival_us = actor_now_us();
+    q.t_arrival_us = base_now_us();
     int rc = actor_send(f->to_tok, MSG_TOK_REQUEST, &q);
     if (rc) {
         actor_counters_add(f->counters, "rejected.overloaded", 1);
@@ -264,14 +272,14 @@ static void s_on_stats(s_front_t *f, const uint8_t *ident, size_t ident_len, boo
     memcpy(p->ident, ident, ident_len);
     p->ident_len = ident_len;
     p->delim = delim;
-    p->t_us = actor_now_us();
+    p->t_us = base_now_us();
     msg_stats_query_t q = {0};
     for (int i = 0; i < f->n_peers; i++)
         actor_send(f->peers[i].push, MSG_STATS_QUERY, &q);
 }
 
 static void s_stats_flush(s_front_t *f) {
-    uint64_t now = actor_now_us();
+    uint64_t now = base_now_us();
     for (int i = 0; i < MAX_PENDING_STATS; i++) {
         s_pending_stats_t *p = &f->pending[i];
         if (!p->t_us)
@@ -292,7 +300,7 @@ static void s_on_health(s_front_t *f, const uint8_t *ident, size_t ident_len, bo
     h.actors = calloc((size_t)f->n_peers + 1, sizeof *h.actors);
     if (!h.actors)
         return;
-    uint64_t now = actor_now_us();
+    uint64_t now = base_now_us();
     h.ok = true;
     msg_set_str(h.actors[0].name, sizeof h.actors[0].name, "frontend");
     h.actors[0].state = MSG_STATE_READY;
@@ -318,9 +326,18 @@ static void s_on_health(s_front_t *f, const uint8_t *ident, size_t ident_len, bo
     free(h.actors);
 }
 
+/* ---- socket monitor: a closed client connection cancels what came from it */
+
+static void s_on_monitor(void *self, zsock_t *sock);
+
 /* Read one client message (identity, optional delimiter, payload) and act on it. */
-static void s_on_client(s_front_t *f) {
-    void *h = zsock_resolve(f->clients);
+static void s_on_client(void *self, zsock_t *sock) {
+    s_front_t *f = self;
+    /* the socket events of a connection precede its messages: read them
+     * first, every time, so each request gets its own fd_gen */
+    while (zsock_events(f->monitor) & ZMQ_POLLIN)
+        s_on_monitor(f, f->monitor);
+    void *h = zsock_resolve(sock);
     zmq_msg_t part[4];
     int n = 0;
     bool more = true, ok = true;
@@ -401,10 +418,9 @@ done:
         zmq_msg_close(&part[i]);
 }
 
-/* ---- socket monitor: a closed client connection cancels what came from it */
-
-static void s_on_monitor(s_front_t *f) {
-    zmsg_t *msg = zmsg_recv(f->monitor);
+static void s_on_monitor(void *self, zsock_t *sock) {
+    s_front_t *f = self;
+    zmsg_t *msg = zmsg_recv(sock);
     if (!msg)
         return;
     zframe_t *ev = zmsg_first(msg);
@@ -527,57 +543,53 @@ static s_peer_t *s_peer(s_front_t *f, const char *name) {
     return NULL;
 }
 
-static void s_on_internal(s_front_t *f, msg_any_t *m, bool *stop) {
-    switch (m->type) {
-    case MSG_TEXT_EVENT:
-        s_on_text(f, &m->u.text_event);
-        break;
-    case MSG_WORK_ERROR:
-        s_on_work_error(f, &m->u.work_error);
-        break;
-    case MSG_PONG: {
-        s_peer_t *p = s_peer(f, m->u.pong.name);
-        if (p) {
-            p->last_seen_us = actor_now_us();
-            p->restarting = false;
-        }
-        break;
-    }
-    case MSG_STATS_ANSWER: {
-        s_peer_t *p = s_peer(f, m->u.stats_answer.name);
-        if (p) {
-            p->last_seen_us = p->last_stats_us = actor_now_us();
-            p->restarting = false;
-            free(p->counters);
-            p->counters = m->u.stats_answer.counters; /* take it over */
-            p->n_counters = m->u.stats_answer.n_counters;
-            m->u.stats_answer.counters = NULL;
-            m->u.stats_answer.n_counters = 0;
-        }
-        break;
-    }
-    case MSG_WORKER_DOWN: {
-        char name[32];
-        snprintf(name, sizeof name, "worker%d", m->u.worker_down.worker);
-        s_peer_t *p = s_peer(f, name);
-        if (p)
-            p->restarting = true;
-        actor_counters_add(f->counters, "workers_down", 1);
-        break;
-    }
-    default:
-        if (actor_ctl_handle(f->env, m, NULL, f->counters) == 1)
-            *stop = true;
-        else
-            actor_counters_add(f->counters, "internal.unexpected", 1);
+static void s_on_text_event(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_on_text(self, &m->u.text_event);
+}
+
+static void s_on_error(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_on_work_error(self, &m->u.work_error);
+}
+
+static void s_on_pong(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_peer_t *p = s_peer(self, m->u.pong.name);
+    if (p) {
+        p->last_seen_us = base_now_us();
+        p->restarting = false;
     }
 }
 
-static void s_heartbeat(s_front_t *f) {
-    uint64_t now = actor_now_us();
-    if (now - f->last_ping_us < PING_US)
-        return;
-    f->last_ping_us = now;
+static void s_on_stats_answer(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_peer_t *p = s_peer(self, m->u.stats_answer.name);
+    if (p) {
+        p->last_seen_us = p->last_stats_us = base_now_us();
+        p->restarting = false;
+        free(p->counters);
+        p->counters = m->u.stats_answer.counters; /* take it over */
+        p->n_counters = m->u.stats_answer.n_counters;
+        m->u.stats_answer.counters = NULL;
+        m->u.stats_answer.n_counters = 0;
+    }
+}
+
+static void s_on_worker_down(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_front_t *f = self;
+    char name[32];
+    snprintf(name, sizeof name, "worker%d", m->u.worker_down.worker);
+    s_peer_t *p = s_peer(f, name);
+    if (p)
+        p->restarting = true;
+    actor_counters_add(f->counters, "workers_down", 1);
+}
+
+/* Every PING_US: a ping and a stats query to every peer. */
+static void s_heartbeat(void *self) {
+    s_front_t *f = self;
     msg_ping_t p = {++f->ping_seq};
     msg_stats_query_t q = {0};
     for (int i = 0; i < f->n_peers; i++) {
@@ -585,6 +597,17 @@ static void s_heartbeat(s_front_t *f) {
             actor_send(f->peers[i].push, MSG_STATS_QUERY, &q))
             actor_counters_add(f->counters, "heartbeat.unsent", 1);
     }
+}
+
+/* After every wakeup: answer the stats requests whose counters are fresh;
+ * while some wait, wake up every 10 ms. */
+static int s_idle(void *self) {
+    s_front_t *f = self;
+    s_stats_flush(f);
+    for (int i = 0; i < MAX_PENDING_STATS; i++)
+        if (f->pending[i].t_us)
+            return 10;
+    return -1;
 }
 
 static void s_cleanup(s_front_t *f) {
@@ -602,7 +625,7 @@ static void s_cleanup(s_front_t *f) {
     zsock_destroy(&f->clients);
     zsock_destroy(&f->in);
     zsock_destroy(&f->to_tok);
-    actor_counters_destroy(&f->counters);
+    actor_loop_destroy(&f->loop);
 }
 
 int actor_frontend_main(actor_env_t *env) {
@@ -610,20 +633,18 @@ int actor_frontend_main(actor_env_t *env) {
     s_front_t f = {0};
     f.env = env;
     f.next_rid = 1;
-    snprintf(f.endpoint, sizeof f.endpoint, "%s",
-             actor_topology_opt(t, "frontend", "client", ACTOR_FRONTEND_DEFAULT_ENDPOINT));
-    f.max_requests = (int)actor_topology_opt_int(t, "frontend", "max_requests", 1024);
-    if (f.max_requests < 1)
-        f.max_requests = 1;
+    snprintf(f.endpoint, sizeof f.endpoint, "%s", actor_env_str(env, "client"));
+    f.max_requests = (int)actor_env_int(env, "max_requests");
     f.reqs = calloc((size_t)f.max_requests, sizeof *f.reqs);
     f.fd_gen = calloc(S_MAX_FD, sizeof *f.fd_gen);
-    f.counters = actor_counters_new();
+    f.loop = actor_loop_new(env, &f);
+    f.counters = f.loop ? actor_loop_counters(f.loop) : NULL;
     int nw = actor_topology_workers(t);
     f.peers = calloc((size_t)t->n + 2, sizeof *f.peers); /* at most every entry */
     f.in = actor_sock_inbound(actor_topology_endpoint(t, "frontend"), MSG_MAX_INTERNAL_FRAME + 4096,
                               100000);
     f.to_tok = actor_sock_outbound(actor_topology_endpoint(t, "tokenizer"), 10000);
-    if (!f.reqs || !f.fd_gen || !f.counters || !f.peers || !f.in || !f.to_tok) {
+    if (!f.reqs || !f.fd_gen || !f.loop || !f.peers || !f.in || !f.to_tok) {
         actor_env_fail(env, "frontend: cannot set up (sockets or memory)");
         s_cleanup(&f);
         return 1;
@@ -686,41 +707,19 @@ int actor_frontend_main(actor_env_t *env) {
     LOG_I(TAG, "listening on %s", f.endpoint);
     actor_env_ready(env);
 
-    zpoller_t *poller = zpoller_new(actor_env_pipe(env), f.monitor, f.in, f.clients, NULL);
-    zpoller_set_nonstop(poller, true);
-    bool stop = false;
-    while (!stop) {
-        bool waiting_stats = false;
-        for (int i = 0; i < MAX_PENDING_STATS && !waiting_stats; i++)
-            waiting_stats = f.pending[i].t_us != 0;
-        void *which = zpoller_wait(poller, waiting_stats ? 10 : 100);
-        if (which == actor_env_pipe(env))
-            break;
-        /* disconnects first, so a reused fd cannot cancel a newer request */
-        while (zsock_events(f.monitor) & ZMQ_POLLIN)
-            s_on_monitor(&f);
-        msg_any_t m;
-        msg_err_t e;
-        int rc, budget = 1000;
-        while (!stop && budget-- > 0 && (rc = actor_recv(f.in, &m, &e)) != -EAGAIN) {
-            if (rc < 0) {
-                actor_counters_add(f.counters, "internal.malformed", 1);
-                continue;
-            }
-            s_on_internal(&f, &m, &stop);
-            msg_any_clear(&m);
-        }
-        for (budget = 1000; budget-- > 0 && (zsock_events(f.clients) & ZMQ_POLLIN);) {
-            /* the socket events of a connection precede its messages: read
-             * them first, every time, so each request gets its own fd_gen */
-            while (zsock_events(f.monitor) & ZMQ_POLLIN)
-                s_on_monitor(&f);
-            s_on_client(&f);
-        }
-        s_heartbeat(&f);
-        s_stats_flush(&f);
-    }
-    zpoller_destroy(&poller);
+    /* disconnects first, so a reused fd cannot cancel a newer request */
+    actor_loop_reader(f.loop, f.monitor, s_on_monitor);
+    actor_loop_inbox(f.loop, f.in, NULL, false, "internal.");
+    actor_loop_reader(f.loop, f.clients, s_on_client);
+    actor_loop_on(f.loop, MSG_TEXT_EVENT, s_on_text_event);
+    actor_loop_on(f.loop, MSG_WORK_ERROR, s_on_error);
+    actor_loop_on(f.loop, MSG_PONG, s_on_pong);
+    actor_loop_on(f.loop, MSG_STATS_ANSWER, s_on_stats_answer);
+    actor_loop_on(f.loop, MSG_WORKER_DOWN, s_on_worker_down);
+    actor_loop_timer(f.loop, PING_US / 1000, s_heartbeat);
+    actor_loop_idle(f.loop, s_idle);
+    s_heartbeat(&f); /* the first one at once: health knows every peer soon */
+    actor_loop_run(f.loop, 100);
     s_cleanup(&f);
     return 0;
 }

@@ -8,8 +8,7 @@
  * came from, or an EHOSTUNREACH reply) gets its requests cancelled, which
  * frees their KV.
  *
- * Options (topology, actor "frontend"): client=ENDPOINT (tcp://127.0.0.1:5555),
- *   max_requests=N (1024: more in flight are answered "overloaded")
+ * Options: actor_frontend_opts in actor_frontend.c (`strata actor --help`).
  *
  * Client socket (ROUTER; frames [identity][payload] or [identity][""][payload],
  * the reply uses the same envelope):
@@ -34,5 +33,7 @@
 #define ACTOR_FRONTEND_DEFAULT_ENDPOINT "tcp://127.0.0.1:5555"
 
 int actor_frontend_main(actor_env_t *env);
+/* Its options, declared once (name, type, default, range, help). */
+extern const actor_opt_t actor_frontend_opts[];
 
 #endif

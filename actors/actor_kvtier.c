@@ -41,9 +41,25 @@ typedef struct {
     s_promo_t promos[S_MAX_PROMOS];
     uint64_t *hashes;    /* (max_blocks) scratch: a prompt's chained hashes */
     int max_blocks;
-    actor_counters_t *counters;
-    uint64_t last_stats_us;
+    actor_loop_t *loop;         /* polling, control messages, counters */
+    actor_counters_t *counters; /* the loop's */
 } s_kvtier_t;
+
+const actor_opt_t actor_kvtier_opts[] = {
+    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path (read for the KV block shape only)"},
+    {"block_size", ACTOR_OPT_INT, "16", 1, KV_MAX_BLOCK_TOKENS, NULL, "positions per KV block"},
+    {"t1_blocks", ACTOR_OPT_INT, "256", 1, 1 << 24, NULL, "T1 DRAM pool, in blocks"},
+    {"t1_fmt", ACTOR_OPT_ENUM, "f32", 0, 0, "f32|f16|int8|int4", "T1 block format"},
+    {"t2_dir", ACTOR_OPT_PATH, "~/.cache/strata/kv", 0, 0, NULL,
+     "T2 SSD files (O_DIRECT, io_uring); none: no T2 (strata serve sets none unless --t2-dir)"},
+    {"t2_blocks", ACTOR_OPT_INT, "1024", 1, 1 << 26, NULL, "T2 capacity in blocks"},
+    {"t2_fmt", ACTOR_OPT_ENUM, "f32", 0, 0, "f32|f16|int8|int4", "T2 block format"},
+    {"policy", ACTOR_OPT_ENUM, "scored", 0, 0, "lru|lfu|scored", "eviction order in T1 and T2"},
+    {"queue_depth", ACTOR_OPT_INT, "64", 1, 4096, NULL, "io_uring entries and registered buffers"},
+    {"nice", ACTOR_OPT_INT, "10", 0, 19, NULL,
+     "CPU priority lowered by this much for its thread (demotions are background work)"},
+    {NULL},
+};
 
 /* Block shape from the model's GGUF header (no weights are loaded). */
 static int s_shape(const char *path, int block_size, kern_kv_shape_t *s, char *err, size_t errlen) {
@@ -185,8 +201,8 @@ static void s_on_completions(s_kvtier_t *t, int wait_us);
 static void s_on_put(s_kvtier_t *t, const msg_kv_block_t *b, const zmq_msg_t *raw) {
     /* a burst of demotions must not outrun the disk: a put whose T1 victim
      * finds no free write request would drop it, so wait for one (bounded) */
-    uint64_t t0 = actor_now_us();
-    while (kv_tiers_free_io(t->tiers) < 2 && actor_now_us() - t0 < 2000000)
+    uint64_t t0 = base_now_us();
+    while (kv_tiers_free_io(t->tiers) < 2 && base_now_us() - t0 < 2000000)
         s_on_completions(t, 1000);
     size_t len = zmq_msg_size((zmq_msg_t *)raw);
     size_t want = kv_fmt_block_bytes(&t->shape, b->fmt);
@@ -207,7 +223,9 @@ static void s_on_put(s_kvtier_t *t, const msg_kv_block_t *b, const zmq_msg_t *ra
         actor_counters_add(t->counters, "bytes.demoted_in", (int64_t)len);
 }
 
-static void s_stats(s_kvtier_t *t) {
+/* Before a stats answer: kv_tiers' statistics as counters. */
+static void s_stats(void *self) {
+    s_kvtier_t *t = self;
     kv_tiers_stats_t s = kv_tiers_stats(t->tiers);
     actor_counters_t *c = t->counters;
     actor_counters_set(c, "t1.hits", s.t1_hits);
@@ -228,7 +246,24 @@ static void s_stats(s_kvtier_t *t) {
     actor_counters_set(c, "t1.bytes", s.t1_bytes);
     actor_counters_set(c, "t2.bytes", s.t2_bytes);
     actor_counters_set(c, "t2.recovered", s.t2_recovered);
-    t->last_stats_us = actor_now_us();
+}
+
+static void s_on_block(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    s_on_put(self, &m->u.kv_block, raw);
+}
+
+static void s_on_kv_promote(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_on_promote(self, &m->u.kv_promote);
+}
+
+/* After every wakeup: completed reads go out; with I/O in flight, wait for
+ * the disk a little (here, not in the poll) and come back at once. */
+static int s_idle(void *self) {
+    s_kvtier_t *t = self;
+    bool io = kv_tiers_pending(t->tiers) > 0;
+    s_on_completions(t, io ? 500 : 0);
+    return kv_tiers_pending(t->tiers) > 0 ? 0 : -1;
 }
 
 static void s_cleanup(s_kvtier_t *t) {
@@ -239,7 +274,7 @@ static void s_cleanup(s_kvtier_t *t) {
     free(t->hashes);
     zsock_destroy(&t->in);
     zsock_destroy(&t->to_front);
-    actor_counters_destroy(&t->counters);
+    actor_loop_destroy(&t->loop);
 }
 
 int actor_kvtier_main(actor_env_t *env) {
@@ -248,10 +283,10 @@ int actor_kvtier_main(actor_env_t *env) {
     s_kvtier_t t = {0};
     t.env = env;
     char err[512];
-    const char *model = actor_topology_opt(topo, me, "model", NULL);
-    int bs = (int)actor_topology_opt_int(topo, me, "block_size", 16);
-    if (!model || bs < 1 || bs > KV_MAX_BLOCK_TOKENS) {
-        actor_env_fail(env, "%s: needs model= and a block_size in 1..%d", me, KV_MAX_BLOCK_TOKENS);
+    const char *model = actor_env_str(env, "model");
+    int bs = (int)actor_env_int(env, "block_size");
+    if (!model) {
+        actor_env_fail(env, "%s: needs model= (for the block shape)", me);
         return 1;
     }
     if (s_shape(model, bs, &t.shape, err, sizeof err)) {
@@ -259,30 +294,24 @@ int actor_kvtier_main(actor_env_t *env) {
         return 1;
     }
     char dir[1024];
-    const char *t2 = actor_topology_opt(topo, me, "t2_dir", NULL);
-    if (!t2) {
+    const char *t2 = actor_env_str(env, "t2_dir");
+    if (!strncmp(t2, "~/", 2)) {
         const char *home = getenv("HOME");
-        snprintf(dir, sizeof dir, "%s/.cache/strata/kv", home ? home : "/tmp");
+        snprintf(dir, sizeof dir, "%s/%s", home ? home : "/tmp", t2 + 2);
         t2 = dir;
     } else if (!strcmp(t2, "none")) {
         t2 = NULL;
     }
     kv_tiers_config_t c = {
         .shape = t.shape,
-        .t1_blocks = (int)actor_topology_opt_int(topo, me, "t1_blocks", 256),
-        .t1_fmt = kv_fmt_parse(actor_topology_opt(topo, me, "t1_fmt", "f32")),
+        .t1_blocks = (int)actor_env_int(env, "t1_blocks"),
+        .t1_fmt = kv_fmt_parse(actor_env_str(env, "t1_fmt")),
         .t2_dir = t2,
-        .t2_blocks = (int)actor_topology_opt_int(topo, me, "t2_blocks", 1024),
-        .t2_fmt = kv_fmt_parse(actor_topology_opt(topo, me, "t2_fmt", "f32")),
-        .policy = kv_policy_parse(actor_topology_opt(topo, me, "policy", "scored")),
-        .queue_depth = (int)actor_topology_opt_int(topo, me, "queue_depth", 64),
+        .t2_blocks = (int)actor_env_int(env, "t2_blocks"),
+        .t2_fmt = kv_fmt_parse(actor_env_str(env, "t2_fmt")),
+        .policy = kv_policy_parse(actor_env_str(env, "policy")),
+        .queue_depth = (int)actor_env_int(env, "queue_depth"),
     };
-    if (c.t1_blocks < 1 || c.t1_fmt < 0 || c.t2_fmt < 0 || (int)c.policy < 0 ||
-        (t2 && c.t2_blocks < 1)) {
-        actor_env_fail(env, "%s: bad option value (t1_blocks, t1_fmt, t2_blocks, t2_fmt, policy)",
-                       me);
-        return 1;
-    }
     if (t2) {
         char cmd[1100];
         snprintf(cmd, sizeof cmd, "%s", t2); /* create the directory chain */
@@ -300,11 +329,12 @@ int actor_kvtier_main(actor_env_t *env) {
         return 1;
     }
     t.n_workers = actor_topology_workers(topo);
-    t.counters = actor_counters_new();
+    t.loop = actor_loop_new(env, &t);
+    t.counters = t.loop ? actor_loop_counters(t.loop) : NULL;
     t.to_worker = calloc((size_t)(t.n_workers > 0 ? t.n_workers : 1), sizeof *t.to_worker);
     t.in = actor_sock_inbound(actor_topology_endpoint(topo, me), (int64_t)64 << 20, 10000);
     t.to_front = actor_sock_outbound(actor_topology_endpoint(topo, "frontend"), 1000);
-    bool ok = t.counters && t.to_worker && t.in && t.to_front;
+    bool ok = t.loop && t.to_worker && t.in && t.to_front;
     for (int i = 0; ok && i < t.n_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "worker%d", i);
@@ -319,7 +349,7 @@ int actor_kvtier_main(actor_env_t *env) {
     /* demotions (copy, convert, write) are background work: on a machine with
      * few cores they must not take CPU from the workers' forward passes.  A
      * lower priority for this thread only (Linux: per-thread nice). */
-    int nice_v = (int)actor_topology_opt_int(topo, me, "nice", 10);
+    int nice_v = (int)actor_env_int(env, "nice");
     if (nice_v && setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice_v))
         LOG_W(me, "cannot lower its priority (nice %d)", nice_v);
     kv_tiers_stats_t st = kv_tiers_stats(t.tiers);
@@ -329,48 +359,12 @@ int actor_kvtier_main(actor_env_t *env) {
     s_stats(&t);
     actor_env_ready(env);
 
-    zpoller_t *poller = zpoller_new(actor_env_pipe(env), t.in, NULL);
-    zpoller_set_nonstop(poller, true);
-    bool stop = false;
-    while (!stop) {
-        bool io = kv_tiers_pending(t.tiers) > 0;
-        void *which = zpoller_wait(poller, io ? 0 : 100);
-        if (which == actor_env_pipe(env))
-            break;
-        msg_any_t m;
-        msg_err_t e;
-        zmq_msg_t raw;
-        int rc;
-        while (!stop && (rc = actor_recv_raw(t.in, &m, &e, &raw)) != -EAGAIN) {
-            if (rc < 0) {
-                actor_counters_add(t.counters, "malformed", 1);
-                zmq_msg_close(&raw);
-                continue;
-            }
-            switch (m.type) {
-            case MSG_KV_BLOCK:
-                s_on_put(&t, &m.u.kv_block, &raw);
-                break;
-            case MSG_KV_PROMOTE:
-                s_on_promote(&t, &m.u.kv_promote);
-                break;
-            default:
-                if (m.type == MSG_STATS_QUERY)
-                    s_stats(&t);
-                if (actor_ctl_handle(env, &m, t.to_front, t.counters) == 1)
-                    stop = true;
-                else if (m.type != MSG_PING && m.type != MSG_STATS_QUERY)
-                    actor_counters_add(t.counters, "unexpected", 1);
-            }
-            zmq_msg_close(&raw);
-            msg_any_clear(&m);
-        }
-        /* with I/O in flight, wait for the disk a little instead of spinning */
-        s_on_completions(&t, io ? 500 : 0);
-        if (actor_now_us() - t.last_stats_us > 200000)
-            s_stats(&t);
-    }
-    zpoller_destroy(&poller);
+    actor_loop_inbox(t.loop, t.in, t.to_front, true, "");
+    actor_loop_on(t.loop, MSG_KV_BLOCK, s_on_block);
+    actor_loop_on(t.loop, MSG_KV_PROMOTE, s_on_kv_promote);
+    actor_loop_on_stats(t.loop, s_stats);
+    actor_loop_idle(t.loop, s_idle);
+    actor_loop_run(t.loop, 100);
     LOG_I(me, "stopping");
     s_cleanup(&t);
     return 0;

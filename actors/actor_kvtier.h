@@ -18,9 +18,7 @@
  *   ping / stats_query              -> pong / stats_answer to the frontend
  *   stop                            -> ends the actor (pending writes complete)
  *
- * Options (topology line "kvtier"): model (for the block shape), block_size (16),
- * t1_blocks (256), t1_fmt (f32), t2_dir (~/.cache/strata/kv; "none": no T2),
- * t2_blocks (1024), t2_fmt (f32), policy (lru|lfu|scored; scored).
+ * Options: actor_kvtier_opts in actor_kvtier.c (`strata actor --help`).
  */
 #ifndef ACTOR_KVTIER_H
 #define ACTOR_KVTIER_H
@@ -28,5 +26,7 @@
 #include "actor_runtime.h"
 
 int actor_kvtier_main(actor_env_t *env);
+/* Its options, declared once (name, type, default, range, help). */
+extern const actor_opt_t actor_kvtier_opts[];
 
 #endif

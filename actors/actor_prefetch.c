@@ -23,9 +23,20 @@ typedef struct {
     zsock_t *to_front; /* PUSH to the frontend (pong, stats) */
     s_session_t *sessions;
     int n_sessions; /* capacity */
-    int warm_sessions, warm_ms, warm_s;
-    actor_counters_t *counters;
+    int warm_sessions, warm_s;
+    actor_loop_t *loop;         /* polling, control messages, timers, counters */
+    actor_counters_t *counters; /* the loop's */
 } s_prefetch_t;
+
+const actor_opt_t actor_prefetch_opts[] = {
+    {"sessions", ACTOR_OPT_INT, "256", 1, 1 << 20, NULL, "chat sessions tracked (LRU)"},
+    {"warm_sessions", ACTOR_OPT_INT, "16", 0, 1 << 20, NULL,
+     "most recent sessions kept warm (T2 -> T1); 0: none"},
+    {"warm_ms", ACTOR_OPT_INT, "250", 1, 3600000, NULL, "how often sessions are warmed"},
+    {"warm_s", ACTOR_OPT_INT, "600", 1, 31536000, NULL,
+     "how long after its last turn a session is kept warm"},
+    {NULL},
+};
 
 /* Remember the latest prompt of session id (the oldest entry makes room). */
 static void s_session_note(s_prefetch_t *p, const msg_kv_hint_t *h) {
@@ -52,7 +63,7 @@ static void s_session_note(s_prefetch_t *p, const msg_kv_hint_t *h) {
     memcpy(t, h->tokens, (size_t)h->n_tokens * sizeof *t);
     slot->tokens = t;
     slot->n_tokens = h->n_tokens;
-    slot->last_us = actor_now_us();
+    slot->last_us = base_now_us();
 }
 
 static void s_on_hint(s_prefetch_t *p, const msg_kv_hint_t *h) {
@@ -72,9 +83,10 @@ static void s_on_hint(s_prefetch_t *p, const msg_kv_hint_t *h) {
         s_session_note(p, h);
 }
 
-/* Lift the blocks of the most recently active sessions into T1. */
-static void s_warm(s_prefetch_t *p) {
-    uint64_t now = actor_now_us(), horizon = (uint64_t)p->warm_s * 1000000;
+/* Lift the blocks of the most recently active sessions into T1 (a timer). */
+static void s_warm(void *self) {
+    s_prefetch_t *p = self;
+    uint64_t now = base_now_us(), horizon = (uint64_t)p->warm_s * 1000000;
     int done = 0, active = 0;
     uint64_t after = UINT64_MAX; /* walk sessions newest first */
     while (done < p->warm_sessions) {
@@ -102,6 +114,11 @@ static void s_warm(s_prefetch_t *p) {
     actor_counters_set(p->counters, "sessions.active", active);
 }
 
+static void s_on_kv_hint(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_on_hint(self, &m->u.kv_hint);
+}
+
 static void s_cleanup(s_prefetch_t *p) {
     for (int i = 0; p->sessions && i < p->n_sessions; i++)
         free(p->sessions[i].tokens);
@@ -109,7 +126,7 @@ static void s_cleanup(s_prefetch_t *p) {
     zsock_destroy(&p->in);
     zsock_destroy(&p->to_tier);
     zsock_destroy(&p->to_front);
-    actor_counters_destroy(&p->counters);
+    actor_loop_destroy(&p->loop);
 }
 
 int actor_prefetch_main(actor_env_t *env) {
@@ -117,60 +134,32 @@ int actor_prefetch_main(actor_env_t *env) {
     const char *me = actor_env_name(env);
     s_prefetch_t p = {0};
     p.env = env;
-    p.n_sessions = (int)actor_topology_opt_int(topo, me, "sessions", 256);
-    p.warm_sessions = (int)actor_topology_opt_int(topo, me, "warm_sessions", 16);
-    p.warm_ms = (int)actor_topology_opt_int(topo, me, "warm_ms", 250);
-    p.warm_s = (int)actor_topology_opt_int(topo, me, "warm_s", 600);
-    if (p.n_sessions < 1 || p.warm_sessions < 0 || p.warm_ms < 1 || p.warm_s < 1) {
-        actor_env_fail(env, "%s: bad option value (sessions, warm_sessions, warm_ms, warm_s)", me);
-        return 1;
-    }
+    p.n_sessions = (int)actor_env_int(env, "sessions");
+    p.warm_sessions = (int)actor_env_int(env, "warm_sessions");
+    int warm_ms = (int)actor_env_int(env, "warm_ms");
+    p.warm_s = (int)actor_env_int(env, "warm_s");
     if (!actor_topology_endpoint(topo, "kvtier")) {
         actor_env_fail(env, "%s: the topology has no kvtier actor to promote from", me);
         return 1;
     }
     p.sessions = calloc((size_t)p.n_sessions, sizeof *p.sessions);
-    p.counters = actor_counters_new();
+    p.loop = actor_loop_new(env, &p);
+    p.counters = p.loop ? actor_loop_counters(p.loop) : NULL;
     p.in = actor_sock_inbound(actor_topology_endpoint(topo, me), MSG_MAX_INTERNAL_FRAME + 4096,
                               10000);
     p.to_tier = actor_sock_outbound(actor_topology_endpoint(topo, "kvtier"), 10000);
     p.to_front = actor_sock_outbound(actor_topology_endpoint(topo, "frontend"), 1000);
-    if (!p.sessions || !p.counters || !p.in || !p.to_tier || !p.to_front) {
+    if (!p.sessions || !p.loop || !p.in || !p.to_tier || !p.to_front) {
         actor_env_fail(env, "%s: cannot set up (sockets or memory)", me);
         s_cleanup(&p);
         return 1;
     }
+    actor_loop_inbox(p.loop, p.in, p.to_front, false, "");
+    actor_loop_on(p.loop, MSG_KV_HINT, s_on_kv_hint);
+    if (p.warm_sessions > 0)
+        actor_loop_timer(p.loop, warm_ms, s_warm);
     actor_env_ready(env);
-    zpoller_t *poller = zpoller_new(actor_env_pipe(env), p.in, NULL);
-    zpoller_set_nonstop(poller, true);
-    uint64_t last_warm = actor_now_us();
-    bool stop = false;
-    while (!stop) {
-        void *which = zpoller_wait(poller, p.warm_ms);
-        if (which == actor_env_pipe(env))
-            break;
-        msg_any_t m;
-        msg_err_t e;
-        int rc;
-        while (!stop && (rc = actor_recv(p.in, &m, &e)) != -EAGAIN) {
-            if (rc < 0) {
-                actor_counters_add(p.counters, "malformed", 1);
-                continue;
-            }
-            if (m.type == MSG_KV_HINT)
-                s_on_hint(&p, &m.u.kv_hint);
-            else if (actor_ctl_handle(env, &m, p.to_front, p.counters) == 1)
-                stop = true;
-            else if (m.type != MSG_PING && m.type != MSG_STATS_QUERY)
-                actor_counters_add(p.counters, "unexpected", 1);
-            msg_any_clear(&m);
-        }
-        if (p.warm_sessions > 0 && actor_now_us() - last_warm >= (uint64_t)p.warm_ms * 1000) {
-            s_warm(&p);
-            last_warm = actor_now_us();
-        }
-    }
-    zpoller_destroy(&poller);
+    actor_loop_run(p.loop, 500);
     s_cleanup(&p);
     return 0;
 }

@@ -14,8 +14,7 @@
  *   ping / stats_query -> pong / stats_answer to the frontend
  *   stop              -> ends the actor
  *
- * Options (topology line "prefetcher"): sessions (256 tracked), warm_sessions
- * (16), warm_ms (250), warm_s (600).
+ * Options: actor_prefetch_opts in actor_prefetch.c (`strata actor --help`).
  */
 #ifndef ACTOR_PREFETCH_H
 #define ACTOR_PREFETCH_H
@@ -23,5 +22,7 @@
 #include "actor_runtime.h"
 
 int actor_prefetch_main(actor_env_t *env);
+/* Its options, declared once (name, type, default, range, help). */
+extern const actor_opt_t actor_prefetch_opts[];
 
 #endif

@@ -18,8 +18,11 @@ typedef struct {
     zsock_t *to_prefetch; /* PUSH to the prefetcher, or NULL when the topology has none */
     int n_workers;
     router_dispatch_t *dispatch; /* load table + rid -> worker */
-    actor_counters_t *counters;  /* stats */
+    actor_loop_t *loop;          /* polling, control messages, counters */
+    actor_counters_t *counters;  /* the loop's */
 } s_router_t;
+
+const actor_opt_t actor_router_opts[] = {{NULL}}; /* none: it follows its workers' reports */
 
 static void s_fail(s_router_t *r, uint64_t rid, int code, const char *what) {
     msg_work_error_t e;
@@ -84,6 +87,61 @@ static void s_on_down(s_router_t *r, int w) {
     free(rids);
 }
 
+static void s_on_work_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_on_request(self, &m->u.work_request);
+}
+
+static void s_on_cancel(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_router_t *r = self;
+    int w = router_dispatch_worker_of(r->dispatch, m->u.work_cancel.rid);
+    if (w < 0 || actor_send(r->to_worker[w], MSG_WORK_CANCEL, &m->u.work_cancel))
+        actor_counters_add(r->counters, "cancel.unrouted", 1);
+    else
+        actor_counters_add(r->counters, "cancel.forwarded", 1);
+}
+
+static void s_on_event(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_router_t *r = self;
+    if (m->u.work_event.finish)
+        router_dispatch_finish(r->dispatch, m->u.work_event.rid);
+}
+
+static void s_on_error(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_router_t *r = self;
+    router_dispatch_finish(r->dispatch, m->u.work_error.rid);
+}
+
+static void s_on_load(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_router_t *r = self;
+    const msg_load_report_t *l = &m->u.load_report;
+    bool was_alive = router_dispatch_alive(r->dispatch, l->worker);
+    if (router_dispatch_report(r->dispatch, l->worker, l->queued_tokens, l->active_tokens) == 0 &&
+        !was_alive)
+        LOG_I("router", "worker%d is back", l->worker);
+}
+
+static void s_on_worker_down(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_on_down(self, m->u.worker_down.worker);
+}
+
+/* Before a stats answer: the load table as counters. */
+static void s_stats(void *self) {
+    s_router_t *r = self;
+    for (int i = 0; i < r->n_workers; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "load.worker%d", i);
+        actor_counters_set(r->counters, name, router_dispatch_load(r->dispatch, i));
+        snprintf(name, sizeof name, "alive.worker%d", i);
+        actor_counters_set(r->counters, name, router_dispatch_alive(r->dispatch, i));
+    }
+}
+
 static void s_cleanup(s_router_t *r) {
     for (int i = 0; r->to_worker && i < r->n_workers; i++)
         zsock_destroy(&r->to_worker[i]);
@@ -93,7 +151,7 @@ static void s_cleanup(s_router_t *r) {
     zsock_destroy(&r->to_front);
     zsock_destroy(&r->to_prefetch);
     router_dispatch_destroy(&r->dispatch);
-    actor_counters_destroy(&r->counters);
+    actor_loop_destroy(&r->loop);
 }
 
 int actor_router_main(actor_env_t *env) {
@@ -102,7 +160,8 @@ int actor_router_main(actor_env_t *env) {
     r.env = env;
     r.n_workers = actor_topology_workers(t);
     r.dispatch = router_dispatch_new(r.n_workers > 0 ? r.n_workers : 1);
-    r.counters = actor_counters_new();
+    r.loop = actor_loop_new(env, &r);
+    r.counters = r.loop ? actor_loop_counters(r.loop) : NULL;
     r.to_worker = calloc((size_t)(r.n_workers > 0 ? r.n_workers : 1), sizeof *r.to_worker);
     r.in = actor_sock_inbound(actor_topology_endpoint(t, "router"), MSG_MAX_INTERNAL_FRAME + 4096,
                               100000);
@@ -110,8 +169,8 @@ int actor_router_main(actor_env_t *env) {
     r.to_front = actor_sock_outbound(actor_topology_endpoint(t, "frontend"), 1000);
     if (actor_topology_endpoint(t, "prefetcher"))
         r.to_prefetch = actor_sock_outbound(actor_topology_endpoint(t, "prefetcher"), 10000);
-    bool ok = r.dispatch && r.counters && r.to_worker && r.in && r.to_tok && r.to_front &&
-              r.n_workers > 0;
+    bool ok =
+        r.dispatch && r.loop && r.to_worker && r.in && r.to_tok && r.to_front && r.n_workers > 0;
     for (int i = 0; ok && i < r.n_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "worker%d", i);
@@ -124,70 +183,16 @@ int actor_router_main(actor_env_t *env) {
         s_cleanup(&r);
         return 1;
     }
+    actor_loop_inbox(r.loop, r.in, r.to_front, false, "");
+    actor_loop_on(r.loop, MSG_WORK_REQUEST, s_on_work_request);
+    actor_loop_on(r.loop, MSG_WORK_CANCEL, s_on_cancel);
+    actor_loop_on(r.loop, MSG_WORK_EVENT, s_on_event);
+    actor_loop_on(r.loop, MSG_WORK_ERROR, s_on_error);
+    actor_loop_on(r.loop, MSG_LOAD_REPORT, s_on_load);
+    actor_loop_on(r.loop, MSG_WORKER_DOWN, s_on_worker_down);
+    actor_loop_on_stats(r.loop, s_stats);
     actor_env_ready(env);
-    zpoller_t *poller = zpoller_new(actor_env_pipe(env), r.in, NULL);
-    zpoller_set_nonstop(poller, true);
-    bool stop = false;
-    while (!stop) {
-        void *which = zpoller_wait(poller, 500);
-        if (which == actor_env_pipe(env))
-            break;
-        msg_any_t m;
-        msg_err_t e;
-        int rc;
-        while (!stop && (rc = actor_recv(r.in, &m, &e)) != -EAGAIN) {
-            if (rc < 0) {
-                actor_counters_add(r.counters, "malformed", 1);
-                continue;
-            }
-            switch (m.type) {
-            case MSG_WORK_REQUEST:
-                s_on_request(&r, &m.u.work_request);
-                break;
-            case MSG_WORK_CANCEL: {
-                int w = router_dispatch_worker_of(r.dispatch, m.u.work_cancel.rid);
-                if (w < 0 || actor_send(r.to_worker[w], MSG_WORK_CANCEL, &m.u.work_cancel))
-                    actor_counters_add(r.counters, "cancel.unrouted", 1);
-                else
-                    actor_counters_add(r.counters, "cancel.forwarded", 1);
-                break;
-            }
-            case MSG_WORK_EVENT:
-                if (m.u.work_event.finish)
-                    router_dispatch_finish(r.dispatch, m.u.work_event.rid);
-                break;
-            case MSG_WORK_ERROR:
-                router_dispatch_finish(r.dispatch, m.u.work_error.rid);
-                break;
-            case MSG_LOAD_REPORT: {
-                const msg_load_report_t *l = &m.u.load_report;
-                bool was_alive = router_dispatch_alive(r.dispatch, l->worker);
-                if (router_dispatch_report(r.dispatch, l->worker, l->queued_tokens,
-                                           l->active_tokens) == 0 &&
-                    !was_alive)
-                    LOG_I("router", "worker%d is back", l->worker);
-                break;
-            }
-            case MSG_WORKER_DOWN:
-                s_on_down(&r, m.u.worker_down.worker);
-                break;
-            default:
-                if (actor_ctl_handle(env, &m, r.to_front, r.counters) == 1)
-                    stop = true;
-                else if (m.type != MSG_PING && m.type != MSG_STATS_QUERY)
-                    actor_counters_add(r.counters, "unexpected", 1);
-            }
-            msg_any_clear(&m);
-        }
-        for (int i = 0; i < r.n_workers; i++) {
-            char name[48];
-            snprintf(name, sizeof name, "load.worker%d", i);
-            actor_counters_set(r.counters, name, router_dispatch_load(r.dispatch, i));
-            snprintf(name, sizeof name, "alive.worker%d", i);
-            actor_counters_set(r.counters, name, router_dispatch_alive(r.dispatch, i));
-        }
-    }
-    zpoller_destroy(&poller);
+    actor_loop_run(r.loop, 500);
     s_cleanup(&r);
     return 0;
 }

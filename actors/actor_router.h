@@ -20,5 +20,7 @@
 #include "actor_runtime.h"
 
 int actor_router_main(actor_env_t *env);
+/* Its options, declared once (name, type, default, range, help). */
+extern const actor_opt_t actor_router_opts[];
 
 #endif

@@ -1,16 +1,11 @@
-/* actor_runtime.c - actors as zactor threads, the process-mode body, socket
- * helpers, counters and the common control-message answers. */
+/* actor_runtime.c - actors as zactor threads, the process-mode body, typed
+ * options, socket helpers, counters, and the actor loop every actor runs
+ * (polling, draining, control messages, timers). */
 #include "actor_runtime.h"
 
-#include "actor_draft.h"
-#include "actor_frontend.h"
-#include "actor_kvtier.h"
-#include "actor_prefetch.h"
-#include "actor_router.h"
-#include "actor_tokenizer.h"
-#include "actor_worker.h"
 #include "base/base_log.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,7 +19,7 @@
 struct actor_env_t {
     char name[ACTOR_TOPO_NAME];   /* the actor's name */
     const actor_topology_t *topo; /* borrowed from the parent */
-    actor_fn_t fn;                /* the actor's body */
+    const actor_info_t *info;     /* its registry entry: body and options */
     zsock_t *pipe;                /* the actor's end of the zactor pipe */
     bool answered;                /* READY or FAIL sent */
 };
@@ -35,12 +30,6 @@ struct actor_t {
     bool exited;                /* its function returned */
     int rc;                     /* what it returned */
 };
-
-uint64_t actor_now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 const char *actor_env_name(const actor_env_t *env) {
     return env->name;
@@ -69,22 +58,61 @@ void actor_env_fail(actor_env_t *env, const char *fmt, ...) {
     env->answered = true;
 }
 
-actor_fn_t actor_lookup(const char *name) {
-    if (!strcmp(name, "frontend"))
-        return actor_frontend_main;
-    if (!strcmp(name, "tokenizer"))
-        return actor_tokenizer_main;
-    if (!strcmp(name, "router"))
-        return actor_router_main;
-    if (!strcmp(name, "draft"))
-        return actor_draft_main;
-    if (!strcmp(name, "kvtier"))
-        return actor_kvtier_main;
-    if (!strcmp(name, "prefetcher"))
-        return actor_prefetch_main;
-    if (!strncmp(name, "worker", 6) && name[6] >= '0' && name[6] <= '9')
-        return actor_worker_main;
-    return NULL;
+/* ---- options */
+
+/* The declaration of key in env's table: a key it does not declare is a bug. */
+static const actor_opt_t *s_decl(const actor_env_t *env, const char *key) {
+    const actor_opt_t *o = actor_opts_find(env->info->opts, key);
+    assert(o && "an actor reads an option its table does not declare");
+    return o;
+}
+
+/* The value of o for env: set in the topology, else the table's default. */
+static const char *s_value(const actor_env_t *env, const actor_opt_t *o) {
+    const char *v = actor_topology_opt(env->topo, env->name, o->key, NULL);
+    return v ? v : o->def;
+}
+
+long actor_env_int(const actor_env_t *env, const char *key) {
+    const actor_opt_t *o = s_decl(env, key);
+    return actor_opt_parse_int(s_value(env, o));
+}
+
+bool actor_env_bool(const actor_env_t *env, const char *key) {
+    const actor_opt_t *o = s_decl(env, key);
+    return actor_opt_parse_bool(s_value(env, o));
+}
+
+double actor_env_double(const actor_env_t *env, const char *key) {
+    const actor_opt_t *o = s_decl(env, key);
+    return actor_opt_parse_double(s_value(env, o));
+}
+
+const char *actor_env_str(const actor_env_t *env, const char *key) {
+    return s_value(env, s_decl(env, key));
+}
+
+int actor_env_check(const actor_topology_t *topo, const char *name, char *err, size_t errlen) {
+    const actor_info_t *info = actor_info_find(name);
+    const actor_topo_entry_t *e = actor_topology_find(topo, name);
+    if (!info || !e) {
+        snprintf(err, errlen, "no actor called '%s' in the topology", name);
+        return -EINVAL;
+    }
+    for (int i = 0; i < e->n_opts; i++)
+        if (actor_info_check_opt(name, e->opts[i].key, e->opts[i].value, err, errlen))
+            return -EINVAL;
+    const actor_topo_entry_t *d = actor_topology_find(topo, "defaults");
+    char why[256];
+    for (int i = 0; d && i < d->n_opts; i++) {
+        const actor_opt_t *o = actor_opts_find(info->opts, d->opts[i].key);
+        if (o && actor_opt_check(o, d->opts[i].value, why, sizeof why)) {
+            snprintf(err, errlen, "%s: %s=%s (from defaults): %s", name, o->key, d->opts[i].value,
+                     why);
+            return -EINVAL;
+        }
+    }
+    return 0;
 }
 
 /* The zactor body: signal zactor_new at once, run the actor, report its end. */
@@ -92,7 +120,7 @@ static void s_shim(zsock_t *pipe, void *args) {
     actor_env_t *env = args;
     env->pipe = pipe;
     zsock_signal(pipe, 0);
-    int rc = env->fn(env);
+    int rc = env->info->fn(env);
     if (!env->answered && rc)
         zstr_sendf(pipe, "FAIL exited with %d before it was ready", rc);
     zstr_sendf(pipe, "EXIT %d", rc);
@@ -101,11 +129,13 @@ static void s_shim(zsock_t *pipe, void *args) {
 
 actor_t *actor_new(const char *name, const actor_topology_t *topo, int timeout_ms, char *err,
                    size_t errlen) {
-    actor_fn_t fn = actor_lookup(name);
-    if (!fn || !actor_topology_endpoint(topo, name)) {
+    const actor_info_t *info = actor_info_find(name);
+    if (!info || !actor_topology_endpoint(topo, name)) {
         snprintf(err, errlen, "no actor called '%s' in the topology", name);
         return NULL;
     }
+    if (actor_env_check(topo, name, err, errlen))
+        return NULL;
     actor_t *self = calloc(1, sizeof *self);
     actor_env_t *env = calloc(1, sizeof *env);
     if (!self || !env) {
@@ -117,7 +147,7 @@ actor_t *actor_new(const char *name, const actor_topology_t *topo, int timeout_m
     snprintf(self->name, sizeof self->name, "%s", name);
     snprintf(env->name, sizeof env->name, "%s", name);
     env->topo = topo;
-    env->fn = fn;
+    env->info = info;
     self->zactor = zactor_new(s_shim, env); /* env now belongs to the thread */
     if (!self->zactor) {
         snprintf(err, errlen, "cannot start the thread of '%s'", name);
@@ -306,11 +336,11 @@ int actor_send_raw(zsock_t *sock, int type, const void *m, const void *raw, size
     void *h = zsock_resolve(sock);
     /* a multi-part message is queued atomically: once the first part is in, the
      * second goes too (ZeroMQ guarantees it), so only the first may see EAGAIN */
-    uint64_t t0 = actor_now_us();
+    uint64_t t0 = base_now_us();
     for (;;) {
         rc = zmq_send(h, buf, blen, ZMQ_DONTWAIT | ZMQ_SNDMORE);
         if (rc >= 0 || zmq_errno() != EAGAIN ||
-            actor_now_us() - t0 >= (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000)
+            base_now_us() - t0 >= (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000)
             break;
         zclock_sleep(1);
     }
@@ -433,8 +463,128 @@ int64_t actor_counters_value_at(const actor_counters_t *self, int i) {
     return self->items[i].value;
 }
 
-int actor_ctl_handle(actor_env_t *env, const msg_any_t *m, zsock_t *reply,
-                     const actor_counters_t *counters) {
+/* ---- the actor loop */
+
+#define S_MAX_SOCKS 8
+#define S_MAX_HANDLERS 32
+#define S_MAX_TIMERS 8
+
+typedef struct {
+    zsock_t *sock;      /* borrowed */
+    actor_reader_fn fn; /* reader: reads one message itself; NULL: an inbox */
+    zsock_t *reply;     /* inbox: where pong / stats_answer go */
+    bool raw;           /* inbox: a raw second frame may follow */
+    char malformed[48]; /* inbox: counter names, with the prefix */
+    char unexpected[48];
+} s_sock_t;
+
+typedef struct {
+    uint64_t every_us; /* interval */
+    uint64_t next_us;  /* when it is due next */
+    actor_timer_fn fn;
+} s_timer_t;
+
+struct actor_loop_t {
+    actor_env_t *env;           /* the actor's runtime */
+    void *self;                 /* the actor's state, passed to every handler */
+    actor_counters_t *counters; /* owned: what stats_answer reports */
+    s_sock_t socks[S_MAX_SOCKS];
+    int n_socks;
+    struct {
+        int type;
+        actor_msg_fn fn;
+    } on[S_MAX_HANDLERS]; /* per-type handlers of the inbox */
+    int n_on;
+    s_timer_t timers[S_MAX_TIMERS];
+    int n_timers;
+    actor_idle_fn idle;        /* after every wakeup, or NULL */
+    actor_timer_fn stats_hook; /* before every stats_answer, or NULL */
+    int budget;                /* messages per socket per wakeup */
+    bool stop;                 /* end after the current message */
+};
+
+actor_loop_t *actor_loop_new(actor_env_t *env, void *self) {
+    actor_loop_t *l = calloc(1, sizeof *l);
+    if (!l)
+        return NULL;
+    l->env = env;
+    l->self = self;
+    l->budget = 1000;
+    l->counters = actor_counters_new();
+    if (!l->counters) {
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+void actor_loop_destroy(actor_loop_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    actor_counters_destroy(&(*self_p)->counters);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+actor_counters_t *actor_loop_counters(actor_loop_t *self) {
+    return self->counters;
+}
+
+int actor_loop_inbox(actor_loop_t *self, zsock_t *sock, zsock_t *reply, bool raw,
+                     const char *prefix) {
+    if (self->n_socks == S_MAX_SOCKS)
+        return -ENOSPC;
+    s_sock_t *s = &self->socks[self->n_socks++];
+    *s = (s_sock_t){.sock = sock, .reply = reply, .raw = raw};
+    snprintf(s->malformed, sizeof s->malformed, "%smalformed", prefix ? prefix : "");
+    snprintf(s->unexpected, sizeof s->unexpected, "%sunexpected", prefix ? prefix : "");
+    return 0;
+}
+
+int actor_loop_reader(actor_loop_t *self, zsock_t *sock, actor_reader_fn fn) {
+    if (self->n_socks == S_MAX_SOCKS)
+        return -ENOSPC;
+    self->socks[self->n_socks++] = (s_sock_t){.sock = sock, .fn = fn};
+    return 0;
+}
+
+int actor_loop_on(actor_loop_t *self, int type, actor_msg_fn fn) {
+    if (!fn)
+        return -EINVAL;
+    if (self->n_on == S_MAX_HANDLERS)
+        return -ENOSPC;
+    self->on[self->n_on].type = type;
+    self->on[self->n_on++].fn = fn;
+    return 0;
+}
+
+int actor_loop_timer(actor_loop_t *self, int interval_ms, actor_timer_fn fn) {
+    if (interval_ms < 1 || !fn)
+        return -EINVAL;
+    if (self->n_timers == S_MAX_TIMERS)
+        return -ENOSPC;
+    uint64_t every = (uint64_t)interval_ms * 1000;
+    self->timers[self->n_timers++] = (s_timer_t){every, base_now_us() + every, fn};
+    return 0;
+}
+
+void actor_loop_idle(actor_loop_t *self, actor_idle_fn fn) {
+    self->idle = fn;
+}
+void actor_loop_on_stats(actor_loop_t *self, actor_timer_fn fn) {
+    self->stats_hook = fn;
+}
+void actor_loop_budget(actor_loop_t *self, int budget) {
+    self->budget = budget > 0 ? budget : 1;
+}
+void actor_loop_stop(actor_loop_t *self) {
+    self->stop = true;
+}
+
+/* Answer ping / stats_query / stop.  true when m was one of them. */
+static bool s_ctl(actor_loop_t *self, const msg_any_t *m, zsock_t *reply) {
+    const actor_env_t *env = self->env;
+    const actor_counters_t *counters = self->counters;
     switch (m->type) {
     case MSG_PING: {
         msg_pong_t p;
@@ -443,14 +593,15 @@ int actor_ctl_handle(actor_env_t *env, const msg_any_t *m, zsock_t *reply,
         msg_set_str(p.name, sizeof p.name, env->name);
         if (reply)
             actor_send(reply, MSG_PONG, &p);
-        return 0;
+        return true;
     }
     case MSG_STATS_QUERY: {
+        if (self->stats_hook)
+            self->stats_hook(self->self);
         msg_stats_answer_t a;
         msg_stats_answer_init(&a);
         msg_set_str(a.name, sizeof a.name, env->name);
-        a.counters =
-            counters && counters->n ? malloc((size_t)counters->n * sizeof *a.counters) : NULL;
+        a.counters = counters->n ? malloc((size_t)counters->n * sizeof *a.counters) : NULL;
         if (a.counters) {
             for (int i = 0; i < counters->n; i++) {
                 snprintf(a.counters[i].name, sizeof a.counters[i].name, "%s",
@@ -462,11 +613,95 @@ int actor_ctl_handle(actor_env_t *env, const msg_any_t *m, zsock_t *reply,
         if (reply)
             actor_send(reply, MSG_STATS_ANSWER, &a);
         free(a.counters);
-        return 0;
+        return true;
     }
     case MSG_STOP:
-        return 1;
+        self->stop = true;
+        return true;
     default:
-        return -1;
+        return false;
     }
+}
+
+/* Receive, decode and dispatch one message of inbox s.  false when none was waiting. */
+static bool s_inbox_one(actor_loop_t *self, s_sock_t *s) {
+    msg_any_t m;
+    msg_err_t e;
+    zmq_msg_t raw;
+    int rc = s->raw ? actor_recv_raw(s->sock, &m, &e, &raw) : actor_recv(s->sock, &m, &e);
+    if (rc == -EAGAIN)
+        return false;
+    if (rc < 0) {
+        actor_counters_add(self->counters, s->malformed, 1);
+    } else {
+        actor_msg_fn fn = NULL;
+        for (int i = 0; i < self->n_on && !fn; i++)
+            if (self->on[i].type == m.type)
+                fn = self->on[i].fn;
+        if (fn)
+            fn(self->self, &m, s->raw ? &raw : NULL);
+        else if (!s_ctl(self, &m, s->reply))
+            actor_counters_add(self->counters, s->unexpected, 1);
+        msg_any_clear(&m);
+    }
+    if (s->raw)
+        zmq_msg_close(&raw);
+    return true;
+}
+
+/* Drain s: at most budget messages, fewer when the loop stops.  true when it
+ * stopped at the budget (messages may be left). */
+static bool s_drain(actor_loop_t *self, s_sock_t *s) {
+    for (int n = 0; n < self->budget; n++) {
+        if (self->stop)
+            return false;
+        if (s->fn) {
+            if (!(zsock_events(s->sock) & ZMQ_POLLIN))
+                return false;
+            s->fn(self->self, s->sock);
+        } else if (!s_inbox_one(self, s)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+int actor_loop_run(actor_loop_t *self, int wait_ms) {
+    zmq_pollitem_t items[1 + S_MAX_SOCKS];
+    items[0] = (zmq_pollitem_t){zsock_resolve(self->env->pipe), 0, ZMQ_POLLIN, 0};
+    for (int i = 0; i < self->n_socks; i++)
+        items[1 + i] = (zmq_pollitem_t){zsock_resolve(self->socks[i].sock), 0, ZMQ_POLLIN, 0};
+    int timeout = wait_ms > 0 ? wait_ms : 100;
+    while (!self->stop) {
+        uint64_t now = base_now_us();
+        for (int i = 0; i < self->n_timers; i++) {
+            uint64_t due = self->timers[i].next_us;
+            int ms = due > now ? (int)((due - now + 999) / 1000) : 0;
+            if (ms < timeout)
+                timeout = ms;
+        }
+        if (zmq_poll(items, 1 + self->n_socks, timeout) < 0 && zmq_errno() != EINTR)
+            break; /* the context is terminating */
+        if (items[0].revents & ZMQ_POLLIN)
+            break; /* $TERM */
+        bool more = false;
+        for (int i = 0; i < self->n_socks && !self->stop; i++)
+            more |= s_drain(self, &self->socks[i]);
+        if (self->stop)
+            break;
+        now = base_now_us();
+        for (int i = 0; i < self->n_timers; i++) {
+            s_timer_t *t = &self->timers[i];
+            if (now >= t->next_us) {
+                t->fn(self->self);
+                t->next_us = now + t->every_us;
+            }
+        }
+        timeout = self->idle ? self->idle(self->self) : -1;
+        if (timeout < 0)
+            timeout = wait_ms > 0 ? wait_ms : 100;
+        if (more)
+            timeout = 0;
+    }
+    return 0;
 }

@@ -11,13 +11,16 @@
  *   actor -> parent  "EXIT <rc>"       its function returned (rc != 0: failure)
  *   parent -> actor  "$TERM"           stop now (actor_destroy sends it)
  * Heartbeats, stats and stop travel as control messages (msgs/msg_ctl.h) on
- * the actor's inbound socket; actor_ctl_handle answers them the same way in
- * every actor.
+ * the actor's inbound socket; the actor loop (actor_loop_*) answers them the
+ * same way in every actor.  An actor is its state, its handlers and its option
+ * table (actor_registry.h); the loop owns polling, draining and timers.
  */
 #ifndef ACTOR_RUNTIME_H
 #define ACTOR_RUNTIME_H
 
+#include "actor_registry.h"
 #include "actor_topology.h"
+#include "base/base_clock.h"
 #include "msgs/msg_any.h"
 
 #include <czmq.h>
@@ -26,9 +29,6 @@
 #include <stdint.h>
 
 /* ---- what an actor's code sees */
-
-typedef struct actor_env_t actor_env_t;
-typedef int (*actor_fn_t)(actor_env_t *env);
 
 const char *actor_env_name(const actor_env_t *env);
 const actor_topology_t *actor_env_topology(const actor_env_t *env);
@@ -39,8 +39,19 @@ int actor_env_ready(actor_env_t *env);
 /* Tell the parent the actor could not start (the function then returns non-zero). */
 void actor_env_fail(actor_env_t *env, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* The function of actor `name` (frontend, tokenizer, router, worker<N>), or NULL. */
-actor_fn_t actor_lookup(const char *name);
+/* Typed options of this actor: its topology line, else the "defaults" line,
+ * else the default of its option table.  key must be declared in the actor's
+ * table (programmer error otherwise); values were checked before the actor
+ * started (actor_new), so these cannot fail. */
+long actor_env_int(const actor_env_t *env, const char *key);
+bool actor_env_bool(const actor_env_t *env, const char *key);
+double actor_env_double(const actor_env_t *env, const char *key);
+/* string, path and enum options; NULL when unset and without a default. */
+const char *actor_env_str(const actor_env_t *env, const char *key);
+
+/* Check the options actor name would read from topo (its line and the
+ * defaults its table declares).  0, or -EINVAL with "name: key=value: why". */
+int actor_env_check(const actor_topology_t *topo, const char *name, char *err, size_t errlen);
 
 /* ---- an actor running as a thread, seen from its parent */
 
@@ -48,7 +59,8 @@ typedef struct actor_t actor_t;
 
 /* Start actor name of topo (borrowed: it must outlive the actor) as a thread
  * and wait until it is ready (timeout_ms; <= 0: forever).  NULL with a reason
- * in err when it failed to start, timed out or name is unknown. */
+ * in err when it failed to start, timed out, name is unknown or one of its
+ * options is invalid (actor_env_check). */
 actor_t *actor_new(const char *name, const actor_topology_t *topo, int timeout_ms, char *err,
                    size_t errlen);
 /* Send "$TERM", wait for the thread to end; nulls *self_p; safe twice. */
@@ -105,13 +117,64 @@ int actor_counters_count(const actor_counters_t *self);
 const char *actor_counters_name_at(const actor_counters_t *self, int i);
 int64_t actor_counters_value_at(const actor_counters_t *self, int i);
 
-/* Answer a control message: ping -> pong, stats_query -> stats_answer (both
- * sent to reply, normally the frontend).  Returns 1 for stop (the actor should
- * end), 0 when m was a control message it answered, -1 when m is not one. */
-int actor_ctl_handle(actor_env_t *env, const msg_any_t *m, zsock_t *reply,
-                     const actor_counters_t *counters);
+/* ---- the actor loop (one per actor, as CZMQ's zloop)
+ *
+ * Each wakeup: poll the pipe and every registered socket (with a real
+ * timeout), stop on the pipe ($TERM), drain each socket with at most `budget`
+ * messages (so no socket starves the others; a socket left with messages makes
+ * the next poll not wait), run the timers that are due, then the idle hook,
+ * which returns how long the next poll may wait.  The inbox decodes frames,
+ * counts malformed ones (counter "malformed") and dispatches them by type to
+ * the handlers of actor_loop_on; ping, stats_query and stop are answered here
+ * (pong / stats_answer to the reply socket; stop ends the loop after the
+ * current message); any other type without a handler counts "unexpected".
+ */
 
-/* Monotonic microseconds (the clock of t_arrival_us and every timing). */
-uint64_t actor_now_us(void);
+typedef struct actor_loop_t actor_loop_t;
+
+/* A decoded message of the inbox.  m may be taken over (then set m->type =
+ * MSG_NONE); raw is its second frame (size 0: none), NULL for an inbox
+ * without raw frames.  The loop clears both afterwards. */
+typedef void (*actor_msg_fn)(void *self, msg_any_t *m, zmq_msg_t *raw);
+/* A socket the actor reads itself: called while it is readable; reads one message. */
+typedef void (*actor_reader_fn)(void *self, zsock_t *sock);
+/* Periodic work, or the hook before a stats answer. */
+typedef void (*actor_timer_fn)(void *self);
+/* After every wakeup: the actor's own work (a batch step).  Returns the next
+ * poll's wait in ms: 0 = there is more work (poll without waiting), < 0 = the
+ * loop's default wait. */
+typedef int (*actor_idle_fn)(void *self);
+
+/* A loop for the actor of env; self is passed to every handler.  It owns a
+ * counters set (actor_loop_counters).  NULL when out of memory. */
+actor_loop_t *actor_loop_new(actor_env_t *env, void *self);
+/* Nulls *self_p; safe twice.  The sockets stay the actor's. */
+void actor_loop_destroy(actor_loop_t **self_p);
+/* The counters reported in stats_answer (owned by the loop). */
+actor_counters_t *actor_loop_counters(actor_loop_t *self);
+
+/* The actor's inbound socket (borrowed).  reply: where pong and stats_answer
+ * go (NULL: nowhere).  raw: frames may carry a raw second frame.  prefix:
+ * prepended to the malformed / unexpected counter names ("" or "internal.").
+ * 0, or -ENOSPC when too many sockets are registered. */
+int actor_loop_inbox(actor_loop_t *self, zsock_t *sock, zsock_t *reply, bool raw,
+                     const char *prefix);
+/* Another socket (borrowed) whose messages fn reads itself.  0 or -ENOSPC. */
+int actor_loop_reader(actor_loop_t *self, zsock_t *sock, actor_reader_fn fn);
+/* Handler of message type on the inbox.  0 or -ENOSPC / -EINVAL. */
+int actor_loop_on(actor_loop_t *self, int type, actor_msg_fn fn);
+/* fn every interval_ms (first after one interval).  0 or -ENOSPC / -EINVAL. */
+int actor_loop_timer(actor_loop_t *self, int interval_ms, actor_timer_fn fn);
+/* The hook after every wakeup (NULL: none). */
+void actor_loop_idle(actor_loop_t *self, actor_idle_fn fn);
+/* Called before every stats_answer, to refresh the counters. */
+void actor_loop_on_stats(actor_loop_t *self, actor_timer_fn fn);
+/* Messages drained from one socket per wakeup (default 1000). */
+void actor_loop_budget(actor_loop_t *self, int budget);
+/* Make actor_loop_run return after the current message. */
+void actor_loop_stop(actor_loop_t *self);
+/* Run until $TERM or stop.  wait_ms: the poll's wait when the idle hook does
+ * not say (> 0).  Returns 0. */
+int actor_loop_run(actor_loop_t *self, int wait_ms);
 
 #endif

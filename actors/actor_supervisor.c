@@ -54,7 +54,7 @@ static pid_t s_spawn(actor_supervisor_t *self, s_child_t *c) {
     }
     c->pid = pid;
     c->ready = false;
-    c->started_us = actor_now_us();
+    c->started_us = base_now_us();
     c->restart_at_us = 0;
     LOG_I(TAG, "started %s (pid %d)", c->name, (int)pid);
     return pid;
@@ -99,7 +99,7 @@ actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const cha
                 listed = !strncmp(name, order[k], strlen(order[k]));
             if (o < n_order ? strncmp(name, order[o], strlen(order[o])) : listed)
                 continue;
-            if (!actor_lookup(name)) {
+            if (!actor_info_find(name)) {
                 snprintf(err, errlen, "unknown actor '%s' in the topology", name);
                 actor_supervisor_destroy(&self);
                 return NULL;
@@ -119,7 +119,7 @@ void actor_supervisor_destroy(actor_supervisor_t **self_p) {
     for (int i = self->n - 1; i >= 0; i--)
         if (self->kids[i].pid > 0)
             kill(self->kids[i].pid, SIGTERM);
-    uint64_t deadline = actor_now_us() + 5000000;
+    uint64_t deadline = base_now_us() + 5000000;
     for (;;) {
         int alive = 0;
         for (int i = 0; i < self->n; i++) {
@@ -134,7 +134,7 @@ void actor_supervisor_destroy(actor_supervisor_t **self_p) {
         }
         if (!alive)
             break;
-        if (actor_now_us() > deadline) {
+        if (base_now_us() > deadline) {
             for (int i = 0; i < self->n; i++)
                 if (self->kids[i].pid > 0) {
                     LOG_W(TAG, "%s did not stop: killing it", self->kids[i].name);
@@ -195,7 +195,7 @@ static int s_reap(actor_supervisor_t *self) {
             LOG_W(TAG, "%s (pid %d) exited with status %d", c->name, (int)c->pid, WEXITSTATUS(st));
         c->pid = 0;
         c->ready = false;
-        uint64_t now = actor_now_us();
+        uint64_t now = base_now_us();
         if (now - c->started_us > STABLE_US)
             c->backoff_us = BACKOFF0_US;
         c->restart_at_us = now + c->backoff_us;
@@ -216,7 +216,7 @@ int actor_supervisor_start(actor_supervisor_t *self, int timeout_ms, char *err, 
             snprintf(err, errlen, "cannot start %s", self->kids[i].name);
             return -ECHILD;
         }
-    uint64_t deadline = actor_now_us() + (uint64_t)timeout_ms * 1000;
+    uint64_t deadline = base_now_us() + (uint64_t)timeout_ms * 1000;
     zpoller_t *poller = zpoller_new(self->ctl, NULL);
     zpoller_set_nonstop(poller, true);
     int rc = 0;
@@ -242,7 +242,7 @@ int actor_supervisor_start(actor_supervisor_t *self, int timeout_ms, char *err, 
             rc = -EINTR;
             goto out;
         }
-        if (actor_now_us() > deadline) {
+        if (base_now_us() > deadline) {
             snprintf(err, errlen, "not every actor was ready within %d ms", timeout_ms);
             rc = -ETIMEDOUT;
             goto out;
@@ -261,7 +261,7 @@ int actor_supervisor_poll(actor_supervisor_t *self, int timeout_ms) {
     zpoller_destroy(&poller);
     s_read_ready(self);
     s_reap(self);
-    uint64_t now = actor_now_us();
+    uint64_t now = base_now_us();
     for (int i = 0; i < self->n; i++) {
         s_child_t *c = &self->kids[i];
         if (c->pid == 0 && c->restart_at_us && now >= c->restart_at_us) {

@@ -19,8 +19,14 @@ typedef struct {
     zsock_t *to_router;     /* PUSH to the router */
     zsock_t *to_front;      /* PUSH to the frontend */
     model_tokenizer_t *tok; /* vocabulary */
-    actor_counters_t *counters; /* stats */
+    actor_loop_t *loop;     /* polling, control messages, counters */
+    actor_counters_t *counters; /* the loop's */
 } s_tok_t;
+
+const actor_opt_t actor_tokenizer_opts[] = {
+    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path (vocabulary and chat template)"},
+    {NULL},
+};
 
 /* Tokens of a chat prompt that belong to its system message: the KV tiers keep
  * them longer (a system prompt is shared by many requests).  0 when the first
@@ -113,9 +119,27 @@ static void s_on_request(s_tok_t *t, msg_tok_request_t *q) {
     }
 }
 
+static void s_on_tok_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_on_request(self, &m->u.tok_request);
+}
+
+/* cancels follow the request's path, so one never overtakes it */
+static void s_on_cancel(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_tok_t *t = self;
+    actor_send(t->to_router, MSG_WORK_CANCEL, &m->u.work_cancel);
+}
+
+static void s_on_error(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_tok_t *t = self;
+    actor_send(t->to_front, MSG_WORK_ERROR, &m->u.work_error);
+}
+
 static void s_cleanup(s_tok_t *t) {
     model_tokenizer_destroy(&t->tok);
-    actor_counters_destroy(&t->counters);
+    actor_loop_destroy(&t->loop);
     zsock_destroy(&t->in);
     zsock_destroy(&t->to_router);
     zsock_destroy(&t->to_front);
@@ -126,7 +150,7 @@ int actor_tokenizer_main(actor_env_t *env) {
     s_tok_t t = {0};
     t.env = env;
     char err[512];
-    const char *path = actor_topology_opt(topo, "tokenizer", "model", NULL);
+    const char *path = actor_env_str(env, "model");
     if (!path) {
         actor_env_fail(env, "tokenizer: no model= option in the topology");
         return 1;
@@ -142,53 +166,23 @@ int actor_tokenizer_main(actor_env_t *env) {
         actor_env_fail(env, "tokenizer: %s", err);
         return 1;
     }
-    t.counters = actor_counters_new();
+    t.loop = actor_loop_new(env, &t);
+    t.counters = t.loop ? actor_loop_counters(t.loop) : NULL;
     t.in = actor_sock_inbound(actor_topology_endpoint(topo, "tokenizer"),
                               MSG_MAX_INTERNAL_FRAME + 4096, 100000);
     t.to_router = actor_sock_outbound(actor_topology_endpoint(topo, "router"), 100000);
     t.to_front = actor_sock_outbound(actor_topology_endpoint(topo, "frontend"), 100000);
-    if (!t.counters || !t.in || !t.to_router || !t.to_front) {
+    if (!t.loop || !t.in || !t.to_router || !t.to_front) {
         actor_env_fail(env, "tokenizer: cannot set up (sockets or memory)");
         s_cleanup(&t);
         return 1;
     }
+    actor_loop_inbox(t.loop, t.in, t.to_front, false, "");
+    actor_loop_on(t.loop, MSG_TOK_REQUEST, s_on_tok_request);
+    actor_loop_on(t.loop, MSG_WORK_CANCEL, s_on_cancel);
+    actor_loop_on(t.loop, MSG_WORK_ERROR, s_on_error);
     actor_env_ready(env);
-    zpoller_t *poller = zpoller_new(actor_env_pipe(env), t.in, NULL);
-    zpoller_set_nonstop(poller, true);
-    bool stop = false;
-    while (!stop) {
-        void *which = zpoller_wait(poller, 500);
-        if (which == actor_env_pipe(env))
-            break;
-        msg_any_t m;
-        msg_err_t e;
-        int rc;
-        while (!stop && (rc = actor_recv(t.in, &m, &e)) != -EAGAIN) {
-            if (rc < 0) {
-                actor_counters_add(t.counters, "malformed", 1);
-                continue;
-            }
-            switch (m.type) {
-            case MSG_TOK_REQUEST:
-                s_on_request(&t, &m.u.tok_request);
-                break;
-            case MSG_WORK_CANCEL:
-                /* cancels follow the request's path, so one never overtakes it */
-                actor_send(t.to_router, MSG_WORK_CANCEL, &m.u.work_cancel);
-                break;
-            case MSG_WORK_ERROR:
-                actor_send(t.to_front, MSG_WORK_ERROR, &m.u.work_error);
-                break;
-            default:
-                if (actor_ctl_handle(env, &m, t.to_front, t.counters) == 1)
-                    stop = true;
-                else if (m.type != MSG_PING && m.type != MSG_STATS_QUERY)
-                    actor_counters_add(t.counters, "unexpected", 1);
-            }
-            msg_any_clear(&m);
-        }
-    }
-    zpoller_destroy(&poller);
+    actor_loop_run(t.loop, 500);
     s_cleanup(&t);
     return 0;
 }

@@ -5,7 +5,7 @@
  * produces them (one hop per token instead of two; see actor_worker.h), with the
  * same library code.
  *
- * Options (topology, actor "tokenizer" or "defaults"): model=PATH
+ * Options: actor_tokenizer_opts in actor_tokenizer.c (`strata actor --help`).
  *
  * Command / reply table (inbound PULL socket):
  *   tok_request (frontend) -> work_request to the router; empty prompt or no
@@ -23,5 +23,7 @@
 #include "actor_runtime.h"
 
 int actor_tokenizer_main(actor_env_t *env);
+/* Its options (topology line "tokenizer" or "defaults"). */
+extern const actor_opt_t actor_tokenizer_opts[];
 
 #endif

@@ -1,6 +1,9 @@
 /* actor_topology.c - the topology text format: '#' comments, blank lines, and
- * lines "NAME ENDPOINT [key=value...]" separated by spaces or tabs. */
+ * lines "NAME ENDPOINT [key=value...]" separated by spaces or tabs; every
+ * option is checked against the table of the actor its line names. */
 #include "actor_topology.h"
+
+#include "actor_registry.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -74,25 +77,34 @@ int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_
         if (s_word(&q, end, &w, &n)) {
             char name[ACTOR_TOPO_NAME], ep[ACTOR_TOPO_ENDPOINT];
             if (!s_valid_name(w, n)) {
-                snprintf(err, errlen, "line %d: bad actor name '%.*s'", line, (int)n, w);
+                snprintf(err, errlen, "topology line %d: bad actor name '%.*s'", line, (int)n, w);
                 return -EINVAL;
             }
             memcpy(name, w, n);
             name[n] = 0;
             if (!s_word(&q, end, &w, &n) || n >= ACTOR_TOPO_ENDPOINT) {
-                snprintf(err, errlen, "line %d: '%s' needs an endpoint", line, name);
+                snprintf(err, errlen, "topology line %d: '%s' needs an endpoint", line, name);
                 return -EINVAL;
             }
             memcpy(ep, w, n);
             ep[n] = 0;
             if (strcmp(ep, "-") && !strstr(ep, "://")) {
-                snprintf(err, errlen, "line %d: endpoint '%s' is not ipc://, tcp:// or inproc://",
-                         line, ep);
+                snprintf(err, errlen,
+                         "topology line %d: endpoint '%s' is not ipc://, tcp:// or inproc://", line,
+                         ep);
                 return -EINVAL;
             }
             actor_topo_entry_t *e = actor_topology_add(t, name, ep);
             if (!e) {
-                snprintf(err, errlen, "line %d: '%s' repeats or too many actors", line, name);
+                snprintf(err, errlen, "topology line %d: '%s' repeats or too many actors", line,
+                         name);
+                return -EINVAL;
+            }
+            e->line = line;
+            char why[512];
+            if (!actor_topology_reserved(name) && !actor_info_find(name)) {
+                actor_info_check_opt(name, "", "", why, sizeof why); /* names the known ones */
+                snprintf(err, errlen, "topology line %d: %s", line, why);
                 return -EINVAL;
             }
             while (s_word(&q, end, &w, &n)) {
@@ -100,16 +112,24 @@ int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_
                 char key[ACTOR_TOPO_NAME], val[ACTOR_TOPO_VALUE];
                 size_t kn = eq ? (size_t)(eq - w) : 0, vn = eq ? n - kn - 1 : 0;
                 if (!eq || kn == 0 || kn >= sizeof key || vn >= sizeof val) {
-                    snprintf(err, errlen, "line %d: expected key=value, got '%.*s'", line, (int)n,
-                             w);
+                    snprintf(err, errlen, "topology line %d: expected key=value, got '%.*s'", line,
+                             (int)n, w);
                     return -EINVAL;
                 }
                 memcpy(key, w, kn);
                 key[kn] = 0;
                 memcpy(val, eq + 1, vn);
                 val[vn] = 0;
+                if (!strcmp(name, "supervisor")) {
+                    snprintf(err, errlen, "topology line %d: supervisor takes no options", line);
+                    return -EINVAL;
+                }
+                if (actor_info_check_opt(name, key, val, why, sizeof why)) {
+                    snprintf(err, errlen, "topology line %d: %s", line, why);
+                    return -EINVAL;
+                }
                 if (actor_topology_set(e, key, val)) {
-                    snprintf(err, errlen, "line %d: too many options", line);
+                    snprintf(err, errlen, "topology line %d: too many options", line);
                     return -EINVAL;
                 }
             }
@@ -169,16 +189,6 @@ const char *actor_topology_opt(const actor_topology_t *t, const char *name, cons
     if (!v)
         v = s_opt(actor_topology_find(t, "defaults"), key);
     return v ? v : def;
-}
-
-long actor_topology_opt_int(const actor_topology_t *t, const char *name, const char *key,
-                            long def) {
-    const char *v = actor_topology_opt(t, name, key, NULL);
-    if (!v || !*v)
-        return def;
-    char *end;
-    long x = strtol(v, &end, 10);
-    return *end ? def : x;
 }
 
 int actor_topology_workers(const actor_topology_t *t) {

@@ -27,6 +27,7 @@ typedef struct {
     char endpoint[ACTOR_TOPO_ENDPOINT]; /* where its inbound socket binds; "-" for none */
     actor_topo_opt_t opts[ACTOR_TOPO_MAX_OPTS];
     int n_opts;
+    int line; /* its line in the file; 0: built in memory */
 } actor_topo_entry_t;
 
 typedef struct {
@@ -34,7 +35,10 @@ typedef struct {
     int n;
 } actor_topology_t;
 
-/* Parse the text (NUL-terminated).  0, or -EINVAL with "line N: why" in err. */
+/* Parse the text (NUL-terminated) and check every option against the table of
+ * the actor its line names ("defaults": of every actor that declares it; see
+ * actor_registry.h).  0, or -EINVAL with "topology line N: why" in err, e.g.
+ * "topology line 4: worker0: threads=abc: not an integer (1..256)". */
 int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_t errlen);
 /* Read and parse a file.  0, -ENOENT (cannot read it) or -EINVAL, with err. */
 int actor_topology_load(actor_topology_t *t, const char *path, char *err, size_t errlen);
@@ -48,11 +52,10 @@ int actor_topology_set(actor_topo_entry_t *e, const char *key, const char *value
 const actor_topo_entry_t *actor_topology_find(const actor_topology_t *t, const char *name);
 /* The endpoint of name, or NULL (no such actor, or "-"). */
 const char *actor_topology_endpoint(const actor_topology_t *t, const char *name);
-/* Option key of actor name, else of "defaults", else def. */
+/* Option key of actor name, else of "defaults", else def (the raw text; actors
+ * read typed values with actor_env_int & co., which know the defaults). */
 const char *actor_topology_opt(const actor_topology_t *t, const char *name, const char *key,
                                const char *def);
-/* The same parsed as an integer; def when absent or not a number. */
-long actor_topology_opt_int(const actor_topology_t *t, const char *name, const char *key, long def);
 /* Number of target workers: entries named worker0, worker1, ... (contiguous). */
 int actor_topology_workers(const actor_topology_t *t);
 /* True for names that are not actors ("supervisor", "defaults"). */

@@ -79,7 +79,8 @@ typedef struct {
     int block_size;
     router_sched_t *sched;      /* continuous batching policy */
     model_sampler_t *sampler;   /* scratch shared by all requests (one thread) */
-    actor_counters_t *counters; /* stats */
+    actor_loop_t *loop;         /* polling, control messages, counters */
+    actor_counters_t *counters; /* the loop's */
     int n_vocab;
     char *piece;                /* (S_SCRATCH) one token's text */
     char *text;                 /* (S_SCRATCH) text of one event */
@@ -95,6 +96,35 @@ typedef struct {
 } s_worker_t;
 
 #define TAG "worker"
+
+const actor_opt_t actor_worker_opts[] = {
+    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path"},
+    {"threads", ACTOR_OPT_INT, "1", 1, 256, NULL, "threads of the forward pass"},
+    {"max_batch", ACTOR_OPT_INT, "16", 1, 4096, NULL, "requests running at once"},
+    {"kv_blocks", ACTOR_OPT_INT, "512", 1, 1 << 24, NULL,
+     "KV blocks (of block_size positions) in the worker's pool"},
+    {"block_size", ACTOR_OPT_INT, "16", 1, KV_MAX_BLOCK_TOKENS, NULL, "positions per KV block"},
+    {"queue", ACTOR_OPT_INT, "64", 0, 1 << 20, NULL,
+     "requests waiting for admission before overloaded"},
+    {"step_tokens", ACTOR_OPT_INT, "256", 1, 1 << 16, NULL,
+     "tokens per forward step: decode tokens first, the rest prefill chunks"},
+    {"max_ctx", ACTOR_OPT_INT, "2048", 2, 1 << 20, NULL,
+     "positions per request (prompt + max_tokens)"},
+    {"kv_type", ACTOR_OPT_ENUM, "f32", 0, 0, "f32|f16|int8", "T0 KV format"},
+    {"kv_policy", ACTOR_OPT_ENUM, "scored", 0, 0, "lru|lfu|scored", "T0 eviction order"},
+    {"prefix_cache", ACTOR_OPT_BOOL, "1", 0, 0, NULL,
+     "share cached prompt prefixes (0: every prompt computed)"},
+    {"prefetch_wait_ms", ACTOR_OPT_INT, "200", 0, 60000, NULL,
+     "how long a request waits for its promotions from T1/T2 before it recomputes"},
+    {"spec", ACTOR_OPT_BOOL, "1", 0, 0, NULL,
+     "with a draft actor: 0 turns speculation off for this worker"},
+    {"spec_k", ACTOR_OPT_INT, "0", 0, MODEL_SPEC_MAX_K, NULL,
+     "fixed draft depth; 0: adaptive (from acceptance and load)"},
+    {"spec_k_max", ACTOR_OPT_INT, "8", 1, MODEL_SPEC_MAX_K, NULL, "adaptive: the largest depth"},
+    {"spec_wait_us", ACTOR_OPT_INT, "20000", 0, 60000000, NULL,
+     "longest wait for a draft before a step runs without it"},
+    {NULL},
+};
 
 /* Publish r's computed positions [0, upto) in the prefix index: the system
  * prompt's blocks with a high pin, the rest with none.  last_partial: also the
@@ -190,7 +220,7 @@ static int s_event(s_worker_t *w, s_req_t *r, int index, int32_t token, int fini
     te.text = w->text;
     te.text_len = n;
     if (te.finish) {
-        uint64_t now = actor_now_us();
+        uint64_t now = base_now_us();
         uint64_t tp = r->t_prefill ? r->t_prefill : now, tf = r->t_first ? r->t_first : now;
         te.timings.queued_us = tp > r->t_arrival ? tp - r->t_arrival : 0;
         te.timings.prefill_us = tf - tp;
@@ -287,7 +317,7 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
         kv_cache_attach_prefix(w->kv, &r->kv, r->hist, r->n_prompt);
         kv_cache_release(w->kv, &r->kv);
         r->parked = true;
-        r->park_deadline = actor_now_us() + (uint64_t)w->prefetch_wait_ms * 1000;
+        r->park_deadline = base_now_us() + (uint64_t)w->prefetch_wait_ms * 1000;
         r->next_parked = w->parked;
         w->parked = r;
         actor_counters_add(w->counters, "kv.prefetch.waits", 1);
@@ -378,7 +408,7 @@ static void s_want_draft(s_worker_t *w, s_req_t *r) {
     }
     r->draft_pending = true;
     r->draft_k = k;
-    r->draft_sent_us = actor_now_us();
+    r->draft_sent_us = base_now_us();
     w->n_pending_drafts++;
 }
 
@@ -390,7 +420,7 @@ static void s_on_draft(s_worker_t *w, const msg_draft_reply_t *m) {
     }
     r->draft_pending = false;
     w->n_pending_drafts--;
-    double per = (double)(actor_now_us() - r->draft_sent_us) / (r->draft_k > 0 ? r->draft_k : 1);
+    double per = (double)(base_now_us() - r->draft_sent_us) / (r->draft_k > 0 ? r->draft_k : 1);
     w->draft_us_per_token = w->draft_us_per_token > 0 ? 0.8 * w->draft_us_per_token + 0.2 * per
                                                       : per;
     if (m->base != r->n_hist || m->n_tokens > MODEL_SPEC_MAX_K) {
@@ -412,7 +442,7 @@ static bool s_wait_drafts(s_worker_t *w) {
     if (!w->n_pending_drafts)
         return false;
     /* the oldest outstanding request decides: wait at most spec_wait_us for it */
-    uint64_t now = actor_now_us(), oldest = now;
+    uint64_t now = base_now_us(), oldest = now;
     int n = 0, kmax = 1;
     for (int i = 0; i < router_sched_count(w->sched); i++) {
         s_req_t *r = router_sched_user_at(w->sched, i);
@@ -532,7 +562,7 @@ static int s_step(s_worker_t *w) {
     int n_items = router_sched_plan(w->sched, w->items, w->max_batch);
     if (n_items <= 0)
         return 0;
-    uint64_t now = actor_now_us();
+    uint64_t now = base_now_us();
     int nt = 0;
     for (int k = 0; k < n_items; k++) {
         router_sched_item_t *it = &w->items[k];
@@ -575,9 +605,9 @@ static int s_step(s_worker_t *w) {
         actor_counters_add(w->counters, it->prefill ? "tokens.prefill" : "tokens.decode", it->n);
     }
     model_batch_t b = {nt, w->b_tok, w->b_pos, w->b_seq, w->b_want, n_items, w->b_seqs};
-    uint64_t t_fwd = actor_now_us();
+    uint64_t t_fwd = base_now_us();
     int got = model_ctx_forward(w->ctx, &b, kv_cache_pool(w->kv), w->logits);
-    double dt = (double)(actor_now_us() - t_fwd);
+    double dt = (double)(base_now_us() - t_fwd);
     w->step_us = w->step_us > 0 ? 0.9 * w->step_us + 0.1 * dt : dt;
     actor_counters_add(w->counters, "steps", 1);
     if (got < 0) {
@@ -589,7 +619,7 @@ static int s_step(s_worker_t *w) {
         }
         return got;
     }
-    now = actor_now_us();
+    now = base_now_us();
     int row = 0;
     for (int k = 0; k < n_items; k++) {
         router_sched_item_t *it = &w->items[k];
@@ -693,7 +723,7 @@ static void s_on_block(s_worker_t *w, const msg_kv_block_t *b, zmq_msg_t *raw) {
 /* Parked requests whose promotions did not finish in time run now (what is
  * missing is recomputed). */
 static void s_check_parked(s_worker_t *w) {
-    uint64_t now = actor_now_us();
+    uint64_t now = base_now_us();
     s_req_t **p = &w->parked;
     while (*p) {
         s_req_t *r = *p;
@@ -737,8 +767,52 @@ static void s_report(s_worker_t *w) {
     actor_counters_set(c, "kv.t0.blocks_free", ks.n_free);
     actor_counters_set(c, "kv.t0.bytes",
                        (int64_t)kv_cache_total(w->kv) * (int64_t)kv_cache_pool(w->kv)->block_bytes);
-    w->last_report_us = actor_now_us();
+    w->last_report_us = base_now_us();
     w->dirty = false;
+}
+
+static void s_on_kv_block(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    s_on_block(self, &m->u.kv_block, raw);
+}
+
+static void s_on_draft_reply(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_on_draft(self, &m->u.draft_reply);
+}
+
+static void s_on_promote_done(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_worker_t *w = self;
+    s_req_t *r = s_find_parked(w, m->u.kv_promote_done.rid);
+    if (r) {
+        s_unpark(w, r);
+        s_admit(w, r);
+    }
+}
+
+static void s_on_work_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_on_request(self, &m->u.work_request);
+}
+
+static void s_on_work_cancel(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_on_cancel(self, m->u.work_cancel.rid);
+}
+
+/* After every wakeup: one batch step when there is work.  0 (poll without
+ * waiting) while steps run; 1 ms while a draft is on its way; otherwise block
+ * in the poll (2 ms with requests waiting for promotions, else 100 ms). */
+static int s_idle(void *self) {
+    s_worker_t *w = self;
+    s_check_parked(w);
+    if (s_wait_drafts(w))
+        return 1;
+    bool busy = s_step(w) > 0;
+    uint64_t now = base_now_us();
+    if ((w->dirty && now - w->last_report_us > 20000) || now - w->last_report_us > 100000)
+        s_report(w);
+    return busy ? 0 : w->parked ? 2 : 100;
 }
 
 static void s_cleanup(s_worker_t *w) {
@@ -759,7 +833,7 @@ static void s_cleanup(s_worker_t *w) {
     model_sampler_destroy(&w->sampler);
     model_tokenizer_destroy(&w->tok);
     model_llama_destroy(&w->model);
-    actor_counters_destroy(&w->counters);
+    actor_loop_destroy(&w->loop);
     zsock_destroy(&w->in);
     zsock_destroy(&w->to_tok);
     zsock_destroy(&w->to_router);
@@ -783,46 +857,28 @@ int actor_worker_main(actor_env_t *env) {
     w.name = name;
     w.index = atoi(name + 6);
     char err[512];
-    const char *path = actor_topology_opt(t, name, "model", NULL);
+    const char *path = actor_env_str(env, "model");
     if (!path) {
         actor_env_fail(env, "%s: no model= option in the topology", name);
         return 1;
     }
-    int threads = (int)actor_topology_opt_int(t, name, "threads", 1);
-    w.max_batch = (int)actor_topology_opt_int(t, name, "max_batch", 16);
-    int n_blocks = (int)actor_topology_opt_int(t, name, "kv_blocks", 512);
-    int queue = (int)actor_topology_opt_int(t, name, "queue", 64);
-    w.step_tokens = (int)actor_topology_opt_int(t, name, "step_tokens", 256);
-    int max_ctx = (int)actor_topology_opt_int(t, name, "max_ctx", 2048);
-    int bs = (int)actor_topology_opt_int(t, name, "block_size", 16);
-    int kv_fmt = kv_fmt_parse(actor_topology_opt(t, name, "kv_type", "f32"));
-    int policy = kv_policy_parse(actor_topology_opt(t, name, "kv_policy", "scored"));
-    bool sharing = actor_topology_opt_int(t, name, "prefix_cache", 1) != 0;
-    w.prefetch_wait_ms = (int)actor_topology_opt_int(t, name, "prefetch_wait_ms", 200);
+    int threads = (int)actor_env_int(env, "threads");
+    w.max_batch = (int)actor_env_int(env, "max_batch");
+    int n_blocks = (int)actor_env_int(env, "kv_blocks");
+    int queue = (int)actor_env_int(env, "queue");
+    w.step_tokens = (int)actor_env_int(env, "step_tokens");
+    int max_ctx = (int)actor_env_int(env, "max_ctx");
+    int bs = (int)actor_env_int(env, "block_size");
+    int kv_fmt = kv_fmt_parse(actor_env_str(env, "kv_type"));
+    int policy = kv_policy_parse(actor_env_str(env, "kv_policy"));
+    bool sharing = actor_env_bool(env, "prefix_cache");
+    w.prefetch_wait_ms = (int)actor_env_int(env, "prefetch_wait_ms");
     w.block_size = bs;
     /* speculative decoding: on when the topology has a draft worker */
-    bool spec = actor_topology_endpoint(t, "draft") != NULL &&
-                actor_topology_opt_int(t, name, "spec", 1) != 0;
-    w.spec_k = (int)actor_topology_opt_int(t, name, "spec_k", 0);
-    w.spec_k_max = (int)actor_topology_opt_int(t, name, "spec_k_max", 8);
-    w.spec_wait_us = (int)actor_topology_opt_int(t, name, "spec_wait_us", 20000);
-    if (w.spec_k < 0 || w.spec_k > MODEL_SPEC_MAX_K || w.spec_k_max < 1 ||
-        w.spec_k_max > MODEL_SPEC_MAX_K || w.spec_wait_us < 0) {
-        actor_env_fail(env, "%s: spec_k must be 0..%d, spec_k_max 1..%d", name, MODEL_SPEC_MAX_K,
-                       MODEL_SPEC_MAX_K);
-        return 1;
-    }
-    if (kv_fmt < 0 || kv_fmt_pool_type(kv_fmt) < 0 || policy < 0 || w.prefetch_wait_ms < 0 ||
-        bs > KV_MAX_BLOCK_TOKENS) {
-        actor_env_fail(env, "%s: bad kv_type (f32|f16|int8), kv_policy (lru|lfu|scored), "
-                            "prefetch_wait_ms or block_size", name);
-        return 1;
-    }
-    if (threads < 1 || w.max_batch < 1 || n_blocks < 1 || queue < 0 || w.step_tokens < 1 ||
-        max_ctx < 2 || bs < 1) {
-        actor_env_fail(env, "%s: bad option value", name);
-        return 1;
-    }
+    bool spec = actor_topology_endpoint(t, "draft") != NULL && actor_env_bool(env, "spec");
+    w.spec_k = (int)actor_env_int(env, "spec_k");
+    w.spec_k_max = (int)actor_env_int(env, "spec_k_max");
+    w.spec_wait_us = (int)actor_env_int(env, "spec_wait_us");
     if (w.step_tokens < w.max_batch)
         w.step_tokens = w.max_batch;
     w.model = model_llama_load(path, err, sizeof err);
@@ -845,7 +901,8 @@ int actor_worker_main(actor_env_t *env) {
     router_sched_config_t sc = {w.max_batch, queue, n_blocks, bs, w.step_tokens, max_ctx};
     w.sched = router_sched_new(&sc);
     w.sampler = model_sampler_new(cfg->n_vocab);
-    w.counters = actor_counters_new();
+    w.loop = actor_loop_new(env, &w);
+    w.counters = w.loop ? actor_loop_counters(w.loop) : NULL;
     w.items = malloc((size_t)w.max_batch * sizeof *w.items);
     w.b_tok = malloc((size_t)room * sizeof *w.b_tok);
     w.b_pos = malloc((size_t)room * sizeof *w.b_pos);
@@ -855,9 +912,8 @@ int actor_worker_main(actor_env_t *env) {
     w.logits = malloc((size_t)rows * cfg->n_vocab * sizeof *w.logits);
     w.piece = malloc(S_SCRATCH);
     w.text = malloc(S_SCRATCH);
-    if (!w.tok || !w.ctx || !w.kv || !w.sched || !w.sampler || !w.counters || !w.items ||
-        !w.b_tok || !w.b_pos || !w.b_seq || !w.b_want || !w.b_seqs || !w.logits || !w.piece ||
-        !w.text) {
+    if (!w.tok || !w.ctx || !w.kv || !w.sched || !w.sampler || !w.loop || !w.items || !w.b_tok ||
+        !w.b_pos || !w.b_seq || !w.b_want || !w.b_seqs || !w.logits || !w.piece || !w.text) {
         actor_env_fail(env, "%s: cannot set up (%s)", name,
                        !w.tok  ? err
                        : !w.kv ? "KV pool too large"
@@ -896,66 +952,14 @@ int actor_worker_main(actor_env_t *env) {
     actor_env_ready(env);
     s_report(&w);
 
-    zpoller_t *poller = zpoller_new(actor_env_pipe(env), w.in, NULL);
-    zpoller_set_nonstop(poller, true);
-    bool stop = false;
-    bool busy = false;
-    while (!stop) {
-        if (!busy)
-            zpoller_wait(poller, w.parked ? 2 : 100);
-        if (zsock_events(actor_env_pipe(env)) & ZMQ_POLLIN)
-            break;
-        msg_any_t m;
-        msg_err_t e;
-        int rc;
-        zmq_msg_t raw;
-        while ((rc = actor_recv_raw(w.in, &m, &e, &raw)) != -EAGAIN) {
-            if (rc < 0) {
-                actor_counters_add(w.counters, "malformed", 1);
-                zmq_msg_close(&raw);
-                continue;
-            }
-            switch (m.type) {
-            case MSG_KV_BLOCK:
-                s_on_block(&w, &m.u.kv_block, &raw);
-                break;
-            case MSG_DRAFT_REPLY:
-                s_on_draft(&w, &m.u.draft_reply);
-                break;
-            case MSG_KV_PROMOTE_DONE: {
-                s_req_t *r = s_find_parked(&w, m.u.kv_promote_done.rid);
-                if (r) {
-                    s_unpark(&w, r);
-                    s_admit(&w, r);
-                }
-                break;
-            }
-            case MSG_WORK_REQUEST:
-                s_on_request(&w, &m.u.work_request);
-                break;
-            case MSG_WORK_CANCEL:
-                s_on_cancel(&w, m.u.work_cancel.rid);
-                break;
-            default:
-                if (actor_ctl_handle(env, &m, w.to_front, w.counters) == 1)
-                    stop = true;
-                else if (m.type != MSG_PING && m.type != MSG_STATS_QUERY)
-                    actor_counters_add(w.counters, "unexpected", 1);
-            }
-            zmq_msg_close(&raw);
-            msg_any_clear(&m);
-        }
-        s_check_parked(&w);
-        if (s_wait_drafts(&w)) { /* a draft is on its way: a short wait, then the step */
-            zpoller_wait(poller, 1);
-            continue;
-        }
-        busy = s_step(&w) > 0;
-        uint64_t now = actor_now_us();
-        if ((w.dirty && now - w.last_report_us > 20000) || now - w.last_report_us > 100000)
-            s_report(&w);
-    }
-    zpoller_destroy(&poller);
+    actor_loop_inbox(w.loop, w.in, w.to_front, true, "");
+    actor_loop_on(w.loop, MSG_KV_BLOCK, s_on_kv_block);
+    actor_loop_on(w.loop, MSG_DRAFT_REPLY, s_on_draft_reply);
+    actor_loop_on(w.loop, MSG_KV_PROMOTE_DONE, s_on_promote_done);
+    actor_loop_on(w.loop, MSG_WORK_REQUEST, s_on_work_request);
+    actor_loop_on(w.loop, MSG_WORK_CANCEL, s_on_work_cancel);
+    actor_loop_idle(w.loop, s_idle);
+    actor_loop_run(w.loop, 100);
     LOG_I(name, "stopping");
     s_cleanup(&w);
     return 0;

@@ -5,9 +5,7 @@
  * per request with model_sampler (seeded per position), so a request's tokens
  * do not depend on what else is in the batch.
  *
- * Options (topology, actor "workerN" or "defaults"):
- *   model=PATH  threads=N  max_batch=N (16)  kv_blocks=N (512)  queue=N (64)
- *   step_tokens=N (256)  max_ctx=N (2048)  block_size=N (16)
+ * Options: actor_worker_opts in actor_worker.c (`strata actor --help`).
  *
  * Command / reply table (inbound PULL socket):
  *   work_request  (router)   -> queued; then a text_event per token straight to the
@@ -29,5 +27,7 @@
 #include "actor_runtime.h"
 
 int actor_worker_main(actor_env_t *env);
+/* Its options, declared once (name, type, default, range, help). */
+extern const actor_opt_t actor_worker_opts[];
 
 #endif

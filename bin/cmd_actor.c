@@ -1,8 +1,10 @@
 /* cmd_actor.c - `strata actor NAME --topology FILE`: one actor as its own
  * process (what the supervisor of `strata serve --topology` spawns).  Exits 0
- * after a clean stop (SIGTERM, stop command), non-zero when the actor fails. */
+ * after a clean stop (SIGTERM, stop command), non-zero when the actor fails.
+ * `--help` and `--list-options` print the actor registry and option tables. */
 #include "cli.h"
 
+#include "actors/actor_registry.h"
 #include "actors/actor_runtime.h"
 #include "actors/actor_topology.h"
 
@@ -10,24 +12,54 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void s_help(FILE *f) {
     fprintf(f, "usage: strata actor NAME --topology FILE\n"
+               "       strata actor --list-options\n"
                "\n"
-               "Runs actor NAME (frontend, tokenizer, router, worker<N>) of the topology FILE\n"
-               "(docs/TOPOLOGY.md) in this process and reports ready to the topology's\n"
-               "supervisor endpoint.  Normally started by `strata serve --topology FILE`.\n");
+               "Runs actor NAME of the topology FILE (docs/TOPOLOGY.md) in this process and\n"
+               "reports ready to the topology's supervisor endpoint.  Normally started by\n"
+               "`strata serve --topology FILE`.  --list-options prints every option of every\n"
+               "actor, one per line: actor, key, type, default, range, help (tab-separated).\n"
+               "\n"
+               "Actors and their options (key=value on the actor's topology line):\n");
+    char range[256];
+    for (int i = 0; actor_info_at(i); i++) {
+        const actor_info_t *a = actor_info_at(i);
+        fprintf(f, "\n  %-12s %s\n", a->name, a->purpose);
+        for (const actor_opt_t *o = a->opts; o->key; o++)
+            fprintf(f, "      %-18s %-18s %s%s%s%s\n", o->key,
+                    actor_opt_range(o, range, sizeof range), o->help, o->def ? " (default " : "",
+                    o->def ? o->def : "", o->def ? ")" : "");
+    }
+}
+
+/* One line per option: actor, key, type, default ("-": none), range, help. */
+static void s_list_options(FILE *f) {
+    char range[256];
+    for (int i = 0; actor_info_at(i); i++) {
+        const actor_info_t *a = actor_info_at(i);
+        for (const actor_opt_t *o = a->opts; o->key; o++)
+            fprintf(f, "%s\t%s\t%s\t%s\t%s\t%s\n", a->name, o->key, actor_opt_type_name(o->type),
+                    o->def ? o->def : "-", actor_opt_range(o, range, sizeof range), o->help);
+    }
 }
 
 int cmd_actor(int argc, char **argv) {
     const char *topo_path = NULL;
-    static const struct option opts[] = {
-        {"topology", required_argument, 0, 1}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"topology", required_argument, 0, 1},
+                                         {"list-options", no_argument, 0, 2},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (o) {
         case 1: topo_path = optarg; break;
+        case 2:
+            s_list_options(stdout);
+            return 0;
         case 'h': s_help(stdout); return 0;
         default: s_help(stderr); return 2;
         }
@@ -53,7 +85,7 @@ int cmd_actor(int argc, char **argv) {
         if (d)
             actor_topology_set(d, "model", cli_default_model());
     }
-    if (!actor_lookup(name) || !actor_topology_endpoint(topo, name)) {
+    if (!actor_info_find(name) || !actor_topology_endpoint(topo, name)) {
         fprintf(stderr, "strata actor: no actor '%s' in %s\n", name, topo_path);
         free(topo);
         return 1;

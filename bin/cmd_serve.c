@@ -1,15 +1,14 @@
 /* cmd_serve.c - `strata serve`: the service.  With no --topology every actor
  * runs as a thread of this process over inproc:// (the embedded default); with
  * --topology FILE each actor runs as its own process under a supervisor that
- * restarts the ones that die. */
+ * restarts the ones that die.  Its flags are a table mapped onto actor options. */
 #include "cli.h"
 
 #include "actors/actor_frontend.h"
+#include "actors/actor_registry.h"
 #include "actors/actor_runtime.h"
 #include "actors/actor_supervisor.h"
 #include "actors/actor_topology.h"
-#include "kvstore/kv_codec.h"
-#include "kvstore/kv_policy.h"
 
 #include <czmq.h>
 #include <getopt.h>
@@ -18,55 +17,156 @@
 #include <string.h>
 #include <unistd.h>
 
+/* A flag of `strata serve`.  A flag with a key sets that option of the actor
+ * that declares it (on the topology's "defaults" line): its type, range,
+ * allowed values, default and help are the option's (actor_opts.h).  A flag
+ * may set several options (one row each); flags without a key are serve's own. */
+typedef struct {
+    const char *flag;    /* long name, without "--" */
+    char short_name;     /* or 0 */
+    const char *actor;   /* whose option table declares key; NULL: serve's own flag */
+    const char *key;     /* the option it sets */
+    const char *arg;     /* metavariable; NULL: a switch */
+    const char *value;   /* a switch with a key: the value it sets */
+    int scale;           /* the option is the flag's value times this (0: 1) */
+    const char *help;    /* NULL: the option's help, range and default */
+    const char *section; /* a heading printed before it, or NULL */
+} s_flag_t;
+
+static const s_flag_t s_flags[] = {
+    {"model", 'm', "worker<N>", "model", "PATH", NULL, 0, "GGUF model (default: %s)", NULL},
+    {"endpoint", 0, "frontend", "client", "EP", NULL, 0, NULL, NULL},
+    {"workers", 0, NULL, NULL, "N", NULL, 0, "target workers (1..64, default 1)", NULL},
+    {"threads", 't', "worker<N>", "threads", "N", NULL, 0,
+     "threads per worker (1..256, default: CPUs / workers)", NULL},
+    {"max-batch", 0, "worker<N>", "max_batch", "N", NULL, 0, NULL, NULL},
+    {"kv-blocks", 0, "worker<N>", "kv_blocks", "N", NULL, 0, NULL, NULL},
+    {"queue", 0, "worker<N>", "queue", "N", NULL, 0, NULL, NULL},
+    {"step-tokens", 0, "worker<N>", "step_tokens", "N", NULL, 0, NULL, NULL},
+    {"max-ctx", 0, "worker<N>", "max_ctx", "N", NULL, 0, NULL, NULL},
+    {"kv-type", 0, "worker<N>", "kv_type", "T", NULL, 0, NULL, "KV store (docs/KVSTORE.md):"},
+    {"kv-policy", 0, "worker<N>", "kv_policy", "P", NULL, 0,
+     "eviction order in every tier (lru|lfu|scored, default scored)", NULL},
+    {"kv-policy", 0, "kvtier", "policy", "P", NULL, 0, NULL, NULL},
+    {"no-prefix-cache", 0, "worker<N>", "prefix_cache", NULL, "0", 0,
+     "every request computes its whole prompt", NULL},
+    {"no-tiers", 0, NULL, NULL, NULL, NULL, 0,
+     "no KV tier manager or prefetcher: evicted blocks are dropped", NULL},
+    {"t1-blocks", 0, "kvtier", "t1_blocks", "N", NULL, 0, NULL, NULL},
+    {"t1-type", 0, "kvtier", "t1_fmt", "T", NULL, 0,
+     "T1 format (f32|f16|int8|int4, default: the T0 format)", NULL},
+    {"t2-dir", 0, "kvtier", "t2_dir", "DIR", NULL, 0,
+     "T2: SSD files in DIR (io_uring, O_DIRECT); default: no T2", NULL},
+    {"t2-blocks", 0, "kvtier", "t2_blocks", "N", NULL, 0, NULL, NULL},
+    {"t2-type", 0, "kvtier", "t2_fmt", "T", NULL, 0, "T2 format (default: the T1 format)", NULL},
+    {"prefetch-wait-ms", 0, "worker<N>", "prefetch_wait_ms", "N", NULL, 0, NULL, NULL},
+    {"draft", 0, "draft", "draft", "KIND", NULL, 0,
+     "ngram (prompt lookup) or model (needs --draft-model); a draft worker proposes "
+     "tokens, the target verifies them in one pass",
+     "Speculative decoding:"},
+    {"draft-model", 0, "draft", "draft_model", "PATH", NULL, 0,
+     "draft GGUF with the target's vocabulary (e.g. a Q4_1 copy)", NULL},
+    {"spec-k", 0, "worker<N>", "spec_k", "N", NULL, 0, NULL, NULL},
+    {"spec-k-max", 0, "worker<N>", "spec_k_max", "N", NULL, 0, NULL, NULL},
+    {"spec-wait-ms", 0, "worker<N>", "spec_wait_us", "N", NULL, 1000,
+     "longest wait for a draft before a step runs without it (0..60000, default 20; when "
+     "every running request waits for its draft, up to 10x that, following the drafts' "
+     "latency)",
+     NULL},
+    {"topology", 0, NULL, NULL, "FILE", NULL, 0,
+     "process mode: one process per actor (docs/TOPOLOGY.md); the file's options replace "
+     "the ones above",
+     ""},
+    {"help", 'h', NULL, NULL, NULL, NULL, 0, "this help", NULL},
+};
+#define S_N_FLAGS (int)(sizeof s_flags / sizeof s_flags[0])
+
+/* The declaration of the option flag row r sets, scaled to the flag's unit
+ * (spec-wait-ms: spec_wait_us / 1000). */
+static actor_opt_t s_flag_opt(const s_flag_t *r) {
+    const actor_opt_t *o = actor_opts_find(actor_info_find(r->actor)->opts, r->key);
+    actor_opt_t x = *o;
+    if (r->scale > 1) {
+        x.min /= r->scale;
+        x.max /= r->scale;
+    }
+    return x;
+}
+
+/* The first row of flag name (rows of one flag follow each other). */
+static bool s_first_row(int r) {
+    return r == 0 || strcmp(s_flags[r - 1].flag, s_flags[r].flag);
+}
+
 static void s_help(FILE *f) {
-    fprintf(f,
-            "usage: strata serve [options]\n"
-            "\n"
-            "Runs the inference service: a frontend (ZeroMQ ROUTER, MessagePack protocol, see\n"
-            "docs/PROTOCOL.md), a tokenizer, a router and N target workers with continuous\n"
-            "batching, a KV tier manager and a prefetcher (unless --no-tiers) and, with\n"
-            "--draft, a draft worker.  Without --topology every actor is a thread of this\n"
-            "process.\n"
-            "\n"
-            "  -m, --model PATH      GGUF model (default: %s)\n"
-            "      --endpoint EP     client endpoint (default %s)\n"
-            "      --workers N       target workers (default 1)\n"
-            "  -t, --threads N       threads per worker (default: CPUs / workers)\n"
-            "      --max-batch N     requests running at once per worker (default 16)\n"
-            "      --kv-blocks N     KV blocks of 16 positions per worker (default 512)\n"
-            "      --queue N         requests waiting per worker before 'overloaded' (default 64)\n"
-            "      --step-tokens N   tokens per forward step, decode + prefill chunks (default 256)\n"
-            "      --max-ctx N       positions per request, prompt + max_tokens (default 2048)\n"
-            "\n"
-            "KV store (docs/KVSTORE.md):\n"
-            "      --kv-type T       T0 (worker) KV format: f32, f16 or int8 (default f32)\n"
-            "      --kv-policy P     eviction order in every tier: lru, lfu, scored (default scored)\n"
-            "      --no-prefix-cache every request computes its whole prompt\n"
-            "      --no-tiers        no KV tier manager or prefetcher: evicted blocks are dropped\n"
-            "      --t1-blocks N     T1 DRAM pool of the tier manager, in blocks (default 256)\n"
-            "      --t1-type T       T1 format: f32, f16, int8, int4 (default: the T0 format)\n"
-            "      --t2-dir DIR      T2: SSD files in DIR (io_uring, O_DIRECT); default: no T2\n"
-            "      --t2-blocks N     T2 capacity in blocks (default 1024)\n"
-            "      --t2-type T       T2 format (default: the T1 format)\n"
-            "      --prefetch-wait-ms N  how long a request waits for its promotions (default 200)\n"
-            "\n"
-            "Speculative decoding:\n"
-            "      --draft KIND      ngram (prompt lookup) or model (needs --draft-model); a draft\n"
-            "                        worker proposes tokens, the target verifies them in one pass\n"
-            "      --draft-model PATH  draft GGUF with the target's vocabulary (e.g. a Q4_1 copy)\n"
-            "      --spec-k N        fixed draft depth 1..16 (default 0: adaptive, from acceptance\n"
-            "                        and load)\n"
-            "      --spec-k-max N    adaptive: the largest depth (default 8)\n"
-            "      --spec-wait-ms N  longest wait for a draft before a step runs without it\n"
-            "                        (default 20; when every running request waits for its\n"
-            "                        draft, up to 10x that, following the drafts' latency)\n"
-            "\n"
-            "      --topology FILE   process mode: one process per actor (docs/TOPOLOGY.md);\n"
-            "                        the file's options replace the ones above\n"
-            "  -h, --help            this help\n"
-            "\n"
-            "SIGINT or SIGTERM stops the service cleanly.\n",
-            cli_default_model(), ACTOR_FRONTEND_DEFAULT_ENDPOINT);
+    fprintf(f, "usage: strata serve [options]\n"
+               "\n"
+               "Runs the inference service: a frontend (ZeroMQ ROUTER, MessagePack protocol, see\n"
+               "docs/PROTOCOL.md), a tokenizer, a router and N target workers with continuous\n"
+               "batching, a KV tier manager and a prefetcher (unless --no-tiers) and, with\n"
+               "--draft, a draft worker.  Without --topology every actor is a thread of this\n"
+               "process.  Option texts come from the actors' option tables\n"
+               "(`strata actor --help`).\n");
+    for (int r = 0; r < S_N_FLAGS; r++) {
+        const s_flag_t *x = &s_flags[r];
+        if (!s_first_row(r))
+            continue;
+        if (x->section)
+            fprintf(f, "\n%s%s", x->section, *x->section ? "\n" : "");
+        else if (r == 0)
+            fprintf(f, "\n");
+        char left[64], help[512], range[256];
+        snprintf(left, sizeof left, "%c%c%c --%s%s%s", x->short_name ? '-' : ' ',
+                 x->short_name ? x->short_name : ' ', x->short_name ? ',' : ' ', x->flag,
+                 x->arg ? " " : "", x->arg ? x->arg : "");
+        if (x->help) {
+            snprintf(help, sizeof help, x->help, cli_default_model());
+        } else {
+            actor_opt_t o = s_flag_opt(x);
+            char def[64];
+            if (x->scale > 1 && o.def)
+                snprintf(def, sizeof def, "%ld", actor_opt_parse_int(o.def) / x->scale);
+            else
+                snprintf(def, sizeof def, "%s", o.def ? o.def : "none");
+            bool text = o.type == ACTOR_OPT_STRING || o.type == ACTOR_OPT_PATH;
+            snprintf(help, sizeof help, "%s (%s%sdefault %s)", o.help,
+                     text ? "" : actor_opt_range(&o, range, sizeof range), text ? "" : ", ", def);
+        }
+        /* wrap at 96 columns, continuation under the help column */
+        fprintf(f, "  %-22s", left);
+        int col = 24;
+        if (strlen(left) > 21) {
+            fprintf(f, "\n%24s", "");
+        }
+        for (char *w = strtok(help, " "); w; w = strtok(NULL, " ")) {
+            int n = (int)strlen(w);
+            if (col > 24 && col + 1 + n > 96) {
+                fprintf(f, "\n%24s", "");
+                col = 24;
+            }
+            fprintf(f, "%s%s", col > 24 ? " " : "", w);
+            col += (col > 24 ? 1 : 0) + n;
+        }
+        fprintf(f, "\n");
+    }
+    fprintf(f, "\nSIGINT or SIGTERM stops the service cleanly.\n");
+}
+
+/* The value given for flag (its first row), or NULL. */
+static const char *s_val(char (*vals)[ACTOR_TOPO_VALUE], const char *flag) {
+    for (int r = 0; r < S_N_FLAGS; r++)
+        if (!strcmp(s_flags[r].flag, flag))
+            return vals[r][0] ? vals[r] : NULL;
+    return NULL;
+}
+
+/* Set the value of every row of flag (serve's own defaults). */
+static void s_set(char (*vals)[ACTOR_TOPO_VALUE], const char *flag, const char *value) {
+    char v[ACTOR_TOPO_VALUE];
+    snprintf(v, sizeof v, "%s", value); /* value may be one of vals */
+    for (int r = 0; r < S_N_FLAGS; r++)
+        if (!strcmp(s_flags[r].flag, flag))
+            snprintf(vals[r], sizeof vals[r], "%s", v);
 }
 
 /* The embedded default: every actor over inproc:// in this process. */
@@ -151,114 +251,115 @@ static int s_process_mode(actor_topology_t *topo, const char *path) {
     return rc;
 }
 
+/* Check value of flag row r; the text the option gets (scaled) in out.
+ * false after printing "strata serve: --flag value: why". */
+static bool s_flag_value(int r, const char *value, char *out, size_t len) {
+    const s_flag_t *x = &s_flags[r];
+    actor_opt_t o = s_flag_opt(x);
+    char why[256];
+    if (actor_opt_check(&o, value, why, sizeof why)) {
+        fprintf(stderr, "strata serve: --%s %s: %s\n", x->flag, value, why);
+        return false;
+    }
+    if (x->scale > 1)
+        snprintf(out, len, "%ld", actor_opt_parse_int(value) * x->scale);
+    else
+        snprintf(out, len, "%s", value);
+    return true;
+}
+
 int cmd_serve(int argc, char **argv) {
-    const char *C = "serve";
-    const char *model = NULL, *endpoint = ACTOR_FRONTEND_DEFAULT_ENDPOINT, *topo_path = NULL;
-    long workers = 1, threads = 0, max_batch = 16, kv_blocks = 512, queue = 64, step = 256,
-         max_ctx = 2048, t1_blocks = 256, t2_blocks = 1024, wait_ms = 200;
-    const char *kv_type = "f32", *policy = "scored", *t1_type = NULL, *t2_type = NULL,
-               *t2_dir = NULL;
-    bool prefix = true, tiers = true;
-    const char *draft = NULL, *draft_model = NULL;
-    long spec_k = 0, spec_k_max = 8, spec_wait_ms = 20;
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},      {"endpoint", required_argument, 0, 1},
-        {"workers", required_argument, 0, 2},      {"threads", required_argument, 0, 't'},
-        {"max-batch", required_argument, 0, 3},    {"kv-blocks", required_argument, 0, 4},
-        {"queue", required_argument, 0, 5},        {"step-tokens", required_argument, 0, 6},
-        {"max-ctx", required_argument, 0, 7},      {"topology", required_argument, 0, 8},
-        {"kv-type", required_argument, 0, 9},      {"kv-policy", required_argument, 0, 10},
-        {"no-prefix-cache", no_argument, 0, 11},   {"no-tiers", no_argument, 0, 12},
-        {"t1-blocks", required_argument, 0, 13},   {"t1-type", required_argument, 0, 14},
-        {"t2-dir", required_argument, 0, 15},      {"t2-blocks", required_argument, 0, 16},
-        {"t2-type", required_argument, 0, 17},     {"prefetch-wait-ms", required_argument, 0, 18},
-        {"draft", required_argument, 0, 19},       {"draft-model", required_argument, 0, 20},
-        {"spec-k", required_argument, 0, 21},      {"spec-k-max", required_argument, 0, 22},
-        {"spec-wait-ms", required_argument, 0, 23},
-        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+    static char vals[S_N_FLAGS][ACTOR_TOPO_VALUE]; /* what each row sets; "" = not given */
+    struct option opts[S_N_FLAGS + 1];
+    char shorts[16] = "";
+    int n_opts = 0;
+    memset(vals, 0, sizeof vals);
+    for (int r = 0; r < S_N_FLAGS; r++) {
+        if (!s_first_row(r))
+            continue;
+        opts[n_opts++] = (struct option){
+            s_flags[r].flag, s_flags[r].arg ? required_argument : no_argument, 0, 256 + r};
+        if (s_flags[r].short_name) {
+            size_t k = strlen(shorts);
+            shorts[k] = s_flags[r].short_name;
+            shorts[k + 1] = s_flags[r].arg ? ':' : 0;
+            shorts[k + 2] = 0;
+        }
+    }
+    opts[n_opts] = (struct option){0, 0, 0, 0};
+    long workers = 1;
+    const char *endpoint = ACTOR_FRONTEND_DEFAULT_ENDPOINT, *topo_path = NULL;
+    bool tiers = true;
     int o;
     optind = 1;
-    while ((o = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'm': model = optarg; break;
-        case 1: endpoint = optarg; break;
-        case 2: if (!cli_int(C, "--workers", optarg, 1, 64, &workers)) return 1; break;
-        case 't': if (!cli_int(C, "--threads", optarg, 1, 256, &threads)) return 1; break;
-        case 3: if (!cli_int(C, "--max-batch", optarg, 1, 4096, &max_batch)) return 1; break;
-        case 4: if (!cli_int(C, "--kv-blocks", optarg, 1, 1 << 24, &kv_blocks)) return 1; break;
-        case 5: if (!cli_int(C, "--queue", optarg, 0, 1 << 20, &queue)) return 1; break;
-        case 6: if (!cli_int(C, "--step-tokens", optarg, 1, 1 << 16, &step)) return 1; break;
-        case 7: if (!cli_int(C, "--max-ctx", optarg, 2, 1 << 20, &max_ctx)) return 1; break;
-        case 8: topo_path = optarg; break;
-        case 9: kv_type = optarg; break;
-        case 10: policy = optarg; break;
-        case 11: prefix = false; break;
-        case 12: tiers = false; break;
-        case 13: if (!cli_int(C, "--t1-blocks", optarg, 1, 1 << 24, &t1_blocks)) return 1; break;
-        case 14: t1_type = optarg; break;
-        case 15: t2_dir = optarg; break;
-        case 16: if (!cli_int(C, "--t2-blocks", optarg, 1, 1 << 26, &t2_blocks)) return 1; break;
-        case 17: t2_type = optarg; break;
-        case 19: draft = optarg; break;
-        case 20: draft_model = optarg; break;
-        case 21: if (!cli_int(C, "--spec-k", optarg, 0, 16, &spec_k)) return 1; break;
-        case 22: if (!cli_int(C, "--spec-k-max", optarg, 1, 16, &spec_k_max)) return 1; break;
-        case 23: if (!cli_int(C, "--spec-wait-ms", optarg, 0, 60000, &spec_wait_ms)) return 1; break;
-        case 18: if (!cli_int(C, "--prefetch-wait-ms", optarg, 0, 60000, &wait_ms)) return 1; break;
-        case 'h': s_help(stdout); return 0;
-        default: s_help(stderr); return 2;
+    while ((o = getopt_long(argc, argv, shorts, opts, NULL)) != -1) {
+        int r = -1;
+        if (o >= 256)
+            r = o - 256;
+        for (int k = 0; k < S_N_FLAGS && r < 0; k++)
+            if (s_flags[k].short_name && s_flags[k].short_name == o)
+                r = k;
+        if (r < 0) {
+            s_help(stderr);
+            return 2;
         }
+        const char *flag = s_flags[r].flag;
+        if (!strcmp(flag, "help")) {
+            s_help(stdout);
+            return 0;
+        } else if (!strcmp(flag, "workers")) {
+            if (!cli_int("serve", "--workers", optarg, 1, 64, &workers))
+                return 1;
+        } else if (!strcmp(flag, "no-tiers")) {
+            tiers = false;
+        } else if (!strcmp(flag, "topology")) {
+            topo_path = optarg;
+        }
+        for (int k = r; k < S_N_FLAGS && !strcmp(s_flags[k].flag, flag); k++)
+            if (s_flags[k].key &&
+                !s_flag_value(k, optarg ? optarg : s_flags[k].value, vals[k], sizeof vals[k]))
+                return 1;
     }
     if (optind < argc) {
         fprintf(stderr, "strata serve: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
+#define VAL(flag) s_val(vals, flag)
+    if (VAL("endpoint"))
+        endpoint = VAL("endpoint");
     if (!strstr(endpoint, "://")) {
         fprintf(stderr, "strata serve: --endpoint must look like tcp://HOST:PORT\n");
         return 2;
     }
-    int f0 = kv_fmt_parse(kv_type);
-    if (f0 < 0 || kv_fmt_pool_type(f0) < 0) {
-        fprintf(stderr, "strata serve: --kv-type must be f32, f16 or int8 (got '%s')\n", kv_type);
-        return 2;
-    }
-    if (kv_policy_parse(policy) < 0) {
-        fprintf(stderr, "strata serve: --kv-policy must be lru, lfu or scored (got '%s')\n",
-                policy);
-        return 2;
-    }
-    if (draft && strcmp(draft, "ngram") && strcmp(draft, "model")) {
-        fprintf(stderr, "strata serve: --draft must be ngram or model (got '%s')\n", draft);
-        return 2;
-    }
+    const char *draft = VAL("draft"), *draft_model = VAL("draft-model");
     if (draft && !strcmp(draft, "model") && !draft_model) {
         fprintf(stderr, "strata serve: --draft model needs --draft-model PATH\n");
         return 2;
     }
     if (draft_model && !draft)
-        draft = "model";
+        s_set(vals, "draft", draft = "model");
     if (draft_model && access(draft_model, R_OK)) {
         fprintf(stderr, "strata serve: cannot read the draft model '%s'\n", draft_model);
         return 1;
     }
-    if (!t1_type)
-        t1_type = kv_fmt_name(f0);
-    if (!t2_type)
-        t2_type = t1_type;
-    if (kv_fmt_parse(t1_type) < 0 || kv_fmt_parse(t2_type) < 0) {
-        fprintf(stderr, "strata serve: --t1-type / --t2-type must be f32, f16, int8 or int4\n");
-        return 2;
-    }
-    if (!model)
-        model = cli_default_model();
-    if (access(model, R_OK)) {
-        fprintf(stderr, "strata serve: cannot read the model '%s'\n", model);
+    /* serve's own defaults: T1 in the T0 format, T2 in the T1 format, no T2 files */
+    if (!VAL("t1-type"))
+        s_set(vals, "t1-type", VAL("kv-type") ? VAL("kv-type") : "f32");
+    if (!VAL("t2-type"))
+        s_set(vals, "t2-type", VAL("t1-type"));
+    if (!VAL("t2-dir"))
+        s_set(vals, "t2-dir", "none");
+    if (!VAL("model"))
+        s_set(vals, "model", cli_default_model());
+    if (access(VAL("model"), R_OK)) {
+        fprintf(stderr, "strata serve: cannot read the model '%s'\n", VAL("model"));
         return 1;
     }
-    if (!threads) {
-        threads = cli_default_threads() / workers;
-        if (threads < 1)
-            threads = 1;
+    if (!VAL("threads")) {
+        long threads = cli_default_threads() / workers;
+        char num[32];
+        snprintf(num, sizeof num, "%ld", threads < 1 ? 1 : threads);
+        s_set(vals, "threads", num);
     }
     actor_topology_t *topo = calloc(1, sizeof *topo);
     if (!topo)
@@ -274,40 +375,25 @@ int cmd_serve(int argc, char **argv) {
         }
         rc = s_process_mode(topo, topo_path);
     } else {
-        char ep[128], num[32];
+        char ep[128];
         int pid = (int)getpid();
+        /* every option a flag maps to, given or not (the workers' defaults
+         * then hold for every actor that shares a key, as the draft worker) */
         actor_topo_entry_t *d = actor_topology_add(topo, "defaults", "-");
-        actor_topology_set(d, "model", model);
-#define SET_NUM(key, v) (snprintf(num, sizeof num, "%ld", (long)(v)), actor_topology_set(d, key, num))
-        SET_NUM("threads", threads);
-        SET_NUM("max_batch", max_batch);
-        SET_NUM("kv_blocks", kv_blocks);
-        SET_NUM("queue", queue);
-        SET_NUM("step_tokens", step);
-        SET_NUM("max_ctx", max_ctx);
-        SET_NUM("prefix_cache", prefix);
-        SET_NUM("prefetch_wait_ms", wait_ms);
-        SET_NUM("t1_blocks", t1_blocks);
-        SET_NUM("t2_blocks", t2_blocks);
-#undef SET_NUM
-        actor_topology_set(d, "kv_type", kv_type);
-        actor_topology_set(d, "kv_policy", policy);
-        actor_topology_set(d, "policy", policy);
-        actor_topology_set(d, "t1_fmt", t1_type);
-        actor_topology_set(d, "t2_fmt", t2_type);
-        actor_topology_set(d, "t2_dir", t2_dir ? t2_dir : "none");
-        snprintf(num, sizeof num, "%ld", spec_k);
-        actor_topology_set(d, "spec_k", num);
-        snprintf(num, sizeof num, "%ld", spec_k_max);
-        actor_topology_set(d, "spec_k_max", num);
-        snprintf(num, sizeof num, "%ld", spec_wait_ms * 1000);
-        actor_topology_set(d, "spec_wait_us", num);
+        for (int r = 0; r < S_N_FLAGS; r++) {
+            if (!s_flags[r].key || (!vals[r][0] && !strcmp(s_flags[r].actor, "draft")))
+                continue;
+            if (vals[r][0]) {
+                actor_topology_set(d, s_flags[r].key, vals[r]);
+            } else if (!s_flags[r].value) {
+                actor_opt_t x = s_flag_opt(&s_flags[r]);
+                if (x.def && !actor_topology_opt(topo, "defaults", s_flags[r].key, NULL))
+                    actor_topology_set(d, s_flags[r].key, x.def); /* the option's own default */
+            }
+        }
         if (draft) {
             snprintf(ep, sizeof ep, "inproc://strata-%d-draft", pid);
-            actor_topo_entry_t *e = actor_topology_add(topo, "draft", ep);
-            actor_topology_set(e, "draft", draft);
-            if (draft_model)
-                actor_topology_set(e, "draft_model", draft_model);
+            actor_topology_add(topo, "draft", ep);
         }
         if (tiers) {
             snprintf(ep, sizeof ep, "inproc://strata-%d-kvtier", pid);
@@ -316,7 +402,7 @@ int cmd_serve(int argc, char **argv) {
             actor_topology_add(topo, "prefetcher", ep);
         }
         snprintf(ep, sizeof ep, "inproc://strata-%d-frontend", pid);
-        actor_topology_set(actor_topology_add(topo, "frontend", ep), "client", endpoint);
+        actor_topology_add(topo, "frontend", ep);
         snprintf(ep, sizeof ep, "inproc://strata-%d-tokenizer", pid);
         actor_topology_add(topo, "tokenizer", ep);
         snprintf(ep, sizeof ep, "inproc://strata-%d-router", pid);
@@ -329,6 +415,7 @@ int cmd_serve(int argc, char **argv) {
         }
         rc = s_thread_mode(topo, (int)workers, endpoint);
     }
+#undef VAL
     free(topo);
     return rc;
 }

@@ -1,0 +1,115 @@
+/* actor_registry.c - the table of every actor strata can run, and the check of
+ * an option against the table of the actor it is given to. */
+#include "actor_registry.h"
+
+#include "actor_draft.h"
+#include "actor_frontend.h"
+#include "actor_kvtier.h"
+#include "actor_prefetch.h"
+#include "actor_router.h"
+#include "actor_tokenizer.h"
+#include "actor_worker.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static const actor_info_t s_actors[] = {
+    {"frontend", actor_frontend_main, actor_frontend_opts,
+     "client-facing ROUTER socket, request table, heartbeats, stats and health"},
+    {"tokenizer", actor_tokenizer_main, actor_tokenizer_opts,
+     "renders the chat template and encodes prompts"},
+    {"router", actor_router_main, actor_router_opts,
+     "dispatches requests to the least-loaded target worker"},
+    {"worker<N>", actor_worker_main, actor_worker_opts,
+     "target worker: model, T0 KV cache, continuous batching, speculative verification"},
+    {"draft", actor_draft_main, actor_draft_opts,
+     "draft worker: proposes tokens by n-gram lookup or a small draft model"},
+    {"kvtier", actor_kvtier_main, actor_kvtier_opts,
+     "KV tier manager: T1 DRAM pool and T2 SSD files shared by every worker"},
+    {"prefetcher", actor_prefetch_main, actor_prefetch_opts,
+     "promotes a prompt's cached KV towards its worker; keeps chat sessions warm"},
+};
+#define S_N_ACTORS (int)(sizeof s_actors / sizeof s_actors[0])
+
+static bool s_matches(const char *pattern, const char *name) {
+    const char *lt = strchr(pattern, '<');
+    if (!lt)
+        return !strcmp(pattern, name);
+    size_t n = (size_t)(lt - pattern); /* "worker<N>": the prefix, then digits only */
+    if (strncmp(pattern, name, n) || !name[n])
+        return false;
+    for (const char *p = name + n; *p; p++)
+        if (*p < '0' || *p > '9')
+            return false;
+    return true;
+}
+
+const actor_info_t *actor_info_find(const char *name) {
+    for (int i = 0; i < S_N_ACTORS; i++)
+        if (!strcmp(s_actors[i].name, name) || s_matches(s_actors[i].name, name))
+            return &s_actors[i];
+    return NULL;
+}
+
+const actor_info_t *actor_info_at(int i) {
+    return i >= 0 && i < S_N_ACTORS ? &s_actors[i] : NULL;
+}
+
+const char *actor_info_names(char *buf, size_t len) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < S_N_ACTORS && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%s", i ? ", " : "", s_actors[i].name);
+    return buf;
+}
+
+/* "a, b, c": the keys of table. */
+static const char *s_keys(const actor_opt_t *table, char *buf, size_t len) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (const actor_opt_t *o = table; o->key && k < len; o++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%s", o == table ? "" : ", ", o->key);
+    return buf;
+}
+
+int actor_info_check_opt(const char *name, const char *key, const char *value, char *err,
+                         size_t errlen) {
+    char why[256], list[1024];
+    bool defaults = !strcmp(name, "defaults");
+    const actor_info_t *only = defaults ? NULL : actor_info_find(name);
+    if (!defaults && !only) {
+        snprintf(err, errlen, "no actor called '%s' (%s)", name,
+                 actor_info_names(list, sizeof list));
+        return -EINVAL;
+    }
+    int declared = 0;
+    for (int i = 0; i < S_N_ACTORS; i++) {
+        const actor_info_t *a = &s_actors[i];
+        if (only && a != only)
+            continue;
+        const actor_opt_t *o = actor_opts_find(a->opts, key);
+        if (!o)
+            continue;
+        declared++;
+        if (actor_opt_check(o, value, why, sizeof why)) {
+            if (defaults)
+                snprintf(err, errlen, "defaults: %s=%s: %s (an option of %s)", key, value, why,
+                         a->name);
+            else
+                snprintf(err, errlen, "%s: %s=%s: %s", name, key, value, why);
+            return -EINVAL;
+        }
+    }
+    if (declared)
+        return 0;
+    if (defaults)
+        snprintf(err, errlen, "defaults: %s=%s: no actor has an option '%s'", key, value, key);
+    else if (!only->opts[0].key)
+        snprintf(err, errlen, "%s: %s=%s: unknown option (%s takes none)", name, key, value,
+                 only->name);
+    else
+        snprintf(err, errlen, "%s: %s=%s: unknown option (%s)", name, key, value,
+                 s_keys(only->opts, list, sizeof list));
+    return -EINVAL;
+}
