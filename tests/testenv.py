@@ -12,7 +12,7 @@ The tests import it with the tests/ folder on sys.path:
     import testenv
 """
 
-import importlib
+import importlib.util
 import os
 import sys
 
@@ -69,12 +69,13 @@ def strata_bin():
 
 
 def require(*modules):
-    """Import the named modules (a test tool each); skip (fail under CI=true) naming the first
-    one missing.  Returns the modules, in order."""
-    out = []
+    """Check that the named modules (a test tool each) are installed, without importing them
+    (an import can have to wait for settings, e.g. ref_llama's BLAS thread count before
+    numpy loads); skip (fail under CI=true) naming the first one missing."""
     for name in modules:
         try:
-            out.append(importlib.import_module(name))
-        except ImportError as e:
-            skip(f"Python package missing: {e} (run with the project's venv: scripts/setup)")
-    return out
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            skip(f"Python package missing: {name} (run with the project's venv: scripts/setup)")
