@@ -1,6 +1,9 @@
 """serve_util.py - helpers for the service integration tests: start `strata serve`
 (thread or process mode) on a free port, talk to it with raw ZeroMQ + MessagePack
-(docs/PROTOCOL.md), and compute the `strata generate --greedy` reference."""
+(docs/PROTOCOL.md), and compute the `strata generate --greedy` reference.
+
+Importing it skips the test (exit 77; a failure under CI=true) without the default model
+or the msgpack / zmq packages: every service test serves the default model."""
 import os
 import socket
 import subprocess
@@ -8,8 +11,14 @@ import sys
 import tempfile
 import time
 
-import msgpack
-import zmq
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testenv  # noqa: E402
+
+testenv.require("msgpack", "zmq")
+MODEL = testenv.model_path()  # what `strata serve` loads by default (STRATA_MODEL or the cache)
+
+import msgpack  # noqa: E402
+import zmq  # noqa: E402
 
 BIN = os.environ.get("STRATA_BIN") or os.path.join(
     os.path.dirname(__file__), "..", "..", "build", "strata")

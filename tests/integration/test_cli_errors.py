@@ -10,9 +10,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testenv  # noqa: E402
+
 BIN = os.environ.get("STRATA_BIN", "build/strata")
-MODEL = os.environ.get("STRATA_MODEL") or os.path.expanduser(
-    "~/.cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+MODEL = testenv.model_candidate()
+HAVE_MODEL = os.path.isfile(MODEL)  # without it the cases on a copy of it are left out
 failures = []
 
 
@@ -45,8 +48,9 @@ def main():
         text = os.path.join(d, "notes.gguf")
         open(text, "w").write("hello, I am not a model\n" * 10)
         trunc = os.path.join(d, "trunc.gguf")
-        with open(MODEL, "rb") as f:
-            open(trunc, "wb").write(f.read(5_000_000))
+        if HAVE_MODEL:
+            with open(MODEL, "rb") as f:
+                open(trunc, "wb").write(f.read(5_000_000))
         neox = os.path.join(d, "neox.gguf")
         open(neox, "wb").write(gguf([("general.architecture", "gpt-neox")]))
         badtype = os.path.join(d, "badtype.gguf")
@@ -57,16 +61,19 @@ def main():
             expect_error(f"{c}: missing file", cmd + ["-m", os.path.join(d, "nope.gguf")],
                          "cannot open")
             expect_error(f"{c}: not gguf", cmd + ["-m", text], "not a GGUF file")
-            expect_error(f"{c}: truncated", cmd + ["-m", trunc], "truncated")
+            if HAVE_MODEL:
+                expect_error(f"{c}: truncated", cmd + ["-m", trunc], "truncated")
             expect_error(f"{c}: other arch", cmd + ["-m", neox], "unsupported architecture")
             expect_error(f"{c}: bad tensor type", cmd + ["-m", badtype], "unsupported type 16")
         expect_error("generate: bad -n", ["generate", "-p", "x", "-n", "lots"], "bad value for --n-predict")
         expect_error("generate: no prompt", ["generate"], "give exactly one of")
         expect_error("generate: bad temp", ["generate", "-p", "x", "--temp", "-1"], "bad value for --temp")
-        expect_error("generate: bad ids", ["generate", "--ids", "1 two"], "--ids must be")
-        expect_error("generate: id out of range", ["generate", "--ids", "99999999"], "out of range")
+        if HAVE_MODEL:  # ids are checked against the model's vocabulary
+            expect_error("generate: bad ids", ["generate", "--ids", "1 two"], "--ids must be")
+            expect_error("generate: id out of range", ["generate", "--ids", "99999999"], "out of range")
         expect_error("unknown command", ["frobnicate"], "unknown command")
-        expect_error("quantize: bad type", ["quantize", MODEL, os.path.join(d, "o.gguf"), "q3_x"], "q3_x")
+        if HAVE_MODEL:
+            expect_error("quantize: bad type", ["quantize", MODEL, os.path.join(d, "o.gguf"), "q3_x"], "q3_x")
         expect_error("perplexity: missing text", ["perplexity", "-f", os.path.join(d, "none.txt")], "cannot read")
         expect_error("perplexity: bad --kv-type", ["perplexity", "-f", text, "--kv-type", "int4"], "int4")
         expect_error("perplexity: bad --kv-tier-type", ["perplexity", "-f", text, "--kv-tier-type", "q9"], "q9")
@@ -88,7 +95,12 @@ def main():
         if not ok:
             failures.append(c + " --help")
     print(f"{len(failures) == 0 and 'PASS' or 'FAIL'}: {len(failures)} failures")
-    return 1 if failures else 0
+    if failures:
+        return 1
+    if not HAVE_MODEL:  # the rest passed; the model cases could not run
+        testenv.skip(f"model not found: {MODEL}: the cases that need it (a truncated "
+                     "copy, quantize, --ids) did not run (set STRATA_MODEL, or run scripts/fetch-model)")
+    return 0
 
 
 if __name__ == "__main__":

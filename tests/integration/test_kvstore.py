@@ -19,9 +19,8 @@ import sys
 import tempfile
 import time
 
+import serve_util as u  # first: it skips without the model, zmq or msgpack
 import zmq
-
-import serve_util as u
 
 N = 12  # tokens per completion
 

@@ -11,9 +11,8 @@ import subprocess
 import sys
 import time
 
+import serve_util as u  # first: it skips without the model, zmq or msgpack
 import zmq
-
-import serve_util as u
 
 MAX_TOKENS = 24
 

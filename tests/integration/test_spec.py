@@ -4,9 +4,7 @@ drafter) equals `strata generate --greedy` without it, for concurrent clients
 (sequences with and without drafts share steps); the final event reports the
 proposed and accepted counts, and they match the worker's stats.  (A draft
 model with another vocabulary is refused at start: tests/unit/test_spec.c.)"""
-import os
-
-import serve_util as u
+import serve_util as u  # skips without the model, zmq or msgpack
 
 MAX_TOKENS = 40
 GROUNDED = [
@@ -42,8 +40,7 @@ def main():
     REFS = [u.reference(p, MAX_TOKENS) for p in PROMPTS]
     run(["--draft", "ngram"], "n-gram, adaptive k")
     run(["--draft", "ngram", "--spec-k", "4"], "n-gram, fixed k = 4")
-    model = os.environ.get("STRATA_MODEL") or os.path.expanduser(
-        "~/.cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    model = u.MODEL
     # a generous wait: under a sanitizer build the draft model is slow, and a
     # draft that misses the wait is (correctly) not used
     run(["--draft", "model", "--draft-model", model, "--spec-k-max", "6", "--spec-wait-ms", "2000"],

@@ -15,11 +15,15 @@ import subprocess
 import sys
 import tempfile
 
-import ref_llama as R  # sets the BLAS thread count before numpy loads
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testenv  # noqa: E402
+
+testenv.require("numpy", "gguf")  # a skip (a failure under CI=true) without them
+import ref_llama as R  # noqa: E402  sets the BLAS thread count before numpy loads
+import numpy as np  # noqa: E402
 
 DEFAULT_MODEL = os.path.join(
-    os.environ.get("HOME", "/root"), ".cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    os.environ.get("HOME", "/root"), ".cache/strata/models", testenv.DEFAULT_MODEL_FILE
 )
 SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
 
@@ -29,7 +33,7 @@ def chat(user):
 
 
 # The prompts, with the ids the `tokenizers` library gives for them (a BPE built from the
-# default model's vocab and merges): the fallback when `strata tokenize` is unavailable.
+# default model's vocab and merges): a cross-check of `strata tokenize` on the default model.
 # They were picked for robust greedy continuations: the reference's top-2 logit gap stays
 # above the expected strata-vs-reference drift over all 64 steps (min gaps: count 1.9,
 # chat-count 0.69, chat-words 0.77, tens 0.86).  Free-form answers are not used: 8-bit
@@ -64,23 +68,9 @@ PROMPTS = [
 ]
 
 
-def fail_exit(msg):
-    print(f"FAIL: {msg}")
-    sys.exit(1)
-
-
-def model_path():
-    p = os.environ.get("STRATA_MODEL") or DEFAULT_MODEL
-    if not os.path.isfile(p):
-        fail_exit(f"model not found: {p} (set STRATA_MODEL, or fetch the default model)")
-    return p
-
-
-def strata_bin():
-    b = os.environ.get("STRATA_BIN")
-    if not b or not os.access(b, os.X_OK):
-        fail_exit(f"STRATA_BIN is not an executable strata binary: {b!r} (CTest sets it)")
-    return b
+fail_exit = testenv.fail
+model_path = testenv.model_path  # skips (fails under CI=true) without the model
+strata_bin = testenv.strata_bin
 
 
 def run(cmd, timeout=300):
@@ -94,9 +84,10 @@ def run(cmd, timeout=300):
     return p.stdout
 
 
-def tokenize(binp, model, text, fallback):
-    """Ids of text from `strata tokenize`, or the hard-coded fallback if that fails."""
-    fb = [int(x) for x in fallback.split()]
+def tokenize(binp, model, text, known):
+    """Ids of text from `strata tokenize`; exits with a failure if that fails.  known: the
+    `tokenizers` ids, compared (a note) when model is the default model."""
+    fb = [int(x) for x in known.split()]
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(text)
         name = f.name
@@ -106,8 +97,7 @@ def tokenize(binp, model, text, fallback):
     finally:
         os.unlink(name)
     if p.returncode != 0:
-        print(f"  note: strata tokenize failed ({p.stderr.strip()[:200]}); using built-in ids")
-        return fb
+        fail_exit(f"strata tokenize failed (exit {p.returncode}): {p.stderr.strip()[:500]}")
     ids = [int(x) for x in p.stdout.split()]
     if ids != fb and os.path.realpath(model) == os.path.realpath(DEFAULT_MODEL):
         print(f"  note: strata tokenize differs from the tokenizers ids ({len(ids)} vs {len(fb)} ids)")
@@ -213,7 +203,7 @@ def compare_prompt(ref, binp, model, name, ids, tol, n_gen=64, threads=LOGITS_TH
 def run_oracle(ref, binp, model, tol, prompts=PROMPTS, n_gen=64, threads=LOGITS_THREADS):
     """All prompts against one model; returns ok."""
     ok = True
-    for name, text, fallback in prompts:
-        ids = tokenize(binp, model, text, fallback)
+    for name, text, known in prompts:
+        ids = tokenize(binp, model, text, known)
         ok = compare_prompt(ref, binp, model, name, ids, tol, n_gen, threads) and ok
     return ok

@@ -6,8 +6,9 @@ merges and token types (read with the `gguf` package), encodes a varied corpus (
 code, CJK, emoji, runs of spaces and newlines, digits, special-token text; each line, the
 whole corpus as one string, generated edge cases and seeded random strings) and compares
 the ids with `$STRATA_BIN tokenize`.  Also checks `$STRATA_BIN detokenize` gives back
-the exact bytes.  Prints a summary; exits 1 on any mismatch, 0 when all agree (or when
-the model or the binary is absent: a skip).
+the exact bytes.  Prints a summary; exits 1 on any mismatch or a missing binary, 0 when all
+agree, 77 (skipped) without the model or the `gguf` / `tokenizers` packages - a failure
+instead under CI=true (tests/testenv.py).
 
 env: STRATA_BIN (set by CTest), STRATA_MODEL (default
 ~/.cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf), STRATA_SRC (the source tree).
@@ -18,17 +19,16 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import gguf
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-except ImportError as e:  # the venv lacks a package: a skip, said loudly
-    print(f"SKIP: {e} (run with the project's venv)")
-    sys.exit(0)
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import testenv  # noqa: E402
+
+testenv.require("gguf", "tokenizers")  # a skip (a failure under CI=true) without them
+import gguf  # noqa: E402
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers  # noqa: E402
+
 SRC = os.environ.get("STRATA_SRC", os.path.dirname(os.path.dirname(HERE)))
-MODEL = os.environ.get("STRATA_MODEL") or os.path.expanduser(
-    "~/.cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+MODEL = testenv.model_candidate()  # main() checks that it is there
 BIN = os.environ.get("STRATA_BIN") or os.path.join(SRC, "build", "strata")
 CORPUS = os.path.join(HERE, "tokenizer_corpus.txt")
 
@@ -56,7 +56,8 @@ def build_reference(path):
     r = gguf.GGUFReader(path)
     model = gguf_scalar(r, "tokenizer.ggml.model")
     if model != "gpt2":
-        raise SystemExit(f"SKIP: oracle covers byte-level BPE only (model is {model})")
+        # another model given by STRATA_MODEL: nothing is missing, the oracle does not apply
+        testenv.skip(f"oracle covers byte-level BPE only (model is {model})", ci_fails=False)
     pre = gguf_scalar(r, "tokenizer.ggml.pre") or "gpt2"
     tokens = gguf_strings(r, "tokenizer.ggml.tokens")
     merges = [tuple(m.split(" ", 1)) for m in gguf_strings(r, "tokenizer.ggml.merges")]
@@ -148,12 +149,9 @@ def random_cases(n, seed=1234):
 
 
 def main():
-    if not os.path.exists(MODEL):
-        print(f"SKIP: model {MODEL} not found")
-        return 0
+    testenv.model_path()  # skips (fails under CI=true) without the model
     if not os.access(BIN, os.X_OK):
-        print(f"SKIP: strata binary {BIN} not found (set STRATA_BIN)")
-        return 0
+        testenv.fail(f"strata binary {BIN} not found (set STRATA_BIN)")
     ref_special, ref_plain, pre = build_reference(MODEL)
     with open(CORPUS, encoding="utf-8") as f:
         corpus = f.read()

@@ -2,6 +2,7 @@
  * reports replacing estimates, dead workers skipped and their requests handed
  * back, the rid table growing and shrinking. */
 #include "router_dispatch.h"
+#include "test_util.h"
 
 #include <check.h>
 #include <errno.h>
@@ -64,16 +65,12 @@ START_TEST(many_rids) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("dispatch");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, least_loaded);
     tcase_add_test(tc, dead_worker);
     tcase_add_test(tc, many_rids);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return test_run_suite(argc, argv, s, CK_FORK_GETENV);
 }

@@ -193,20 +193,16 @@ START_TEST(bad_batches_refused) {
 }
 END_TEST
 
-int main(void) {
-    const char *path = test_model_path();
+int main(int argc, char **argv) {
+    const char *path = test_model_path_or_skip(); /* every case needs the model */
     char err[512];
-    if (path) {
-        M = model_llama_load(path, err, sizeof err);
-        if (!M) {
-            fprintf(stderr, "%s\n", err);
-            return 1;
-        }
-        CFG = model_llama_config(M);
-        KV16 = model_kv_shape(CFG, 16);
-    } else {
-        printf("default model absent: forward tests skipped\n");
+    M = model_llama_load(path, err, sizeof err);
+    if (!M) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
     }
+    CFG = model_llama_config(M);
+    KV16 = model_kv_shape(CFG, 16);
     Suite *s = suite_create("forward");
     TCase *tc = tcase_create("forward");
     tcase_set_timeout(tc, 300);
@@ -216,11 +212,7 @@ int main(void) {
     tcase_add_test(tc, mixed_batch_equals_separate);
     tcase_add_test(tc, bad_batches_refused);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = test_run_suite(argc, argv, s, CK_NOFORK);
     model_llama_destroy(&M);
-    return failed ? 1 : 0;
+    return rc;
 }

@@ -1030,10 +1030,4 @@ static Suite *s_suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(s_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+TEST_MAIN(s_suite)

@@ -2,6 +2,7 @@
  * all-or-nothing reservations, release returns blocks, no block is handed out
  * twice, double release is caught. */
 #include "kv_blocks.h"
+#include "test_util.h"
 
 #include <check.h>
 #include <errno.h>
@@ -76,15 +77,11 @@ START_TEST(double_free_caught) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("kv_blocks");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, reserve_release);
     tcase_add_test(tc, double_free_caught);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return test_run_suite(argc, argv, s, CK_FORK_GETENV);
 }

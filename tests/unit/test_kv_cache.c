@@ -695,8 +695,7 @@ static void s_from_scratch(model_ctx_t *ctx, const int32_t *tokens, int n, float
 }
 
 START_TEST(model_prefix_reuse_bitwise) {
-    if (!M)
-        return;
+    ck_assert_ptr_nonnull(M); /* s_model_load */
     int nv = model_llama_config(M)->n_vocab;
     model_ctx_t *ctx = model_ctx_new(M, 64, 128, 2, NULL);
     ck_assert_ptr_nonnull(ctx);
@@ -755,18 +754,16 @@ START_TEST(model_prefix_reuse_bitwise) {
 }
 END_TEST
 
-int main(void) {
-    const char *path = test_model_path();
-    if (path) {
-        char err[512];
-        M = model_llama_load(path, err, sizeof err);
-        if (!M) {
-            fprintf(stderr, "%s\n", err);
-            return 1;
-        }
-    } else {
-        printf("default model absent: the model test is skipped\n");
-    }
+/* The default model, loaded once for the "model" tcase (which runs only when it is there). */
+static void s_model_load(void) {
+    char err[512] = "";
+    M = model_llama_load(test_model_path(), err, sizeof err);
+    ck_assert_msg(M, "%s", err);
+}
+
+static void s_model_free(void) { model_llama_destroy(&M); }
+
+int main(int argc, char **argv) {
     Suite *s = suite_create("kv_cache");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, attach_shares_blocks);
@@ -779,15 +776,9 @@ int main(void) {
     tcase_add_test(tc, sharing_off);
     tcase_add_loop_test(tc, random_vs_reference, 0, 6);
     suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("model");
+    TCase *tm = test_tcase_model(s, "model");
+    tcase_add_unchecked_fixture(tm, s_model_load, s_model_free);
     tcase_set_timeout(tm, 300);
     tcase_add_test(tm, model_prefix_reuse_bitwise);
-    suite_add_tcase(s, tm);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    model_llama_destroy(&M);
-    return failed ? 1 : 0;
+    return test_run_suite(argc, argv, s, CK_NOFORK);
 }

@@ -360,7 +360,7 @@ START_TEST(test_pool_layout_is_codec) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("kv_codec");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
@@ -370,10 +370,5 @@ int main(void) {
     tcase_add_test(tc, test_conversions);
     tcase_add_test(tc, test_pool_layout_is_codec);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return test_run_suite(argc, argv, s, CK_NOFORK);
 }

@@ -249,7 +249,7 @@ START_TEST(random_vs_model) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("kv_policy");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, names);
@@ -260,9 +260,5 @@ int main(void) {
     tcase_add_test(tc, remove_insert);
     tcase_add_loop_test(tc, random_vs_model, KV_POLICY_LRU, KV_POLICY_SCORED + 1);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return test_run_suite(argc, argv, s, CK_FORK_GETENV);
 }

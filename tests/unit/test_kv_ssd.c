@@ -414,7 +414,7 @@ START_TEST(full_evicts_by_policy) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     const char *base = getenv("STRATA_TEST_TMP");
     snprintf(s_root, sizeof s_root, "%s/strata-kvssd-XXXXXX", base && *base ? base : "/var/tmp");
     if (!mkdtemp(s_root)) {
@@ -436,10 +436,7 @@ int main(void) {
     tcase_add_test(tc, buffered_mode);
     tcase_add_test(tc, full_evicts_by_policy);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = test_run_suite(argc, argv, s, CK_FORK_GETENV);
     s_rmtree(s_root);
-    return failed ? 1 : 0;
+    return rc;
 }

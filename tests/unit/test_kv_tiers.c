@@ -540,7 +540,7 @@ START_TEST(random_ops_stay_consistent) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     const char *base = getenv("STRATA_TEST_TMP");
     snprintf(s_root, sizeof s_root, "%s/strata-kvtiers-XXXXXX", base && *base ? base : "/var/tmp");
     if (!mkdtemp(s_root)) {
@@ -563,11 +563,8 @@ int main(void) {
     tcase_add_test(tc, no_t2_and_bad_args);
     tcase_add_test(tc, random_ops_stay_consistent);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = test_run_suite(argc, argv, s, CK_FORK_GETENV);
     s_free_blocks();
     nftw(s_root, s_rm, 16, FTW_DEPTH | FTW_PHYS);
-    return failed ? 1 : 0;
+    return rc;
 }

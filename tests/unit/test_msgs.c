@@ -957,7 +957,7 @@ START_TEST(encoder_refuses_invalid) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("msgs");
     TCase *tc = tcase_create("msgs");
     tcase_set_timeout(tc, 120);
@@ -972,9 +972,5 @@ int main(void) {
     tcase_add_test(tc, other_limits);
     tcase_add_test(tc, encoder_refuses_invalid);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return test_run_suite(argc, argv, s, CK_FORK_GETENV);
 }

@@ -1,6 +1,7 @@
 /* test_pool.c - the fork-join pool: every thread runs, barriers order phases,
  * splits cover ranges exactly. */
 #include "base_pool.h"
+#include "test_util.h"
 
 #include <check.h>
 #include <stdatomic.h>
@@ -64,16 +65,12 @@ START_TEST(split_covers) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("pool");
     TCase *tc = tcase_create("pool");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, run_and_barrier);
     tcase_add_test(tc, split_covers);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return test_run_suite(argc, argv, s, CK_FORK_GETENV);
 }

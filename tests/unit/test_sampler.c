@@ -195,7 +195,7 @@ START_TEST(wire_defaults_are_the_samplers) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("sampler");
     TCase *tc = tcase_create("sampler");
     tcase_add_test(tc, greedy_is_argmax);
@@ -206,9 +206,5 @@ int main(void) {
     tcase_add_test(tc, stop_strings_hold_back);
     tcase_add_test(tc, wire_defaults_are_the_samplers);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return test_run_suite(argc, argv, s, CK_FORK_GETENV);
 }

@@ -2,6 +2,7 @@
  * batch and KV caps, the bounded queue, chunked prefill under the step budget,
  * decode-first planning, removal on finish/cancel, load counters. */
 #include "router_sched.h"
+#include "test_util.h"
 
 #include <check.h>
 #include <errno.h>
@@ -192,7 +193,7 @@ START_TEST(run_to_completion_random) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("sched");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, submit_limits);
@@ -201,9 +202,5 @@ int main(void) {
     tcase_add_test(tc, kv_cap_and_batch_cap_gate_admission);
     tcase_add_test(tc, run_to_completion_random);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return test_run_suite(argc, argv, s, CK_FORK_GETENV);
 }

@@ -951,7 +951,7 @@ static void cleanup_files(void) {
     rmdir(DIR_);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     char err[512];
     const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(DIR_, sizeof DIR_, "%s/strata-test-spec-XXXXXX", tmp);
@@ -998,12 +998,8 @@ int main(void) {
     tcase_add_test(tc_, vocab_check);
     tcase_add_test(tc_, actor_replies_to_the_asking_worker);
     suite_add_tcase(s, tc_);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = test_run_suite(argc, argv, s, CK_NOFORK);
     model_llama_destroy(&M);
     cleanup_files();
-    return failed ? 1 : 0;
+    return rc;
 }

@@ -18,10 +18,10 @@
 
 /* ---- helpers --------------------------------------------------------------------------- */
 
+/* The default model's tokenizer (the "smollm2" tcase runs only when the model is there). */
 static model_tokenizer_t *s_open_model(void) {
     const char *path = test_model_path();
-    if (!path)
-        return NULL;
+    ck_assert_msg(path, "the default model is gone");
     char err[512] = "";
     model_gguf_t *g = model_gguf_open(path, err, sizeof err);
     ck_assert_msg(g, "open %s: %s", path, err);
@@ -31,12 +31,7 @@ static model_tokenizer_t *s_open_model(void) {
     return t;
 }
 
-#define SKIP_WITHOUT_MODEL(t)                                                                      \
-    model_tokenizer_t *t = s_open_model();                                                         \
-    if (!t) {                                                                                      \
-        fprintf(stderr, "%s: skipped (model not found)\n", __func__);                              \
-        return;                                                                                    \
-    }
+#define OPEN_MODEL(t) model_tokenizer_t *t = s_open_model()
 
 /* Encode text and compare with the expected ids. */
 static void s_expect(model_tokenizer_t *t, const char *text, bool special, const int32_t *want,
@@ -69,7 +64,7 @@ static double s_now(void) {
 /* ---- SmolLM2 (byte-level BPE, pre = smollm) ---------------------------------------------- */
 
 START_TEST(test_metadata) {
-    SKIP_WITHOUT_MODEL(t);
+    OPEN_MODEL(t);
     ck_assert_int_eq(model_tokenizer_n_vocab(t), 49152);
     ck_assert_int_eq(model_tokenizer_bos(t), 1);
     ck_assert_int_eq(model_tokenizer_eos(t), 2);
@@ -87,7 +82,7 @@ START_TEST(test_metadata) {
 END_TEST
 
 START_TEST(test_known_encodings) {
-    SKIP_WITHOUT_MODEL(t);
+    OPEN_MODEL(t);
     /* expected ids: HF `tokenizers` BPE built from this GGUF's vocab and merges, with
      * Sequence[Digits(individual_digits), ByteLevel] as SmolLM2's tokenizer.json has */
     static const int32_t hello[] = {19556, 905};
@@ -122,7 +117,7 @@ START_TEST(test_known_encodings) {
 END_TEST
 
 START_TEST(test_special_tokens) {
-    SKIP_WITHOUT_MODEL(t);
+    OPEN_MODEL(t);
     const char *text = "<|im_start|>user\nHi<|im_end|>\n";
     static const int32_t parsed[] = {1, 4093, 198, 26843, 2, 198};
     s_expect(t, text, true, parsed, 6);
@@ -153,7 +148,7 @@ START_TEST(test_special_tokens) {
 END_TEST
 
 START_TEST(test_chat_template) {
-    SKIP_WITHOUT_MODEL(t);
+    OPEN_MODEL(t);
     /* what SmolLM2's Jinja template renders: the default system prompt is added when the
      * first message is not a system message */
     model_chat_msg_t m1[] = {{"user", "What is 2+2?"}};
@@ -190,7 +185,7 @@ START_TEST(test_chat_template) {
 END_TEST
 
 START_TEST(test_detok_utf8) {
-    SKIP_WITHOUT_MODEL(t);
+    OPEN_MODEL(t);
     /* U+0663 (2 bytes) is two byte tokens; U+1F642 alone is several */
     const char *text = "a\xd9\xa3 \xf0\x9f\x99\x82\xf0\x9f\x99\x82 \xe6\x97\xa5";
     int n = 0;
@@ -238,7 +233,7 @@ START_TEST(test_detok_utf8) {
 END_TEST
 
 START_TEST(test_roundtrip) {
-    SKIP_WITHOUT_MODEL(t);
+    OPEN_MODEL(t);
     const char *texts[] = {
         "Hello world",
         "  leading and trailing  \n\n\ttabs\r\nCRLF",
@@ -283,7 +278,7 @@ START_TEST(test_roundtrip) {
 END_TEST
 
 START_TEST(test_speed) {
-    SKIP_WITHOUT_MODEL(t);
+    OPEN_MODEL(t);
     /* 100 KB of prose and one 100 KB "word" (the worst case for merging) */
     size_t len = 100 * 1024;
     char *text = malloc(len + 1);
@@ -586,7 +581,7 @@ END_TEST
 
 static Suite *s_suite(void) {
     Suite *s = suite_create("tokenizer");
-    TCase *tc = tcase_create("smollm2");
+    TCase *tc = test_tcase_model(s, "smollm2");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_metadata);
     tcase_add_test(tc, test_known_encodings);
@@ -595,7 +590,6 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, test_detok_utf8);
     tcase_add_test(tc, test_roundtrip);
     tcase_add_test(tc, test_speed);
-    suite_add_tcase(s, tc);
     TCase *syn = tcase_create("synthetic");
     tcase_add_test(syn, test_pretokenizers);
     tcase_add_test(syn, test_sentencepiece);
@@ -605,12 +599,4 @@ static Suite *s_suite(void) {
     return s;
 }
 
-int main(void) {
-    if (!test_model_path())
-        fprintf(stderr, "test_tokenizer: model not found; the SmolLM2 cases are skipped\n");
-    SRunner *sr = srunner_create(s_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TEST_MAIN(s_suite)
