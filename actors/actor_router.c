@@ -174,7 +174,7 @@ int actor_router_main(actor_env_t *env) {
     for (int i = 0; ok && i < r.n_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "worker%d", i);
-        /* the worker's queue is the bound (router_sched); this HWM only absorbs bursts */
+        /* the worker's queue is the bound (sched_batch); this HWM only absorbs bursts */
         r.to_worker[i] = actor_sock_outbound(actor_topology_endpoint(t, name), 10000);
         ok = r.to_worker[i] != NULL;
     }

@@ -1,4 +1,4 @@
-/* actor_worker.c - the target worker actor: a thin loop around router_sched
+/* actor_worker.c - the target worker actor: a thin loop around sched_batch
  * (what runs), kv_cache (where its KV lives: T0, with prefix sharing) and
  * model_ctx_forward (one batched step), emitting a text_event per generated
  * token.  With a KV tier manager in the topology it demotes evicted blocks to
@@ -11,7 +11,7 @@
 #include "model/model_sampler.h"
 #include "model/model_spec.h"
 #include "model/model_tokenizer.h"
-#include "router/router_sched.h"
+#include "sched/sched_batch.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -77,7 +77,7 @@ typedef struct {
     double step_us;             /* EMA of a forward step's wall time */
     double draft_us_per_token;  /* EMA of a draft reply's latency per proposed token */
     int block_size;
-    router_sched_t *sched;      /* continuous batching policy */
+    sched_batch_t *sched;      /* continuous batching policy */
     model_sampler_t *sampler;   /* scratch shared by all requests (one thread) */
     actor_loop_t *loop;         /* polling, control messages, counters */
     actor_counters_t *counters; /* the loop's */
@@ -86,7 +86,7 @@ typedef struct {
     char *text;                 /* (S_SCRATCH) text of one event */
     int max_batch, step_tokens;
     /* step buffers */
-    router_sched_item_t *items;     /* (max_batch) */
+    sched_batch_item_t *items;     /* (max_batch) */
     int32_t *b_tok, *b_pos, *b_seq; /* (step_tokens) */
     bool *b_want;                   /* (step_tokens) */
     model_seq_view_t *b_seqs;       /* (max_batch) */
@@ -341,7 +341,7 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
  * scheduler's reservations (running requests only) stay a true bound. */
 static void s_admit(s_worker_t *w, s_req_t *r) {
     r->fresh = true;
-    int rc = router_sched_submit(w->sched, r->rid, r->n_prompt, r->max_tokens, r);
+    int rc = sched_batch_submit(w->sched, r->rid, r->n_prompt, r->max_tokens, r);
     if (rc) {
         s_error(w, r->rid, rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_BAD_REQUEST,
                 rc == -EAGAIN   ? "the worker's queue is full"
@@ -359,7 +359,7 @@ static void s_on_cancel(s_worker_t *w, uint64_t rid) {
     if (r)
         s_unpark(w, r);
     else
-        r = router_sched_remove(w->sched, rid);
+        r = sched_batch_remove(w->sched, rid);
     if (!r) {
         actor_counters_add(w->counters, "cancel.unknown", 1);
         return;
@@ -372,7 +372,7 @@ static void s_on_cancel(s_worker_t *w, uint64_t rid) {
 
 /* Finish r (already out of the scheduler). */
 static void s_finish(s_worker_t *w, s_req_t *r, int index, int32_t token, int finish) {
-    router_sched_remove(w->sched, r->rid);
+    sched_batch_remove(w->sched, r->rid);
     s_event(w, r, index, token, finish);
     actor_counters_add(w->counters, "completed", 1);
     s_req_free(w, &r);
@@ -389,7 +389,7 @@ static void s_want_draft(s_worker_t *w, s_req_t *r) {
      * token, in target steps, is part of what a deeper k costs */
     if (w->step_us > 0)
         r->adapt.draft_cost = (float)(w->draft_us_per_token / w->step_us);
-    int k = model_spec_adapt_next_k(&r->adapt, router_sched_count(w->sched));
+    int k = model_spec_adapt_next_k(&r->adapt, sched_batch_count(w->sched));
     if (k > left - 1)
         k = left - 1; /* every verified position stays inside the request's reservation */
     if (k < 1)
@@ -413,7 +413,7 @@ static void s_want_draft(s_worker_t *w, s_req_t *r) {
 }
 
 static void s_on_draft(s_worker_t *w, const msg_draft_reply_t *m) {
-    s_req_t *r = router_sched_find(w->sched, m->rid);
+    s_req_t *r = sched_batch_find(w->sched, m->rid);
     if (!r || !r->draft_pending || m->seq != r->draft_seq) {
         actor_counters_add(w->counters, "spec.reply_stale", 1);
         return;
@@ -444,8 +444,8 @@ static bool s_wait_drafts(s_worker_t *w) {
     /* the oldest outstanding request decides: wait at most spec_wait_us for it */
     uint64_t now = base_now_us(), oldest = now;
     int n = 0, kmax = 1;
-    for (int i = 0; i < router_sched_count(w->sched); i++) {
-        s_req_t *r = router_sched_user_at(w->sched, i);
+    for (int i = 0; i < sched_batch_count(w->sched); i++) {
+        s_req_t *r = sched_batch_user_at(w->sched, i);
         if (r && r->draft_pending) {
             n++;
             kmax = r->draft_k > kmax ? r->draft_k : kmax;
@@ -461,7 +461,7 @@ static bool s_wait_drafts(s_worker_t *w) {
      * its draft the step has nothing else to do, so wait as long as drafts
      * have been taking (up to 10x the configured wait) */
     uint64_t wait = (uint64_t)w->spec_wait_us;
-    if (n == router_sched_count(w->sched)) {
+    if (n == sched_batch_count(w->sched)) {
         uint64_t expect = (uint64_t)(2.0 * w->draft_us_per_token * kmax);
         uint64_t cap = 10 * (uint64_t)w->spec_wait_us;
         if (expect > wait)
@@ -470,8 +470,8 @@ static bool s_wait_drafts(s_worker_t *w) {
     if (now - oldest < wait)
         return true;
     actor_counters_add(w->counters, "spec.wait_timeouts", 1);
-    for (int i = 0; i < router_sched_count(w->sched); i++) {
-        s_req_t *r = router_sched_user_at(w->sched, i);
+    for (int i = 0; i < sched_batch_count(w->sched); i++) {
+        s_req_t *r = sched_batch_user_at(w->sched, i);
         if (r && r->draft_pending) { /* a late reply is then stale: the seq moves on */
             r->draft_pending = false;
             w->n_pending_drafts--;
@@ -488,7 +488,7 @@ static bool s_wait_drafts(s_worker_t *w) {
 /* A decode item ran with nd drafts: verify them (model_spec_verify), emit the
  * accepted tokens and the target's own next one, roll the KV of the rejected
  * positions back.  lg: (nd + 1, n_vocab) logits. */
-static void s_emit_verified(s_worker_t *w, s_req_t *r, const router_sched_item_t *it, float *lg,
+static void s_emit_verified(s_worker_t *w, s_req_t *r, const sched_batch_item_t *it, float *lg,
                             int nd) {
     int32_t out[MODEL_SPEC_MAX_K + 1];
     int h = r->n_hist; /* position of the first new token */
@@ -496,7 +496,7 @@ static void s_emit_verified(s_worker_t *w, s_req_t *r, const router_sched_item_t
     r->n_draft = 0;
     if (e < 1) {
         LOG_E(w->name, "verification failed (%d)", e);
-        router_sched_remove(w->sched, r->rid);
+        sched_batch_remove(w->sched, r->rid);
         s_error(w, r->rid, MSG_CODE_INTERNAL, "speculative verification failed");
         s_req_free(w, &r);
         return;
@@ -527,21 +527,21 @@ static void s_emit_verified(s_worker_t *w, s_req_t *r, const router_sched_item_t
             return;
         }
         if (s_event(w, r, index, t, MSG_FINISH_NONE) == MSG_FINISH_STOP) {
-            router_sched_remove(w->sched, r->rid);
+            sched_batch_remove(w->sched, r->rid);
             actor_counters_add(w->counters, "stopped", 1);
             actor_counters_add(w->counters, "completed", 1);
             s_req_free(w, &r);
             return;
         }
     }
-    router_sched_advance_spec(w->sched, r->rid, 1 + acc, n_emit);
+    sched_batch_advance_spec(w->sched, r->rid, 1 + acc, n_emit);
     s_want_draft(w, r);
 }
 
 /* A request runs for the first time: attach its cached prefix and start its
  * first prefill chunk after it (the positions skipped are reported to the
  * scheduler with the chunk, in r->skip). */
-static void s_attach(s_worker_t *w, s_req_t *r, router_sched_item_t *it) {
+static void s_attach(s_worker_t *w, s_req_t *r, sched_batch_item_t *it) {
     r->fresh = false;
     r->skip = 0;
     if (!it->prefill || it->pos0 != 0)
@@ -559,13 +559,13 @@ static void s_attach(s_worker_t *w, s_req_t *r, router_sched_item_t *it) {
 
 /* One forward step over everything the scheduler picked. */
 static int s_step(s_worker_t *w) {
-    int n_items = router_sched_plan(w->sched, w->items, w->max_batch);
+    int n_items = sched_batch_plan(w->sched, w->items, w->max_batch);
     if (n_items <= 0)
         return 0;
     uint64_t now = base_now_us();
     int nt = 0;
     for (int k = 0; k < n_items; k++) {
-        router_sched_item_t *it = &w->items[k];
+        sched_batch_item_t *it = &w->items[k];
         s_req_t *r = it->user;
         if (r->fresh)
             s_attach(w, r, it);
@@ -613,7 +613,7 @@ static int s_step(s_worker_t *w) {
     if (got < 0) {
         LOG_E(w->name, "forward pass failed (%d): failing the batch", got);
         for (int k = 0; k < n_items; k++) {
-            s_req_t *r = router_sched_remove(w->sched, w->items[k].rid);
+            s_req_t *r = sched_batch_remove(w->sched, w->items[k].rid);
             s_error(w, r->rid, MSG_CODE_INTERNAL, "forward pass failed");
             s_req_free(w, &r);
         }
@@ -622,7 +622,7 @@ static int s_step(s_worker_t *w) {
     now = base_now_us();
     int row = 0;
     for (int k = 0; k < n_items; k++) {
-        router_sched_item_t *it = &w->items[k];
+        sched_batch_item_t *it = &w->items[k];
         s_req_t *r = it->user;
         r->n_computed = it->pos0 + it->n;
         if (it->prefill) /* full prompt blocks are shareable as soon as they are computed */
@@ -630,7 +630,7 @@ static int s_step(s_worker_t *w) {
         int skip = r->skip; /* cached positions before this chunk (first chunk only) */
         r->skip = 0;
         if (!it->sample) {
-            router_sched_advance(w->sched, r->rid, skip + it->n, false);
+            sched_batch_advance(w->sched, r->rid, skip + it->n, false);
             continue;
         }
         float *lg = w->logits + (size_t)row * w->n_vocab;
@@ -656,9 +656,9 @@ static int s_step(s_worker_t *w) {
             s_finish(w, r, index, next, MSG_FINISH_LENGTH);
             continue;
         }
-        router_sched_advance(w->sched, r->rid, skip + it->n, true);
+        sched_batch_advance(w->sched, r->rid, skip + it->n, true);
         if (s_event(w, r, index, next, MSG_FINISH_NONE) == MSG_FINISH_STOP) {
-            router_sched_remove(w->sched, r->rid);
+            sched_batch_remove(w->sched, r->rid);
             actor_counters_add(w->counters, "stopped", 1);
             actor_counters_add(w->counters, "completed", 1);
             s_req_free(w, &r);
@@ -740,7 +740,7 @@ static void s_check_parked(s_worker_t *w) {
 }
 
 static void s_report(s_worker_t *w) {
-    router_sched_load_t l = router_sched_load(w->sched);
+    sched_batch_load_t l = sched_batch_load(w->sched);
     msg_load_report_t m;
     msg_load_report_init(&m);
     m.worker = w->index;
@@ -818,9 +818,9 @@ static int s_idle(void *self) {
 static void s_cleanup(s_worker_t *w) {
     /* free every request still held */
     s_req_t *r;
-    while (w->sched && (r = router_sched_pop(w->sched)))
+    while (w->sched && (r = sched_batch_pop(w->sched)))
         s_req_free(w, &r);
-    router_sched_destroy(&w->sched);
+    sched_batch_destroy(&w->sched);
     while (w->parked) {
         r = w->parked;
         s_unpark(w, r);
@@ -898,8 +898,8 @@ int actor_worker_main(actor_env_t *env) {
     w.kv = kv_cache_new(&shape, &kc);
     if (w.kv)
         kv_cache_on_evict(w.kv, s_on_evict, &w);
-    router_sched_config_t sc = {w.max_batch, queue, n_blocks, bs, w.step_tokens, max_ctx};
-    w.sched = router_sched_new(&sc);
+    sched_batch_config_t sc = {w.max_batch, queue, n_blocks, bs, w.step_tokens, max_ctx};
+    w.sched = sched_batch_new(&sc);
     w.sampler = model_sampler_new(cfg->n_vocab);
     w.loop = actor_loop_new(env, &w);
     w.counters = w.loop ? actor_loop_counters(w.loop) : NULL;

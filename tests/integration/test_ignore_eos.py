@@ -13,9 +13,12 @@ import os
 import subprocess
 import sys
 
-BIN = os.environ.get("STRATA_BIN", "build/strata")
-MODEL = os.environ.get("STRATA_MODEL") or os.path.expanduser(
-    "~/.cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testenv  # noqa: E402
+
+testenv.require("gguf")
+BIN = testenv.strata_bin()
+MODEL = testenv.model_path()
 PROMPT = "What is 2+2?"  # greedy: "The answer to this classic math problem is 4." and EOS
 EOG_TEXTS = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>",
              "<end_of_turn>", "<|eom_id|>", "</s>", "<EOT>"}
@@ -53,9 +56,6 @@ def check(name, ok, detail=""):
 
 
 def main():
-    if not os.path.exists(MODEL):
-        print(f"model {MODEL} absent")
-        return 1 if os.environ.get("CI") == "true" else 77
     eog = eog_ids(MODEL)
     check("the model has end-of-generation tokens", len(eog) > 0)
     chat = ["--chat", "-p", PROMPT, "-n", "48"]

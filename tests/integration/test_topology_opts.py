@@ -10,10 +10,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testenv  # noqa: E402
+
 BIN = os.environ.get("STRATA_BIN", "build/strata")
 SRC = os.environ.get("STRATA_SRC", ".")
-MODEL = os.environ.get("STRATA_MODEL") or os.path.expanduser(
-    "~/.cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+MODEL = testenv.model_candidate()
 ACTORS = ["frontend", "tokenizer", "router", "worker<N>", "draft", "kvtier", "prefetcher"]
 failures = []
 
@@ -140,6 +142,8 @@ def test_topology(d):
         expect_error("serve --topology: out of range", ["serve", "--topology", path],
                      ["strata serve", "line 7", "worker0", "spec_wait_us=-1", "0..60000000"])
     else:
+        if testenv.in_ci():
+            testenv.fail("model not found: %s (required under CI=true)" % MODEL)
         print("skip serve --topology (no model at %s)" % MODEL)
 
 
@@ -161,9 +165,7 @@ def test_serve_flags():
 
 
 def main():
-    if not os.path.exists(BIN):
-        print("skip: no strata binary at %s" % BIN)
-        sys.exit(77)
+    testenv.strata_bin()
     if not os.path.exists(os.path.join(SRC, "docs", "TOPOLOGY.md")):
         print("skip: no docs/TOPOLOGY.md under STRATA_SRC=%s" % SRC)
         sys.exit(77)

@@ -5,6 +5,8 @@
 #include "actor_registry.h"
 #include "actor_topology.h"
 
+#include "test_util.h"
+
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,16 +112,12 @@ START_TEST(topology_checks) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("actor_opts");
     TCase *tc = tcase_create("actor_opts");
     tcase_add_test(tc, check_values);
     tcase_add_test(tc, registry);
     tcase_add_test(tc, topology_checks);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return test_run_suite(argc, argv, s, CK_FORK_GETENV);
 }

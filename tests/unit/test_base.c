@@ -102,7 +102,7 @@ START_TEST(clock_monotonic) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("base");
     TCase *tc = tcase_create("base");
     tcase_add_test(tc, map_matches_reference);
@@ -110,9 +110,5 @@ int main(void) {
     tcase_add_test(tc, fifo_order);
     tcase_add_test(tc, clock_monotonic);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return test_run_suite(argc, argv, s, CK_FORK_GETENV);
 }

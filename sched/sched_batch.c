@@ -1,7 +1,7 @@
-/* router_sched.c - continuous batching policy: a FIFO wait queue, a running
+/* sched_batch.c - continuous batching policy: a FIFO wait queue, a running
  * set in admission order, block accounting against the KV cap, and a per-step
  * token budget shared by decode tokens (first) and prefill chunks. */
-#include "router_sched.h"
+#include "sched_batch.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -17,8 +17,8 @@ typedef struct {
     int blocks;     /* KV blocks reserved for the whole request */
 } s_req_t;
 
-struct router_sched_t {
-    router_sched_config_t cfg; /* limits */
+struct sched_batch_t {
+    sched_batch_config_t cfg; /* limits */
     s_req_t *waiting;          /* (max_queue) FIFO, oldest first; n_waiting valid */
     int n_waiting;
     s_req_t *running; /* (max_batch) admission order; n_running valid */
@@ -26,11 +26,11 @@ struct router_sched_t {
     int blocks_reserved; /* sum of running[].blocks */
 };
 
-router_sched_t *router_sched_new(const router_sched_config_t *cfg) {
+sched_batch_t *sched_batch_new(const sched_batch_config_t *cfg) {
     if (!cfg || cfg->max_batch < 1 || cfg->max_queue < 0 || cfg->kv_blocks < 1 ||
         cfg->block_size < 1 || cfg->max_ctx < 2)
         return NULL;
-    router_sched_t *self = calloc(1, sizeof *self);
+    sched_batch_t *self = calloc(1, sizeof *self);
     if (!self)
         return NULL;
     self->cfg = *cfg;
@@ -39,11 +39,11 @@ router_sched_t *router_sched_new(const router_sched_config_t *cfg) {
     self->waiting = calloc((size_t)cfg->max_queue + 1, sizeof *self->waiting);
     self->running = calloc((size_t)cfg->max_batch, sizeof *self->running);
     if (!self->waiting || !self->running)
-        router_sched_destroy(&self);
+        sched_batch_destroy(&self);
     return self;
 }
 
-void router_sched_destroy(router_sched_t **self_p) {
+void sched_batch_destroy(sched_batch_t **self_p) {
     if (!self_p || !*self_p)
         return;
     free((*self_p)->waiting);
@@ -52,7 +52,7 @@ void router_sched_destroy(router_sched_t **self_p) {
     *self_p = NULL;
 }
 
-const router_sched_config_t *router_sched_config(const router_sched_t *self) {
+const sched_batch_config_t *sched_batch_config(const sched_batch_t *self) {
     return &self->cfg;
 }
 
@@ -63,7 +63,7 @@ static int s_find(const s_req_t *a, int n, uint64_t rid) {
     return -1;
 }
 
-void *router_sched_find(const router_sched_t *self, uint64_t rid) {
+void *sched_batch_find(const sched_batch_t *self, uint64_t rid) {
     int i = s_find(self->running, self->n_running, rid);
     if (i >= 0)
         return self->running[i].user;
@@ -71,24 +71,24 @@ void *router_sched_find(const router_sched_t *self, uint64_t rid) {
     return i >= 0 ? self->waiting[i].user : NULL;
 }
 
-int router_sched_count(const router_sched_t *self) {
+int sched_batch_count(const sched_batch_t *self) {
     return self->n_running;
 }
 
-void *router_sched_user_at(const router_sched_t *self, int i) {
+void *sched_batch_user_at(const sched_batch_t *self, int i) {
     return i >= 0 && i < self->n_running ? self->running[i].user : NULL;
 }
 
-bool router_sched_has(const router_sched_t *self, uint64_t rid) {
+bool sched_batch_has(const sched_batch_t *self, uint64_t rid) {
     return s_find(self->waiting, self->n_waiting, rid) >= 0 ||
            s_find(self->running, self->n_running, rid) >= 0;
 }
 
-int router_sched_submit(router_sched_t *self, uint64_t rid, int n_prompt, int max_tokens,
+int sched_batch_submit(sched_batch_t *self, uint64_t rid, int n_prompt, int max_tokens,
                         void *user) {
     if (n_prompt < 1 || max_tokens < 1)
         return -EINVAL;
-    if (router_sched_has(self, rid))
+    if (sched_batch_has(self, rid))
         return -EEXIST;
     int64_t positions = (int64_t)n_prompt + max_tokens;
     if (positions > self->cfg.max_ctx)
@@ -115,7 +115,7 @@ static void s_erase(s_req_t *a, int *n, int i) {
     (*n)--;
 }
 
-void *router_sched_remove(router_sched_t *self, uint64_t rid) {
+void *sched_batch_remove(sched_batch_t *self, uint64_t rid) {
     int i = s_find(self->running, self->n_running, rid);
     if (i >= 0) {
         void *user = self->running[i].user;
@@ -132,16 +132,16 @@ void *router_sched_remove(router_sched_t *self, uint64_t rid) {
     return NULL;
 }
 
-void *router_sched_pop(router_sched_t *self) {
+void *sched_batch_pop(sched_batch_t *self) {
     if (self->n_running)
-        return router_sched_remove(self, self->running[self->n_running - 1].rid);
+        return sched_batch_remove(self, self->running[self->n_running - 1].rid);
     if (self->n_waiting)
-        return router_sched_remove(self, self->waiting[self->n_waiting - 1].rid);
+        return sched_batch_remove(self, self->waiting[self->n_waiting - 1].rid);
     return NULL;
 }
 
 /* Admit from the head of the queue while the batch and the KV pool have room. */
-static void s_admit(router_sched_t *self) {
+static void s_admit(sched_batch_t *self) {
     while (self->n_waiting > 0 && self->n_running < self->cfg.max_batch) {
         s_req_t *r = &self->waiting[0];
         if (self->blocks_reserved + r->blocks > self->cfg.kv_blocks)
@@ -152,7 +152,7 @@ static void s_admit(router_sched_t *self) {
     }
 }
 
-int router_sched_plan(router_sched_t *self, router_sched_item_t *items, int cap) {
+int sched_batch_plan(sched_batch_t *self, sched_batch_item_t *items, int cap) {
     s_admit(self);
     int n = 0, budget = self->cfg.step_tokens;
     /* Decode tokens first: one per request whose prompt is done. */
@@ -161,7 +161,7 @@ int router_sched_plan(router_sched_t *self, router_sched_item_t *items, int cap)
         int known = r->n_prompt + r->n_gen;
         if (r->n_past < r->n_prompt || r->n_past >= known)
             continue;
-        items[n++] = (router_sched_item_t){r->rid, r->user, r->n_past, 1, true, false};
+        items[n++] = (sched_batch_item_t){r->rid, r->user, r->n_past, 1, true, false};
         budget--;
     }
     /* Then prefill chunks, oldest first, with what is left of the budget. */
@@ -171,13 +171,13 @@ int router_sched_plan(router_sched_t *self, router_sched_item_t *items, int cap)
             continue;
         int left = r->n_prompt - r->n_past;
         int take = left < budget ? left : budget;
-        items[n++] = (router_sched_item_t){r->rid, r->user, r->n_past, take, take == left, true};
+        items[n++] = (sched_batch_item_t){r->rid, r->user, r->n_past, take, take == left, true};
         budget -= take;
     }
     return n;
 }
 
-int router_sched_advance(router_sched_t *self, uint64_t rid, int n, bool generated) {
+int sched_batch_advance(sched_batch_t *self, uint64_t rid, int n, bool generated) {
     int i = s_find(self->running, self->n_running, rid);
     if (i < 0)
         return -ENOENT;
@@ -192,7 +192,7 @@ int router_sched_advance(router_sched_t *self, uint64_t rid, int n, bool generat
     return 0;
 }
 
-int router_sched_advance_spec(router_sched_t *self, uint64_t rid, int n_computed,
+int sched_batch_advance_spec(sched_batch_t *self, uint64_t rid, int n_computed,
                               int n_generated) {
     int i = s_find(self->running, self->n_running, rid);
     if (i < 0)
@@ -206,13 +206,13 @@ int router_sched_advance_spec(router_sched_t *self, uint64_t rid, int n_computed
     return 0;
 }
 
-int router_sched_generated(const router_sched_t *self, uint64_t rid) {
+int sched_batch_generated(const sched_batch_t *self, uint64_t rid) {
     int i = s_find(self->running, self->n_running, rid);
     return i < 0 ? -ENOENT : self->running[i].n_gen;
 }
 
-router_sched_load_t router_sched_load(const router_sched_t *self) {
-    router_sched_load_t l = {0};
+sched_batch_load_t sched_batch_load(const sched_batch_t *self) {
+    sched_batch_load_t l = {0};
     l.n_waiting = self->n_waiting;
     l.n_running = self->n_running;
     for (int i = 0; i < self->n_waiting; i++)

@@ -1,4 +1,4 @@
-/* router_sched.h - the continuous-batching scheduler of a target worker, as
+/* sched_batch.h - the continuous-batching scheduler of a target worker, as
  * pure policy (no sockets, no model): which requests run in the next forward
  * step, how many prompt tokens each prefills (chunked prefill under a per-step
  * token budget), and admission of waiting requests against the batch cap and
@@ -13,9 +13,14 @@
  * the budget goes to prefill chunks in admission order.  A request's positions
  * only ever grow, so its tokens are computed exactly as a lone run would
  * compute them.  Not thread-safe: one worker thread owns it.
+ *
+ * Why sched/: it decides what a worker computes in each step, not where a
+ * request goes (that is router/, pure routing policy), and it knows neither
+ * models nor KV bytes (so not model/ or kvstore/).  Its only user is the
+ * target worker (actors/actor_worker.c); its tests are test_sched_batch.
  */
-#ifndef ROUTER_SCHED_H
-#define ROUTER_SCHED_H
+#ifndef SCHED_BATCH_H
+#define SCHED_BATCH_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,17 +32,17 @@ typedef struct {
     int block_size;  /* positions per block */
     int step_tokens; /* tokens per forward step (decode + prefill); raised to max_batch */
     int max_ctx;     /* positions one request may use (prompt + max_tokens) */
-} router_sched_config_t;
+} sched_batch_config_t;
 
 /* One request's share of a step: tokens [pos0, pos0 + n) of its sequence. */
 typedef struct {
     uint64_t rid; /* request id */
-    void *user;   /* what the caller gave router_sched_submit */
+    void *user;   /* what the caller gave sched_batch_submit */
     int pos0;     /* first position run this step */
     int n;        /* tokens run this step (>= 1) */
     bool sample;  /* the step ends on the last known token: sample the next one */
     bool prefill; /* the tokens are (part of) the prompt */
-} router_sched_item_t;
+} sched_batch_item_t;
 
 /* Counters of the scheduler's state (for load reports and stats). */
 typedef struct {
@@ -46,52 +51,52 @@ typedef struct {
     int64_t queued_tokens; /* prompt + max_tokens of the waiting requests */
     int64_t active_tokens; /* tokens still to compute for the running requests */
     int kv_free_blocks;    /* blocks not reserved by a running request */
-} router_sched_load_t;
+} sched_batch_load_t;
 
-typedef struct router_sched_t router_sched_t;
+typedef struct sched_batch_t sched_batch_t;
 
 /* NULL on bad configuration (max_batch < 1, kv_blocks < 1, ...) or no memory. */
-router_sched_t *router_sched_new(const router_sched_config_t *cfg);
-void router_sched_destroy(router_sched_t **self_p);
-const router_sched_config_t *router_sched_config(const router_sched_t *self);
+sched_batch_t *sched_batch_new(const sched_batch_config_t *cfg);
+void sched_batch_destroy(sched_batch_t **self_p);
+const sched_batch_config_t *sched_batch_config(const sched_batch_t *self);
 
 /* Admit (when nothing waits and it fits) or queue a request of n_prompt prompt
  * tokens that generates at most max_tokens.
  * 0; -EINVAL (n_prompt < 1 or max_tokens < 1); -EEXIST (rid already known);
  * -E2BIG (it can never fit: more positions than max_ctx or more blocks than the
  * pool); -EAGAIN (the queue is full: answer "overloaded"). */
-int router_sched_submit(router_sched_t *self, uint64_t rid, int n_prompt, int max_tokens,
+int sched_batch_submit(sched_batch_t *self, uint64_t rid, int n_prompt, int max_tokens,
                         void *user);
 /* Take a request out (finished or cancelled), waiting or running, releasing its
  * KV reservation.  Returns its user pointer, or NULL when rid is unknown. */
-void *router_sched_remove(router_sched_t *self, uint64_t rid);
+void *sched_batch_remove(sched_batch_t *self, uint64_t rid);
 /* Take out any one request (for shutdown); its user pointer, NULL when empty. */
-void *router_sched_pop(router_sched_t *self);
+void *sched_batch_pop(sched_batch_t *self);
 /* The user pointer of rid (waiting or running), or NULL. */
-void *router_sched_find(const router_sched_t *self, uint64_t rid);
+void *sched_batch_find(const sched_batch_t *self, uint64_t rid);
 /* Running requests, and the user pointer of the i-th (admission order). */
-int router_sched_count(const router_sched_t *self);
-void *router_sched_user_at(const router_sched_t *self, int i);
+int sched_batch_count(const sched_batch_t *self);
+void *sched_batch_user_at(const sched_batch_t *self, int i);
 /* True when rid is waiting or running. */
-bool router_sched_has(const router_sched_t *self, uint64_t rid);
+bool sched_batch_has(const sched_batch_t *self, uint64_t rid);
 
 /* Plan the next step: admit what fits, then write at most cap items (cap >=
  * max_batch is enough) into items.  Returns the number of items (0: nothing to
  * run).  The caller runs them all in one forward pass, then calls
- * router_sched_advance for each. */
-int router_sched_plan(router_sched_t *self, router_sched_item_t *items, int cap);
+ * sched_batch_advance for each. */
+int sched_batch_plan(sched_batch_t *self, sched_batch_item_t *items, int cap);
 /* Record that n tokens of rid were computed; generated: a new token was sampled
  * (it becomes the next token to run).  0, or -ENOENT / -EINVAL. */
-int router_sched_advance(router_sched_t *self, uint64_t rid, int n, bool generated);
+int sched_batch_advance(sched_batch_t *self, uint64_t rid, int n, bool generated);
 /* Speculative decoding: a decode item was run with drafts appended and
  * n_generated tokens (1..) were accepted; n_computed positions (the last
  * known token plus the accepted drafts, = n_generated) keep their KV.
  * 0, or -ENOENT / -EINVAL (more than max_tokens, or positions not known). */
-int router_sched_advance_spec(router_sched_t *self, uint64_t rid, int n_computed,
+int sched_batch_advance_spec(sched_batch_t *self, uint64_t rid, int n_computed,
                               int n_generated);
 /* Tokens rid has generated so far (-ENOENT if unknown). */
-int router_sched_generated(const router_sched_t *self, uint64_t rid);
+int sched_batch_generated(const sched_batch_t *self, uint64_t rid);
 
-router_sched_load_t router_sched_load(const router_sched_t *self);
+sched_batch_load_t sched_batch_load(const sched_batch_t *self);
 
 #endif

@@ -1,15 +1,15 @@
 /* test_sched.c - the continuous-batching scheduler: admission against the
  * batch and KV caps, the bounded queue, chunked prefill under the step budget,
  * decode-first planning, removal on finish/cancel, load counters. */
-#include "router_sched.h"
+#include "sched_batch.h"
 #include "test_util.h"
 
 #include <check.h>
 #include <errno.h>
 #include <stdint.h>
 
-static router_sched_config_t s_cfg(void) {
-    return (router_sched_config_t){.max_batch = 4,
+static sched_batch_config_t s_cfg(void) {
+    return (sched_batch_config_t){.max_batch = 4,
                                    .max_queue = 3,
                                    .kv_blocks = 16,
                                    .block_size = 16,
@@ -18,85 +18,85 @@ static router_sched_config_t s_cfg(void) {
 }
 
 /* Run a plan as a worker would: every item advances; sampled items generate. */
-static int s_step(router_sched_t *s, router_sched_item_t *items, int cap) {
-    int n = router_sched_plan(s, items, cap);
+static int s_step(sched_batch_t *s, sched_batch_item_t *items, int cap) {
+    int n = sched_batch_plan(s, items, cap);
     for (int i = 0; i < n; i++)
-        ck_assert_int_eq(router_sched_advance(s, items[i].rid, items[i].n, items[i].sample), 0);
+        ck_assert_int_eq(sched_batch_advance(s, items[i].rid, items[i].n, items[i].sample), 0);
     return n;
 }
 
 START_TEST(submit_limits) {
-    router_sched_config_t c = s_cfg();
-    router_sched_t *s = router_sched_new(&c);
+    sched_batch_config_t c = s_cfg();
+    sched_batch_t *s = sched_batch_new(&c);
     ck_assert_ptr_nonnull(s);
-    ck_assert_int_eq(router_sched_submit(s, 1, 0, 8, NULL), -EINVAL);
-    ck_assert_int_eq(router_sched_submit(s, 1, 8, 0, NULL), -EINVAL);
-    ck_assert_int_eq(router_sched_submit(s, 1, 500, 100, NULL), -E2BIG);   /* > max_ctx */
-    ck_assert_int_eq(router_sched_submit(s, 1, 16 * 16, 1, NULL), -E2BIG); /* > kv_blocks */
+    ck_assert_int_eq(sched_batch_submit(s, 1, 0, 8, NULL), -EINVAL);
+    ck_assert_int_eq(sched_batch_submit(s, 1, 8, 0, NULL), -EINVAL);
+    ck_assert_int_eq(sched_batch_submit(s, 1, 500, 100, NULL), -E2BIG);   /* > max_ctx */
+    ck_assert_int_eq(sched_batch_submit(s, 1, 16 * 16, 1, NULL), -E2BIG); /* > kv_blocks */
     /* the first 4 run at once (max_batch 4), the next 3 wait, then the queue is full */
     for (uint64_t r = 1; r <= 7; r++)
-        ck_assert_int_eq(router_sched_submit(s, r, 10, 10, NULL), 0);
-    ck_assert_int_eq(router_sched_submit(s, 1, 10, 10, NULL), -EEXIST);
-    ck_assert_int_eq(router_sched_submit(s, 8, 10, 10, NULL), -EAGAIN); /* queue of 3 full */
-    router_sched_load_t l = router_sched_load(s);
+        ck_assert_int_eq(sched_batch_submit(s, r, 10, 10, NULL), 0);
+    ck_assert_int_eq(sched_batch_submit(s, 1, 10, 10, NULL), -EEXIST);
+    ck_assert_int_eq(sched_batch_submit(s, 8, 10, 10, NULL), -EAGAIN); /* queue of 3 full */
+    sched_batch_load_t l = sched_batch_load(s);
     ck_assert_int_eq(l.n_running, 4);
     ck_assert_int_eq(l.n_waiting, 3);
     ck_assert_int_eq(l.queued_tokens, 60);
     ck_assert_int_eq(l.active_tokens, 80);
     ck_assert_int_eq(l.kv_free_blocks, 8); /* 4 x ceil(20 / 16) reserved */
-    router_sched_destroy(&s);
-    router_sched_destroy(&s);
+    sched_batch_destroy(&s);
+    sched_batch_destroy(&s);
     ck_assert_ptr_null(s);
     c.max_batch = 0;
-    ck_assert_ptr_null(router_sched_new(&c));
+    ck_assert_ptr_null(sched_batch_new(&c));
 }
 END_TEST
 
 START_TEST(chunked_prefill_then_decode) {
-    router_sched_config_t c = s_cfg();
-    router_sched_t *s = router_sched_new(&c);
+    sched_batch_config_t c = s_cfg();
+    sched_batch_t *s = sched_batch_new(&c);
     int tag = 7;
-    ck_assert_int_eq(router_sched_submit(s, 9, 70, 3, &tag), 0);
-    router_sched_item_t it[8];
+    ck_assert_int_eq(sched_batch_submit(s, 9, 70, 3, &tag), 0);
+    sched_batch_item_t it[8];
     /* 70 prompt tokens with a budget of 32: chunks of 32, 32, 6; only the last samples. */
     int want_n[] = {32, 32, 6}, want_pos[] = {0, 32, 64};
     for (int k = 0; k < 3; k++) {
-        ck_assert_int_eq(router_sched_plan(s, it, 8), 1);
+        ck_assert_int_eq(sched_batch_plan(s, it, 8), 1);
         ck_assert_ptr_eq(it[0].user, &tag);
         ck_assert_int_eq(it[0].pos0, want_pos[k]);
         ck_assert_int_eq(it[0].n, want_n[k]);
         ck_assert(it[0].prefill);
         ck_assert_int_eq(it[0].sample, k == 2);
-        ck_assert_int_eq(router_sched_advance(s, 9, it[0].n, it[0].sample), 0);
+        ck_assert_int_eq(sched_batch_advance(s, 9, it[0].n, it[0].sample), 0);
     }
     /* decode: one token per step at positions 70, 71 */
     for (int k = 0; k < 2; k++) {
-        ck_assert_int_eq(router_sched_plan(s, it, 8), 1);
+        ck_assert_int_eq(sched_batch_plan(s, it, 8), 1);
         ck_assert_int_eq(it[0].pos0, 70 + k);
         ck_assert_int_eq(it[0].n, 1);
         ck_assert(it[0].sample && !it[0].prefill);
-        ck_assert_int_eq(router_sched_advance(s, 9, 1, true), 0);
+        ck_assert_int_eq(sched_batch_advance(s, 9, 1, true), 0);
     }
-    ck_assert_int_eq(router_sched_generated(s, 9), 3);
+    ck_assert_int_eq(sched_batch_generated(s, 9), 3);
     /* a 4th token would exceed max_tokens */
-    ck_assert_int_eq(router_sched_advance(s, 9, 1, true), -EINVAL);
-    ck_assert_ptr_eq(router_sched_remove(s, 9), &tag);
-    ck_assert_ptr_null(router_sched_remove(s, 9));
-    ck_assert_int_eq(router_sched_plan(s, it, 8), 0);
-    ck_assert_int_eq(router_sched_load(s).kv_free_blocks, 16);
-    router_sched_destroy(&s);
+    ck_assert_int_eq(sched_batch_advance(s, 9, 1, true), -EINVAL);
+    ck_assert_ptr_eq(sched_batch_remove(s, 9), &tag);
+    ck_assert_ptr_null(sched_batch_remove(s, 9));
+    ck_assert_int_eq(sched_batch_plan(s, it, 8), 0);
+    ck_assert_int_eq(sched_batch_load(s).kv_free_blocks, 16);
+    sched_batch_destroy(&s);
 }
 END_TEST
 
 START_TEST(new_requests_join_running_batch) {
-    router_sched_config_t c = s_cfg();
-    router_sched_t *s = router_sched_new(&c);
-    router_sched_item_t it[8];
-    ck_assert_int_eq(router_sched_submit(s, 1, 4, 10, NULL), 0);
+    sched_batch_config_t c = s_cfg();
+    sched_batch_t *s = sched_batch_new(&c);
+    sched_batch_item_t it[8];
+    ck_assert_int_eq(sched_batch_submit(s, 1, 4, 10, NULL), 0);
     ck_assert_int_eq(s_step(s, it, 8), 1); /* prefill of 1, samples */
-    ck_assert_int_eq(router_sched_submit(s, 2, 40, 10, NULL), 0);
+    ck_assert_int_eq(sched_batch_submit(s, 2, 40, 10, NULL), 0);
     /* next step: decode of 1 first, then 31 prompt tokens of 2 (budget 32) */
-    int n = router_sched_plan(s, it, 8);
+    int n = sched_batch_plan(s, it, 8);
     ck_assert_int_eq(n, 2);
     ck_assert_int_eq(it[0].rid, 1);
     ck_assert_int_eq(it[0].n, 1);
@@ -104,55 +104,55 @@ START_TEST(new_requests_join_running_batch) {
     ck_assert_int_eq(it[1].rid, 2);
     ck_assert_int_eq(it[1].n, 31);
     ck_assert(it[1].prefill && !it[1].sample);
-    router_sched_destroy(&s);
+    sched_batch_destroy(&s);
 }
 END_TEST
 
 START_TEST(kv_cap_and_batch_cap_gate_admission) {
-    router_sched_config_t c = s_cfg();
+    sched_batch_config_t c = s_cfg();
     c.max_queue = 8;
-    router_sched_t *s = router_sched_new(&c);
-    router_sched_item_t it[8];
+    sched_batch_t *s = sched_batch_new(&c);
+    sched_batch_item_t it[8];
     /* each needs (100 + 28) / 16 = 8 blocks: only two fit in 16 */
     for (uint64_t r = 1; r <= 3; r++)
-        ck_assert_int_eq(router_sched_submit(s, r, 100, 28, NULL), 0);
-    router_sched_plan(s, it, 8);
-    router_sched_load_t l = router_sched_load(s);
+        ck_assert_int_eq(sched_batch_submit(s, r, 100, 28, NULL), 0);
+    sched_batch_plan(s, it, 8);
+    sched_batch_load_t l = sched_batch_load(s);
     ck_assert_int_eq(l.n_running, 2);
     ck_assert_int_eq(l.n_waiting, 1);
     ck_assert_int_eq(l.kv_free_blocks, 0);
     /* cancelling a running one lets the third in at the next plan */
-    router_sched_remove(s, 1);
-    router_sched_plan(s, it, 8);
-    l = router_sched_load(s);
+    sched_batch_remove(s, 1);
+    sched_batch_plan(s, it, 8);
+    l = sched_batch_load(s);
     ck_assert_int_eq(l.n_running, 2);
     ck_assert_int_eq(l.n_waiting, 0);
-    ck_assert(router_sched_has(s, 3));
-    router_sched_destroy(&s);
+    ck_assert(sched_batch_has(s, 3));
+    sched_batch_destroy(&s);
 
     /* batch cap: 4 running at most with plenty of KV */
     c.kv_blocks = 1000;
-    s = router_sched_new(&c);
+    s = sched_batch_new(&c);
     for (uint64_t r = 1; r <= 6; r++)
-        ck_assert_int_eq(router_sched_submit(s, r, 2, 2, NULL), 0);
-    router_sched_plan(s, it, 8);
-    l = router_sched_load(s);
+        ck_assert_int_eq(sched_batch_submit(s, r, 2, 2, NULL), 0);
+    sched_batch_plan(s, it, 8);
+    l = sched_batch_load(s);
     ck_assert_int_eq(l.n_running, 4);
     ck_assert_int_eq(l.n_waiting, 2);
-    router_sched_destroy(&s);
+    sched_batch_destroy(&s);
 }
 END_TEST
 
 START_TEST(run_to_completion_random) {
     /* Many requests of random sizes: every one finishes with exactly its prompt
      * computed once and max_tokens generated, positions strictly in order. */
-    router_sched_config_t c = {.max_batch = 5,
+    sched_batch_config_t c = {.max_batch = 5,
                                .max_queue = 64,
                                .kv_blocks = 40,
                                .block_size = 16,
                                .step_tokens = 48,
                                .max_ctx = 256};
-    router_sched_t *s = router_sched_new(&c);
+    sched_batch_t *s = sched_batch_new(&c);
     enum { N = 40 };
     int n_prompt[N], max_tok[N], next_pos[N], gen[N];
     uint64_t st = 12345;
@@ -161,12 +161,12 @@ START_TEST(run_to_completion_random) {
         n_prompt[i] = 1 + (int)(st % 120);
         max_tok[i] = 1 + (int)((st >> 20) % 40);
         next_pos[i] = gen[i] = 0;
-        ck_assert_int_eq(router_sched_submit(s, (uint64_t)i + 1, n_prompt[i], max_tok[i], NULL), 0);
+        ck_assert_int_eq(sched_batch_submit(s, (uint64_t)i + 1, n_prompt[i], max_tok[i], NULL), 0);
     }
-    router_sched_item_t it[8];
+    sched_batch_item_t it[8];
     int finished = 0, steps = 0;
     while (finished < N && steps < 10000) {
-        int n = router_sched_plan(s, it, 8);
+        int n = sched_batch_plan(s, it, 8);
         ck_assert_int_gt(n, 0);
         int tokens = 0;
         for (int k = 0; k < n; k++) {
@@ -174,22 +174,22 @@ START_TEST(run_to_completion_random) {
             ck_assert_int_eq(it[k].pos0, next_pos[i]);
             next_pos[i] += it[k].n;
             tokens += it[k].n;
-            ck_assert_int_eq(router_sched_advance(s, it[k].rid, it[k].n, it[k].sample), 0);
+            ck_assert_int_eq(sched_batch_advance(s, it[k].rid, it[k].n, it[k].sample), 0);
             if (it[k].sample && ++gen[i] == max_tok[i]) {
                 ck_assert_int_eq(next_pos[i], n_prompt[i] + max_tok[i] - 1);
-                router_sched_remove(s, it[k].rid);
+                sched_batch_remove(s, it[k].rid);
                 finished++;
             }
         }
         ck_assert_int_le(tokens, 48);
-        ck_assert_int_ge(router_sched_load(s).kv_free_blocks, 0);
+        ck_assert_int_ge(sched_batch_load(s).kv_free_blocks, 0);
         steps++;
     }
     ck_assert_int_eq(finished, N);
-    router_sched_load_t l = router_sched_load(s);
+    sched_batch_load_t l = sched_batch_load(s);
     ck_assert_int_eq(l.n_running + l.n_waiting, 0);
     ck_assert_int_eq(l.kv_free_blocks, 40);
-    router_sched_destroy(&s);
+    sched_batch_destroy(&s);
 }
 END_TEST
 
