@@ -22,7 +22,7 @@ typedef struct {
 typedef struct {
     char id[MSG_MAX_ID_BYTES + 1];   /* required, 1..64 bytes: the client's request id */
     char *prompt;                    /* NULL when messages are used; raw prompt text */
-    size_t prompt_len;               /* <= MSG_MAX_PROMPT_BYTES */
+    size_t prompt_len;               /* 1..MSG_MAX_PROMPT_BYTES (an empty prompt is refused) */
     msg_chat_t *messages;            /* (n_messages) chat; NULL when prompt is used */
     int n_messages;                  /* 1..MSG_MAX_MESSAGES when used */
     int max_tokens;                  /* 1..MSG_MAX_TOKENS, default 256 */
@@ -31,8 +31,9 @@ typedef struct {
     char stop[MSG_MAX_STOP][MSG_MAX_STOP_BYTES + 1]; /* stop strings, each 1..64 bytes */
     int n_stop;                                      /* 0..MSG_MAX_STOP */
     bool stream;                                     /* default true: token events */
-    char session[MSG_MAX_SESSION_BYTES + 1]; /* optional chat session id: the server keeps
-                                                the session's KV warm between turns */
+    char session[MSG_MAX_SESSION_BYTES + 1];         /* optional chat session id, 1..64 bytes ("" =
+                                                        none): the server keeps the session's KV
+                                                        warm between turns */
 } msg_generate_t;
 
 /* 2 cancel: stop the generation with this id (answered by its done, "cancelled") */

@@ -309,6 +309,129 @@ void msg_codec_clear(const msg_schema_t *s, void *m) {
     msg_codec_init(s, m);
 }
 
+/* ---- strict checks: what the client protocol asks of a whole frame
+ * Every str (values and keys, in known fields or not) is well-formed UTF-8, every map
+ * key is a str, and no key appears twice in one map.  One walk over the frame, before
+ * the schema decode, so that unknown keys (which the schema skips) are held to the
+ * same rules.  The error names the offending field by its path ("messages[1].role"). */
+
+typedef struct {
+    const uint8_t *p; /* the key's bytes, inside the frame */
+    uint32_t n;
+} s_key_t;
+
+static int s_key_cmp(const void *a, const void *b) {
+    const s_key_t *x = a, *y = b;
+    if (x->n != y->n)
+        return x->n < y->n ? -1 : 1;
+    return memcmp(x->p, y->p, x->n);
+}
+
+/* path of a map's key (shown as ASCII, '?' for anything else) */
+static void s_path_key(char *out, size_t cap, const char *path, const uint8_t *k, uint32_t n) {
+    char shown[48];
+    size_t m = n < sizeof shown - 1 ? n : sizeof shown - 1;
+    for (size_t i = 0; i < m; i++)
+        shown[i] = k[i] >= 0x20 && k[i] < 0x7f && k[i] != '\'' ? (char)k[i] : '?';
+    shown[m] = 0;
+    if (path[0])
+        snprintf(out, cap, "%.40s.%.22s", path, shown);
+    else
+        snprintf(out, cap, "%s", shown);
+}
+
+static int s_strict_value(msg_rd_t *rd, const msg_val_t *v, const char *path, int depth,
+                          msg_err_t *err);
+
+/* the pairs of a map whose header v was just read */
+static int s_strict_map(msg_rd_t *rd, const msg_val_t *v, const char *path, int depth,
+                        msg_err_t *err) {
+    s_key_t few[16];
+    s_key_t *keys = v->n <= 16 ? few : malloc((size_t)v->n * sizeof *keys);
+    if (!keys)
+        return msg_err_set(err, -ENOMEM, MSG_E_NOMEM, path, "out of memory");
+    char sub[64];
+    int rc = 0;
+    for (uint32_t i = 0; i < v->n && !rc; i++) {
+        msg_val_t k, e;
+        if ((rc = msg_rd_next(rd, &k, err)) < 0)
+            break;
+        if (k.kind != MSG_V_STR) {
+            rc = msg_err_set(err, -EPROTO, MSG_E_BAD_TYPE, path, "map key must be a str, got %s",
+                             msg_vkind_name(k.kind));
+            break;
+        }
+        if (!msg_utf8_valid(k.p, k.n, NULL)) {
+            rc = msg_err_set(err, -EPROTO, MSG_E_UTF8, path, "a key of %s%s%s is not valid UTF-8",
+                             path[0] ? "map '" : "the message", path, path[0] ? "'" : "");
+            break;
+        }
+        keys[i] = (s_key_t){k.p, k.n};
+        s_path_key(sub, sizeof sub, path, k.p, k.n);
+        if ((rc = msg_rd_next(rd, &e, err)) < 0)
+            break;
+        rc = s_strict_value(rd, &e, sub, depth + 1, err);
+    }
+    if (!rc && v->n > 1) {
+        /* sorted, a key given twice sits next to itself */
+        qsort(keys, v->n, sizeof *keys, s_key_cmp);
+        for (uint32_t i = 1; i < v->n; i++)
+            if (!s_key_cmp(&keys[i - 1], &keys[i])) {
+                s_path_key(sub, sizeof sub, path, keys[i].p, keys[i].n);
+                rc = msg_err_set(err, -EPROTO, MSG_E_DUPLICATE, sub, "field '%s' appears twice",
+                                 sub);
+                break;
+            }
+    }
+    if (keys != few)
+        free(keys);
+    return rc;
+}
+
+/* one value whose header v was just read (and its elements) */
+static int s_strict_value(msg_rd_t *rd, const msg_val_t *v, const char *path, int depth,
+                          msg_err_t *err) {
+    if (depth >= MSG_MAX_DEPTH)
+        return msg_err_set(err, -EBADMSG, MSG_E_MALFORMED, NULL,
+                           "MessagePack nested deeper than %d levels", MSG_MAX_DEPTH);
+    size_t at;
+    switch (v->kind) {
+    case MSG_V_STR:
+        if (!msg_utf8_valid(v->p, v->n, &at))
+            return msg_err_set(err, -EPROTO, MSG_E_UTF8, path,
+                               "field '%s': invalid UTF-8 at byte %zu", path, at);
+        return 0;
+    case MSG_V_MAP:
+        return s_strict_map(rd, v, path, depth, err);
+    case MSG_V_ARRAY: {
+        char sub[64];
+        for (uint32_t i = 0; i < v->n; i++) {
+            msg_val_t e;
+            int rc = msg_rd_next(rd, &e, err);
+            if (rc < 0)
+                return rc;
+            snprintf(sub, sizeof sub, "%.48s[%u]", path, i);
+            if ((rc = s_strict_value(rd, &e, sub, depth + 1, err)) < 0)
+                return rc;
+        }
+        return 0;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* the whole frame (already known to be one map with nothing after it) */
+static int s_strict_frame(const void *buf, size_t len, msg_err_t *err) {
+    msg_rd_t rd;
+    msg_rd_init(&rd, buf, len);
+    msg_val_t top;
+    int rc = msg_rd_next(&rd, &top, err);
+    if (rc < 0)
+        return rc;
+    return s_strict_value(&rd, &top, "", 0, err);
+}
+
 /* ---- schema engine: decode */
 
 typedef struct {
@@ -736,6 +859,8 @@ int msg_codec_decode(const msg_schema_t *s, int type, const void *buf, size_t le
         return msg_err_set(err, -EPROTO, MSG_E_WRONG_TYPE, "type",
                            "expected message type '%s', got '%s'", msg_type_name(type),
                            msg_type_name(got));
+    if (msg_type_family(type) == MSG_FAMILY_CLIENT && (rc = s_strict_frame(buf, len, err)) < 0)
+        goto fail;
     s_dec_t d = {.err = err};
     msg_rd_init(&d.rd, buf, len);
     msg_val_t top;

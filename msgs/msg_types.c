@@ -60,8 +60,56 @@ const char *msg_err_kind_name(int kind) {
         [MSG_E_TOO_LONG] = "too_long",
         [MSG_E_INVALID] = "invalid",
         [MSG_E_NOMEM] = "nomem",
+        [MSG_E_UTF8] = "bad_utf8",
+        [MSG_E_DUPLICATE] = "duplicate_key",
     };
     return kind >= 0 && kind < MSG_E_COUNT ? names[kind] : "?";
+}
+
+bool msg_utf8_valid(const void *buf, size_t n, size_t *bad_at) {
+    const uint8_t *p = buf;
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = p[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        /* the lead byte fixes the length and the range of the first continuation byte;
+         * the narrowed ranges are what rule out overlong forms (E0, F0), surrogates (ED)
+         * and code points above U+10FFFF (F4) */
+        int len;
+        uint8_t lo = 0x80, hi = 0xbf;
+        if (c >= 0xc2 && c <= 0xdf)
+            len = 2;
+        else if (c >= 0xe0 && c <= 0xef) {
+            len = 3;
+            if (c == 0xe0)
+                lo = 0xa0;
+            else if (c == 0xed)
+                hi = 0x9f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            len = 4;
+            if (c == 0xf0)
+                lo = 0x90;
+            else if (c == 0xf4)
+                hi = 0x8f;
+        } else
+            goto bad; /* 80..C1 (continuation or overlong 2-byte lead), F5..FF */
+        if (n - i < (size_t)len)
+            goto bad; /* truncated */
+        if (p[i + 1] < lo || p[i + 1] > hi)
+            goto bad;
+        for (int k = 2; k < len; k++)
+            if (p[i + k] < 0x80 || p[i + k] > 0xbf)
+                goto bad;
+        i += (size_t)len;
+    }
+    return true;
+bad:
+    if (bad_at)
+        *bad_at = i;
+    return false;
 }
 
 const char *const msg_finish_names[5] = {NULL, "eos", "length", "stop", "cancelled"};
@@ -176,21 +224,28 @@ int msg_peek_id(const void *buf, size_t len, char *id, size_t cap) {
     msg_val_t top;
     if (msg_rd_next(&rd, &top, NULL) < 0 || top.kind != MSG_V_MAP)
         return -EPROTO;
+    /* every key is read: an "id" given twice is not echoed (which one would it be?) */
+    bool found = false;
     for (uint32_t i = 0; i < top.n; i++) {
         msg_val_t k, v;
         if (msg_rd_next(&rd, &k, NULL) < 0 || msg_rd_next(&rd, &v, NULL) < 0)
-            return -EPROTO;
+            goto fail;
         if (k.kind == MSG_V_STR && k.n == 2 && !memcmp(k.p, "id", 2)) {
-            if (v.kind != MSG_V_STR || v.n == 0 || v.n > MSG_MAX_ID_BYTES || v.n >= cap ||
-                memchr(v.p, 0, v.n))
-                return -EPROTO;
+            /* an id the error event could not carry is no id: the encoder would refuse it */
+            if (found || v.kind != MSG_V_STR || v.n == 0 || v.n > MSG_MAX_ID_BYTES || v.n >= cap ||
+                memchr(v.p, 0, v.n) || !msg_utf8_valid(v.p, v.n, NULL))
+                goto fail;
             memcpy(id, v.p, v.n);
             id[v.n] = 0;
-            return 0;
+            found = true;
         }
         if (msg_rd_skip_body(&rd, &v, 1, NULL) < 0)
-            return -EPROTO;
+            goto fail;
     }
+    if (found)
+        return 0;
+fail:
+    id[0] = 0;
     return -EPROTO;
 }
 

@@ -124,7 +124,9 @@ msg_sampling_t msg_sampling_defaults(void);
  *   -EBADMSG         not valid MessagePack (truncated, bad byte, trailing bytes, too deep)
  *   -EPROTO          valid MessagePack but not this message: not a map, missing "type",
  *                    unknown or different type, missing required field, wrong field type,
- *                    string/array longer than its limit, cross-field rule broken
+ *                    string/array longer than its limit, cross-field rule broken, and
+ *                    (client family only, anywhere in the frame, known keys or not) a
+ *                    str that is not UTF-8, a key that is not a str, a key twice in a map
  *   -ERANGE          a number outside its range (e.g. max_tokens 0)
  *   -EPROTONOSUPPORT "v" is not the version this build speaks
  *   -ENOMEM          allocation failed
@@ -146,6 +148,8 @@ typedef enum {
     MSG_E_TOO_LONG,     /* "too_long": a string, bin or array over its limit */
     MSG_E_INVALID,      /* "invalid": a rule across fields (prompt XOR messages, ...) */
     MSG_E_NOMEM,        /* "nomem" */
+    MSG_E_UTF8,         /* "bad_utf8": a str (value or key) is not well-formed UTF-8 */
+    MSG_E_DUPLICATE,    /* "duplicate_key": a key appears twice in one map */
     MSG_E_COUNT
 } msg_err_kind_t;
 
@@ -189,6 +193,11 @@ typedef enum {
 } msg_state_t;
 const char *msg_state_name(int state); /* NULL if invalid */
 
+/* Whether the n bytes at p are well-formed UTF-8 (Unicode table 3-7): no overlong
+ * forms, no surrogates (U+D800..DFFF), nothing above U+10FFFF, no truncated sequence.
+ * When not, and bad_at is not NULL, *bad_at is the offset of the first ill-formed byte. */
+bool msg_utf8_valid(const void *p, size_t n, size_t *bad_at);
+
 /* ---- generic, type-dispatched API (the typed msg_<name>_* functions wrap these)
  * m points to the struct of that type (msg_<name>_t). */
 
@@ -196,9 +205,10 @@ const char *msg_state_name(int state); /* NULL if invalid */
  * frame size against the type's family limit and the version.  0 and *type set, or a
  * negative errno as above (*type = MSG_NONE). */
 int msg_peek_type(const void *buf, size_t len, int *type, msg_err_t *err);
-/* Copy the client request "id" (a str of <= MSG_MAX_ID_BYTES) of a frame into id
- * (cap >= MSG_MAX_ID_BYTES + 1), to answer a malformed request with its id.
- * 0, or -EPROTO (no such id; id set to ""). Never fails worse than that. */
+/* Copy the client request "id" (a str of 1..MSG_MAX_ID_BYTES bytes of UTF-8 without NUL,
+ * appearing once in the top map) of a frame into id (cap >= MSG_MAX_ID_BYTES + 1), to
+ * answer a malformed request with its id.  0, or -EPROTO (no such id, or one that could
+ * not be echoed back; id set to "").  Never fails worse than that. */
 int msg_peek_id(const void *buf, size_t len, char *id, size_t cap);
 
 /* Set m to the type's defaults (zeros, plus e.g. max_tokens 256, stream true). */

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <math.h>
 #include <msgpack.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -957,6 +958,206 @@ START_TEST(encoder_refuses_invalid) {
 }
 END_TEST
 
+/* ---- strict client frames: UTF-8 and duplicate keys */
+
+START_TEST(utf8_validator) {
+    static const struct {
+        const char *bytes;
+        size_t n;
+        bool ok;
+        size_t bad_at; /* when !ok */
+    } cases[] = {
+        {"", 0, true, 0},
+        {"plain ascii", 11, true, 0},
+        {"\xc3\xa9t\xc3\xa9", 5, true, 0}, /* "été": 2-byte */
+        {"\xe2\x82\xac", 3, true, 0},      /* U+20AC: 3-byte */
+        {"\xf0\x9f\x98\x80", 4, true, 0},  /* U+1F600: 4-byte */
+        {"\xed\x9f\xbf", 3, true, 0},      /* U+D7FF: last before the surrogates */
+        {"\xee\x80\x80", 3, true, 0},      /* U+E000: first after them */
+        {"\xf4\x8f\xbf\xbf", 4, true, 0},  /* U+10FFFF: the last code point */
+        {"\xef\xbf\xbd", 3, true, 0},      /* U+FFFD */
+        {"a\0b", 3, true, 0},              /* NUL is UTF-8 (fields refuse it apart) */
+        {"\xc0\xaf", 2, false, 0},         /* overlong '/' */
+        {"\xc1\xbf", 2, false, 0},         /* overlong 2-byte */
+        {"\xe0\x80\xaf", 3, false, 0},     /* overlong 3-byte */
+        {"\xe0\x9f\xbf", 3, false, 0},     /* overlong U+07FF */
+        {"\xf0\x8f\xbf\xbf", 4, false, 0}, /* overlong U+FFFF */
+        {"ab\xed\xa0\x80", 5, false, 2},   /* U+D800: a surrogate */
+        {"\xed\xbf\xbf", 3, false, 0},     /* U+DFFF */
+        {"\xf4\x90\x80\x80", 4, false, 0}, /* U+110000 */
+        {"\xf5\x80\x80\x80", 4, false, 0}, /* lead byte F5 */
+        {"\xff", 1, false, 0},
+        {"x\x80", 2, false, 1},            /* a lone continuation byte */
+        {"\xc3", 1, false, 0},             /* truncated 2-byte */
+        {"ok\xe2\x82", 4, false, 2},       /* truncated 3-byte */
+        {"\xf0\x9f\x98", 3, false, 0},     /* truncated 4-byte */
+        {"\xe2\x28\xa1", 3, false, 0},     /* bad second byte */
+        {"\xf0\x9f\x28\x80", 4, false, 0}, /* bad third byte */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t at = 999;
+        bool ok = msg_utf8_valid(cases[i].bytes, cases[i].n, &at);
+        ck_assert_msg(ok == cases[i].ok, "case %zu: valid=%d", i, ok);
+        if (!ok)
+            ck_assert_msg(at == cases[i].bad_at, "case %zu: bad at %zu", i, at);
+    }
+    ck_assert(msg_utf8_valid(NULL, 0, NULL));
+}
+END_TEST
+
+START_TEST(strict_client_frames) {
+    frame_t f;
+    msg_err_t err;
+
+    /* an id, a prompt, a stop string, a chat role that are not UTF-8: refused, named */
+    fr_begin(&f, "generate", 2);
+    fr_str(&f, "id", "a\xed\xa0\x80");
+    fr_str(&f, "prompt", "hi");
+    ck_assert_int_eq(dec_gen(&f, &err), -EPROTO);
+    ck_assert_int_eq(err.kind, MSG_E_UTF8);
+    ck_assert_str_eq(err.field, "id");
+    ck_assert_str_eq(err.msg, "field 'id': invalid UTF-8 at byte 1");
+
+    fr_begin(&f, "generate", 2);
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "caf\xc3");
+    ck_assert_int_eq(dec_gen(&f, &err), -EPROTO);
+    ck_assert_str_eq(err.field, "prompt");
+
+    fr_begin(&f, "generate", 3);
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "hi");
+    fr_key(&f, "stop");
+    msgpack_pack_array(&f.pk, 2);
+    msgpack_pack_str_with_body(&f.pk, "ok", 2);
+    msgpack_pack_str_with_body(&f.pk, "\xc0\xaf", 2);
+    ck_assert_int_eq(dec_gen(&f, &err), -EPROTO);
+    ck_assert_str_eq(err.field, "stop[1]");
+
+    fr_begin(&f, "generate", 2);
+    fr_str(&f, "id", "a");
+    fr_key(&f, "messages");
+    msgpack_pack_array(&f.pk, 1);
+    msgpack_pack_map(&f.pk, 2);
+    fr_str(&f, "role", "us\xf4\x90\x80\x80");
+    fr_str(&f, "content", "hello");
+    ck_assert_int_eq(dec_gen(&f, &err), -EPROTO);
+    ck_assert_str_eq(err.field, "messages[0].role");
+
+    /* unknown keys are ignored, but held to the same rules */
+    fr_begin(&f, "generate", 3);
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "hi");
+    fr_str(&f, "x_note", "\xff");
+    ck_assert_int_eq(dec_gen(&f, &err), -EPROTO);
+    ck_assert_str_eq(err.field, "x_note");
+
+    /* a valid multi-byte id and prompt decode */
+    fr_begin(&f, "generate", 2);
+    fr_str(&f, "id", "\xc3\xa9t\xc3\xa9-\xf0\x9f\x98\x80");
+    fr_str(&f, "prompt", "\xe2\x82\xac 5");
+    ck_assert_int_eq(dec_gen(&f, &err), 0);
+
+    /* a key twice, in any map: the envelope's "type", an unknown key, a nested map */
+    fr_begin(&f, "generate", 3);
+    fr_str(&f, "type", "generate");
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "hi");
+    ck_assert_int_eq(dec_gen(&f, &err), -EPROTO);
+    ck_assert_int_eq(err.kind, MSG_E_DUPLICATE);
+    ck_assert_str_eq(err.msg, "field 'type' appears twice");
+
+    fr_begin(&f, "generate", 4);
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "hi");
+    fr_int(&f, "x_extra", 1);
+    fr_int(&f, "x_extra", 2);
+    ck_assert_int_eq(dec_gen(&f, &err), -EPROTO);
+    ck_assert_int_eq(err.kind, MSG_E_DUPLICATE);
+    ck_assert_str_eq(err.field, "x_extra");
+
+    fr_begin(&f, "generate", 2);
+    fr_str(&f, "id", "a");
+    fr_key(&f, "messages");
+    msgpack_pack_array(&f.pk, 1);
+    msgpack_pack_map(&f.pk, 3);
+    fr_str(&f, "role", "user");
+    fr_str(&f, "content", "hello");
+    fr_str(&f, "role", "system");
+    ck_assert_int_eq(dec_gen(&f, &err), -EPROTO);
+    ck_assert_int_eq(err.kind, MSG_E_DUPLICATE);
+    ck_assert_str_eq(err.field, "messages[0].role");
+
+    /* a map of many keys (sorted, not compared pairwise), one of them twice */
+    fr_begin(&f, "generate", 42);
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "hi");
+    for (int i = 0; i < 40; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "x%d", i == 39 ? 7 : i);
+        fr_int(&f, k, i);
+    }
+    ck_assert_int_eq(dec_gen(&f, &err), -EPROTO);
+    ck_assert_str_eq(err.field, "x7");
+
+    /* inside a nested unknown value, a non-str key is refused too */
+    fr_begin(&f, "stats", 1);
+    fr_key(&f, "x_meta");
+    msgpack_pack_map(&f.pk, 1);
+    msgpack_pack_int(&f.pk, 1);
+    msgpack_pack_int(&f.pk, 2);
+    msg_stats_t st;
+    ck_assert_int_eq(msg_stats_decode(f.sb.data, f.sb.size, &st, &err), -EPROTO);
+    ck_assert_int_eq(err.kind, MSG_E_BAD_TYPE);
+    ck_assert_str_eq(err.field, "x_meta");
+    msgpack_sbuffer_destroy(&f.sb);
+
+    /* an empty prompt and an empty session are refused */
+    fr_begin(&f, "generate", 2);
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "");
+    ck_assert_int_eq(dec_gen(&f, &err), -ERANGE);
+    ck_assert_str_eq(err.field, "prompt");
+    fr_begin(&f, "generate", 3);
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "hi");
+    fr_str(&f, "session", "");
+    ck_assert_int_eq(dec_gen(&f, &err), -ERANGE);
+    ck_assert_str_eq(err.field, "session");
+
+    /* msg_peek_id echoes only an id an error event can carry */
+    char id[MSG_MAX_ID_BYTES + 1];
+    fr_begin(&f, "generate", 1);
+    fr_str(&f, "id", "ok-\xc3\xa9");
+    ck_assert_int_eq(msg_peek_id(f.sb.data, f.sb.size, id, sizeof id), 0);
+    ck_assert_str_eq(id, "ok-\xc3\xa9");
+    msgpack_sbuffer_destroy(&f.sb);
+    fr_begin(&f, "generate", 1);
+    fr_str(&f, "id", "bad\xc3");
+    ck_assert_int_eq(msg_peek_id(f.sb.data, f.sb.size, id, sizeof id), -EPROTO);
+    ck_assert_str_eq(id, "");
+    msgpack_sbuffer_destroy(&f.sb);
+    fr_begin(&f, "generate", 2);
+    fr_str(&f, "id", "one");
+    fr_str(&f, "id", "two");
+    ck_assert_int_eq(msg_peek_id(f.sb.data, f.sb.size, id, sizeof id), -EPROTO);
+    msgpack_sbuffer_destroy(&f.sb);
+
+    /* the encoder never writes what the strict decoder refuses */
+    msg_token_t t;
+    msg_token_init(&t);
+    strcpy(t.id, "r");
+    t.text = "\xe2\x82";
+    t.text_len = 2;
+    void *buf;
+    size_t len;
+    ck_assert_int_eq(msg_token_encode(&t, &buf, &len, &err), -EINVAL);
+    ck_assert_int_eq(err.kind, MSG_E_UTF8);
+    ck_assert_str_eq(msg_err_kind_name(MSG_E_UTF8), "bad_utf8");
+    ck_assert_str_eq(msg_err_kind_name(MSG_E_DUPLICATE), "duplicate_key");
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("msgs");
     TCase *tc = tcase_create("msgs");
@@ -971,6 +1172,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, random_bytes_and_mutations);
     tcase_add_test(tc, other_limits);
     tcase_add_test(tc, encoder_refuses_invalid);
+    tcase_add_test(tc, utf8_validator);
+    tcase_add_test(tc, strict_client_frames);
     suite_add_tcase(s, tc);
     return test_run_suite(argc, argv, s, CK_FORK_GETENV);
 }
