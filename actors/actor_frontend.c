@@ -112,13 +112,23 @@ static int s_reply(s_front_t *f, const uint8_t *ident, size_t ident_len, bool de
     return rc;
 }
 
+/* Send an error event.  Whatever id and message it is given, the event is one the
+ * encoder accepts: an id that is not UTF-8 becomes nil, a message is cut before its
+ * first byte that is not (a message cut at the size limit can end inside a character). */
 static void s_reply_error(s_front_t *f, const uint8_t *ident, size_t ident_len, bool delim,
                           const char *id, int code, const char *message) {
     msg_error_t e;
     msg_error_init(&e);
     msg_set_str(e.id, sizeof e.id, id ? id : "");
+    if (!msg_utf8_valid(e.id, strlen(e.id), NULL))
+        e.id[0] = 0;
     e.code = code;
     msg_set_str(e.message, sizeof e.message, message);
+    size_t bad;
+    if (!msg_utf8_valid(e.message, strlen(e.message), &bad))
+        e.message[bad] = 0;
+    if (!e.message[0])
+        msg_set_str(e.message, sizeof e.message, "request refused");
     if (s_reply(f, ident, ident_len, delim, MSG_ERROR, &e))
         actor_counters_add(f->counters, "errors.undelivered", 1);
 }
@@ -172,11 +182,20 @@ static void s_client_gone(s_front_t *f, const uint8_t *ident, size_t ident_len) 
     }
 }
 
-/* Send to the client of r; a vanished client cancels its requests. */
+/* Send to the client of r; a vanished client cancels its requests.  An event the
+ * encoder refuses (e.g. text that is not UTF-8) is never dropped in silence: the
+ * request ends there with an `internal` error and is cancelled. */
 static void s_to_client(s_front_t *f, s_req_t *r, int type, const void *m) {
     if (r->gone)
         return;
     int rc = s_reply(f, r->ident, r->ident_len, r->delim, type, m);
+    if (rc == -EINVAL && type != MSG_ERROR) {
+        s_reply_error(f, r->ident, r->ident_len, r->delim, r->id, MSG_CODE_INTERNAL,
+                      "the server could not encode an event of this request");
+        r->gone = true;
+        s_cancel(f, r, "unencodable");
+        return;
+    }
     if (rc == -EHOSTUNREACH) {
         uint8_t ident[MAX_IDENT];
         size_t n = r->ident_len;
@@ -363,22 +382,31 @@ static void s_on_client(void *self, zsock_t *sock) {
         return;
     const uint8_t *ident = zmq_msg_data(&part[0]);
     size_t ident_len = zmq_msg_size(&part[0]);
-    bool delim = n == 3 && zmq_msg_size(&part[1]) == 0;
-    if (!ok || n < 2 || n > 3 || (n == 3 && !delim)) {
+    /* a message is exactly one frame (docs/PROTOCOL.md).  Anything else is refused
+     * with one error: its id read from the last frame when that one has a readable
+     * id, else nil.  A REQ socket's empty delimiter is echoed, so that a REQ client
+     * can read why it was refused; nothing it sends is ever served. */
+    bool delim = n >= 3 && zmq_msg_size(&part[1]) == 0;
+    if (!ok || n != 2) {
+        char id[MSG_MAX_ID_BYTES + 1] = "";
+        if (n >= 2)
+            msg_peek_id(zmq_msg_data(&part[n - 1]), zmq_msg_size(&part[n - 1]), id, sizeof id);
         s_malformed(f, "envelope");
-        s_reply_error(f, ident, ident_len, false, NULL, MSG_CODE_BAD_REQUEST,
-                      "expected one MessagePack frame per message");
+        s_reply_error(f, ident, ident_len, delim, id, MSG_CODE_BAD_REQUEST,
+                      n == 3 && delim ? "an empty delimiter frame before the message: REQ "
+                                        "sockets are not supported, use a DEALER"
+                                      : "a message must be one single-part frame");
         goto done;
     }
+    delim = false;
     {
-        const void *buf = zmq_msg_data(&part[n - 1]);
-        size_t len = zmq_msg_size(&part[n - 1]);
+        const void *buf = zmq_msg_data(&part[1]);
+        size_t len = zmq_msg_size(&part[1]);
         msg_any_t m;
         msg_err_t err;
         if (msg_any_decode(buf, len, &m, &err) < 0) {
             char id[MSG_MAX_ID_BYTES + 1] = "";
-            if (len <= MSG_MAX_CLIENT_FRAME)
-                msg_peek_id(buf, len, id, sizeof id);
+            msg_peek_id(buf, len, id, sizeof id); /* bounded: a frame here is <= 4 MiB */
             s_malformed(f, msg_err_kind_name(err.kind));
             s_reply_error(f, ident, ident_len, delim, id, MSG_CODE_BAD_REQUEST, err.msg);
             goto done;
