@@ -1,7 +1,8 @@
 /* test_msgs.c - every message type round-trips; every kind of bad input (random bytes,
  * truncation, not a map, wrong field types, missing fields, oversize strings and
- * arrays, out-of-range numbers, unknown types, wrong versions) is rejected with the
- * right code, kind and message, and never crashes.
+ * arrays, out-of-range numbers, unknown types, wrong versions, in client frames also
+ * str that are not UTF-8 and keys given twice) is rejected with the right code, kind
+ * and message, and never crashes.
  *
  * Bad frames are made by re-packing a valid encoding with one change (msgpack-c's
  * object API), so every field of every message type is covered by the same loop.
