@@ -4,6 +4,7 @@
  * restarts the ones that die.  Its flags are a table mapped onto actor options. */
 #include "cli.h"
 
+#include "actors/actor_curve.h"
 #include "actors/actor_frontend.h"
 #include "actors/actor_registry.h"
 #include "actors/actor_runtime.h"
@@ -177,6 +178,13 @@ static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoi
     char err[512];
     if (!actors)
         return 1;
+    /* the client endpoint's CURVE allow-list (--client-allow): before any socket */
+    actor_curve_t *curve = actor_curve_new(topo, NULL, err, sizeof err);
+    if (!curve) {
+        fprintf(stderr, "strata serve: %s\n", err);
+        free(actors);
+        return 1;
+    }
     /* the KV tiers and workers first (they load what they own), the frontend
      * last: clients are only accepted when everything behind it is ready */
     const char *kv_actors[] = {"kvtier", "prefetcher", "draft"};
@@ -217,6 +225,7 @@ stop:
     for (int i = n - 1; i >= 0; i--) /* frontend first, workers last */
         actor_destroy(&actors[i]);
     free(actors);
+    actor_curve_destroy(&curve);
     return rc;
 }
 
