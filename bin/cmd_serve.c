@@ -37,6 +37,10 @@ typedef struct {
 static const s_flag_t s_flags[] = {
     {"model", 'm', "worker<N>", "model", "PATH", NULL, 0, "GGUF model (default: %s)", NULL},
     {"endpoint", 0, "frontend", "client", "EP", NULL, 0, NULL, NULL},
+    {"client-secret", 0, "frontend", "client_secret", "FILE", NULL, 0,
+     "CURVE on the client endpoint: its key pair (strata keygen; docs/SECURITY.md)", NULL},
+    {"client-allow", 0, "frontend", "client_allow", "DIR", NULL, 0,
+     "CURVE on the client endpoint: the directory of client public keys admitted", NULL},
     {"workers", 0, NULL, NULL, "N", NULL, 0, "target workers (1..64, default 1)", NULL},
     {"threads", 't', "worker<N>", "threads", "N", NULL, 0,
      "threads per worker (1..256, default: CPUs / workers)", NULL},

@@ -22,6 +22,7 @@ import sys
 try:
     import msgpack
     import zmq
+    import zmq.auth
 except ImportError as e:
     sys.exit(f"strata_client: {e}: needs Debian's python3-zmq and python3-msgpack "
              f"(run it with /usr/bin/python3 if another python3 comes first on PATH)")
@@ -54,7 +55,6 @@ class StrataClient:
         if (server_key is None) != (client_key is None):
             raise ValueError("CURVE needs both server_key and client_key")
         if server_key is not None:
-            import zmq.auth
             if not zmq.has("curve"):
                 raise RuntimeError("this libzmq has no CURVE")
             self.sock.curve_serverkey = zmq.auth.load_certificate(server_key)[0]
