@@ -40,8 +40,8 @@ static zcert_t *s_cert(const char *path, bool need_secret, char *err, size_t err
     if (c && need_secret && !strcmp(zcert_secret_txt(c), S_NO_SECRET))
         zcert_destroy(&c);
     if (!c)
-        snprintf(err, errlen, "CURVE keys: cannot read the %s %s%s", need_secret ? "key pair" : "public key",
-                 path, need_secret ? "_secret" : "");
+        snprintf(err, errlen, "CURVE keys: cannot read the %s %s%s",
+                 need_secret ? "key pair" : "public key", path, need_secret ? "_secret" : "");
     return c;
 }
 
@@ -189,13 +189,14 @@ actor_curve_t *actor_curve_new(const actor_topology_t *topo, const char *name, c
     lists->clients = zhash_new();
     const char *keys = actor_curve_keys(topo);
     bool front = !name || !strcmp(name, "frontend");
-    const char *client_allow = front ? actor_topology_opt(topo, "frontend", "client_allow", NULL)
-                                     : NULL;
-    const char *client_secret = front ? actor_topology_opt(topo, "frontend", "client_secret", NULL)
-                                      : NULL;
+    const char *client_allow =
+        front ? actor_topology_opt(topo, "frontend", "client_allow", NULL) : NULL;
+    const char *client_secret =
+        front ? actor_topology_opt(topo, "frontend", "client_secret", NULL) : NULL;
     if (!client_allow != !client_secret) {
-        snprintf(err, errlen, "frontend: CURVE on the client endpoint needs both client_secret= "
-                              "and client_allow= (docs/SECURITY.md)");
+        snprintf(err, errlen,
+                 "frontend: CURVE on the client endpoint needs both client_secret= "
+                 "and client_allow= (docs/SECURITY.md)");
         goto fail;
     }
     if (!keys && !client_allow) {
@@ -203,8 +204,9 @@ actor_curve_t *actor_curve_new(const actor_topology_t *topo, const char *name, c
         return self; /* nothing uses CURVE */
     }
     if (!zmq_has("curve")) {
-        snprintf(err, errlen, "CURVE keys are configured but this libzmq was built without "
-                              "CURVE (zmq_has(\"curve\") is false)");
+        snprintf(err, errlen,
+                 "CURVE keys are configured but this libzmq was built without "
+                 "CURVE (zmq_has(\"curve\") is false)");
         goto fail;
     }
     char why[1024];

@@ -171,9 +171,9 @@ int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_
                     snprintf(err, errlen, "topology line %d: supervisor takes no options", line);
                     return -EINVAL;
                 }
-                if (!strcmp(name, "security") ? s_check_security(key, val, why, sizeof why)
-                                              : actor_info_check_opt(name, key, val, why,
-                                                                     sizeof why)) {
+                if (!strcmp(name, "security")
+                        ? s_check_security(key, val, why, sizeof why)
+                        : actor_info_check_opt(name, key, val, why, sizeof why)) {
                     snprintf(err, errlen, "topology line %d: %s", line, why);
                     return -EINVAL;
                 }

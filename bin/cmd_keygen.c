@@ -12,15 +12,14 @@
 #include <unistd.h>
 
 static void s_usage(FILE *f) {
-    fprintf(f,
-            "usage: strata keygen [--force] DIR NAME...\n"
-            "  Write a CURVE key pair per NAME: DIR/NAME.key (public) and DIR/NAME.key_secret\n"
-            "  (secret, mode 0600), in zcert format.  Actors use DIR as the topology's\n"
-            "  'security - keys=DIR' (one pair per actor name and 'supervisor'); a client\n"
-            "  endpoint uses a pair as client_secret= and a directory of client public keys\n"
-            "  as client_allow= (docs/SECURITY.md).\n"
-            "  --force      overwrite existing key files (refused otherwise)\n"
-            "  -h, --help   this help\n");
+    fprintf(f, "usage: strata keygen [--force] DIR NAME...\n"
+               "  Write a CURVE key pair per NAME: DIR/NAME.key (public) and DIR/NAME.key_secret\n"
+               "  (secret, mode 0600), in zcert format.  Actors use DIR as the topology's\n"
+               "  'security - keys=DIR' (one pair per actor name and 'supervisor'); a client\n"
+               "  endpoint uses a pair as client_secret= and a directory of client public keys\n"
+               "  as client_allow= (docs/SECURITY.md).\n"
+               "  --force      overwrite existing key files (refused otherwise)\n"
+               "  -h, --help   this help\n");
 }
 
 /* A name is a file name: letters, digits, '_', '-', '.' (not leading). */
