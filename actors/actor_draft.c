@@ -501,7 +501,7 @@ static void s_reply(s_actor_t *a, const msg_draft_request_t *q, const int32_t *t
         char name[32];
         snprintf(name, sizeof name, "worker%d", q->worker);
         a->to_worker[q->worker] =
-            actor_sock_outbound(actor_topology_endpoint(actor_env_topology(a->env), name), 10000);
+            actor_sock_outbound(actor_env_topology(a->env), actor_env_name(a->env), name, 10000);
         if (!a->to_worker[q->worker]) {
             actor_counters_add(a->counters, "replies.dropped", 1);
             return;
@@ -651,9 +651,9 @@ int actor_draft_main(actor_env_t *env) {
         return 1;
     }
     a.in =
-        actor_sock_inbound(actor_topology_endpoint(t, name), MSG_MAX_INTERNAL_FRAME + 4096, 100000);
+        actor_sock_inbound(t, name, MSG_MAX_INTERNAL_FRAME + 4096, 100000);
     const char *fe = actor_topology_endpoint(t, "frontend");
-    a.to_front = fe ? actor_sock_outbound(fe, 1000) : NULL;
+    a.to_front = fe ? actor_sock_outbound(t, name, "frontend", 1000) : NULL;
     if (!a.in || (fe && !a.to_front)) {
         actor_env_fail(env, "%s: cannot open its sockets", name);
         s_actor_cleanup(&a);

@@ -2,6 +2,7 @@
  * table, heartbeats and the stats / health answers. */
 #include "actor_frontend.h"
 
+#include "actor_curve.h"
 #include "base/base_log.h"
 
 #include <errno.h>
@@ -82,6 +83,10 @@ const actor_opt_t actor_frontend_opts[] = {
      "client endpoint (ROUTER)"},
     {"max_requests", ACTOR_OPT_INT, "1024", 1, 1 << 20, NULL,
      "requests in flight before overloaded"},
+    {"client_secret", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
+     "CURVE key pair of the client endpoint (zcert file; with client_allow)"},
+    {"client_allow", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
+     "directory of client public keys admitted by CURVE (with client_secret)"},
     {NULL},
 };
 
@@ -669,9 +674,9 @@ int actor_frontend_main(actor_env_t *env) {
     f.counters = f.loop ? actor_loop_counters(f.loop) : NULL;
     int nw = actor_topology_workers(t);
     f.peers = calloc((size_t)t->n + 2, sizeof *f.peers); /* at most every entry */
-    f.in = actor_sock_inbound(actor_topology_endpoint(t, "frontend"), MSG_MAX_INTERNAL_FRAME + 4096,
+    f.in = actor_sock_inbound(t, "frontend", MSG_MAX_INTERNAL_FRAME + 4096,
                               100000);
-    f.to_tok = actor_sock_outbound(actor_topology_endpoint(t, "tokenizer"), 10000);
+    f.to_tok = actor_sock_outbound(t, "frontend", "tokenizer", 10000);
     if (!f.reqs || !f.fd_gen || !f.loop || !f.peers || !f.in || !f.to_tok) {
         actor_env_fail(env, "frontend: cannot set up (sockets or memory)");
         s_cleanup(&f);
@@ -681,12 +686,12 @@ int actor_frontend_main(actor_env_t *env) {
     snprintf(f.peers[0].name, sizeof f.peers[0].name, "tokenizer");
     f.peers[0].push = f.to_tok;
     snprintf(f.peers[1].name, sizeof f.peers[1].name, "router");
-    f.peers[1].push = actor_sock_outbound(actor_topology_endpoint(t, "router"), 100);
+    f.peers[1].push = actor_sock_outbound(t, "frontend", "router", 100);
     f.n_peers = 2;
     for (int i = 0; i < nw; i++) {
         s_peer_t *p = &f.peers[f.n_peers++];
         snprintf(p->name, sizeof p->name, "worker%d", i);
-        p->push = actor_sock_outbound(actor_topology_endpoint(t, p->name), 100);
+        p->push = actor_sock_outbound(t, "frontend", p->name, 100);
     }
     /* every other actor of the topology (kvtier, prefetcher, draft, ...) */
     for (int i = 0; i < t->n; i++) {
@@ -697,7 +702,7 @@ int actor_frontend_main(actor_env_t *env) {
             continue;
         s_peer_t *p = &f.peers[f.n_peers++];
         snprintf(p->name, sizeof p->name, "%s", n);
-        p->push = actor_sock_outbound(actor_topology_endpoint(t, n), 100);
+        p->push = actor_sock_outbound(t, "frontend", n, 100);
     }
     for (int i = 0; i < f.n_peers; i++)
         if (!f.peers[i].push) {
@@ -717,6 +722,14 @@ int actor_frontend_main(actor_env_t *env) {
         zsock_set_linger(f.clients, 0);
         zsock_set_heartbeat_ivl(f.clients, 1000);
         zsock_set_heartbeat_timeout(f.clients, 3000);
+        const char *secret = actor_env_str(env, "client_secret");
+        char why[512];
+        if (secret && actor_curve_server(f.clients, secret, ACTOR_CURVE_CLIENT_DOMAIN, why,
+                                         sizeof why)) {
+            actor_env_fail(env, "frontend: %s", why);
+            s_cleanup(&f);
+            return 1;
+        }
         char mon[128];
         snprintf(mon, sizeof mon, "inproc://strata-frontend-monitor-%d-%p", (int)getpid(),
                  (void *)f.clients);

@@ -332,13 +332,13 @@ int actor_kvtier_main(actor_env_t *env) {
     t.loop = actor_loop_new(env, &t);
     t.counters = t.loop ? actor_loop_counters(t.loop) : NULL;
     t.to_worker = calloc((size_t)(t.n_workers > 0 ? t.n_workers : 1), sizeof *t.to_worker);
-    t.in = actor_sock_inbound(actor_topology_endpoint(topo, me), (int64_t)64 << 20, 10000);
-    t.to_front = actor_sock_outbound(actor_topology_endpoint(topo, "frontend"), 1000);
+    t.in = actor_sock_inbound(topo, me, (int64_t)64 << 20, 10000);
+    t.to_front = actor_sock_outbound(topo, me, "frontend", 1000);
     bool ok = t.loop && t.to_worker && t.in && t.to_front;
     for (int i = 0; ok && i < t.n_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "worker%d", i);
-        t.to_worker[i] = actor_sock_outbound(actor_topology_endpoint(topo, name), 1000);
+        t.to_worker[i] = actor_sock_outbound(topo, me, name, 1000);
         ok = t.to_worker[i] != NULL;
     }
     if (!ok) {

@@ -163,19 +163,19 @@ int actor_router_main(actor_env_t *env) {
     r.loop = actor_loop_new(env, &r);
     r.counters = r.loop ? actor_loop_counters(r.loop) : NULL;
     r.to_worker = calloc((size_t)(r.n_workers > 0 ? r.n_workers : 1), sizeof *r.to_worker);
-    r.in = actor_sock_inbound(actor_topology_endpoint(t, "router"), MSG_MAX_INTERNAL_FRAME + 4096,
+    r.in = actor_sock_inbound(t, "router", MSG_MAX_INTERNAL_FRAME + 4096,
                               100000);
-    r.to_tok = actor_sock_outbound(actor_topology_endpoint(t, "tokenizer"), 100000);
-    r.to_front = actor_sock_outbound(actor_topology_endpoint(t, "frontend"), 1000);
+    r.to_tok = actor_sock_outbound(t, "router", "tokenizer", 100000);
+    r.to_front = actor_sock_outbound(t, "router", "frontend", 1000);
     if (actor_topology_endpoint(t, "prefetcher"))
-        r.to_prefetch = actor_sock_outbound(actor_topology_endpoint(t, "prefetcher"), 10000);
+        r.to_prefetch = actor_sock_outbound(t, "router", "prefetcher", 10000);
     bool ok =
         r.dispatch && r.loop && r.to_worker && r.in && r.to_tok && r.to_front && r.n_workers > 0;
     for (int i = 0; ok && i < r.n_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "worker%d", i);
         /* the worker's queue is the bound (sched_batch); this HWM only absorbs bursts */
-        r.to_worker[i] = actor_sock_outbound(actor_topology_endpoint(t, name), 10000);
+        r.to_worker[i] = actor_sock_outbound(t, "router", name, 10000);
         ok = r.to_worker[i] != NULL;
     }
     if (!ok) {

@@ -3,6 +3,7 @@
  * (polling, draining, control messages, timers). */
 #include "actor_runtime.h"
 
+#include "actor_curve.h"
 #include "base/base_log.h"
 
 #include <assert.h>
@@ -208,15 +209,17 @@ bool actor_exited(actor_t *self, int *rc) {
 
 int actor_process_run(const char *name, const actor_topology_t *topo) {
     char err[512];
-    actor_t *a = actor_new(name, topo, 300000, err, sizeof err);
+    actor_curve_t *curve = actor_curve_new(topo, name, err, sizeof err); /* before any socket */
+    actor_t *a = curve ? actor_new(name, topo, 300000, err, sizeof err) : NULL;
     if (!a) {
         LOG_E(TAG, "%s: %s", name, err);
+        actor_curve_destroy(&curve);
         return 1;
     }
     const char *sup = actor_topology_endpoint(topo, "supervisor");
     zsock_t *ctl = NULL;
     if (sup) {
-        ctl = actor_sock_outbound(sup, 16);
+        ctl = actor_sock_outbound(topo, name, "supervisor", 16);
         msg_ready_t r;
         msg_ready_init(&r);
         msg_set_str(r.name, sizeof r.name, name);
@@ -242,18 +245,34 @@ int actor_process_run(const char *name, const actor_topology_t *topo) {
         LOG_E(TAG, "%s: failed (%d)", name, rc);
     actor_destroy(&a);
     zsock_destroy(&ctl);
+    actor_curve_destroy(&curve);
     return rc ? 1 : 0;
 }
 
 /* ---- sockets */
 
-zsock_t *actor_sock_inbound(const char *endpoint, int64_t max_msg, int rcvhwm) {
+zsock_t *actor_sock_inbound(const actor_topology_t *topo, const char *name, int64_t max_msg,
+                            int rcvhwm) {
+    const char *endpoint = actor_topology_endpoint(topo, name);
+    if (!endpoint) {
+        LOG_E(TAG, "%s has no endpoint in the topology", name);
+        return NULL;
+    }
     zsock_t *s = zsock_new(ZMQ_PULL);
     if (!s)
         return NULL;
     zsock_set_maxmsgsize(s, (int)max_msg);
     zsock_set_rcvhwm(s, rcvhwm);
     zsock_set_linger(s, 0);
+    char err[512], cert[1024];
+    if (actor_curve_needed(topo, endpoint)) {
+        snprintf(cert, sizeof cert, "%s/%s.key", actor_curve_keys(topo), name);
+        if (actor_curve_server(s, cert, ACTOR_CURVE_DOMAIN, err, sizeof err)) {
+            LOG_E(TAG, "%s: %s", name, err);
+            zsock_destroy(&s);
+            return NULL;
+        }
+    }
     if (zsock_bind(s, "%s", endpoint) < 0) {
         LOG_E(TAG, "cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
         zsock_destroy(&s);
@@ -261,12 +280,28 @@ zsock_t *actor_sock_inbound(const char *endpoint, int64_t max_msg, int rcvhwm) {
     return s;
 }
 
-zsock_t *actor_sock_outbound(const char *endpoint, int sndhwm) {
+zsock_t *actor_sock_outbound(const actor_topology_t *topo, const char *name, const char *peer,
+                             int sndhwm) {
+    const char *endpoint = actor_topology_endpoint(topo, peer);
+    if (!endpoint) {
+        LOG_E(TAG, "%s has no endpoint in the topology", peer);
+        return NULL;
+    }
     zsock_t *s = zsock_new(ZMQ_PUSH);
     if (!s)
         return NULL;
     zsock_set_sndhwm(s, sndhwm);
     zsock_set_linger(s, 0);
+    char err[512], cert[1024], server[1024];
+    if (actor_curve_needed(topo, endpoint)) {
+        snprintf(cert, sizeof cert, "%s/%s.key", actor_curve_keys(topo), name);
+        snprintf(server, sizeof server, "%s/%s.key", actor_curve_keys(topo), peer);
+        if (actor_curve_client(s, cert, server, err, sizeof err)) {
+            LOG_E(TAG, "%s -> %s: %s", name, peer, err);
+            zsock_destroy(&s);
+            return NULL;
+        }
+    }
     if (zsock_connect(s, "%s", endpoint) < 0) {
         LOG_E(TAG, "cannot connect %s: %s", endpoint, zmq_strerror(zmq_errno()));
         zsock_destroy(&s);
@@ -470,8 +505,9 @@ int64_t actor_counters_value_at(const actor_counters_t *self, int i) {
 #define S_MAX_TIMERS 8
 
 typedef struct {
-    zsock_t *sock;      /* borrowed */
+    zsock_t *sock;      /* borrowed; a monitor: owned */
     actor_reader_fn fn; /* reader: reads one message itself; NULL: an inbox */
+    bool monitor;       /* the PAIR end of a CURVE inbox's monitor */
     zsock_t *reply;     /* inbox: where pong / stats_answer go */
     bool raw;           /* inbox: a raw second frame may follow */
     char malformed[48]; /* inbox: counter names, with the prefix */
@@ -521,6 +557,9 @@ actor_loop_t *actor_loop_new(actor_env_t *env, void *self) {
 void actor_loop_destroy(actor_loop_t **self_p) {
     if (!self_p || !*self_p)
         return;
+    for (int i = 0; i < (*self_p)->n_socks; i++)
+        if ((*self_p)->socks[i].monitor)
+            zsock_destroy(&(*self_p)->socks[i].sock);
     actor_counters_destroy(&(*self_p)->counters);
     free(*self_p);
     *self_p = NULL;
@@ -528,6 +567,50 @@ void actor_loop_destroy(actor_loop_t **self_p) {
 
 actor_counters_t *actor_loop_counters(actor_loop_t *self) {
     return self->counters;
+}
+
+/* Watch the handshakes of CURVE server sock: a PAIR socket, read by the loop,
+ * gets the ZAP refusals.  0, -ENOSPC, or -EIO when libzmq cannot monitor. */
+static int s_monitor(actor_loop_t *self, zsock_t *sock) {
+    if (self->n_socks == S_MAX_SOCKS)
+        return -ENOSPC;
+    char ep[96];
+    snprintf(ep, sizeof ep, "inproc://strata-curve-monitor-%p", (void *)sock);
+    if (zmq_socket_monitor(zsock_resolve(sock), ep, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH))
+        return -EIO;
+    zsock_t *pair = zsock_new(ZMQ_PAIR);
+    if (!pair || zsock_connect(pair, "%s", ep) < 0) {
+        zsock_destroy(&pair);
+        return -EIO;
+    }
+    self->socks[self->n_socks++] = (s_sock_t){.sock = pair, .monitor = true};
+    actor_counters_set(self->counters, "curve.refused", 0); /* reported from the start */
+    return 0;
+}
+
+/* Read one monitor event (two frames: event id and value, then the
+ * endpoint) and count a refused handshake.  false when none was waiting. */
+static bool s_monitor_one(actor_loop_t *self, s_sock_t *s) {
+    void *h = zsock_resolve(s->sock);
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    if (zmq_msg_recv(&msg, h, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&msg);
+        return false;
+    }
+    uint16_t event = 0;
+    if (zmq_msg_size(&msg) >= sizeof event)
+        memcpy(&event, zmq_msg_data(&msg), sizeof event);
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+        actor_counters_add(self->counters, "curve.refused", 1);
+    while (zmq_msg_more(&msg)) { /* the endpoint frame */
+        zmq_msg_close(&msg);
+        zmq_msg_init(&msg);
+        if (zmq_msg_recv(&msg, h, 0) < 0)
+            break;
+    }
+    zmq_msg_close(&msg);
+    return true;
 }
 
 int actor_loop_inbox(actor_loop_t *self, zsock_t *sock, zsock_t *reply, bool raw,
@@ -538,6 +621,8 @@ int actor_loop_inbox(actor_loop_t *self, zsock_t *sock, zsock_t *reply, bool raw
     *s = (s_sock_t){.sock = sock, .reply = reply, .raw = raw};
     snprintf(s->malformed, sizeof s->malformed, "%smalformed", prefix ? prefix : "");
     snprintf(s->unexpected, sizeof s->unexpected, "%sunexpected", prefix ? prefix : "");
+    if (zsock_mechanism(sock) == ZMQ_CURVE && zsock_curve_server(sock))
+        return s_monitor(self, sock);
     return 0;
 }
 
@@ -655,7 +740,10 @@ static bool s_drain(actor_loop_t *self, s_sock_t *s) {
     for (int n = 0; n < self->budget; n++) {
         if (self->stop)
             return false;
-        if (s->fn) {
+        if (s->monitor) {
+            if (!s_monitor_one(self, s))
+                return false;
+        } else if (s->fn) {
             if (!(zsock_events(s->sock) & ZMQ_POLLIN))
                 return false;
             s->fn(self->self, s->sock);

@@ -79,11 +79,19 @@ int actor_process_run(const char *name, const actor_topology_t *topo);
 
 /* ---- sockets */
 
-/* Inbound socket of an actor: PULL bound at endpoint, ZMQ_MAXMSGSIZE set to
- * max_msg, receive high-water mark rcvhwm.  NULL on failure (endpoint in use...). */
-zsock_t *actor_sock_inbound(const char *endpoint, int64_t max_msg, int rcvhwm);
-/* Outbound: PUSH connected to endpoint, send high-water mark sndhwm, linger 0. */
-zsock_t *actor_sock_outbound(const char *endpoint, int sndhwm);
+/* Inbound socket of actor name of topo: PULL bound at its endpoint,
+ * ZMQ_MAXMSGSIZE set to max_msg, receive high-water mark rcvhwm.  On tcp://
+ * with a key directory it is a CURVE server (docs/SECURITY.md): name's key
+ * pair, peers admitted by the process's ZAP handler (actor_curve.h), which
+ * must be running.  NULL on failure (endpoint in use, key unreadable...). */
+zsock_t *actor_sock_inbound(const actor_topology_t *topo, const char *name, int64_t max_msg,
+                            int rcvhwm);
+/* Outbound of actor name to actor peer of topo: PUSH connected to peer's
+ * endpoint, send high-water mark sndhwm, linger 0.  On tcp:// with a key
+ * directory it is a CURVE client: name's key pair, peer's public key.  NULL
+ * on failure. */
+zsock_t *actor_sock_outbound(const actor_topology_t *topo, const char *name, const char *peer,
+                             int sndhwm);
 /* Encode m (a msg_<type>_t) and send it as one frame without blocking.
  * 0; -EAGAIN when the peer's queue is full (answer "overloaded"); -EINVAL
  * (encoder refused) / -ENOMEM / -EIO. */
@@ -123,7 +131,9 @@ int64_t actor_counters_value_at(const actor_counters_t *self, int i);
  * timeout), stop on the pipe ($TERM), drain each socket with at most `budget`
  * messages (so no socket starves the others; a socket left with messages makes
  * the next poll not wait), run the timers that are due, then the idle hook,
- * which returns how long the next poll may wait.  The inbox decodes frames,
+ * which returns how long the next poll may wait.  An inbox that is a CURVE
+ * server is monitored: a handshake the ZAP handler refused counts
+ * "curve.refused".  The inbox decodes frames,
  * counts malformed ones (counter "malformed") and dispatches them by type to
  * the handlers of actor_loop_on; ping, stats_query and stop are answered here
  * (pong / stats_answer to the reply socket; stop ends the loop after the

@@ -2,6 +2,7 @@
  * reaping, restart with exponential backoff, worker_down to the router. */
 #include "actor_supervisor.h"
 
+#include "actor_curve.h"
 #include "actor_runtime.h"
 #include "base/base_log.h"
 
@@ -32,6 +33,7 @@ struct actor_supervisor_t {
     const actor_topology_t *topo; /* borrowed */
     char path[1024];              /* topology file for the children */
     char exe[1024];               /* the strata binary */
+    actor_curve_t *curve;         /* this process's ZAP handler (CURVE on tcp://) */
     zsock_t *ctl;                 /* PULL: ready reports */
     zsock_t *to_router;           /* PUSH: worker_down */
     zsock_t *to_front;            /* PUSH: worker_down (health says "restarting") */
@@ -76,9 +78,15 @@ actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const cha
     snprintf(self->path, sizeof self->path, "%s", path);
     snprintf(self->exe, sizeof self->exe, "%s", exe);
     self->kids = calloc((size_t)topo->n, sizeof *self->kids);
-    self->ctl = actor_sock_inbound(sup, MSG_MAX_INTERNAL_FRAME, 1000);
-    self->to_router = actor_sock_outbound(actor_topology_endpoint(topo, "router"), 1000);
-    self->to_front = actor_sock_outbound(actor_topology_endpoint(topo, "frontend"), 1000);
+    /* every actor's keys are checked here, so a missing one stops the start at once */
+    self->curve = actor_curve_new(topo, NULL, err, errlen);
+    if (!self->curve) {
+        actor_supervisor_destroy(&self);
+        return NULL;
+    }
+    self->ctl = actor_sock_inbound(topo, "supervisor", MSG_MAX_INTERNAL_FRAME, 1000);
+    self->to_router = actor_sock_outbound(topo, "supervisor", "router", 1000);
+    self->to_front = actor_sock_outbound(topo, "supervisor", "frontend", 1000);
     if (!self->kids || !self->ctl || !self->to_router || !self->to_front) {
         snprintf(err, errlen, "cannot set up the supervisor (bind %s)", sup);
         actor_supervisor_destroy(&self);
@@ -149,6 +157,7 @@ void actor_supervisor_destroy(actor_supervisor_t **self_p) {
     zsock_destroy(&self->ctl);
     zsock_destroy(&self->to_router);
     zsock_destroy(&self->to_front);
+    actor_curve_destroy(&self->curve);
     free(self->kids);
     free(self);
     *self_p = NULL;

@@ -168,10 +168,10 @@ int actor_tokenizer_main(actor_env_t *env) {
     }
     t.loop = actor_loop_new(env, &t);
     t.counters = t.loop ? actor_loop_counters(t.loop) : NULL;
-    t.in = actor_sock_inbound(actor_topology_endpoint(topo, "tokenizer"),
+    t.in = actor_sock_inbound(topo, "tokenizer",
                               MSG_MAX_INTERNAL_FRAME + 4096, 100000);
-    t.to_router = actor_sock_outbound(actor_topology_endpoint(topo, "router"), 100000);
-    t.to_front = actor_sock_outbound(actor_topology_endpoint(topo, "frontend"), 100000);
+    t.to_router = actor_sock_outbound(topo, "tokenizer", "router", 100000);
+    t.to_front = actor_sock_outbound(topo, "tokenizer", "frontend", 100000);
     if (!t.loop || !t.in || !t.to_router || !t.to_front) {
         actor_env_fail(env, "tokenizer: cannot set up (sockets or memory)");
         s_cleanup(&t);

@@ -1,6 +1,7 @@
 /* actor_topology.c - the topology text format: '#' comments, blank lines, and
  * lines "NAME ENDPOINT [key=value...]" separated by spaces or tabs; every
- * option is checked against the table of the actor its line names. */
+ * option is checked against the table of the actor its line names (the
+ * reserved "security" line: against actor_topology_security_opts). */
 #include "actor_topology.h"
 
 #include "actor_registry.h"
@@ -10,6 +11,48 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+const actor_opt_t actor_topology_security_opts[] = {
+    {"keys", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
+     "CURVE key pairs: NAME.key and NAME.key_secret per actor (strata keygen); every "
+     "public key in it may connect to an actor"},
+    {"insecure_tcp", ACTOR_OPT_BOOL, "0", 0, 0, NULL,
+     "1: plain tcp:// between actors (no CURVE; a trusted network only)"},
+    {NULL, 0, NULL, 0, 0, NULL, NULL},
+};
+
+/* Check key=value of the security line.  0 or -EINVAL with "security: ..." in err. */
+static int s_check_security(const char *key, const char *value, char *err, size_t errlen) {
+    const actor_opt_t *o = actor_opts_find(actor_topology_security_opts, key);
+    char why[128];
+    if (!o) {
+        snprintf(err, errlen, "security: %s=%s: unknown option (keys, insecure_tcp)", key, value);
+        return -EINVAL;
+    }
+    if (actor_opt_check(o, value, why, sizeof why)) {
+        snprintf(err, errlen, "security: %s=%s: %s", key, value, why);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Every tcp:// endpoint between actors has CURVE keys, or tcp is plain on
+ * purpose.  0 or -EINVAL with err. */
+static int s_check_tcp(const actor_topology_t *t, char *err, size_t errlen) {
+    const char *insecure = actor_topology_opt(t, "security", "insecure_tcp", "0");
+    if (actor_topology_opt(t, "security", "keys", NULL) || actor_opt_parse_bool(insecure))
+        return 0;
+    for (int i = 0; i < t->n; i++)
+        if (!strncmp(t->entries[i].endpoint, "tcp://", 6)) {
+            snprintf(err, errlen,
+                     "topology line %d: %s listens on %s: tcp:// between actors needs CURVE "
+                     "keys ('security - keys=DIR', made by strata keygen) or "
+                     "'security - insecure_tcp=1' (docs/SECURITY.md)",
+                     t->entries[i].line, t->entries[i].name, t->entries[i].endpoint);
+            return -EINVAL;
+        }
+    return 0;
+}
 
 static bool s_valid_name(const char *s, size_t n) {
     if (n == 0 || n >= ACTOR_TOPO_NAME)
@@ -102,6 +145,10 @@ int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_
             }
             e->line = line;
             char why[512];
+            if (!strcmp(name, "security") && strcmp(ep, "-")) {
+                snprintf(err, errlen, "topology line %d: security takes '-' as its endpoint", line);
+                return -EINVAL;
+            }
             if (!actor_topology_reserved(name) && !actor_info_find(name)) {
                 actor_info_check_opt(name, "", "", why, sizeof why); /* names the known ones */
                 snprintf(err, errlen, "topology line %d: %s", line, why);
@@ -124,7 +171,9 @@ int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_
                     snprintf(err, errlen, "topology line %d: supervisor takes no options", line);
                     return -EINVAL;
                 }
-                if (actor_info_check_opt(name, key, val, why, sizeof why)) {
+                if (!strcmp(name, "security")
+                        ? s_check_security(key, val, why, sizeof why)
+                        : actor_info_check_opt(name, key, val, why, sizeof why)) {
                     snprintf(err, errlen, "topology line %d: %s", line, why);
                     return -EINVAL;
                 }
@@ -141,7 +190,7 @@ int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_
         snprintf(err, errlen, "the topology needs frontend, tokenizer, router and worker0 lines");
         return -EINVAL;
     }
-    return 0;
+    return s_check_tcp(t, err, errlen);
 }
 
 int actor_topology_load(actor_topology_t *t, const char *path, char *err, size_t errlen) {
@@ -203,5 +252,5 @@ int actor_topology_workers(const actor_topology_t *t) {
 }
 
 bool actor_topology_reserved(const char *name) {
-    return !strcmp(name, "supervisor") || !strcmp(name, "defaults");
+    return !strcmp(name, "supervisor") || !strcmp(name, "defaults") || !strcmp(name, "security");
 }

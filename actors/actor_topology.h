@@ -7,6 +7,8 @@
 #ifndef ACTOR_TOPOLOGY_H
 #define ACTOR_TOPOLOGY_H
 
+#include "actor_opts.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -21,7 +23,8 @@ typedef struct {
     char value[ACTOR_TOPO_VALUE]; /* e.g. "1" */
 } actor_topo_opt_t;
 
-/* One line: an actor (or the reserved names "supervisor" and "defaults"). */
+/* One line: an actor (or the reserved names "supervisor", "defaults" and
+ * "security"). */
 typedef struct {
     char name[ACTOR_TOPO_NAME];         /* frontend, tokenizer, router, worker0.. */
     char endpoint[ACTOR_TOPO_ENDPOINT]; /* where its inbound socket binds; "-" for none */
@@ -35,10 +38,15 @@ typedef struct {
     int n;
 } actor_topology_t;
 
+/* Options of the reserved line "security -": where the CURVE keys of tcp://
+ * endpoints between actors are (docs/SECURITY.md), or that tcp is plain. */
+extern const actor_opt_t actor_topology_security_opts[];
+
 /* Parse the text (NUL-terminated) and check every option against the table of
  * the actor its line names ("defaults": of every actor that declares it; see
  * actor_registry.h).  0, or -EINVAL with "topology line N: why" in err, e.g.
- * "topology line 4: worker0: threads=abc: not an integer (1..256)". */
+ * "topology line 4: worker0: threads=abc: not an integer (1..256)".  A tcp://
+ * endpoint between actors needs "security - keys=DIR" or "insecure_tcp=1". */
 int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_t errlen);
 /* Read and parse a file.  0, -ENOENT (cannot read it) or -EINVAL, with err. */
 int actor_topology_load(actor_topology_t *t, const char *path, char *err, size_t errlen);
@@ -58,7 +66,7 @@ const char *actor_topology_opt(const actor_topology_t *t, const char *name, cons
                                const char *def);
 /* Number of target workers: entries named worker0, worker1, ... (contiguous). */
 int actor_topology_workers(const actor_topology_t *t);
-/* True for names that are not actors ("supervisor", "defaults"). */
+/* True for names that are not actors ("supervisor", "defaults", "security"). */
 bool actor_topology_reserved(const char *name);
 
 #endif

@@ -922,12 +922,12 @@ int actor_worker_main(actor_env_t *env) {
         return 1;
     }
     w.in =
-        actor_sock_inbound(actor_topology_endpoint(t, name), MSG_MAX_INTERNAL_FRAME + 4096, 100000);
-    w.to_tok = actor_sock_outbound(actor_topology_endpoint(t, "tokenizer"), 100000);
-    w.to_router = actor_sock_outbound(actor_topology_endpoint(t, "router"), 100000);
-    w.to_front = actor_sock_outbound(actor_topology_endpoint(t, "frontend"), 1000);
+        actor_sock_inbound(t, name, MSG_MAX_INTERNAL_FRAME + 4096, 100000);
+    w.to_tok = actor_sock_outbound(t, name, "tokenizer", 100000);
+    w.to_router = actor_sock_outbound(t, name, "router", 100000);
+    w.to_front = actor_sock_outbound(t, name, "frontend", 1000);
     if (actor_topology_endpoint(t, "kvtier")) {
-        w.to_tier = actor_sock_outbound(actor_topology_endpoint(t, "kvtier"), 256);
+        w.to_tier = actor_sock_outbound(t, name, "kvtier", 256);
         w.self_promote = actor_topology_endpoint(t, "prefetcher") == NULL;
         if (!w.to_tier) {
             actor_env_fail(env, "%s: cannot connect to the KV tier manager", name);
@@ -935,7 +935,7 @@ int actor_worker_main(actor_env_t *env) {
             return 1;
         }
     }
-    if (spec && !(w.to_draft = actor_sock_outbound(actor_topology_endpoint(t, "draft"), 10000))) {
+    if (spec && !(w.to_draft = actor_sock_outbound(t, name, "draft", 10000))) {
         actor_env_fail(env, "%s: cannot connect to the draft worker", name);
         s_cleanup(&w);
         return 1;

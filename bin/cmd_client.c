@@ -19,6 +19,8 @@ static void s_help(FILE *f) {
             "Send a request to a running `strata serve` and stream the answer to stdout.\n"
             "\n"
             "  -e, --endpoint EP       server endpoint (default tcp://127.0.0.1:5555)\n"
+            "      --server-key FILE   CURVE: the server's public key (zcert file)\n"
+            "      --client-key FILE   CURVE: this client's key pair (NAME.key_secret)\n"
             "  -p, --prompt TEXT       prompt (else the remaining arguments, else stdin)\n"
             "      --chat              send the prompt as a user message (chat template)\n"
             "      --system TEXT       system message (with --chat)\n"
@@ -74,6 +76,7 @@ int cmd_client(int argc, char **argv) {
     const char *stops[8];
     int n_stops = 0;
     bool chat = false, stats = false, health = false, timings = false;
+    const char *server_key = NULL, *client_key = NULL; /* CURVE (docs/SECURITY.md) */
     double timeout_s = 30;
     strata_gen_params_t p;
     strata_gen_params_default(&p);
@@ -87,7 +90,8 @@ int cmd_client(int argc, char **argv) {
         {"seed", required_argument, 0, 13}, {"stop", required_argument, 0, 14},
         {"no-stream", no_argument, 0, 15}, {"stats", no_argument, 0, 16},
         {"health", no_argument, 0, 17}, {"timeout", required_argument, 0, 18},
-        {"timings", no_argument, 0, 19}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"timings", no_argument, 0, 19}, {"server-key", required_argument, 0, 20},
+        {"client-key", required_argument, 0, 21}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int o;
     long lv;
     double dv;
@@ -129,6 +133,8 @@ int cmd_client(int argc, char **argv) {
         case 17: health = true; break;
         case 18: if (!cli_float(C, "--timeout", optarg, 0.001, 86400, &timeout_s)) return 1; break;
         case 19: timings = true; break;
+        case 20: server_key = optarg; break;
+        case 21: client_key = optarg; break;
         case 'h': s_help(stdout); return 0;
         default: s_help(stderr); return 2;
         }
@@ -159,7 +165,14 @@ int cmd_client(int argc, char **argv) {
         return 2;
     }
 
-    strata_client_t *c = strata_client_new(endpoint, (int)(timeout_s * 1000));
+    if (!server_key != !client_key) {
+        fprintf(stderr, "strata client: CURVE needs both --server-key and --client-key\n");
+        return 2;
+    }
+    strata_client_t *c =
+        server_key
+            ? strata_client_new_curve(endpoint, (int)(timeout_s * 1000), server_key, client_key)
+            : strata_client_new(endpoint, (int)(timeout_s * 1000));
     if (!c) {
         fprintf(stderr, "strata client: cannot open endpoint '%s'\n",
                 endpoint ? endpoint : "tcp://127.0.0.1:5555");

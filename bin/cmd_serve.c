@@ -4,6 +4,7 @@
  * restarts the ones that die.  Its flags are a table mapped onto actor options. */
 #include "cli.h"
 
+#include "actors/actor_curve.h"
 #include "actors/actor_frontend.h"
 #include "actors/actor_registry.h"
 #include "actors/actor_runtime.h"
@@ -36,6 +37,10 @@ typedef struct {
 static const s_flag_t s_flags[] = {
     {"model", 'm', "worker<N>", "model", "PATH", NULL, 0, "GGUF model (default: %s)", NULL},
     {"endpoint", 0, "frontend", "client", "EP", NULL, 0, NULL, NULL},
+    {"client-secret", 0, "frontend", "client_secret", "FILE", NULL, 0,
+     "CURVE on the client endpoint: its key pair (strata keygen; docs/SECURITY.md)", NULL},
+    {"client-allow", 0, "frontend", "client_allow", "DIR", NULL, 0,
+     "CURVE on the client endpoint: the directory of client public keys admitted", NULL},
     {"workers", 0, NULL, NULL, "N", NULL, 0, "target workers (1..64, default 1)", NULL},
     {"threads", 't', "worker<N>", "threads", "N", NULL, 0,
      "threads per worker (1..256, default: CPUs / workers)", NULL},
@@ -177,6 +182,13 @@ static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoi
     char err[512];
     if (!actors)
         return 1;
+    /* the client endpoint's CURVE allow-list (--client-allow): before any socket */
+    actor_curve_t *curve = actor_curve_new(topo, NULL, err, sizeof err);
+    if (!curve) {
+        fprintf(stderr, "strata serve: %s\n", err);
+        free(actors);
+        return 1;
+    }
     /* the KV tiers and workers first (they load what they own), the frontend
      * last: clients are only accepted when everything behind it is ready */
     const char *kv_actors[] = {"kvtier", "prefetcher", "draft"};
@@ -217,6 +229,7 @@ stop:
     for (int i = n - 1; i >= 0; i--) /* frontend first, workers last */
         actor_destroy(&actors[i]);
     free(actors);
+    actor_curve_destroy(&curve);
     return rc;
 }
 

@@ -54,7 +54,34 @@ void strata_done_free(strata_done_t *done) {
     }
 }
 
-strata_client_t *strata_client_new(const char *endpoint, int timeout_ms) {
+/* Read the Z85 text of field ("public-key" or "secret-key") of a zcert file
+ * into out (41 bytes).  0, or -ENOENT / -EINVAL (no such field). */
+static int s_read_key(const char *path, const char *field, char out[41]) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -ENOENT;
+    char line[512];
+    int rc = -EINVAL;
+    size_t n = strlen(field);
+    while (rc && fgets(line, sizeof line, f)) {
+        const char *p = line + strspn(line, " \t");
+        if (strncmp(p, field, n))
+            continue;
+        const char *q = strchr(p + n, '"');
+        if (q && strlen(q) > 41 && q[41] == '"') {
+            memcpy(out, q + 1, 40);
+            out[40] = 0;
+            rc = 0;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+/* Open a DEALER to endpoint; CURVE client with the three keys when serverkey
+ * is not NULL. */
+static strata_client_t *s_open(const char *endpoint, int timeout_ms, const char *serverkey,
+                               const char *publickey, const char *secretkey) {
     strata_client_t *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
@@ -70,12 +97,29 @@ strata_client_t *strata_client_new(const char *endpoint, int timeout_ms) {
     zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &c->timeout_ms, sizeof c->timeout_ms);
+    if (serverkey && (zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, serverkey, 41) ||
+                      zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, publickey, 41) ||
+                      zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, secretkey, 41)))
+        goto fail;
     if (zmq_connect(c->sock, endpoint ? endpoint : S_DEFAULT_ENDPOINT) != 0)
         goto fail;
     return c;
 fail:
     strata_client_destroy(&c);
     return NULL;
+}
+
+strata_client_t *strata_client_new(const char *endpoint, int timeout_ms) {
+    return s_open(endpoint, timeout_ms, NULL, NULL, NULL);
+}
+
+strata_client_t *strata_client_new_curve(const char *endpoint, int timeout_ms,
+                                         const char *server_key, const char *client_key) {
+    char server[41], pub[41], sec[41];
+    if (!zmq_has("curve") || s_read_key(server_key, "public-key", server) ||
+        s_read_key(client_key, "public-key", pub) || s_read_key(client_key, "secret-key", sec))
+        return NULL;
+    return s_open(endpoint, timeout_ms, server, pub, sec);
 }
 
 void strata_client_destroy(strata_client_t **self_p) {

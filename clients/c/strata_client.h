@@ -93,6 +93,14 @@ typedef struct {
  * every wait for the server (<= 0: 30 s).  Connecting does not wait for the server:
  * the first call does.  NULL on failure (bad endpoint, out of memory). */
 strata_client_t *strata_client_new(const char *endpoint, int timeout_ms);
+/* Like strata_client_new, for a client endpoint that requires CURVE
+ * (docs/SECURITY.md): server_key is the server's public zcert file (as
+ * `strata keygen` writes it), client_key this client's secret zcert file
+ * (NAME.key_secret), whose public key must be on the server's client_allow
+ * list.  NULL when a key file cannot be read, libzmq lacks CURVE, or as
+ * strata_client_new.  A refused key is not seen here: requests time out. */
+strata_client_t *strata_client_new_curve(const char *endpoint, int timeout_ms,
+                                         const char *server_key, const char *client_key);
 void strata_client_destroy(strata_client_t **self_p);
 
 /* Run one generation, calling on_token (may be NULL) per token event; fills *done

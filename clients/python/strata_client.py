@@ -22,6 +22,7 @@ import sys
 try:
     import msgpack
     import zmq
+    import zmq.auth
 except ImportError as e:
     sys.exit(f"strata_client: {e}: needs Debian's python3-zmq and python3-msgpack "
              f"(run it with /usr/bin/python3 if another python3 comes first on PATH)")
@@ -41,12 +42,26 @@ class StrataError(Exception):
 
 
 class StrataClient:
-    def __init__(self, endpoint=DEFAULT_ENDPOINT, timeout=30.0):
+    def __init__(self, endpoint=DEFAULT_ENDPOINT, timeout=30.0, server_key=None,
+                 client_key=None):
+        """server_key, client_key: for a client endpoint that requires CURVE
+        (docs/SECURITY.md): the server's public zcert file and this client's
+        secret zcert file (NAME.key_secret), as `strata keygen` writes them."""
         self.timeout_ms = int(timeout * 1000)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)
+        if (server_key is None) != (client_key is None):
+            raise ValueError("CURVE needs both server_key and client_key")
+        if server_key is not None:
+            if not zmq.has("curve"):
+                raise RuntimeError("this libzmq has no CURVE")
+            self.sock.curve_serverkey = zmq.auth.load_certificate(server_key)[0]
+            pub, sec = zmq.auth.load_certificate(client_key)
+            if sec is None:
+                raise ValueError("%s has no secret key (use NAME.key_secret)" % client_key)
+            self.sock.curve_publickey, self.sock.curve_secretkey = pub, sec
         self.sock.connect(endpoint)
         self._ids = itertools.count(1)
         self.current = None  # id of the generation in progress

@@ -848,12 +848,12 @@ START_TEST(actor_replies_to_the_asking_worker) {
     actor_topology_set(e, "draft", "model");
     actor_topology_set(e, "draft_model", DRAFT);
     actor_topology_set(e, "model", TARGET);
-    zsock_t *w1 = actor_sock_inbound("inproc://spec-a-w1", 1 << 20, 1000);
-    zsock_t *front = actor_sock_inbound("inproc://spec-a-front", 1 << 20, 1000);
+    zsock_t *w1 = actor_sock_inbound(t, "worker1", 1 << 20, 1000);
+    zsock_t *front = actor_sock_inbound(t, "frontend", 1 << 20, 1000);
     char err[512];
     actor_t *a = actor_new("draft", t, 10000, err, sizeof err);
     ck_assert_msg(a != NULL, "%s", err);
-    zsock_t *to = actor_sock_outbound("inproc://spec-a-draft", 100);
+    zsock_t *to = actor_sock_outbound(t, "worker1", "draft", 100);
     int32_t hist[30];
     random_prompt(31, hist, 30);
     msg_draft_request_t q;
@@ -919,10 +919,10 @@ START_TEST(actor_replies_to_the_asking_worker) {
     /* n-gram mode needs no model */
     topo_base(t, "spec-c");
     e = actor_topology_add(t, "draft", "inproc://spec-c-draft");
-    zsock_t *w0 = actor_sock_inbound("inproc://spec-c-w0", 1 << 20, 1000);
+    zsock_t *w0 = actor_sock_inbound(t, "worker0", 1 << 20, 1000);
     a = actor_new("draft", t, 10000, err, sizeof err);
     ck_assert_msg(a != NULL, "%s", err);
-    to = actor_sock_outbound("inproc://spec-c-draft", 100);
+    to = actor_sock_outbound(t, "worker0", "draft", 100);
     const int32_t rep[] = {5, 6, 7, 8, 5, 6};
     q.tokens = (int32_t *)rep;
     q.n_tokens = 6;
