@@ -200,6 +200,8 @@ actor_curve_t *actor_curve_new(const actor_topology_t *topo, const char *name, c
         goto fail;
     }
     if (!keys && !client_allow) {
+        zhash_destroy(&lists->actors);
+        zhash_destroy(&lists->clients);
         free(lists);
         return self; /* nothing uses CURVE */
     }
