@@ -141,6 +141,12 @@ static void s_ppl_help(FILE *f) {
                "                           later positions attend to the round-tripped values\n"
                "                           (a chunk's last partial block stays exact; chunks\n"
                "                           then run one block per forward pass)\n"
+               "      --kl-ref MODEL       also run MODEL (e.g. an F32 copy made with strata\n"
+               "                           quantize; F32 KV) on the same chunks and print the\n"
+               "                           KL divergence KL(ref || this) of the next-token\n"
+               "                           distributions over the scored positions (mean,\n"
+               "                           median, p99, max) and how often the top token agrees,\n"
+               "                           as llama-perplexity --kl-divergence does\n"
                "  -h, --help\n"
                "\n"
                "Prints the perplexity and the KV bytes per token (K and V, all layers) of\n"
@@ -183,8 +189,36 @@ static int s_ppl_chunk(cli_runner_t *r, const int32_t *chunk, int n, int lo, int
     return 0;
 }
 
+static int s_cmp_double(const void *a, const void *b);
+
+/* KL(p || q) of the softmaxes of the logit rows p (reference) and q, in nats,
+ * with each row's log-sum-exp and argmax. */
+static void s_ppl_kl(const float *p, const float *q, int nv, double *kl, double *lse_p,
+                     double *lse_q, int *top_p, int *top_q) {
+    int ap = 0, aq = 0;
+    for (int v = 1; v < nv; v++) {
+        ap = p[v] > p[ap] ? v : ap;
+        aq = q[v] > q[aq] ? v : aq;
+    }
+    double sp = 0, sq = 0;
+    for (int v = 0; v < nv; v++) {
+        sp += exp((double)p[v] - p[ap]);
+        sq += exp((double)q[v] - q[aq]);
+    }
+    double lp = p[ap] + log(sp), lq = q[aq] + log(sq), k = 0;
+    for (int v = 0; v < nv; v++) {
+        double lpv = p[v] - lp; /* log p_v */
+        k += exp(lpv) * (lpv - (q[v] - lq));
+    }
+    *kl = k > 0 ? k : 0;
+    *lse_p = lp;
+    *lse_q = lq;
+    *top_p = ap;
+    *top_q = aq;
+}
+
 int cmd_perplexity(int argc, char **argv) {
-    const char *C = "perplexity", *model = NULL, *file = NULL;
+    const char *C = "perplexity", *model = NULL, *file = NULL, *kl_ref = NULL;
     long threads = cli_default_threads(), ctx = 512, max_chunks = 0;
     kern_type_t kv_type = KERN_F32;
     int tier = -1; /* kv_fmt_t of --kv-tier-type, or none */
@@ -192,7 +226,8 @@ int cmd_perplexity(int argc, char **argv) {
         {"model", required_argument, 0, 'm'}, {"file", required_argument, 0, 'f'},
         {"ctx", required_argument, 0, 'c'}, {"chunks", required_argument, 0, 1},
         {"threads", required_argument, 0, 't'}, {"kv-type", required_argument, 0, 2},
-        {"kv-tier-type", required_argument, 0, 3}, {"help", no_argument, 0, 'h'},
+        {"kv-tier-type", required_argument, 0, 3}, {"kl-ref", required_argument, 0, 4},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int o;
     optind = 1;
@@ -212,6 +247,7 @@ int cmd_perplexity(int argc, char **argv) {
                 return 1;
             }
             break;
+        case 4: kl_ref = optarg; break;
         case 'h': s_ppl_help(stdout); return 0;
         default: s_ppl_help(stderr); return 2;
         }
@@ -230,13 +266,21 @@ int cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "strata perplexity: cannot read '%s'\n", file);
         return 1;
     }
-    cli_runner_t r;
+    cli_runner_t r, rr; /* rr: the --kl-ref model */
     if (!cli_runner_open(&r, C, model ? model : cli_default_model())) {
         free(text);
         return 1;
     }
+    if (kl_ref && !cli_runner_open(&rr, C, kl_ref)) {
+        cli_runner_close(&r);
+        free(text);
+        return 1;
+    }
     int rc = 1;
-    float *logits = NULL;
+    float *logits = NULL, *ref_logits = NULL;
+    double *kld = NULL;
+    long same_top = 0;
+    double ref_nll = 0;
     int32_t *chunk = NULL;
     void *tmp = NULL;
     int need = model_tokenizer_encode(r.tok, text, len, false, false, NULL, 0);
@@ -254,13 +298,25 @@ int cmd_perplexity(int argc, char **argv) {
     bool bos = model_tokenizer_bos(r.tok) >= 0 && model_tokenizer_add_bos(r.tok);
     if (!cli_runner_reserve(&r, C, (int)ctx, (int)ctx, (int)threads, kv_type))
         goto out;
+    if (kl_ref) {
+        if (model_llama_config(rr.model)->n_vocab != cfg->n_vocab) {
+            fprintf(stderr, "strata perplexity: --kl-ref model has another vocabulary\n");
+            goto out;
+        }
+        if (!cli_runner_reserve(&rr, C, (int)ctx, (int)ctx, (int)threads, KERN_F32))
+            goto out;
+    }
     const int bs = r.kv.block_size, t0 = kv_fmt_of_pool_type(kv_type);
     const kern_kv_shape_t shape = model_kv_shape(cfg, bs);
     const int lo = (int)ctx / 2, hi = (int)ctx - 1; /* positions whose next token is scored */
     logits = malloc((size_t)(hi - lo) * cfg->n_vocab * sizeof(float));
     chunk = malloc((size_t)ctx * sizeof *chunk);
     tmp = tier >= 0 ? malloc(kv_fmt_block_bytes(&shape, tier)) : NULL;
-    if (!logits || !chunk || (tier >= 0 && !tmp)) {
+    if (kl_ref) {
+        ref_logits = malloc((size_t)(hi - lo) * cfg->n_vocab * sizeof(float));
+        kld = malloc((size_t)n_chunks * (hi - lo) * sizeof *kld);
+    }
+    if (!logits || !chunk || (tier >= 0 && !tmp) || (kl_ref && (!ref_logits || !kld))) {
         fprintf(stderr, "strata perplexity: out of memory\n");
         goto out;
     }
@@ -277,6 +333,20 @@ int cmd_perplexity(int argc, char **argv) {
         if (s_ppl_chunk(&r, chunk, (int)ctx, lo, hi, tier, tmp, logits)) {
             fprintf(stderr, "strata perplexity: evaluation failed\n");
             goto out;
+        }
+        if (kl_ref && s_ppl_chunk(&rr, chunk, (int)ctx, lo, hi, -1, NULL, ref_logits)) {
+            fprintf(stderr, "strata perplexity: evaluation of the --kl-ref model failed\n");
+            goto out;
+        }
+        for (int i = lo; kl_ref && i < hi; i++) {
+            const float *q = logits + (size_t)(i - lo) * cfg->n_vocab;
+            const float *p = ref_logits + (size_t)(i - lo) * cfg->n_vocab;
+            double kl, lse_p, lse_q;
+            int top_p, top_q;
+            s_ppl_kl(p, q, cfg->n_vocab, &kl, &lse_p, &lse_q, &top_p, &top_q);
+            kld[count + (i - lo)] = kl;
+            same_top += top_p == top_q;
+            ref_nll += lse_p - p[ids[(size_t)c * ctx + i + 1]];
         }
         for (int i = lo; i < hi; i++) {
             const float *lg = logits + (size_t)(i - lo) * cfg->n_vocab;
@@ -301,8 +371,27 @@ int cmd_perplexity(int argc, char **argv) {
                kv_fmt_name(t0), kv_fmt_name(tier), kv_fmt_name(t0));
     printf("perplexity %.4f over %ld scored tokens (%d chunks of %ld)\n", exp(nll / count), count,
            n_chunks, ctx);
+    if (kl_ref) {
+        double sum = 0, sq = 0;
+        for (long i = 0; i < count; i++) {
+            sum += kld[i];
+            sq += kld[i] * kld[i];
+        }
+        double mean = sum / count, var = count > 1 ? (sq / count - mean * mean) : 0;
+        qsort(kld, (size_t)count, sizeof *kld, s_cmp_double);
+        double pt = (double)same_top / count;
+        printf("kl-ref %s: perplexity %.4f\n", kl_ref, exp(ref_nll / count));
+        printf("kl-divergence mean %.6f +/- %.6f  median %.6f  p99 %.6f  max %.6f\n", mean,
+               sqrt((var > 0 ? var : 0) / count), kld[count / 2],
+               kld[(long)(0.99 * (count - 1))], kld[count - 1]);
+        printf("same top token %.3f +/- %.3f %%\n", 100 * pt, 100 * sqrt(pt * (1 - pt) / count));
+    }
     rc = 0;
 out:
+    free(ref_logits);
+    free(kld);
+    if (kl_ref)
+        cli_runner_close(&rr);
     free(ids);
     free(logits);
     free(chunk);
@@ -333,6 +422,12 @@ static void s_bench_help(FILE *f) {
                "  -r, --reps N        repetitions (default 5)\n"
                "  -t, --threads N     threads (default %d)\n"
                "      --kv-type TYPE  KV cache: f32 (default), f16 or int8\n"
+               "  -d, --depth D       llama-bench's depth: before each run, fill the context\n"
+               "                      with D tokens (not timed), then time -p tokens in one\n"
+               "                      batch at positions D.. and, separately, -n tokens one\n"
+               "                      at a time at positions D.. (so -d 0 decodes from an\n"
+               "                      empty context, like llama-bench -d 0).  Without -d,\n"
+               "                      generation runs after the -p prompt tokens.\n"
                "  -b, --batch B       decode B sequences at once (continuous batching): each\n"
                "                      prefills its own -p tokens, then -n steps of B tokens;\n"
                "                      prints the aggregate generation tokens/s (default 1)\n"
@@ -434,19 +529,21 @@ out:
 
 int cmd_bench_model(int argc, char **argv) {
     const char *C = "bench-model", *model = NULL;
-    long threads = cli_default_threads(), np = 512, ng = 128, reps = 5, batch = 1;
+    long threads = cli_default_threads(), np = 512, ng = 128, reps = 5, batch = 1, depth = -1;
     kern_type_t kv_type = KERN_F32;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"n-prompt", required_argument, 0, 'p'},
         {"n-gen", required_argument, 0, 'n'}, {"reps", required_argument, 0, 'r'},
         {"threads", required_argument, 0, 't'}, {"kv-type", required_argument, 0, 1},
-        {"batch", required_argument, 0, 'b'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"batch", required_argument, 0, 'b'}, {"depth", required_argument, 0, 'd'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int o;
     optind = 1;
-    while ((o = getopt_long(argc, argv, "m:p:n:r:t:b:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "m:p:n:r:t:b:d:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
         case 'b': if (!cli_int(C, "--batch", optarg, 1, 256, &batch)) return 1; break;
+        case 'd': if (!cli_int(C, "--depth", optarg, 0, 1 << 16, &depth)) return 1; break;
         case 'p': if (!cli_int(C, "--n-prompt", optarg, 1, 8192, &np)) return 1; break;
         case 'n': if (!cli_int(C, "--n-gen", optarg, 1, 8192, &ng)) return 1; break;
         case 'r': if (!cli_int(C, "--reps", optarg, 1, 1000, &reps)) return 1; break;
@@ -456,13 +553,18 @@ int cmd_bench_model(int argc, char **argv) {
         default: s_bench_help(stderr); return 2;
         }
     }
+    if (depth >= 0 && batch > 1) {
+        fprintf(stderr, "strata bench-model: --depth is for one sequence, not with --batch\n");
+        return 2;
+    }
     model = model ? model : cli_default_model();
     cli_runner_t r;
     if (!cli_runner_open(&r, C, model))
         return 1;
     const model_config_t *cfg = model_llama_config(r.model);
     int rc = 1;
-    int32_t *toks = malloc((size_t)np * sizeof *toks);
+    const int d = depth > 0 ? (int)depth : 0; /* context tokens before each measurement */
+    int32_t *toks = malloc((size_t)(d + np) * sizeof *toks);
     float *logits = malloc((size_t)cfg->n_vocab * sizeof(float));
     double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
     int n_eog;
@@ -475,24 +577,31 @@ int cmd_bench_model(int argc, char **argv) {
             goto out;
         goto report;
     }
-    if (!cli_runner_reserve(&r, C, (int)(np + ng), (int)np, (int)threads, kv_type))
+    /* with --depth, tg runs at positions d.. (not after the prompt) */
+    const int ctx_need = depth >= 0 ? d + (int)(np > ng ? np : ng) : (int)(np + ng);
+    if (!cli_runner_reserve(&r, C, ctx_need, (int)np, (int)threads, kv_type))
         goto out;
     uint64_t st = 42;
-    for (int i = 0; i < np; i++) {
+    for (int i = 0; i < d + np; i++) {
         st = st * 6364136223846793005ull + 1442695040888963407ull;
         toks[i] = (int32_t)((st >> 33) % (uint64_t)cfg->n_vocab);
     }
     /* warm-up: touch the weights once */
     cli_runner_eval(&r, toks, 16, 0, false, logits);
     for (int k = 0; k < reps; k++) {
+        if (d > 0 && cli_runner_eval(&r, toks, d, 0, false, logits)) /* the depth, not timed */
+            goto out;
         double t0 = cli_now();
-        if (cli_runner_eval(&r, toks, (int)np, 0, false, logits))
+        if (cli_runner_eval(&r, toks + d, (int)np, d, false, logits))
             goto out;
         double t1 = cli_now();
         model_logits_ban(logits, eog, n_eog);
         int32_t next = model_argmax(logits, cfg->n_vocab);
+        /* legacy: after the prompt; --depth: at positions d.., overwriting the
+         * prompt's KV (positions < d are untouched and still the depth's) */
+        const int g0 = depth >= 0 ? d : (int)np;
         for (int i = 0; i < ng; i++) {
-            if (cli_runner_eval(&r, &next, 1, (int)np + i, false, logits))
+            if (cli_runner_eval(&r, &next, 1, g0 + i, false, logits))
                 goto out;
             model_logits_ban(logits, eog, n_eog);
             next = model_argmax(logits, cfg->n_vocab);
@@ -513,10 +622,13 @@ report:
            kv_fmt_name(kv_fmt_of_pool_type(kv_type)));
     const char *agg = batch > 1 ? " aggregate" : "";
     printf("batch %ld\n", batch);
-    printf("pp%ld: %.1f tok/s%s (median of %ld; min %.1f max %.1f)\n", np, pp[reps / 2], agg, reps,
-           pp[0], pp[reps - 1]);
-    printf("tg%ld: %.1f tok/s%s (median of %ld; min %.1f max %.1f)\n", ng, tg[reps / 2], agg, reps,
-           tg[0], tg[reps - 1]);
+    char at[32] = "";
+    if (depth >= 0)
+        snprintf(at, sizeof at, " @ d%ld", depth);
+    printf("pp%ld%s: %.1f tok/s%s (median of %ld; min %.1f max %.1f)\n", np, at, pp[reps / 2], agg,
+           reps, pp[0], pp[reps - 1]);
+    printf("tg%ld%s: %.1f tok/s%s (median of %ld; min %.1f max %.1f)\n", ng, at, tg[reps / 2], agg,
+           reps, tg[0], tg[reps - 1]);
     rc = 0;
 out:
     if (rc)
