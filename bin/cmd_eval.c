@@ -435,17 +435,6 @@ static void s_bench_help(FILE *f) {
                cli_default_model(), cli_default_threads());
 }
 
-/* The end-of-generation token ids, malloc'd (NULL when out of memory), count in *n:
- * bench-model bans them, as generate --ignore-eos does. */
-static int32_t *s_eog_ids(const model_tokenizer_t *tok, int n_vocab, int *n) {
-    int32_t *ids = malloc((size_t)n_vocab * sizeof *ids);
-    *n = 0;
-    for (int32_t id = 0; ids && id < n_vocab; id++)
-        if (model_tokenizer_is_eog(tok, id))
-            ids[(*n)++] = id;
-    return ids;
-}
-
 /* bench-model --batch B: B sequences, each prefilled separately, then decoded
  * together one token each per forward pass.  Returns 0 or 1. */
 static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int threads,
@@ -466,7 +455,7 @@ static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int t
     bool *want = malloc(sizeof(bool) * n);
     float *logits = malloc(sizeof(float) * B * cfg->n_vocab);
     int n_eog;
-    int32_t *eog = s_eog_ids(r->tok, cfg->n_vocab, &n_eog);
+    int32_t *eog = model_tokenizer_eog_ids(r->tok, cfg->n_vocab, &n_eog);
     if (!ctx || !blocks || !sv || !tok || !pos || !seq || !next || !want || !logits || !eog)
         goto out;
     for (int i = 0; i < B * nb; i++)
@@ -568,7 +557,7 @@ int cmd_bench_model(int argc, char **argv) {
     float *logits = malloc((size_t)cfg->n_vocab * sizeof(float));
     double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
     int n_eog;
-    int32_t *eog = s_eog_ids(r.tok, cfg->n_vocab, &n_eog);
+    int32_t *eog = model_tokenizer_eog_ids(r.tok, cfg->n_vocab, &n_eog);
     if (!toks || !logits || !pp || !tg || !eog)
         goto out;
     if (batch > 1) {

@@ -40,17 +40,6 @@ static void s_help(FILE *f) {
             cli_default_model(), cli_default_threads());
 }
 
-/* The end-of-generation token ids among the first n_vocab, malloc'd (NULL when out
- * of memory), their count in *n. */
-static int32_t *s_eog_ids(const model_tokenizer_t *tok, int n_vocab, int *n) {
-    int32_t *ids = malloc((size_t)n_vocab * sizeof *ids);
-    *n = 0;
-    for (int32_t id = 0; ids && id < n_vocab; id++)
-        if (model_tokenizer_is_eog(tok, id))
-            ids[(*n)++] = id;
-    return ids;
-}
-
 int cmd_generate(int argc, char **argv) {
     const char *C = "generate";
     const char *model = NULL, *prompt = NULL, *file = NULL, *ids_s = NULL, *system = NULL;
@@ -207,7 +196,7 @@ int cmd_generate(int argc, char **argv) {
     sampler = model_sampler_new(cfg->n_vocab);
     hist = malloc(((size_t)n_prompt + n_predict + 1) * sizeof *hist);
     if (ignore_eos)
-        eog = s_eog_ids(r.tok, cfg->n_vocab, &n_eog);
+        eog = model_tokenizer_eog_ids(r.tok, cfg->n_vocab, &n_eog);
     if (!sampler || !hist || (ignore_eos && !eog) ||
         model_stopper_init(&stopper, stops, n_stops)) {
         fprintf(stderr, "strata generate: out of memory\n");

@@ -848,6 +848,15 @@ bool model_tokenizer_is_eog(const model_tokenizer_t *self, int32_t id) {
     return id >= 0 && id < self->n_vocab && self->eog[id];
 }
 
+int32_t *model_tokenizer_eog_ids(const model_tokenizer_t *self, int n_vocab, int *n) {
+    int32_t *ids = malloc((size_t)(n_vocab > 0 ? n_vocab : 1) * sizeof *ids);
+    *n = 0;
+    for (int32_t id = 0; ids && id < n_vocab; id++)
+        if (model_tokenizer_is_eog(self, id))
+            ids[(*n)++] = id;
+    return ids;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Encoding                                                                                    */
 

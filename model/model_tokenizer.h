@@ -24,6 +24,9 @@ int32_t model_tokenizer_bos(const model_tokenizer_t *self); /* -1 if none */
 int32_t model_tokenizer_eos(const model_tokenizer_t *self); /* -1 if none */
 /* True for tokens that end a generation: EOS, EOT (<|im_end|>, <|eot_id|>, ...). */
 bool model_tokenizer_is_eog(const model_tokenizer_t *self, int32_t id);
+/* Every end-of-generation id below n_vocab (what --ignore-eos bans), malloc'd
+ * (the caller frees it), their count in *n; NULL when out of memory. */
+int32_t *model_tokenizer_eog_ids(const model_tokenizer_t *self, int n_vocab, int *n);
 /* Whether the metadata asks for BOS at the start of a prompt. */
 bool model_tokenizer_add_bos(const model_tokenizer_t *self);
 
