@@ -575,8 +575,8 @@ int cmd_bench_model(int argc, char **argv) {
         st = st * 6364136223846793005ull + 1442695040888963407ull;
         toks[i] = (int32_t)((st >> 33) % (uint64_t)cfg->n_vocab);
     }
-    /* warm-up: touch the weights once */
-    cli_runner_eval(&r, toks, 16, 0, false, logits);
+    /* warm-up: touch the weights once (at most the tokens there are: -p 8 -d 0 has 8) */
+    cli_runner_eval(&r, toks, d + np < 16 ? d + (int)np : 16, 0, false, logits);
     for (int k = 0; k < reps; k++) {
         if (d > 0 && cli_runner_eval(&r, toks, d, 0, false, logits)) /* the depth, not timed */
             goto out;
