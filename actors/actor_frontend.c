@@ -21,7 +21,6 @@ typedef struct {
     uint64_t rid;             /* server-side id; 0 = free slot */
     uint8_t ident[MAX_IDENT]; /* client's ROUTER identity */
     size_t ident_len;
-    bool delim;                    /* the client used an empty delimiter frame */
     int fd;                        /* connection it came from (disconnect detection) */
     uint32_t fd_gen;               /* that fd's accept generation when the request came */
     char id[MSG_MAX_ID_BYTES + 1]; /* client's request id */
@@ -48,7 +47,6 @@ typedef struct {
 typedef struct {
     uint8_t ident[MAX_IDENT]; /* client */
     size_t ident_len;
-    bool delim;
     uint64_t t_us; /* when it arrived; 0 = free slot */
 } s_pending_stats_t;
 
@@ -92,7 +90,8 @@ const actor_opt_t actor_frontend_opts[] = {
 
 /* ---- sending to clients */
 
-/* Send one encoded message to a client.  0, -EHOSTUNREACH (client gone),
+/* Send one encoded message to a client (after an empty delimiter frame when delim:
+ * only the refusal of a REQ-framed message uses it).  0, -EHOSTUNREACH (client gone),
  * -EAGAIN (its queue is full), or an encoder error. */
 static int s_reply(s_front_t *f, const uint8_t *ident, size_t ident_len, bool delim, int type,
                    const void *m) {
@@ -193,9 +192,9 @@ static void s_client_gone(s_front_t *f, const uint8_t *ident, size_t ident_len) 
 static void s_to_client(s_front_t *f, s_req_t *r, int type, const void *m) {
     if (r->gone)
         return;
-    int rc = s_reply(f, r->ident, r->ident_len, r->delim, type, m);
+    int rc = s_reply(f, r->ident, r->ident_len, false, type, m);
     if (rc == -EINVAL && type != MSG_ERROR) {
-        s_reply_error(f, r->ident, r->ident_len, r->delim, r->id, MSG_CODE_INTERNAL,
+        s_reply_error(f, r->ident, r->ident_len, false, r->id, MSG_CODE_INTERNAL,
                       "the server could not encode an event of this request");
         r->gone = true;
         s_cancel(f, r, "unencodable");
@@ -218,12 +217,12 @@ static void s_malformed(s_front_t *f, const char *kind) {
     actor_counters_add(f->counters, "malformed", 1);
 }
 
-static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, bool delim, int fd,
+static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, int fd,
                           msg_generate_t *g) {
     actor_counters_add(f->counters, "requests", 1);
     if (s_find_client(f, ident, ident_len, g->id)) {
         actor_counters_add(f->counters, "rejected.duplicate_id", 1);
-        s_reply_error(f, ident, ident_len, delim, g->id, MSG_CODE_BAD_REQUEST,
+        s_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_BAD_REQUEST,
                       "a request with this id is already running");
         return;
     }
@@ -234,7 +233,7 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
                 r = &f->reqs[i];
     if (!r || ident_len > MAX_IDENT) {
         actor_counters_add(f->counters, "rejected.overloaded", 1);
-        s_reply_error(f, ident, ident_len, delim, g->id, MSG_CODE_OVERLOADED,
+        s_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_OVERLOADED,
                       "too many requests in flight");
         return;
     }
@@ -242,7 +241,6 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
     r->rid = f->next_rid++;
     memcpy(r->ident, ident, ident_len);
     r->ident_len = ident_len;
-    r->delim = delim;
     r->fd = fd;
     r->fd_gen = fd >= 0 && fd < S_MAX_FD && f->fd_gen ? f->fd_gen[fd] : 0;
     snprintf(r->id, sizeof r->id, "%s", g->id);
@@ -256,7 +254,7 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
     int rc = actor_send(f->to_tok, MSG_TOK_REQUEST, &q);
     if (rc) {
         actor_counters_add(f->counters, "rejected.overloaded", 1);
-        s_reply_error(f, ident, ident_len, delim, g->id,
+        s_reply_error(f, ident, ident_len, false, g->id,
                       rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_INTERNAL,
                       rc == -EAGAIN ? "the tokenizer's queue is full"
                                     : "cannot reach the tokenizer");
@@ -264,7 +262,7 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
     }
 }
 
-static void s_stats_reply(s_front_t *f, const uint8_t *ident, size_t ident_len, bool delim) {
+static void s_stats_reply(s_front_t *f, const uint8_t *ident, size_t ident_len) {
     msg_stats_reply_t s;
     msg_stats_reply_init(&s);
     char name[MSG_MAX_COUNTER_NAME_BYTES + ACTOR_TOPO_NAME + 2];
@@ -278,24 +276,23 @@ static void s_stats_reply(s_front_t *f, const uint8_t *ident, size_t ident_len, 
             snprintf(name, sizeof name, "%s.%s", f->peers[p].name, f->peers[p].counters[i].name);
             msg_counters_add(&s.counters, &s.n_counters, name, f->peers[p].counters[i].value);
         }
-    s_reply(f, ident, ident_len, delim, MSG_STATS_REPLY, &s);
+    s_reply(f, ident, ident_len, false, MSG_STATS_REPLY, &s);
     free(s.counters);
 }
 
 /* Ask every peer for fresh counters; the reply goes out when all answered (or
  * after STATS_WAIT_US with what is known). */
-static void s_on_stats(s_front_t *f, const uint8_t *ident, size_t ident_len, bool delim) {
+static void s_on_stats(s_front_t *f, const uint8_t *ident, size_t ident_len) {
     s_pending_stats_t *p = NULL;
     for (int i = 0; i < MAX_PENDING_STATS && !p; i++)
         if (!f->pending[i].t_us)
             p = &f->pending[i];
     if (!p || ident_len > MAX_IDENT) { /* too many at once: answer from the cache */
-        s_stats_reply(f, ident, ident_len, delim);
+        s_stats_reply(f, ident, ident_len);
         return;
     }
     memcpy(p->ident, ident, ident_len);
     p->ident_len = ident_len;
-    p->delim = delim;
     p->t_us = base_now_us();
     msg_stats_query_t q = {0};
     for (int i = 0; i < f->n_peers; i++)
@@ -312,13 +309,13 @@ static void s_stats_flush(s_front_t *f) {
         for (int k = 0; k < f->n_peers && fresh; k++)
             fresh = f->peers[k].last_stats_us >= p->t_us;
         if (fresh || now - p->t_us > STATS_WAIT_US) {
-            s_stats_reply(f, p->ident, p->ident_len, p->delim);
+            s_stats_reply(f, p->ident, p->ident_len);
             p->t_us = 0;
         }
     }
 }
 
-static void s_on_health(s_front_t *f, const uint8_t *ident, size_t ident_len, bool delim) {
+static void s_on_health(s_front_t *f, const uint8_t *ident, size_t ident_len) {
     msg_health_reply_t h;
     msg_health_reply_init(&h);
     h.actors = calloc((size_t)f->n_peers + 1, sizeof *h.actors);
@@ -346,7 +343,7 @@ static void s_on_health(s_front_t *f, const uint8_t *ident, size_t ident_len, bo
         if (a->state != MSG_STATE_READY)
             h.ok = false;
     }
-    s_reply(f, ident, ident_len, delim, MSG_HEALTH_REPLY, &h);
+    s_reply(f, ident, ident_len, false, MSG_HEALTH_REPLY, &h);
     free(h.actors);
 }
 
@@ -403,7 +400,6 @@ static void s_on_client(void *self, zsock_t *sock) {
                                       : "a message must be one single-part frame");
         goto done;
     }
-    delim = false;
     {
         const void *buf = zmq_msg_data(&part[1]);
         size_t len = zmq_msg_size(&part[1]);
@@ -413,27 +409,27 @@ static void s_on_client(void *self, zsock_t *sock) {
             char id[MSG_MAX_ID_BYTES + 1] = "";
             msg_peek_id(buf, len, id, sizeof id); /* bounded: a frame here is <= 4 MiB */
             s_malformed(f, msg_err_kind_name(err.kind));
-            s_reply_error(f, ident, ident_len, delim, id, MSG_CODE_BAD_REQUEST, err.msg);
+            s_reply_error(f, ident, ident_len, false, id, MSG_CODE_BAD_REQUEST, err.msg);
             goto done;
         }
         switch (m.type) {
         case MSG_GENERATE:
-            s_on_generate(f, ident, ident_len, delim, fd, &m.u.generate);
+            s_on_generate(f, ident, ident_len, fd, &m.u.generate);
             break;
         case MSG_CANCEL: {
             s_req_t *r = s_find_client(f, ident, ident_len, m.u.cancel.id);
             if (r)
                 s_cancel(f, r, "client");
             else
-                s_reply_error(f, ident, ident_len, delim, m.u.cancel.id, MSG_CODE_NOT_FOUND,
+                s_reply_error(f, ident, ident_len, false, m.u.cancel.id, MSG_CODE_NOT_FOUND,
                               "no running request with this id");
             break;
         }
         case MSG_STATS:
-            s_on_stats(f, ident, ident_len, delim);
+            s_on_stats(f, ident, ident_len);
             break;
         case MSG_HEALTH:
-            s_on_health(f, ident, ident_len, delim);
+            s_on_health(f, ident, ident_len);
             break;
         default: {
             char id[MSG_MAX_ID_BYTES + 1] = "";
@@ -441,7 +437,7 @@ static void s_on_client(void *self, zsock_t *sock) {
             s_malformed(f, "not_a_request");
             char why[128];
             snprintf(why, sizeof why, "'%s' is not a client request", msg_type_name(m.type));
-            s_reply_error(f, ident, ident_len, delim, id, MSG_CODE_BAD_REQUEST, why);
+            s_reply_error(f, ident, ident_len, false, id, MSG_CODE_BAD_REQUEST, why);
         }
         }
         msg_any_clear(&m);
