@@ -1,5 +1,14 @@
 /* actor_frontend.c - the frontend actor: client envelope handling, the request
- * table, heartbeats and the stats / health answers. */
+ * table, heartbeats and the stats / health answers.
+ *
+ * The request table is the one place that knows what a request still needs: the
+ * client's generate and every completion token delivered so far.  Whatever is lost
+ * downstream (a worker, the tokenizer or the router dies or hangs; a frame is
+ * dropped) is noticed here (a worker_down, a gap in the indexes, a silent request
+ * that its worker no longer holds, an attempt never accepted) and the request is
+ * submitted again under a fresh rid with the delivered tokens: the worker goes on
+ * after them, and sampling seeded per position makes the rest what it would have
+ * been.  Events of an old rid are dropped, so nothing reaches a client twice. */
 #include "actor_frontend.h"
 
 #include "actor_curve.h"
@@ -9,16 +18,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #define TAG "frontend"
 #define PING_US 250000
 #define UNHEALTHY_US 1000000
 #define MAX_IDENT 256
+#define S_RETRY0_US 100000    /* first backoff before an attempt is submitted again */
+#define S_RETRY_MAX_US 2000000 /* longest backoff */
+#define S_MAX_PROBES 3        /* unanswered probes before an attempt counts as lost */
 
 /* One accepted request. */
 typedef struct {
-    uint64_t rid;             /* server-side id; 0 = free slot */
+    uint64_t rid;             /* server-side id of its current attempt; 0 = free slot */
     uint8_t ident[MAX_IDENT]; /* client's ROUTER identity */
     size_t ident_len;
     int fd;                        /* connection it came from (disconnect detection) */
@@ -30,6 +43,19 @@ typedef struct {
     char *text;                    /* (text_cap) completion text when !stream */
     size_t text_len, text_cap;
     int n_tokens; /* completion tokens so far */
+    /* what a new attempt needs, and how the current one is doing */
+    msg_generate_t gen;    /* the client's request (owned) */
+    int32_t *toks;         /* (gen.max_tokens) the completion tokens so far */
+    int skip;              /* events the client has already (a resume without token ids) */
+    uint64_t t_arrival_us; /* the first attempt's arrival */
+    int worker;            /* the worker that holds the current attempt, or -1 */
+    int attempts;          /* attempts so far (1 = never resumed) */
+    uint64_t t_sent_us;    /* when the current attempt was submitted */
+    uint64_t t_heard_us;   /* last event or status of the current attempt */
+    int probes;            /* probes sent since then */
+    uint64_t retry_at_us;  /* submit again then (0: not waiting to) */
+    uint64_t retry_wait_us; /* the next backoff */
+    uint64_t give_up_us;   /* no token by then: the request fails */
 } s_req_t;
 
 /* Another actor as the frontend sees it. */
@@ -38,6 +64,8 @@ typedef struct {
     zsock_t *push;              /* where its pings go */
     uint64_t last_seen_us;      /* last pong or stats_answer; 0 = never */
     bool restarting;            /* the supervisor reported it dead; no answer since */
+    bool hung;                  /* silent for hang_timeout_ms: its requests moved away */
+    int worker;                 /* worker index, or -1 for other actors */
     uint64_t last_stats_us;     /* when its last stats_answer arrived */
     msg_counter_t *counters;    /* its last stats_answer */
     int n_counters;
@@ -64,7 +92,12 @@ typedef struct {
     int n_peers;
     s_req_t *reqs; /* (max_requests) */
     int max_requests, n_reqs;
-    uint64_t next_rid; /* next server-side id */
+    uint64_t next_rid; /* next server-side id (a random start: a restarted frontend
+                          never reuses an id whose events may still be on the way) */
+    uint64_t accept_us;  /* an attempt not accepted by a worker by then is resubmitted */
+    uint64_t probe_us;   /* a silent attempt is probed after this */
+    uint64_t give_up_us; /* a request without a new token for this long fails */
+    uint64_t hang_us;    /* a peer silent this long is hung */
     uint64_t ping_seq; /* heartbeat sequence */
     actor_loop_t *loop;                 /* polling, control messages, timers, counters */
     actor_counters_t *counters;         /* the loop's */
@@ -85,6 +118,16 @@ const actor_opt_t actor_frontend_opts[] = {
      "CURVE key pair of the client endpoint (zcert file; with client_allow)"},
     {"client_allow", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
      "directory of client public keys admitted by CURVE (with client_secret)"},
+    {"accept_ms", ACTOR_OPT_INT, "2000", 10, 600000, NULL,
+     "a request no worker has accepted after this is submitted again"},
+    {"probe_ms", ACTOR_OPT_INT, "1000", 10, 600000, NULL,
+     "a running request silent this long is checked with its worker (3 unanswered checks: "
+     "submitted again)"},
+    {"resume_timeout_ms", ACTOR_OPT_INT, "30000", 100, 3600000, NULL,
+     "a request that gets no new token for this long, despite resumes, fails (internal)"},
+    {"hang_timeout_ms", ACTOR_OPT_INT, "2000", 100, 600000, NULL,
+     "a worker that answers no heartbeat for this long is hung: its requests move to the "
+     "others"},
     {NULL},
 };
 
@@ -159,20 +202,40 @@ static s_req_t *s_find_client(s_front_t *f, const uint8_t *ident, size_t ident_l
 
 static void s_remove(s_front_t *f, s_req_t *r) {
     free(r->text);
+    free(r->toks);
+    msg_generate_clear(&r->gen);
     memset(r, 0, sizeof *r);
     f->n_reqs--;
 }
 
+/* The socket towards worker w (its pings go there too), or NULL. */
+static zsock_t *s_worker_push(s_front_t *f, int w) {
+    for (int i = 0; i < f->n_peers; i++)
+        if (f->peers[i].worker == w && w >= 0)
+            return f->peers[i].push;
+    return NULL;
+}
+
+/* Stop attempt rid: straight to its worker when known, else through the tokenizer
+ * and the router (which asks every worker when it does not know the rid).  0 when
+ * the cancel went out. */
+static int s_cancel_rid(s_front_t *f, uint64_t rid, int worker) {
+    msg_work_cancel_t c = {rid};
+    zsock_t *to = s_worker_push(f, worker);
+    return actor_send(to ? to : f->to_tok, MSG_WORK_CANCEL, &c);
+}
+
+/* The client wants r over (or is gone).  r stays in the table until its final
+ * event: a lost cancel is sent again when a probe finds the attempt still held. */
 static void s_cancel(s_front_t *f, s_req_t *r, const char *why) {
     if (r->cancel_sent)
         return;
-    msg_work_cancel_t c = {r->rid};
-    if (actor_send(f->to_tok, MSG_WORK_CANCEL, &c) == 0) {
-        r->cancel_sent = true;
-        char name[64];
-        snprintf(name, sizeof name, "cancelled.%s", why);
-        actor_counters_add(f->counters, name, 1);
-    }
+    r->cancel_sent = true;
+    char name[64];
+    snprintf(name, sizeof name, "cancelled.%s", why);
+    actor_counters_add(f->counters, name, 1);
+    if (s_cancel_rid(f, r->rid, r->worker))
+        actor_counters_add(f->counters, "cancel.unsent", 1);
 }
 
 /* The client behind ident is gone: stop sending to it, cancel its requests. */
@@ -208,6 +271,98 @@ static void s_to_client(s_front_t *f, s_req_t *r, int type, const void *m) {
     }
 }
 
+/* ---- attempts: submit, resubmit, give up */
+
+static uint64_t s_new_rid(s_front_t *f) {
+    uint64_t rid = f->next_rid++;
+    return rid ? rid : f->next_rid++;
+}
+
+/* Send r's current attempt to the tokenizer: the client's generate and the
+ * completion tokens delivered so far.  A full queue is retried after a backoff. */
+static void s_submit(s_front_t *f, s_req_t *r) {
+    msg_tok_request_t q;
+    msg_tok_request_init(&q);
+    q.rid = r->rid;
+    q.gen = r->gen; /* borrowed */
+    q.t_arrival_us = r->t_arrival_us;
+    q.gen_tokens = r->n_tokens ? r->toks : NULL;
+    q.n_gen = r->n_tokens;
+    uint64_t now = base_now_us();
+    r->worker = -1;
+    r->probes = 0;
+    r->t_sent_us = r->t_heard_us = now;
+    r->retry_at_us = 0;
+    if (actor_send(f->to_tok, MSG_TOK_REQUEST, &q)) {
+        actor_counters_add(f->counters, "submit.retried", 1);
+        r->retry_at_us = now + r->retry_wait_us;
+        r->retry_wait_us = r->retry_wait_us * 2 < S_RETRY_MAX_US ? r->retry_wait_us * 2
+                                                                 : S_RETRY_MAX_US;
+    }
+}
+
+/* End r with an error event. */
+static void s_fail(s_front_t *f, s_req_t *r, int code, const char *message) {
+    msg_error_t x;
+    msg_error_init(&x);
+    msg_set_str(x.id, sizeof x.id, r->id);
+    x.code = code;
+    msg_set_str(x.message, sizeof x.message, message);
+    s_to_client(f, r, MSG_ERROR, &x);
+    char name[48];
+    snprintf(name, sizeof name, "failed.%s", msg_code_name(code) ? msg_code_name(code) : "?");
+    actor_counters_add(f->counters, name, 1);
+    s_remove(f, r);
+}
+
+/* End r here with done "cancelled" (its attempt is gone, and it was cancelled). */
+static void s_done_cancelled(s_front_t *f, s_req_t *r) {
+    msg_done_t d;
+    msg_done_init(&d);
+    msg_set_str(d.id, sizeof d.id, r->id);
+    d.finish_reason = MSG_FINISH_CANCELLED;
+    if (!r->stream) {
+        d.text = r->text ? r->text : "";
+        d.text_len = r->text_len;
+    }
+    d.usage.completion_tokens = r->n_tokens;
+    s_to_client(f, r, MSG_DONE, &d);
+    actor_counters_add(f->counters, "finished.cancelled", 1);
+    s_remove(f, r);
+}
+
+/* r's current attempt is lost (why: a counter name): stop it and go on under a new
+ * rid from the tokens delivered.  delay_us: wait that long first (0: at once). */
+static void s_resubmit(s_front_t *f, s_req_t *r, const char *why, uint64_t delay_us) {
+    if (r->cancel_sent) { /* nothing more is wanted */
+        s_done_cancelled(f, r);
+        return;
+    }
+    uint64_t now = base_now_us();
+    if (now > r->give_up_us) {
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "the request made no progress for %.1f s despite %d resumes (last: %s)",
+                 (double)f->give_up_us / 1e6, r->attempts - 1, why);
+        s_fail(f, r, MSG_CODE_INTERNAL, msg);
+        return;
+    }
+    s_cancel_rid(f, r->rid, r->worker); /* it may be alive after all (a lost frame) */
+    char name[64];
+    snprintf(name, sizeof name, "resumed.%s", why);
+    actor_counters_add(f->counters, name, 1);
+    actor_counters_add(f->counters, "resumed", 1);
+    r->rid = s_new_rid(f);
+    r->attempts++;
+    r->worker = -1;
+    if (delay_us) {
+        r->retry_at_us = now + delay_us;
+        r->t_sent_us = r->t_heard_us = now;
+    } else {
+        s_submit(f, r);
+    }
+}
+
 /* ---- client frames */
 
 static void s_malformed(s_front_t *f, const char *kind) {
@@ -217,9 +372,11 @@ static void s_malformed(s_front_t *f, const char *kind) {
     actor_counters_add(f->counters, "malformed", 1);
 }
 
+/* A generate (or a resume: have > 0 token events the client has, with their token
+ * ids when tokens is not NULL).  Takes g's prompt / messages over. */
 static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, int fd,
-                          msg_generate_t *g) {
-    actor_counters_add(f->counters, "requests", 1);
+                          msg_generate_t *g, int have, const int32_t *tokens) {
+    actor_counters_add(f->counters, have || tokens ? "resumes" : "requests", 1);
     if (s_find_client(f, ident, ident_len, g->id)) {
         actor_counters_add(f->counters, "rejected.duplicate_id", 1);
         s_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_BAD_REQUEST,
@@ -238,7 +395,13 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
         return;
     }
     memset(r, 0, sizeof *r);
-    r->rid = f->next_rid++;
+    r->toks = malloc((size_t)g->max_tokens * sizeof *r->toks);
+    if (!r->toks) {
+        actor_counters_add(f->counters, "rejected.overloaded", 1);
+        s_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_OVERLOADED, "out of memory");
+        return;
+    }
+    r->rid = s_new_rid(f);
     memcpy(r->ident, ident, ident_len);
     r->ident_len = ident_len;
     r->fd = fd;
@@ -246,20 +409,22 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
     snprintf(r->id, sizeof r->id, "%s", g->id);
     r->stream = g->stream;
     f->n_reqs++;
-    msg_tok_request_t q;
-    msg_tok_request_init(&q);
-    q.rid = r->rid;
-    q.gen = *g; /* borrowed: the caller clears g */
-    q.t_arrival_us = base_now_us();
-    int rc = actor_send(f->to_tok, MSG_TOK_REQUEST, &q);
-    if (rc) {
-        actor_counters_add(f->counters, "rejected.overloaded", 1);
-        s_reply_error(f, ident, ident_len, false, g->id,
-                      rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_INTERNAL,
-                      rc == -EAGAIN ? "the tokenizer's queue is full"
-                                    : "cannot reach the tokenizer");
-        s_remove(f, r);
+    r->gen = *g; /* take the prompt / messages over: the caller clears g */
+    g->prompt = NULL;
+    g->prompt_len = 0;
+    g->messages = NULL;
+    g->n_messages = 0;
+    if (tokens) {
+        memcpy(r->toks, tokens, (size_t)have * sizeof *r->toks);
+        r->n_tokens = have;
+    } else {
+        r->skip = have;
     }
+    r->t_arrival_us = base_now_us();
+    r->attempts = 1;
+    r->retry_wait_us = S_RETRY0_US;
+    r->give_up_us = r->t_arrival_us + f->give_up_us;
+    s_submit(f, r);
 }
 
 static void s_stats_reply(s_front_t *f, const uint8_t *ident, size_t ident_len) {
@@ -414,7 +579,11 @@ static void s_on_client(void *self, zsock_t *sock) {
         }
         switch (m.type) {
         case MSG_GENERATE:
-            s_on_generate(f, ident, ident_len, fd, &m.u.generate);
+            s_on_generate(f, ident, ident_len, fd, &m.u.generate, 0, NULL);
+            break;
+        case MSG_RESUME:
+            s_on_generate(f, ident, ident_len, fd, &m.u.resume.gen, m.u.resume.have,
+                          m.u.resume.n_tokens ? m.u.resume.tokens : NULL);
             break;
         case MSG_CANCEL: {
             s_req_t *r = s_find_client(f, ident, ident_len, m.u.cancel.id);
@@ -487,13 +656,33 @@ static double s_ms(uint64_t us) {
 static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
     s_req_t *r = s_find_rid(f, te->rid);
     if (!r) {
+        /* an attempt that was replaced, or one a frontend before this one started:
+         * nobody waits for it, stop it */
         actor_counters_add(f->counters, "events.unknown_rid", 1);
+        if (!te->finish)
+            s_cancel_rid(f, te->rid, te->worker);
+        return;
+    }
+    uint64_t now = base_now_us();
+    r->worker = te->worker;
+    r->t_heard_us = now;
+    r->probes = 0;
+    if (te->index >= 0 && te->index < r->n_tokens) { /* a duplicated frame */
+        actor_counters_add(f->counters, "events.duplicate", 1);
+        return;
+    }
+    if (te->index > r->n_tokens || (te->finish && te->count != r->n_tokens + (te->index >= 0))) {
+        actor_counters_add(f->counters, "events.gap", 1); /* a lost event: go on from here */
+        s_resubmit(f, r, "gap", 0);
         return;
     }
     if (te->index >= 0) {
-        r->n_tokens++;
+        r->toks[r->n_tokens++] = te->token;
+        r->give_up_us = now + f->give_up_us;
         actor_counters_add(f->counters, "tokens", 1);
-        if (r->stream) {
+        if (te->index < r->skip) /* the client has it (a resume without token ids) */
+            ;
+        else if (r->stream) {
             msg_token_t t;
             msg_token_init(&t);
             msg_set_str(t.id, sizeof t.id, r->id);
@@ -553,16 +742,82 @@ static void s_on_work_error(s_front_t *f, const msg_work_error_t *e) {
         actor_counters_add(f->counters, "events.unknown_rid", 1);
         return;
     }
-    msg_error_t x;
-    msg_error_init(&x);
-    msg_set_str(x.id, sizeof x.id, r->id);
-    x.code = e->code;
-    msg_set_str(x.message, sizeof x.message, e->message);
-    s_to_client(f, r, MSG_ERROR, &x);
-    char name[48];
-    snprintf(name, sizeof name, "failed.%s", msg_code_name(e->code) ? msg_code_name(e->code) : "?");
-    actor_counters_add(f->counters, name, 1);
-    s_remove(f, r);
+    /* a request the client already saw start (a resumed one) is not refused for
+     * want of room, and no request fails because a worker is restarting: both
+     * wait and try again, up to resume_timeout_ms without progress */
+    bool started = r->attempts > 1 || r->n_tokens > 0;
+    if ((e->code == MSG_CODE_OVERLOADED && started) || e->code == MSG_CODE_INTERNAL) {
+        uint64_t wait = r->retry_wait_us;
+        r->retry_wait_us = wait * 2 < S_RETRY_MAX_US ? wait * 2 : S_RETRY_MAX_US;
+        s_resubmit(f, r, e->code == MSG_CODE_OVERLOADED ? "overloaded" : "internal", wait);
+        return;
+    }
+    s_fail(f, r, e->code, e->message);
+}
+
+/* A worker says whether it holds attempt rid. */
+static void s_on_status(s_front_t *f, const msg_work_status_t *st) {
+    s_req_t *r = s_find_rid(f, st->rid);
+    if (!r) {
+        if (st->held) { /* a replaced attempt that reached a worker late */
+            actor_counters_add(f->counters, "orphans.cancelled", 1);
+            s_cancel_rid(f, st->rid, st->worker);
+        }
+        return;
+    }
+    if (!st->held) {
+        s_resubmit(f, r, "not_held", 0);
+        return;
+    }
+    uint64_t now = base_now_us();
+    r->worker = st->worker;
+    r->t_heard_us = now;
+    r->probes = 0;
+    r->give_up_us = now + f->give_up_us; /* queued at a live worker is progress enough */
+    if (r->cancel_sent) /* the cancel was lost */
+        s_cancel_rid(f, r->rid, r->worker);
+}
+
+/* Every attempt on worker w is lost (it died, or hangs). */
+static void s_worker_lost(s_front_t *f, int w, const char *why) {
+    for (int i = 0; i < f->max_requests; i++) {
+        s_req_t *r = &f->reqs[i];
+        if (r->rid && r->worker == w && !r->retry_at_us)
+            s_resubmit(f, r, why, 0);
+    }
+}
+
+/* Every 100 ms: attempts not accepted in time, silent ones probed, backoffs over. */
+static void s_watch(void *self) {
+    s_front_t *f = self;
+    uint64_t now = base_now_us();
+    for (int i = 0; i < f->max_requests; i++) {
+        s_req_t *r = &f->reqs[i];
+        if (!r->rid)
+            continue;
+        if (r->retry_at_us) {
+            if (now >= r->retry_at_us)
+                s_submit(f, r);
+            continue;
+        }
+        if (r->worker < 0) {
+            if (now - r->t_sent_us > f->accept_us)
+                s_resubmit(f, r, "unaccepted", 0);
+            continue;
+        }
+        if (now - r->t_heard_us < f->probe_us)
+            continue;
+        if (r->probes >= S_MAX_PROBES) {
+            s_resubmit(f, r, "silent", 0);
+            continue;
+        }
+        msg_work_probe_t p = {r->rid};
+        zsock_t *to = s_worker_push(f, r->worker);
+        if (to && actor_send(to, MSG_WORK_PROBE, &p) == 0)
+            actor_counters_add(f->counters, "probes", 1);
+        r->probes++;
+        r->t_heard_us = now;
+    }
 }
 
 static s_peer_t *s_peer(s_front_t *f, const char *name) {
@@ -582,12 +837,20 @@ static void s_on_error(void *self, msg_any_t *m, zmq_msg_t *raw) {
     s_on_work_error(self, &m->u.work_error);
 }
 
+static void s_on_work_status(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_on_status(self, &m->u.work_status);
+}
+
 static void s_on_pong(void *self, msg_any_t *m, zmq_msg_t *raw) {
     (void)raw;
     s_peer_t *p = s_peer(self, m->u.pong.name);
     if (p) {
         p->last_seen_us = base_now_us();
         p->restarting = false;
+        if (p->hung)
+            LOG_I(TAG, "%s answers again", p->name);
+        p->hung = false;
     }
 }
 
@@ -614,6 +877,7 @@ static void s_on_worker_down(void *self, msg_any_t *m, zmq_msg_t *raw) {
     if (p)
         p->restarting = true;
     actor_counters_add(f->counters, "workers_down", 1);
+    s_worker_lost(f, m->u.worker_down.worker, "worker_down");
 }
 
 /* Every PING_US: a ping and a stats query to every peer. */
@@ -621,6 +885,25 @@ static void s_heartbeat(void *self) {
     s_front_t *f = self;
     msg_ping_t p = {++f->ping_seq};
     msg_stats_query_t q = {0};
+    uint64_t now = base_now_us();
+    for (int i = 0; i < f->n_peers; i++) {
+        s_peer_t *x = &f->peers[i];
+        if (x->worker >= 0 && x->last_seen_us && !x->hung && !x->restarting &&
+            now - x->last_seen_us > f->hang_us) {
+            /* a hung worker: its requests go on elsewhere, the router stops sending
+             * it new ones (until its next load report); a supervisor, where there
+             * is one, kills and restarts it */
+            x->hung = true;
+            LOG_W(TAG, "%s answers no heartbeat for %.1f s: moving its requests", x->name,
+                  (double)(now - x->last_seen_us) / 1e6);
+            actor_counters_add(f->counters, "workers_hung", 1);
+            msg_worker_down_t d = {x->worker};
+            s_peer_t *router = s_peer(f, "router");
+            if (router && actor_send(router->push, MSG_WORKER_DOWN, &d))
+                actor_counters_add(f->counters, "send.failed", 1);
+            s_worker_lost(f, x->worker, "hung");
+        }
+    }
     for (int i = 0; i < f->n_peers; i++) {
         if (actor_send(f->peers[i].push, MSG_PING, &p) ||
             actor_send(f->peers[i].push, MSG_STATS_QUERY, &q))
@@ -641,7 +924,8 @@ static int s_idle(void *self) {
 
 static void s_cleanup(s_front_t *f) {
     for (int i = 0; f->reqs && i < f->max_requests; i++)
-        free(f->reqs[i].text);
+        if (f->reqs[i].rid)
+            s_remove(f, &f->reqs[i]);
     free(f->reqs);
     free(f->fd_gen);
     for (int i = 0; f->peers && i < f->n_peers; i++) {
@@ -661,7 +945,13 @@ int actor_frontend_main(actor_env_t *env) {
     const actor_topology_t *t = actor_env_topology(env);
     s_front_t f = {0};
     f.env = env;
-    f.next_rid = 1;
+    if (getrandom(&f.next_rid, sizeof f.next_rid, 0) != sizeof f.next_rid)
+        f.next_rid = base_now_us() << 20;
+    f.next_rid &= (UINT64_C(1) << 62) - 1; /* room to count up */
+    f.accept_us = (uint64_t)actor_env_int(env, "accept_ms") * 1000;
+    f.probe_us = (uint64_t)actor_env_int(env, "probe_ms") * 1000;
+    f.give_up_us = (uint64_t)actor_env_int(env, "resume_timeout_ms") * 1000;
+    f.hang_us = (uint64_t)actor_env_int(env, "hang_timeout_ms") * 1000;
     snprintf(f.endpoint, sizeof f.endpoint, "%s", actor_env_str(env, "client"));
     f.max_requests = (int)actor_env_int(env, "max_requests");
     f.reqs = calloc((size_t)f.max_requests, sizeof *f.reqs);
@@ -679,6 +969,8 @@ int actor_frontend_main(actor_env_t *env) {
         return 1;
     }
     /* peers: the tokenizer shares the request socket; the others get their own */
+    for (int i = 0; i < t->n + 2; i++)
+        f.peers[i].worker = -1;
     snprintf(f.peers[0].name, sizeof f.peers[0].name, "tokenizer");
     f.peers[0].push = f.to_tok;
     snprintf(f.peers[1].name, sizeof f.peers[1].name, "router");
@@ -686,6 +978,7 @@ int actor_frontend_main(actor_env_t *env) {
     f.n_peers = 2;
     for (int i = 0; i < nw; i++) {
         s_peer_t *p = &f.peers[f.n_peers++];
+        p->worker = i;
         snprintf(p->name, sizeof p->name, "worker%d", i);
         p->push = actor_sock_outbound(t, "frontend", p->name, 100);
     }
@@ -753,7 +1046,9 @@ int actor_frontend_main(actor_env_t *env) {
     actor_loop_on(f.loop, MSG_PONG, s_on_pong);
     actor_loop_on(f.loop, MSG_STATS_ANSWER, s_on_stats_answer);
     actor_loop_on(f.loop, MSG_WORKER_DOWN, s_on_worker_down);
+    actor_loop_on(f.loop, MSG_WORK_STATUS, s_on_work_status);
     actor_loop_timer(f.loop, PING_US / 1000, s_heartbeat);
+    actor_loop_timer(f.loop, 100, s_watch);
     actor_loop_idle(f.loop, s_idle);
     s_heartbeat(&f); /* the first one at once: health knows every peer soon */
     actor_loop_run(f.loop, 100);

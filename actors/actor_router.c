@@ -36,6 +36,10 @@ static void s_fail(s_router_t *r, uint64_t rid, int code, const char *what) {
 
 static void s_on_request(s_router_t *r, const msg_work_request_t *q) {
     int w = router_dispatch_assign(r->dispatch, q->rid, (int64_t)q->n_tokens + q->max_tokens);
+    if (w == -EEXIST) { /* a duplicated frame: the request was dispatched once */
+        actor_counters_add(r->counters, "duplicates", 1);
+        return;
+    }
     if (w < 0) {
         actor_counters_add(r->counters, "rejected.no_worker", 1);
         s_fail(r, q->rid, MSG_CODE_INTERNAL,
@@ -76,15 +80,12 @@ static void s_on_down(s_router_t *r, int w) {
         actor_counters_add(r->counters, "worker_down.bad", 1);
         return;
     }
-    enum { CAP = 4096 };
-    uint64_t *rids = malloc(CAP * sizeof *rids);
-    int n = router_dispatch_down(r->dispatch, w, rids, rids ? CAP : 0);
-    LOG_W("router", "worker%d is down: failing its %d requests", w, n);
+    /* its requests are not failed: the frontend, which tracks every request and
+     * heard the same notice, resumes them on the workers that are alive */
+    int n = router_dispatch_down(r->dispatch, w, NULL, 0);
+    LOG_W("router", "worker%d is down: its %d requests go elsewhere", w, n);
     actor_counters_add(r->counters, "worker_down", 1);
-    for (int i = 0; i < n && i < CAP && rids; i++)
-        s_fail(r, rids[i], MSG_CODE_INTERNAL, "the worker running this request died");
-    actor_counters_add(r->counters, "failed.worker_down", n);
-    free(rids);
+    actor_counters_add(r->counters, "forgotten.worker_down", n);
 }
 
 static void s_on_work_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
@@ -96,10 +97,18 @@ static void s_on_cancel(void *self, msg_any_t *m, zmq_msg_t *raw) {
     (void)raw;
     s_router_t *r = self;
     int w = router_dispatch_worker_of(r->dispatch, m->u.work_cancel.rid);
-    if (w < 0 || actor_send(r->to_worker[w], MSG_WORK_CANCEL, &m->u.work_cancel))
-        actor_counters_add(r->counters, "cancel.unrouted", 1);
-    else
-        actor_counters_add(r->counters, "cancel.forwarded", 1);
+    if (w >= 0) {
+        if (actor_send(r->to_worker[w], MSG_WORK_CANCEL, &m->u.work_cancel))
+            actor_counters_add(r->counters, "cancel.unrouted", 1);
+        else
+            actor_counters_add(r->counters, "cancel.forwarded", 1);
+        return;
+    }
+    /* not known here (not dispatched yet, already over, or dispatched by a router
+     * that died): every worker hears it; a worker that does not hold it ignores it */
+    for (int i = 0; i < r->n_workers; i++)
+        actor_send(r->to_worker[i], MSG_WORK_CANCEL, &m->u.work_cancel);
+    actor_counters_add(r->counters, "cancel.broadcast", 1);
 }
 
 static void s_on_event(void *self, msg_any_t *m, zmq_msg_t *raw) {

@@ -88,8 +88,9 @@ static void s_on_request(s_tok_t *t, msg_tok_request_t *q) {
     msg_work_request_t w;
     msg_work_request_init(&w);
     int need = model_tokenizer_encode(t->tok, text ? text : "", len, bos, chat, NULL, 0);
-    if (need > 0 && need <= MSG_MAX_SEQ_TOKENS) {
-        w.tokens = malloc((size_t)need * sizeof *w.tokens);
+    if (need > 0 && need + q->n_gen <= MSG_MAX_SEQ_TOKENS) {
+        /* room for the completion tokens a resumed request carries */
+        w.tokens = malloc((size_t)(need + q->n_gen) * sizeof *w.tokens);
         if (w.tokens)
             w.n_tokens = model_tokenizer_encode(t->tok, text, len, bos, chat, w.tokens, need);
     }
@@ -98,8 +99,14 @@ static void s_on_request(s_tok_t *t, msg_tok_request_t *q) {
         free(w.tokens);
         actor_counters_add(t->counters, "rejected.empty", 1);
         s_error_front(t, q->rid, MSG_CODE_BAD_REQUEST,
-                      need > MSG_MAX_SEQ_TOKENS ? "the prompt is too long" : "the prompt is empty");
+                      need > 0 ? "the prompt is too long" : "the prompt is empty");
         return;
+    }
+    if (q->n_gen) { /* a resumed request: the worker goes on after these */
+        memcpy(w.tokens + w.n_tokens, q->gen_tokens, (size_t)q->n_gen * sizeof *w.tokens);
+        w.n_tokens += q->n_gen;
+        w.n_gen = q->n_gen;
+        actor_counters_add(t->counters, "resumed", 1);
     }
     w.rid = q->rid;
     w.max_tokens = g->max_tokens;
@@ -110,7 +117,7 @@ static void s_on_request(s_tok_t *t, msg_tok_request_t *q) {
     w.t_arrival_us = q->t_arrival_us;
     memcpy(w.session, g->session, sizeof w.session);
     w.pin_tokens = chat ? s_system_tokens(t, g, bos, w.tokens, w.n_tokens) : 0;
-    actor_counters_add(t->counters, "prompt_tokens", w.n_tokens);
+    actor_counters_add(t->counters, "prompt_tokens", w.n_tokens - w.n_gen);
     int rc = actor_send(t->to_router, MSG_WORK_REQUEST, &w);
     free(w.tokens);
     if (rc) {

@@ -22,7 +22,9 @@
 typedef struct s_req_t {
     uint64_t rid;              /* server-side request id */
     int32_t *hist;             /* (n_prompt + max_tokens) prompt then generated tokens */
-    int n_prompt;              /* prompt tokens */
+    int n_prompt;              /* positions prefilled: the prompt, then the n_carried
+                                  completion tokens a resumed request arrived with */
+    int n_carried;             /* completion tokens delivered before it came here */
     int n_hist;                /* tokens in hist */
     int max_tokens;            /* generation limit */
     model_sampler_params_t sp; /* sampling */
@@ -96,6 +98,11 @@ typedef struct {
 } s_worker_t;
 
 #define TAG "worker"
+
+/* Completion tokens of r so far (carried ones included): the next one's index. */
+static int s_done(const s_req_t *r) {
+    return r->n_hist - r->n_prompt + r->n_carried;
+}
 
 const actor_opt_t actor_worker_opts[] = {
     {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path"},
@@ -195,10 +202,12 @@ static int s_event(s_worker_t *w, s_req_t *r, int index, int32_t token, int fini
     msg_text_event_t te;
     msg_text_event_init(&te);
     te.rid = r->rid;
+    te.worker = w->index;
     te.index = index;
     te.token = token;
+    te.count = s_done(r);
     te.finish = finish;
-    te.prompt_tokens = r->n_prompt;
+    te.prompt_tokens = r->n_prompt - r->n_carried;
     size_t n = 0;
     if (index >= 0 && token >= 0) {
         int pl = model_detok_push(&r->detok, token, w->piece, S_SCRATCH);
@@ -226,7 +235,7 @@ static int s_event(s_worker_t *w, s_req_t *r, int index, int32_t token, int fini
         te.timings.prefill_us = tf - tp;
         te.timings.ttft_us = tf > r->t_arrival ? tf - r->t_arrival : 0;
         te.timings.decode_us = r->t_last > tf ? r->t_last - tf : 0;
-        te.cached_tokens = r->n_cached;
+        te.cached_tokens = r->n_cached < te.prompt_tokens ? r->n_cached : te.prompt_tokens;
         te.draft_proposed = r->proposed;
         te.draft_accepted = r->accepted;
     }
@@ -238,7 +247,7 @@ static int s_event(s_worker_t *w, s_req_t *r, int index, int32_t token, int fini
         ev.index = index;
         ev.token = token;
         ev.finish = te.finish;
-        ev.prompt_tokens = r->n_prompt;
+        ev.prompt_tokens = te.prompt_tokens;
         ev.timings = te.timings;
         s_send(w, w->to_router, MSG_WORK_EVENT, &ev);
     }
@@ -266,8 +275,40 @@ static s_req_t *s_find_parked(s_worker_t *w, uint64_t rid) {
     return NULL;
 }
 
+/* Tell the frontend whether this worker holds rid (on arrival and when probed). */
+static void s_status(s_worker_t *w, uint64_t rid, bool held) {
+    msg_work_status_t m = {rid, w->index, held};
+    if (actor_send(w->to_front, MSG_WORK_STATUS, &m))
+        actor_counters_add(w->counters, "status.unsent", 1);
+}
+
+static bool s_holds(s_worker_t *w, uint64_t rid) {
+    return s_find_parked(w, rid) || sched_batch_has(w->sched, rid);
+}
+
+/* A resumed request: run its carried completion tokens through the detokenizer and
+ * the stopper as if they had been generated here, so that the text of the next
+ * token continues exactly where the client's text ends.  The finish reason when the
+ * carried tokens already end the request (its final event was lost), else 0. */
+static int s_replay_carried(s_worker_t *w, s_req_t *r) {
+    for (int i = r->n_prompt - r->n_carried; i < r->n_prompt; i++) {
+        int pl = model_detok_push(&r->detok, r->hist[i], w->piece, S_SCRATCH);
+        model_stopper_push(&r->stopper, w->piece, (size_t)(pl > 0 ? pl : 0), w->text, S_SCRATCH);
+    }
+    if (r->stopper.stopped)
+        return MSG_FINISH_STOP;
+    if (r->n_carried >= r->max_tokens)
+        return MSG_FINISH_LENGTH;
+    return 0;
+}
+
 static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
     actor_counters_add(w->counters, "requests", 1);
+    if (s_holds(w, q->rid)) { /* a duplicated frame: the request runs once */
+        actor_counters_add(w->counters, "requests.duplicate", 1);
+        s_status(w, q->rid, true);
+        return;
+    }
     for (int i = 0; i < q->n_tokens; i++)
         if (q->tokens[i] >= w->n_vocab) {
             s_error(w, q->rid, MSG_CODE_BAD_REQUEST, "token id out of the vocabulary");
@@ -293,6 +334,7 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
     r->rid = q->rid;
     memcpy(r->hist, q->tokens, (size_t)q->n_tokens * sizeof *r->hist);
     r->n_prompt = r->n_hist = q->n_tokens;
+    r->n_carried = q->n_gen;
     r->max_tokens = q->max_tokens;
     r->sp = sp;
     r->t_arrival = q->t_arrival_us;
@@ -307,6 +349,18 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
     }
     r->pin_tokens = q->pin_tokens < r->n_prompt ? q->pin_tokens : r->n_prompt;
     model_spec_adapt_init(&r->adapt, w->spec_k, w->spec_k_max);
+    if (r->n_carried) {
+        actor_counters_add(w->counters, "requests.resumed", 1);
+        actor_counters_add(w->counters, "tokens.carried", r->n_carried);
+        int fin = s_replay_carried(w, r);
+        if (fin) { /* nothing left to generate: end it here */
+            s_status(w, r->rid, true);
+            s_event(w, r, -1, -1, fin);
+            s_req_free(w, &r);
+            return;
+        }
+    }
+    s_status(w, r->rid, true);
     if (w->to_tier && kv_cache_match(w->kv, r->hist, r->n_prompt) / w->block_size <
                           (r->n_prompt - 1) / w->block_size) {
         /* part of the prompt may be in T1/T2: the prefetcher is having it sent
@@ -341,7 +395,7 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
  * scheduler's reservations (running requests only) stay a true bound. */
 static void s_admit(s_worker_t *w, s_req_t *r) {
     r->fresh = true;
-    int rc = sched_batch_submit(w->sched, r->rid, r->n_prompt, r->max_tokens, r);
+    int rc = sched_batch_submit(w->sched, r->rid, r->n_prompt, r->max_tokens - r->n_carried, r);
     if (rc) {
         s_error(w, r->rid, rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_BAD_REQUEST,
                 rc == -EAGAIN   ? "the worker's queue is full"
@@ -384,7 +438,7 @@ static void s_want_draft(s_worker_t *w, s_req_t *r) {
     r->n_draft = 0;
     if (!w->to_draft || r->draft_pending)
         return;
-    int left = r->max_tokens - (r->n_hist - r->n_prompt); /* tokens it may still emit */
+    int left = r->max_tokens - s_done(r); /* tokens it may still emit */
     /* drafting is serial with the target's step: its measured latency per
      * token, in target steps, is part of what a deeper k costs */
     if (w->step_us > 0)
@@ -513,7 +567,7 @@ static void s_emit_verified(s_worker_t *w, s_req_t *r, const sched_batch_item_t 
     kv_cache_truncate(w->kv, &r->kv, r->n_computed);
     int n_emit = 0;
     for (int i = 0; i < e; i++) {
-        int index = r->n_hist - r->n_prompt;
+        int index = s_done(r);
         int32_t t = out[i];
         if (model_tokenizer_is_eog(w->tok, t)) {
             s_finish(w, r, -1, -1, MSG_FINISH_EOS);
@@ -644,7 +698,7 @@ static int s_step(s_worker_t *w) {
             s_emit_verified(w, r, it, lg, nd);
             continue;
         }
-        int index = r->n_hist - r->n_prompt;
+        int index = s_done(r);
         int32_t next = model_sampler_sample(w->sampler, &r->sp, lg, r->hist, r->n_hist, pos);
         if (model_tokenizer_is_eog(w->tok, next)) {
             s_finish(w, r, -1, -1, MSG_FINISH_EOS);
@@ -793,6 +847,13 @@ static void s_on_promote_done(void *self, msg_any_t *m, zmq_msg_t *raw) {
 static void s_on_work_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
     (void)raw;
     s_on_request(self, &m->u.work_request);
+}
+
+static void s_on_work_probe(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_worker_t *w = self;
+    actor_counters_add(w->counters, "probes", 1);
+    s_status(w, m->u.work_probe.rid, s_holds(w, m->u.work_probe.rid));
 }
 
 static void s_on_work_cancel(void *self, msg_any_t *m, zmq_msg_t *raw) {
@@ -958,6 +1019,7 @@ int actor_worker_main(actor_env_t *env) {
     actor_loop_on(w.loop, MSG_KV_PROMOTE_DONE, s_on_promote_done);
     actor_loop_on(w.loop, MSG_WORK_REQUEST, s_on_work_request);
     actor_loop_on(w.loop, MSG_WORK_CANCEL, s_on_work_cancel);
+    actor_loop_on(w.loop, MSG_WORK_PROBE, s_on_work_probe);
     actor_loop_idle(w.loop, s_idle);
     actor_loop_run(w.loop, 100);
     LOG_I(name, "stopping");

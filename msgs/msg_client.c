@@ -208,6 +208,37 @@ const msg_schema_t msg_schema_health_reply = {"health_reply", sizeof(msg_health_
                                               s_health_reply_fields,
                                               MSG_NFIELDS(s_health_reply_fields), NULL, NULL};
 
+/* ---- 10 resume: the generate keys inline, plus have and tokens */
+
+static int s_resume_check(const void *p, msg_err_t *err) {
+    const msg_resume_t *m = p; /* the generate's own rules ran already (INLINE) */
+    if (m->have > m->gen.max_tokens)
+        return msg_err_set(err, -EPROTO, MSG_E_RANGE, "have",
+                           "field 'have': %d is more than max_tokens (%d)", m->have,
+                           m->gen.max_tokens);
+    if (m->have > 0 && !m->gen.stream)
+        return msg_err_set(err, -EPROTO, MSG_E_INVALID, "have",
+                           "field 'have': a request with stream false has no token events");
+    if (m->n_tokens && m->n_tokens != m->have)
+        return msg_err_set(err, -EPROTO, MSG_E_INVALID, "tokens",
+                           "field 'tokens': %d ids for %d events ('have')", m->n_tokens,
+                           m->have);
+    return 0;
+}
+
+static const msg_field_t s_resume_fields[] = {
+    {.key = "", .kind = MSG_F_INLINE, .off = offsetof(msg_resume_t, gen),
+     .sub = &msg_schema_generate},
+    {.key = "have", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_resume_t, have),
+     .lo = 0, .hi = MSG_MAX_TOKENS},
+    {.key = "tokens", .kind = MSG_F_BIN_I32, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_resume_t, tokens), .off2 = offsetof(msg_resume_t, n_tokens),
+     .max = MSG_MAX_TOKENS, .lo = 0, .hi = INT32_MAX},
+};
+const msg_schema_t msg_schema_resume = {"resume",        sizeof(msg_resume_t),
+                                        s_resume_fields, MSG_NFIELDS(s_resume_fields),
+                                        NULL,            s_resume_check};
+
 /* ---- helpers */
 
 int msg_set_str(char *dst, size_t cap, const char *s) {

@@ -115,6 +115,19 @@ typedef struct {
     int n_actors;               /* 0..MSG_MAX_ACTORS */
 } msg_health_reply_t;
 
+/* 10 resume: continue a generate after a lost connection (the client reconnected, or
+ * the frontend restarted).  The generate's own keys, unchanged, plus what the client
+ * already has: `have` token events (indexes 0..have-1) and, optionally, their token
+ * ids.  With the ids the server continues after them; without, it generates the
+ * completion again (sampling is seeded per position: the same tokens) and sends only
+ * the events from index `have` on. */
+typedef struct {
+    msg_generate_t gen; /* as sent the first time */
+    int have;           /* 0..max_tokens: token events the client has */
+    int32_t *tokens;    /* (n_tokens) their token ids, or NULL; bin of int32 LE */
+    int n_tokens;       /* 0 or have */
+} msg_resume_t;
+
 MSG_DECLARE_CODEC(generate)
 MSG_DECLARE_CODEC(cancel)
 MSG_DECLARE_CODEC(stats)
@@ -124,6 +137,7 @@ MSG_DECLARE_CODEC(done)
 MSG_DECLARE_CODEC(error)
 MSG_DECLARE_CODEC(stats_reply)
 MSG_DECLARE_CODEC(health_reply)
+MSG_DECLARE_CODEC(resume)
 
 /* Helpers for building messages (0, -EINVAL if too long, or -ENOMEM). */
 /* Copy s into a fixed char array field (id, name, ...) of capacity cap (incl. NUL). */

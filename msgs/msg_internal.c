@@ -18,6 +18,9 @@ static const msg_field_t s_tok_request_fields[] = {
      .sub = &msg_schema_generate},
     {.key = "t_arrival_us", .kind = MSG_F_U64, .flags = REQ,
      .off = offsetof(msg_tok_request_t, t_arrival_us)},
+    {.key = "gen_tokens", .kind = MSG_F_BIN_I32, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_tok_request_t, gen_tokens), .off2 = offsetof(msg_tok_request_t, n_gen),
+     .max = MSG_MAX_TOKENS, .lo = 0, .hi = INT32_MAX},
 };
 const msg_schema_t msg_schema_tok_request = {"tok_request", sizeof(msg_tok_request_t),
                                              s_tok_request_fields,
@@ -37,6 +40,8 @@ static const msg_field_t s_work_request_fields[] = {
     {.key = "tokens", .kind = MSG_F_BIN_I32, .flags = REQ,
      .off = offsetof(msg_work_request_t, tokens), .off2 = offsetof(msg_work_request_t, n_tokens),
      .min = 1, .max = MSG_MAX_SEQ_TOKENS, .lo = 0, .hi = INT32_MAX},
+    {.key = "n_gen", .kind = MSG_F_INT, .off = offsetof(msg_work_request_t, n_gen), .lo = 0,
+     .hi = MSG_MAX_TOKENS},
     MSG_SAMPLING_FIELDS(msg_work_request_t),
     {.key = "seed", .kind = MSG_F_U64, .off = offsetof(msg_work_request_t, sampling.seed)},
     {.key = "t_arrival_us", .kind = MSG_F_U64, .flags = REQ,
@@ -46,12 +51,21 @@ static const msg_field_t s_work_request_fields[] = {
     {.key = "pin_tokens", .kind = MSG_F_INT, .off = offsetof(msg_work_request_t, pin_tokens),
      .lo = 0, .hi = MSG_MAX_SEQ_TOKENS},
 };
+static int s_work_request_check(const void *p, msg_err_t *err) {
+    const msg_work_request_t *m = p;
+    if (m->n_gen >= m->n_tokens || m->n_gen > m->max_tokens)
+        return msg_err_set(err, -EPROTO, MSG_E_INVALID, "n_gen",
+                           "field 'n_gen': %d carried tokens of %d (max_tokens %d)", m->n_gen,
+                           m->n_tokens, m->max_tokens);
+    return 0;
+}
+
 const msg_schema_t msg_schema_work_request = {"work_request",
                                               sizeof(msg_work_request_t),
                                               s_work_request_fields,
                                               MSG_NFIELDS(s_work_request_fields),
                                               s_work_request_init,
-                                              NULL};
+                                              s_work_request_check};
 
 /* ---- 22 work_event, 23 text_event */
 
@@ -107,6 +121,10 @@ const msg_schema_t msg_schema_work_event = {"work_event",
 
 static const msg_field_t s_text_event_fields[] = {
     S_EVENT_FIELDS(msg_text_event_t),
+    {.key = "worker", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_text_event_t, worker),
+     .lo = 0, .hi = 65535},
+    {.key = "count", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_text_event_t, count),
+     .lo = 0, .hi = MSG_MAX_TOKENS},
     {.key = "text", .kind = MSG_F_STR_HEAP, .flags = REQ, .off = offsetof(msg_text_event_t, text),
      .off2 = offsetof(msg_text_event_t, text_len), .max = MSG_MAX_TEXT_BYTES},
     {.key = "cached_tokens", .kind = MSG_F_INT, .off = offsetof(msg_text_event_t, cached_tokens),
@@ -170,3 +188,20 @@ static const msg_field_t s_worker_down_fields[] = {
 const msg_schema_t msg_schema_worker_down = {"worker_down", sizeof(msg_worker_down_t),
                                              s_worker_down_fields,
                                              MSG_NFIELDS(s_worker_down_fields), NULL, NULL};
+
+/* ---- 35 work_status, 36 work_probe */
+
+static const msg_field_t s_work_status_fields[] = {
+    S_RID(msg_work_status_t),
+    {.key = "worker", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_work_status_t, worker),
+     .lo = 0, .hi = 65535},
+    {.key = "held", .kind = MSG_F_BOOL, .flags = REQ, .off = offsetof(msg_work_status_t, held)},
+};
+const msg_schema_t msg_schema_work_status = {"work_status", sizeof(msg_work_status_t),
+                                             s_work_status_fields,
+                                             MSG_NFIELDS(s_work_status_fields), NULL, NULL};
+
+static const msg_field_t s_work_probe_fields[] = {S_RID(msg_work_probe_t)};
+const msg_schema_t msg_schema_work_probe = {"work_probe", sizeof(msg_work_probe_t),
+                                            s_work_probe_fields,
+                                            MSG_NFIELDS(s_work_probe_fields), NULL, NULL};

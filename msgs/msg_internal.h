@@ -19,18 +19,25 @@ typedef struct {
 } msg_timings_us_t;
 
 /* 20 tok_request (frontend -> tokenizer): the client's generate plus server fields.
- * On the wire: the generate keys (id, prompt|messages, max_tokens, ...) + rid, t_arrival_us. */
+ * On the wire: the generate keys (id, prompt|messages, max_tokens, ...) + rid,
+ * t_arrival_us, and for a resumed request the completion tokens already delivered. */
 typedef struct {
     uint64_t rid;
     msg_generate_t gen; /* the validated client request (owns prompt / messages) */
     uint64_t t_arrival_us;
+    int32_t *gen_tokens; /* (n_gen) completion tokens already delivered, or NULL */
+    int n_gen;           /* 0..max_tokens */
 } msg_tok_request_t;
 
-/* 21 work_request (tokenizer -> router -> worker) */
+/* 21 work_request (tokenizer -> router -> worker).  A resumed request carries the
+ * completion tokens already delivered at the end of `tokens` (n_gen of them): the
+ * worker computes their KV with the prompt's and goes on at completion index n_gen. */
 typedef struct {
     uint64_t rid;
-    int32_t *tokens;                 /* (n_tokens) prompt token ids, >= 0; "bin" int32 LE */
+    int32_t *tokens;                 /* (n_tokens) prompt then n_gen completion token ids,
+                                        >= 0; "bin" int32 LE */
     int n_tokens;                    /* 1..MSG_MAX_SEQ_TOKENS */
+    int n_gen;                       /* 0..min(n_tokens - 1, max_tokens) */
     int max_tokens;                  /* 1..MSG_MAX_TOKENS */
     msg_sampling_t sampling;         /* seed included */
     char stop[MSG_MAX_STOP][MSG_MAX_STOP_BYTES + 1];
@@ -52,9 +59,12 @@ typedef struct {
     msg_timings_us_t timings; /* meaningful when finish != 0 */
 } msg_work_event_t;
 
-/* 23 text_event (tokenizer -> frontend): work_event plus its detokenized text piece. */
+/* 23 text_event (worker -> frontend): work_event plus its detokenized text piece. */
 typedef struct {
     uint64_t rid;
+    int worker;    /* the sending worker's index, >= 0 */
+    int count;     /* completion tokens after this event (carried ones included): the
+                      frontend's check that none was lost before it */
     int index;     /* as in work_event */
     int32_t token; /* as in work_event */
     char *text;    /* UTF-8-safe piece ("" while incomplete) */
@@ -94,6 +104,20 @@ typedef struct {
     int worker; /* >= 0 */
 } msg_worker_down_t;
 
+/* 35 work_status (worker -> frontend): the worker holds request rid (on arrival, and
+ * in answer to a work_probe), or does not (answer to a probe). */
+typedef struct {
+    uint64_t rid;
+    int worker; /* >= 0 */
+    bool held;  /* waiting or running there */
+} msg_work_status_t;
+
+/* 36 work_probe (frontend -> worker): does the worker still hold rid?  Sent when a
+ * request it accepted has been silent for a while: its events may have been lost. */
+typedef struct {
+    uint64_t rid;
+} msg_work_probe_t;
+
 MSG_DECLARE_CODEC(tok_request)
 MSG_DECLARE_CODEC(work_request)
 MSG_DECLARE_CODEC(work_event)
@@ -102,5 +126,7 @@ MSG_DECLARE_CODEC(work_cancel)
 MSG_DECLARE_CODEC(load_report)
 MSG_DECLARE_CODEC(work_error)
 MSG_DECLARE_CODEC(worker_down)
+MSG_DECLARE_CODEC(work_status)
+MSG_DECLARE_CODEC(work_probe)
 
 #endif

@@ -31,6 +31,7 @@
     X(error, ERROR, 7, 1, MSG_FAMILY_CLIENT)                                                       \
     X(stats_reply, STATS_REPLY, 8, 1, MSG_FAMILY_CLIENT)                                           \
     X(health_reply, HEALTH_REPLY, 9, 1, MSG_FAMILY_CLIENT)                                         \
+    X(resume, RESUME, 10, 1, MSG_FAMILY_CLIENT)                                                    \
     /* internal: actor <-> actor */                                                                \
     X(tok_request, TOK_REQUEST, 20, 1, MSG_FAMILY_INTERNAL)                                        \
     X(work_request, WORK_REQUEST, 21, 1, MSG_FAMILY_INTERNAL)                                      \
@@ -40,6 +41,8 @@
     X(load_report, LOAD_REPORT, 25, 1, MSG_FAMILY_INTERNAL)                                        \
     X(work_error, WORK_ERROR, 26, 1, MSG_FAMILY_INTERNAL)                                          \
     X(worker_down, WORKER_DOWN, 27, 1, MSG_FAMILY_INTERNAL)                                        \
+    X(work_status, WORK_STATUS, 35, 1, MSG_FAMILY_INTERNAL)                                        \
+    X(work_probe, WORK_PROBE, 36, 1, MSG_FAMILY_INTERNAL)                                          \
     /* KV store (msg_kv.h) and speculative decoding (msg_spec.h) */                              \
     X(kv_hint, KV_HINT, 28, 1, MSG_FAMILY_INTERNAL)                                                \
     X(kv_promote, KV_PROMOTE, 29, 1, MSG_FAMILY_INTERNAL)                                          \

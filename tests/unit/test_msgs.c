@@ -51,6 +51,23 @@ static void fill(int type, msg_any_t *a) {
     case MSG_CANCEL:
         strcpy(a->u.cancel.id, "req-1");
         break;
+    case MSG_RESUME: {
+        msg_resume_t *r = &a->u.resume;
+        strcpy(r->gen.id, "req-2");
+        r->gen.prompt = "Once upon a time";
+        r->gen.prompt_len = strlen(r->gen.prompt);
+        r->gen.max_tokens = 32;
+        r->have = 4;
+        r->tokens = toks;
+        r->n_tokens = 4;
+        break;
+    }
+    case MSG_WORK_STATUS:
+        a->u.work_status = (msg_work_status_t){82, 1, true};
+        break;
+    case MSG_WORK_PROBE:
+        a->u.work_probe.rid = 83;
+        break;
     case MSG_TOKEN:
         strcpy(a->u.token.id, "r");
         a->u.token.index = 3;
