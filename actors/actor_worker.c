@@ -71,6 +71,7 @@ typedef struct {
     s_req_t *parked;            /* requests waiting for promotions */
     int prefetch_wait_ms;       /* longest wait for promotions */
     bool self_promote;          /* a tier manager but no prefetcher: ask for promotions */
+    bool write_through;         /* a tier manager, and full blocks go there at once */
     zsock_t *to_draft;          /* PUSH to the draft worker, or NULL: no speculation */
     int spec_k;                 /* fixed depth, or 0: adaptive */
     int spec_k_max;             /* adaptive: the largest depth */
@@ -121,6 +122,9 @@ const actor_opt_t actor_worker_opts[] = {
     {"kv_policy", ACTOR_OPT_ENUM, "scored", 0, 0, "lru|lfu|scored", "T0 eviction order"},
     {"prefix_cache", ACTOR_OPT_BOOL, "1", 0, 0, NULL,
      "share cached prompt prefixes (0: every prompt computed)"},
+    {"write_through", ACTOR_OPT_BOOL, "1", 0, 0, NULL,
+     "with a KV tier manager: send each full KV block of a running request to T1 at once "
+     "(a request resumed after this worker dies promotes them instead of recomputing)"},
     {"prefetch_wait_ms", ACTOR_OPT_INT, "200", 0, 60000, NULL,
      "how long a request waits for its promotions from T1/T2 before it recomputes"},
     {"spec", ACTOR_OPT_BOOL, "1", 0, 0, NULL,
@@ -611,6 +615,8 @@ static void s_attach(s_worker_t *w, s_req_t *r, sched_batch_item_t *it) {
     it->sample = it->pos0 + it->n == r->n_prompt;
 }
 
+static void s_on_written(void *arg, const kv_cache_evicted_t *b);
+
 /* One forward step over everything the scheduler picked. */
 static int s_step(s_worker_t *w) {
     int n_items = sched_batch_plan(w->sched, w->items, w->max_batch);
@@ -679,8 +685,12 @@ static int s_step(s_worker_t *w) {
         sched_batch_item_t *it = &w->items[k];
         s_req_t *r = it->user;
         r->n_computed = it->pos0 + it->n;
-        if (it->prefill) /* full prompt blocks are shareable as soon as they are computed */
+        /* full blocks are shareable as soon as they are computed; with write-through
+         * they go to T1 then too */
+        if (it->prefill || (w->write_through && r->n_computed % w->block_size == 0))
             s_publish(w, r, r->n_computed, false);
+        if (w->write_through)
+            kv_cache_write_through(w->kv, &r->kv, s_on_written, w);
         int skip = r->skip; /* cached positions before this chunk (first chunk only) */
         r->skip = 0;
         if (!it->sample) {
@@ -725,11 +735,9 @@ static int s_step(s_worker_t *w) {
     return n_items;
 }
 
-/* Evicted from T0: demote to the tier manager unless it has the block already.
- * Never waits: a full queue drops the demotion (the block is recomputed if
- * needed again). */
-static void s_on_evict(void *arg, const kv_cache_evicted_t *b) {
-    s_worker_t *w = arg;
+/* Send a full block to the tier manager (what: "demoted" or "written").  Never
+ * waits: a full queue drops it (the block is recomputed if needed again). */
+static void s_to_tier(s_worker_t *w, const kv_cache_evicted_t *b, const char *what) {
     if (!w->to_tier || b->in_lower || b->meta->n_tokens != w->block_size)
         return;
     msg_kv_block_t m;
@@ -741,12 +749,28 @@ static void s_on_evict(void *arg, const kv_cache_evicted_t *b) {
     m.n_tokens = b->meta->n_tokens;
     m.fmt = b->fmt;
     m.pin = b->meta->pin;
+    char name[48];
     if (actor_send_raw(w->to_tier, MSG_KV_BLOCK, &m, b->data, b->bytes, 0)) {
-        actor_counters_add(w->counters, "kv.demote.dropped", 1);
+        snprintf(name, sizeof name, "kv.%s.dropped", what);
+        actor_counters_add(w->counters, name, 1);
     } else {
-        actor_counters_add(w->counters, "kv.demoted", 1);
-        actor_counters_add(w->counters, "kv.bytes.demoted", (int64_t)b->bytes);
+        snprintf(name, sizeof name, "kv.%s", what);
+        actor_counters_add(w->counters, name, 1);
+        snprintf(name, sizeof name, "kv.bytes.%s", what);
+        actor_counters_add(w->counters, name, (int64_t)b->bytes);
     }
+}
+
+/* Evicted from T0: demote to the tier manager unless it has the block already. */
+static void s_on_evict(void *arg, const kv_cache_evicted_t *b) {
+    s_to_tier(arg, b, "demoted");
+}
+
+/* Write-through: a running request's block just filled goes to T1 at once, so
+ * that the request, resumed elsewhere after this worker dies, promotes it there
+ * instead of computing it again. */
+static void s_on_written(void *arg, const kv_cache_evicted_t *b) {
+    s_to_tier(arg, b, "written");
 }
 
 /* A block promoted from T1/T2 for request rid. */
@@ -990,6 +1014,7 @@ int actor_worker_main(actor_env_t *env) {
     if (actor_topology_endpoint(t, "kvtier")) {
         w.to_tier = actor_sock_outbound(t, name, "kvtier", 256);
         w.self_promote = actor_topology_endpoint(t, "prefetcher") == NULL;
+        w.write_through = actor_env_bool(env, "write_through");
         if (!w.to_tier) {
             actor_env_fail(env, "%s: cannot connect to the KV tier manager", name);
             s_cleanup(&w);

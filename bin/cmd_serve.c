@@ -65,6 +65,8 @@ static const s_flag_t s_flags[] = {
     {"t2-blocks", 0, "kvtier", "t2_blocks", "N", NULL, 0, NULL, NULL},
     {"t2-type", 0, "kvtier", "t2_fmt", "T", NULL, 0, "T2 format (default: the T1 format)", NULL},
     {"prefetch-wait-ms", 0, "worker<N>", "prefetch_wait_ms", "N", NULL, 0, NULL, NULL},
+    {"no-write-through", 0, "worker<N>", "write_through", NULL, "0", 0,
+     "full KV blocks of running requests reach T1 only when evicted (not at once)", NULL},
     {"draft", 0, "draft", "draft", "KIND", NULL, 0,
      "ngram (prompt lookup) or model (needs --draft-model); a draft worker proposes "
      "tokens, the target verifies them in one pass",

@@ -218,16 +218,21 @@ static int s_lookup(const kv_cache_t *self, const int32_t *tokens, int n, int32_
 
 /* Hand a cached block to the evict callback and drop it from the index and
  * the policy; the caller reuses its slot. */
+static void s_meta_of(const kv_cache_t *self, int id, kv_meta_t *meta) {
+    const s_block_t *b = &self->blk[id];
+    meta->hash = b->hash;
+    meta->parent = b->parent;
+    meta->n_tokens = b->n_tokens;
+    meta->pin = b->pin;
+    memcpy(meta->tokens, s_tokens(self, id), (size_t)b->n_tokens * sizeof *meta->tokens);
+}
+
 static void s_evict(kv_cache_t *self, int id) {
     s_block_t *b = &self->blk[id];
     assert(b->state == S_CACHED && b->refs == 0);
     if (self->on_evict) {
         kv_meta_t meta;
-        meta.hash = b->hash;
-        meta.parent = b->parent;
-        meta.n_tokens = b->n_tokens;
-        meta.pin = b->pin;
-        memcpy(meta.tokens, s_tokens(self, id), (size_t)b->n_tokens * sizeof *meta.tokens);
+        s_meta_of(self, id, &meta);
         kv_cache_evicted_t ev = {&meta, self->cfg.fmt, s_data(self, id), self->pool.block_bytes,
                                  b->in_lower};
         self->on_evict(self->evict_arg, &ev);
@@ -621,6 +626,26 @@ int kv_cache_insert(kv_cache_t *self, const kv_meta_t *meta, int fmt, const void
     kv_policy_insert(self->policy, id, s_now(self), b->pin, true);
     self->st.inserted++;
     return 0;
+}
+
+int kv_cache_write_through(kv_cache_t *self, kv_seq_t *seq, kv_cache_evict_fn fn, void *arg) {
+    if (!s_seq_ok(self, seq) || !fn)
+        return -EINVAL;
+    int n = 0;
+    for (; seq->n_written < seq->n_published; seq->n_written++) {
+        int id = seq->blocks[seq->n_written];
+        s_block_t *b = &self->blk[id];
+        if (b->in_lower || b->n_tokens != self->cfg.block_size)
+            continue;
+        kv_meta_t meta;
+        s_meta_of(self, id, &meta);
+        kv_cache_evicted_t ev = {&meta, self->cfg.fmt, s_data(self, id), self->pool.block_bytes,
+                                 false};
+        fn(arg, &ev);
+        b->in_lower = true;
+        n++;
+    }
+    return n;
 }
 
 void kv_cache_mark_lower(kv_cache_t *self, uint64_t hash) {

@@ -47,6 +47,7 @@ typedef struct {
     int n;           /* blocks held */
     int cap;         /* allocated entries */
     int n_published; /* leading blocks already in the index (kv_cache_publish) */
+    int n_written;   /* leading blocks handed to a lower tier (kv_cache_write_through) */
     uint64_t tail_hash; /* hash of block n_published - 1 (0 if none) */
 } kv_seq_t;
 
@@ -128,6 +129,12 @@ void kv_cache_release(kv_cache_t *self, kv_seq_t *seq);
  * -EINVAL (bad format or size). */
 int kv_cache_insert(kv_cache_t *self, const kv_meta_t *meta, int fmt, const void *data,
                     size_t len);
+/* Write-through: hand each full published block of seq that no lower tier holds
+ * yet to fn (as an eviction would, the data valid during the call), then mark it
+ * as held by a lower tier (it is not sent again, on eviction either).  Blocks are
+ * taken in position order, each once per seq (seq->n_written).  Returns the
+ * number handed over. */
+int kv_cache_write_through(kv_cache_t *self, kv_seq_t *seq, kv_cache_evict_fn fn, void *arg);
 /* Remember that a lower tier holds hash (no need to send it again on eviction). */
 void kv_cache_mark_lower(kv_cache_t *self, uint64_t hash);
 /* True when a block with this hash is in T0. */
