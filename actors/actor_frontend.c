@@ -28,6 +28,7 @@
 #define S_RETRY0_US 100000    /* first backoff before an attempt is submitted again */
 #define S_RETRY_MAX_US 2000000 /* longest backoff */
 #define S_MAX_PROBES 3        /* unanswered probes before an attempt counts as lost */
+#define S_FINAL_WAIT_US 60000000 /* how long a slow reader's final error waits for room */
 
 /* One accepted request. */
 typedef struct {
@@ -56,6 +57,8 @@ typedef struct {
     uint64_t retry_at_us;  /* submit again then (0: not waiting to) */
     uint64_t retry_wait_us; /* the next backoff */
     uint64_t give_up_us;   /* no token by then: the request fails */
+    bool slow;             /* an event found the client's queue full and was dropped */
+    uint64_t final_due_us; /* since then its final error waits for room (0: not) */
 } s_req_t;
 
 /* Another actor as the frontend sees it. */
@@ -251,11 +254,19 @@ static void s_client_gone(s_front_t *f, const uint8_t *ident, size_t ident_len) 
 
 /* Send to the client of r; a vanished client cancels its requests.  An event the
  * encoder refuses (e.g. text that is not UTF-8) is never dropped in silence: the
- * request ends there with an `internal` error and is cancelled. */
+ * request ends there with an `internal` error and is cancelled.  An event that
+ * finds the client's queue full (a client that does not read) is dropped, and the
+ * request is cancelled: it ends with the error s_end gives a slow reader. */
 static void s_to_client(s_front_t *f, s_req_t *r, int type, const void *m) {
-    if (r->gone)
+    if (r->gone || r->slow)
         return;
     int rc = s_reply(f, r->ident, r->ident_len, false, type, m);
+    if (rc == -EAGAIN) {
+        r->slow = true;
+        actor_counters_add(f->counters, "clients.slow", 1);
+        s_cancel(f, r, "slow_reader");
+        return;
+    }
     if (rc == -EINVAL && type != MSG_ERROR) {
         s_reply_error(f, r->ident, r->ident_len, false, r->id, MSG_CODE_INTERNAL,
                       "the server could not encode an event of this request");
@@ -269,6 +280,36 @@ static void s_to_client(s_front_t *f, s_req_t *r, int type, const void *m) {
         memcpy(ident, r->ident, n);
         s_client_gone(f, ident, n);
     }
+}
+
+/* The final event of a slow reader's request: an error, sent when there is room
+ * (retried from s_watch for S_FINAL_WAIT_US).  True when r may be removed. */
+static bool s_final_slow(s_front_t *f, s_req_t *r) {
+    if (r->gone)
+        return true;
+    msg_error_t x;
+    msg_error_init(&x);
+    msg_set_str(x.id, sizeof x.id, r->id);
+    x.code = MSG_CODE_OVERLOADED;
+    msg_set_str(x.message, sizeof x.message,
+                "events of this request were dropped: the client did not read them fast "
+                "enough (its queue was full)");
+    int rc = s_reply(f, r->ident, r->ident_len, false, MSG_ERROR, &x);
+    if (rc == -EAGAIN && (!r->final_due_us || base_now_us() - r->final_due_us < S_FINAL_WAIT_US)) {
+        if (!r->final_due_us)
+            r->final_due_us = base_now_us();
+        return false;
+    }
+    actor_counters_add(f->counters, rc ? "final.undeliverable" : "failed.slow_reader", 1);
+    return true;
+}
+
+/* Send r's final event (done or error) and remove r.  A slow reader gets an error
+ * instead (see s_to_client), and r stays until it could be queued. */
+static void s_end(s_front_t *f, s_req_t *r, int type, const void *m) {
+    s_to_client(f, r, type, m);
+    if (!r->slow || s_final_slow(f, r))
+        s_remove(f, r);
 }
 
 /* ---- attempts: submit, resubmit, give up */
@@ -308,11 +349,10 @@ static void s_fail(s_front_t *f, s_req_t *r, int code, const char *message) {
     msg_set_str(x.id, sizeof x.id, r->id);
     x.code = code;
     msg_set_str(x.message, sizeof x.message, message);
-    s_to_client(f, r, MSG_ERROR, &x);
     char name[48];
     snprintf(name, sizeof name, "failed.%s", msg_code_name(code) ? msg_code_name(code) : "?");
     actor_counters_add(f->counters, name, 1);
-    s_remove(f, r);
+    s_end(f, r, MSG_ERROR, &x);
 }
 
 /* End r here with done "cancelled" (its attempt is gone, and it was cancelled). */
@@ -326,9 +366,8 @@ static void s_done_cancelled(s_front_t *f, s_req_t *r) {
         d.text_len = r->text_len;
     }
     d.usage.completion_tokens = r->n_tokens;
-    s_to_client(f, r, MSG_DONE, &d);
     actor_counters_add(f->counters, "finished.cancelled", 1);
-    s_remove(f, r);
+    s_end(f, r, MSG_DONE, &d);
 }
 
 /* r's current attempt is lost (why: a counter name): stop it and go on under a new
@@ -663,6 +702,8 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
             s_cancel_rid(f, te->rid, te->worker);
         return;
     }
+    if (r->final_due_us) /* over: only its final error waits for room */
+        return;
     uint64_t now = base_now_us();
     r->worker = te->worker;
     r->t_heard_us = now;
@@ -729,16 +770,15 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
     d.timings.prefill_ms = s_ms(te->timings.prefill_us);
     d.timings.decode_ms = s_ms(te->timings.decode_us);
     d.timings.ttft_ms = s_ms(te->timings.ttft_us);
-    s_to_client(f, r, MSG_DONE, &d);
     char name[48];
     snprintf(name, sizeof name, "finished.%s", msg_finish_name(te->finish));
     actor_counters_add(f->counters, name, 1);
-    s_remove(f, r);
+    s_end(f, r, MSG_DONE, &d);
 }
 
 static void s_on_work_error(s_front_t *f, const msg_work_error_t *e) {
     s_req_t *r = s_find_rid(f, e->rid);
-    if (!r) {
+    if (!r || r->final_due_us) {
         actor_counters_add(f->counters, "events.unknown_rid", 1);
         return;
     }
@@ -765,6 +805,8 @@ static void s_on_status(s_front_t *f, const msg_work_status_t *st) {
         }
         return;
     }
+    if (r->final_due_us)
+        return;
     if (!st->held) {
         s_resubmit(f, r, "not_held", 0);
         return;
@@ -782,7 +824,7 @@ static void s_on_status(s_front_t *f, const msg_work_status_t *st) {
 static void s_worker_lost(s_front_t *f, int w, const char *why) {
     for (int i = 0; i < f->max_requests; i++) {
         s_req_t *r = &f->reqs[i];
-        if (r->rid && r->worker == w && !r->retry_at_us)
+        if (r->rid && r->worker == w && !r->retry_at_us && !r->final_due_us)
             s_resubmit(f, r, why, 0);
     }
 }
@@ -795,6 +837,11 @@ static void s_watch(void *self) {
         s_req_t *r = &f->reqs[i];
         if (!r->rid)
             continue;
+        if (r->final_due_us) {
+            if (s_final_slow(f, r))
+                s_remove(f, r);
+            continue;
+        }
         if (r->retry_at_us) {
             if (now >= r->retry_at_us)
                 s_submit(f, r);
