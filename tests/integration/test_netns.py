@@ -11,7 +11,6 @@ an error, with the text of `strata generate --greedy`.
 Needs root and `ip` (iproute2); where namespaces cannot be made the test is skipped
 (exit 77; a failure under CI=true).  Namespaces and processes are removed in the end."""
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -100,7 +99,7 @@ class Host:
             return f.read()
 
     def actor_pids(self):
-        return [int(p) for p in re.findall(r"started \S+ \(pid (\d+)\)", self.read_log())]
+        return u.actor_pids(self.read_log())
 
     def ready(self):
         if self.proc.poll() is not None:
@@ -123,14 +122,6 @@ def request(endpoint, i, out):
     except StrataError as e:
         if e.code != "timeout":  # an error event; a timeout is the client's: no final event
             out[i] = (toks, {"type": "error", "code": e.code, "message": e.message})
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def main():
@@ -173,7 +164,7 @@ def main():
         w0 = hosts[HOSTS.index("w0")]
         victims = [w0.proc.pid] + w0.actor_pids()
         for p in victims:
-            if alive(p):
+            if u.alive(p):
                 os.kill(p, signal.SIGKILL)
         print("SIGKILL of host w0 (pids %s) at %s tokens" %
               (victims, [len(out[i][0]) for i in range(N_REQUESTS)]))
@@ -199,7 +190,7 @@ def main():
                 h.proc.kill()
             h.proc.wait()
             for p in pids:
-                if alive(p):
+                if u.alive(p):
                     os.kill(p, signal.SIGKILL)
         drop_net()
         shutil.rmtree(d, ignore_errors=True)

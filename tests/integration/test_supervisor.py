@@ -6,11 +6,8 @@ for the tokenizer; SIGKILL of the supervisor, while one child is stopped, leaves
 child process within 2 s, and a new `strata serve` on the same topology (same
 ipc files and ports) is ready at once.  Every started PID is killed in the end."""
 import os
-import re
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -18,32 +15,6 @@ import serve_util as u  # first: it skips without the model, zmq or msgpack
 
 HANG_MS = 1500
 NAMES = ("frontend", "tokenizer", "router", "worker0", "worker1")
-
-
-def write_topology(d, port):
-    path = os.path.join(d, "topology.txt")
-    with open(path, "w") as f:
-        f.write("supervisor ipc://%(d)s/supervisor\n"
-                "defaults   -                      threads=1 max_batch=8 kv_blocks=256\n"
-                "frontend   ipc://%(d)s/frontend   client=tcp://127.0.0.1:%(port)d\n"
-                "tokenizer  ipc://%(d)s/tokenizer\n"
-                "router     ipc://%(d)s/router\n"
-                "worker0    ipc://%(d)s/worker0\n"
-                "worker1    ipc://%(d)s/worker1\n" % {"d": d, "port": port})
-    return path
-
-
-def pids_of(log, name):
-    return [int(p) for p in re.findall(r"started %s \(pid (\d+)\)" % name, log)]
-
-
-def alive(pid):
-    """Running or stopped; a zombie (exited, not yet reaped by whoever adopted it) is gone."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def serves(ep):
@@ -54,7 +25,7 @@ def serves(ep):
 def hang(s, ep, name, started):
     """SIGSTOP name; the supervisor kills it, restarts it and health is ok again.
     Returns the seconds until the kill was logged."""
-    pid = pids_of(s.read_log(), name)[-1]
+    pid = u.actor_pids(s.read_log(), name)[-1]
     t0 = time.time()
     os.kill(pid, signal.SIGSTOP)
     u.wait_for(lambda: "%s hung (no heartbeat for" % name in s.read_log(), HANG_MS / 1000 + 3,
@@ -62,9 +33,9 @@ def hang(s, ep, name, started):
     detect = time.time() - t0
     line = [l for l in s.read_log().splitlines() if "%s hung" % name in l][-1]
     print("%s: %r after %.2f s" % (name, line, detect))
-    u.wait_for(lambda: not alive(pid), 2, "the stopped %s to be killed" % name)
-    new = u.wait_for(lambda: (lambda p: p if p[-1] != pid else None)(pids_of(s.read_log(), name)),
-                     5, "%s restarted" % name)[-1]
+    u.wait_for(lambda: not u.alive(pid), 2, "the stopped %s to be killed" % name)
+    new = u.wait_for(lambda: (lambda p: p if p[-1] != pid else None)(
+        u.actor_pids(s.read_log(), name)), 5, "%s restarted" % name)[-1]
     started.add(new)
     u.wait_for(lambda: u.health(ep)["ok"], 30, "health ok after %s restarted" % name)
     print("%s restarted (pid %d -> %d), healthy after %.2f s" % (name, pid, new,
@@ -79,7 +50,7 @@ def hang(s, ep, name, started):
 def main():
     d = tempfile.mkdtemp(prefix="strata-super-")
     port = u.free_port()
-    path = write_topology(d, port)
+    path = u.process_topology(d, port, "threads=1 max_batch=8 kv_blocks=256")
     started = set()  # every actor PID seen, killed in finally
     servers = []
     try:
@@ -91,7 +62,7 @@ def main():
         u.wait_for(lambda: u.health(ep)["ok"], 20, "health ok")
         log = s.read_log()
         for n in NAMES:
-            started.update(pids_of(log, n))
+            started.update(u.actor_pids(log, n))
         u.check(len(started) == len(NAMES), "one process per actor: %r" % started)
         u.check(serves(ep), "serves")
         time.sleep(HANG_MS / 1000 + 0.5)  # quiet and idle actors keep beating: no false hang
@@ -105,14 +76,14 @@ def main():
 
         # ---- the supervisor dies (SIGKILL) while a child is stopped
         log = s.read_log()
-        kids = [pids_of(log, n)[-1] for n in NAMES]
+        kids = [u.actor_pids(log, n)[-1] for n in NAMES]
         os.kill(kids[NAMES.index("router")], signal.SIGSTOP)
         t0 = time.time()
         s.proc.kill()
         s.proc.wait()
-        u.wait_for(lambda: not any(alive(p) for p in kids), 2,
+        u.wait_for(lambda: not any(u.alive(p) for p in kids), 2,
                    "no child left after the supervisor's SIGKILL: %r" %
-                   [p for p in kids if alive(p)])
+                   [p for p in kids if u.alive(p)])
         print("every child gone %.2f s after the supervisor's SIGKILL" % (time.time() - t0))
 
         # ---- the ports and ipc files are free: a new service starts at once
@@ -121,7 +92,7 @@ def main():
         servers.append(s2)
         s2.start()
         for n in NAMES:
-            started.update(pids_of(s2.read_log(), n))
+            started.update(u.actor_pids(s2.read_log(), n))
         u.wait_for(lambda: u.health(ep)["ok"], 20, "health ok on the new service")
         u.check(serves(ep), "the new service serves")
         u.check(s2.stop() == 0, "the new service stops cleanly")
@@ -132,7 +103,7 @@ def main():
                 s.proc.kill()
                 s.proc.wait()
         for p in started:
-            if alive(p):
+            if u.alive(p):
                 os.kill(p, signal.SIGKILL)
         for s in servers:
             if os.path.exists(s.log.name):
