@@ -23,6 +23,7 @@ struct actor_env_t {
     const actor_info_t *info;     /* its registry entry: body and options */
     zsock_t *pipe;                /* the actor's end of the zactor pipe */
     bool answered;                /* READY or FAIL sent */
+    bool beat;                    /* process mode: its loop heartbeats to the supervisor */
 };
 
 struct actor_t {
@@ -128,8 +129,10 @@ static void s_shim(zsock_t *pipe, void *args) {
     free(env);
 }
 
-actor_t *actor_new(const char *name, const actor_topology_t *topo, int timeout_ms, char *err,
-                   size_t errlen) {
+/* actor_new; beat: the actor's loop sends heartbeats to the topology's
+ * supervisor (process mode). */
+static actor_t *s_actor_new(const char *name, const actor_topology_t *topo, int timeout_ms,
+                            bool beat, char *err, size_t errlen) {
     const actor_info_t *info = actor_info_find(name);
     if (!info || !actor_topology_endpoint(topo, name)) {
         snprintf(err, errlen, "no actor called '%s' in the topology", name);
@@ -149,6 +152,7 @@ actor_t *actor_new(const char *name, const actor_topology_t *topo, int timeout_m
     snprintf(env->name, sizeof env->name, "%s", name);
     env->topo = topo;
     env->info = info;
+    env->beat = beat;
     self->zactor = zactor_new(s_shim, env); /* env now belongs to the thread */
     if (!self->zactor) {
         snprintf(err, errlen, "cannot start the thread of '%s'", name);
@@ -172,6 +176,11 @@ actor_t *actor_new(const char *name, const actor_topology_t *topo, int timeout_m
     zstr_free(&s);
     actor_destroy(&self);
     return NULL;
+}
+
+actor_t *actor_new(const char *name, const actor_topology_t *topo, int timeout_ms, char *err,
+                   size_t errlen) {
+    return s_actor_new(name, topo, timeout_ms, false, err, errlen);
 }
 
 void actor_destroy(actor_t **self_p) {
@@ -210,13 +219,13 @@ bool actor_exited(actor_t *self, int *rc) {
 int actor_process_run(const char *name, const actor_topology_t *topo) {
     char err[512];
     actor_curve_t *curve = actor_curve_new(topo, name, err, sizeof err); /* before any socket */
-    actor_t *a = curve ? actor_new(name, topo, 300000, err, sizeof err) : NULL;
+    const char *sup = actor_topology_endpoint(topo, "supervisor");
+    actor_t *a = curve ? s_actor_new(name, topo, 300000, sup != NULL, err, sizeof err) : NULL;
     if (!a) {
         LOG_E(TAG, "%s: %s", name, err);
         actor_curve_destroy(&curve);
         return 1;
     }
-    const char *sup = actor_topology_endpoint(topo, "supervisor");
     zsock_t *ctl = NULL;
     if (sup) {
         ctl = actor_sock_outbound(topo, name, "supervisor", 16);
@@ -229,13 +238,14 @@ int actor_process_run(const char *name, const actor_topology_t *topo) {
             zclock_sleep(20);
     }
     LOG_I(TAG, "%s: ready (pid %d)", name, (int)getpid());
+    pid_t parent = getppid();
     int rc = 0;
     zpoller_t *poller = zpoller_new(actor_pipe(a), NULL);
     while (!zsys_interrupted) {
         zpoller_wait(poller, 200);
         if (actor_exited(a, &rc))
             break;
-        if (getppid() == 1) { /* the supervisor is gone */
+        if (getppid() != parent) { /* the supervisor is gone (reparented to 1 or a subreaper) */
             LOG_W(TAG, "%s: parent gone, stopping", name);
             break;
         }
@@ -537,6 +547,8 @@ struct actor_loop_t {
     actor_timer_fn stats_hook; /* before every stats_answer, or NULL */
     int budget;                /* messages per socket per wakeup */
     bool stop;                 /* end after the current message */
+    zsock_t *beat;             /* process mode: PUSH to the supervisor, owned; else NULL */
+    uint64_t beat_next_us;     /* when the next heartbeat is due */
 };
 
 actor_loop_t *actor_loop_new(actor_env_t *env, void *self) {
@@ -551,6 +563,10 @@ actor_loop_t *actor_loop_new(actor_env_t *env, void *self) {
         free(l);
         return NULL;
     }
+    /* this thread's own socket (the process's ready report has another): a
+     * heartbeat never waits, and at most two queue while the supervisor is away */
+    if (env->beat && !(l->beat = actor_sock_outbound(env->topo, env->name, "supervisor", 2)))
+        LOG_W(TAG, "%s: no heartbeat socket: the supervisor will see it as hung", env->name);
     return l;
 }
 
@@ -560,6 +576,7 @@ void actor_loop_destroy(actor_loop_t **self_p) {
     for (int i = 0; i < (*self_p)->n_socks; i++)
         if ((*self_p)->socks[i].monitor)
             zsock_destroy(&(*self_p)->socks[i].sock);
+    zsock_destroy(&(*self_p)->beat);
     actor_counters_destroy(&(*self_p)->counters);
     free(*self_p);
     *self_p = NULL;
@@ -754,6 +771,19 @@ static bool s_drain(actor_loop_t *self, s_sock_t *s) {
     return true;
 }
 
+/* Process mode: tell the supervisor this loop still turns, every
+ * ACTOR_HEARTBEAT_MS (never blocking: a full queue drops the beat). */
+static void s_heartbeat(actor_loop_t *self, uint64_t now) {
+    if (!self->beat || now < self->beat_next_us)
+        return;
+    msg_heartbeat_t h;
+    msg_heartbeat_init(&h);
+    msg_set_str(h.name, sizeof h.name, self->env->name);
+    h.pid = getpid();
+    actor_send(self->beat, MSG_HEARTBEAT, &h);
+    self->beat_next_us = now + ACTOR_HEARTBEAT_MS * 1000;
+}
+
 int actor_loop_run(actor_loop_t *self, int wait_ms) {
     zmq_pollitem_t items[1 + S_MAX_SOCKS];
     items[0] = (zmq_pollitem_t){zsock_resolve(self->env->pipe), 0, ZMQ_POLLIN, 0};
@@ -762,6 +792,13 @@ int actor_loop_run(actor_loop_t *self, int wait_ms) {
     int timeout = wait_ms > 0 ? wait_ms : 100;
     while (!self->stop) {
         uint64_t now = base_now_us();
+        s_heartbeat(self, now);
+        if (self->beat) {
+            uint64_t due = self->beat_next_us;
+            int ms = due > now ? (int)((due - now + 999) / 1000) : 0;
+            if (ms < timeout)
+                timeout = ms;
+        }
         for (int i = 0; i < self->n_timers; i++) {
             uint64_t due = self->timers[i].next_us;
             int ms = due > now ? (int)((due - now + 999) / 1000) : 0;

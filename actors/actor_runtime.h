@@ -71,9 +71,14 @@ zsock_t *actor_pipe(actor_t *self);
 /* Non-blocking: true when the actor's function has returned; *rc gets its status. */
 bool actor_exited(actor_t *self, int *rc);
 
+/* How often an actor's loop sends `heartbeat` to its supervisor (process mode). */
+#define ACTOR_HEARTBEAT_MS 200
+
 /* Body of `strata actor NAME`: run the actor as a thread of this process, send
- * `ready` to the supervisor endpoint of the topology (if any), and wait until
- * SIGTERM/SIGINT or until the actor ends.  Returns the process exit status:
+ * `ready` to the supervisor endpoint of the topology (if any; then the actor's
+ * loop sends it `heartbeat` every ACTOR_HEARTBEAT_MS from the loop's thread,
+ * so a stuck loop goes quiet), and wait until SIGTERM/SIGINT, until the actor
+ * ends or until the parent is gone.  Returns the process exit status:
  * 0 on a clean stop, 1 when the actor failed or could not start. */
 int actor_process_run(const char *name, const actor_topology_t *topo);
 
@@ -138,6 +143,10 @@ int64_t actor_counters_value_at(const actor_counters_t *self, int i);
  * the handlers of actor_loop_on; ping, stats_query and stop are answered here
  * (pong / stats_answer to the reply socket; stop ends the loop after the
  * current message); any other type without a handler counts "unexpected".
+ * In process mode the loop also sends `heartbeat` to the supervisor every
+ * ACTOR_HEARTBEAT_MS (its own PUSH socket, never blocking): a handler or idle
+ * hook that blocks the loop longer than the supervisor's hang_timeout_ms gets
+ * the process killed and restarted (docs/TOPOLOGY.md).
  */
 
 typedef struct actor_loop_t actor_loop_t;

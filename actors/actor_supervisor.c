@@ -1,5 +1,6 @@
-/* actor_supervisor.c - fork/exec, ready reports over a PULL socket, waitpid
- * reaping, restart with exponential backoff, worker_down to the router. */
+/* actor_supervisor.c - fork/exec, ready reports and heartbeats over a PULL
+ * socket, waitpid reaping, SIGKILL of a hung actor, restart with exponential
+ * backoff, worker_down to the router and the frontend. */
 #include "actor_supervisor.h"
 
 #include "actor_curve.h"
@@ -24,7 +25,9 @@ typedef struct {
     char name[ACTOR_TOPO_NAME]; /* the actor */
     pid_t pid;                  /* its process; 0 when not running */
     bool ready;                 /* reported ready since its last start */
+    bool hung;                  /* killed for a missed heartbeat, not reaped yet */
     uint64_t started_us;        /* last start */
+    uint64_t beat_us;           /* its last heartbeat (or its ready report) */
     uint64_t restart_at_us;     /* when to restart it (0: not scheduled) */
     uint64_t backoff_us;        /* next delay */
 } s_child_t;
@@ -37,15 +40,22 @@ struct actor_supervisor_t {
     zsock_t *ctl;                 /* PULL: ready reports */
     zsock_t *to_router;           /* PUSH: worker_down */
     zsock_t *to_front;            /* PUSH: worker_down (health says "restarting") */
-    s_child_t *kids;              /* (n) */
+    s_child_t *kids;              /* (n) the actors of this host */
     int n;
     int restarts;
+    int hangs;           /* actors killed for a missed heartbeat */
+    int hang_timeout_ms; /* 0: no hang detection */
 };
 
 static pid_t s_spawn(actor_supervisor_t *self, s_child_t *c) {
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the supervisor */
+        /* never outlive the supervisor, even stopped (SIGTERM would wait for a
+         * SIGCONT); it fires when this (the main) thread of the supervisor ends */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) /* it died before prctl */
+            _exit(127);
         char *argv[] = {"strata", "actor", c->name, "--topology", self->path, NULL};
         execv(self->exe, argv);
         _exit(127);
@@ -56,6 +66,7 @@ static pid_t s_spawn(actor_supervisor_t *self, s_child_t *c) {
     }
     c->pid = pid;
     c->ready = false;
+    c->hung = false;
     c->started_us = base_now_us();
     c->restart_at_us = 0;
     LOG_I(TAG, "started %s (pid %d)", c->name, (int)pid);
@@ -63,7 +74,8 @@ static pid_t s_spawn(actor_supervisor_t *self, s_child_t *c) {
 }
 
 actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const char *path,
-                                         const char *exe, char *err, size_t errlen) {
+                                         const char *exe, const char *host, char *err,
+                                         size_t errlen) {
     const char *sup = actor_topology_endpoint(topo, "supervisor");
     if (!sup) {
         snprintf(err, errlen, "the topology needs a 'supervisor ENDPOINT' line for process mode");
@@ -78,8 +90,12 @@ actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const cha
     snprintf(self->path, sizeof self->path, "%s", path);
     snprintf(self->exe, sizeof self->exe, "%s", exe);
     self->kids = calloc((size_t)topo->n, sizeof *self->kids);
-    /* every actor's keys are checked here, so a missing one stops the start at once */
-    self->curve = actor_curve_new(topo, NULL, err, errlen);
+    self->hang_timeout_ms = (int)actor_opt_parse_int(actor_topology_opt(
+        topo, "supervisor", "hang_timeout_ms", ACTOR_TOPO_HANG_TIMEOUT_MS));
+    /* every actor's keys are checked here, so a missing one stops the start at
+     * once; on one host of several only the supervisor's own (the others are
+     * on their hosts: a child that lacks its pair fails before it is ready) */
+    self->curve = actor_curve_new(topo, host ? "supervisor" : NULL, err, errlen);
     if (!self->curve) {
         actor_supervisor_destroy(&self);
         return NULL;
@@ -100,7 +116,7 @@ actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const cha
     for (int o = 0; o <= n_order; o++)
         for (int i = 0; i < topo->n; i++) {
             const char *name = topo->entries[i].name;
-            if (actor_topology_reserved(name))
+            if (actor_topology_reserved(name) || (host && strcmp(topo->entries[i].host, host)))
                 continue;
             bool listed = false; /* o == n_order: anything not in the list */
             for (int k = 0; k < n_order && !listed; k++)
@@ -125,8 +141,10 @@ void actor_supervisor_destroy(actor_supervisor_t **self_p) {
     actor_supervisor_t *self = *self_p;
     /* stop in reverse start order: the frontend first */
     for (int i = self->n - 1; i >= 0; i--)
-        if (self->kids[i].pid > 0)
+        if (self->kids[i].pid > 0) {
             kill(self->kids[i].pid, SIGTERM);
+            kill(self->kids[i].pid, SIGCONT); /* a stopped one acts on SIGTERM only then */
+        }
     uint64_t deadline = base_now_us() + 5000000;
     for (;;) {
         int alive = 0;
@@ -170,20 +188,46 @@ static s_child_t *s_by_name(actor_supervisor_t *self, const char *name) {
     return NULL;
 }
 
-/* Read ready reports waiting on the control socket. */
-static void s_read_ready(actor_supervisor_t *self) {
+/* Read the ready reports and heartbeats waiting on the control socket (from
+ * the current process of a child; a late one of a dead process is ignored). */
+static void s_read_ctl(actor_supervisor_t *self) {
     msg_any_t m;
     msg_err_t e;
     int rc;
     while ((rc = actor_recv(self->ctl, &m, &e)) != -EAGAIN) {
-        if (rc == 0 && m.type == MSG_READY) {
-            s_child_t *c = s_by_name(self, m.u.ready.name);
-            if (c && c->pid == (pid_t)m.u.ready.pid) {
+        /* msg_heartbeat_t is msg_ready_t: the same name and pid */
+        const msg_ready_t *r = m.type == MSG_READY ? &m.u.ready : &m.u.heartbeat;
+        s_child_t *c = rc == 0 && (m.type == MSG_READY || m.type == MSG_HEARTBEAT)
+                           ? s_by_name(self, r->name)
+                           : NULL;
+        if (c && c->pid > 0 && c->pid == (pid_t)r->pid) {
+            c->beat_us = base_now_us();
+            if (m.type == MSG_READY && !c->ready) {
                 c->ready = true;
                 LOG_I(TAG, "%s is ready (pid %d)", c->name, (int)c->pid);
             }
         }
         msg_any_clear(&m);
+    }
+}
+
+/* SIGKILL (which also ends a stopped process) every ready child whose
+ * heartbeats stopped for hang_timeout_ms; s_reap then restarts it.  Start-up
+ * (before ready) never counts. */
+static void s_kill_hung(actor_supervisor_t *self) {
+    if (self->hang_timeout_ms <= 0)
+        return;
+    uint64_t now = base_now_us();
+    for (int i = 0; i < self->n; i++) {
+        s_child_t *c = &self->kids[i];
+        if (c->pid <= 0 || !c->ready || c->hung ||
+            now - c->beat_us <= (uint64_t)self->hang_timeout_ms * 1000)
+            continue;
+        LOG_W(TAG, "%s hung (no heartbeat for %.1f s): killed", c->name,
+              (double)(now - c->beat_us) / 1e6);
+        kill(c->pid, SIGKILL);
+        c->hung = true;
+        self->hangs++;
     }
 }
 
@@ -230,7 +274,7 @@ int actor_supervisor_start(actor_supervisor_t *self, int timeout_ms, char *err, 
     zpoller_set_nonstop(poller, true);
     int rc = 0;
     for (;;) {
-        s_read_ready(self);
+        s_read_ctl(self);
         int ready = 0;
         for (int i = 0; i < self->n; i++)
             ready += self->kids[i].ready;
@@ -268,7 +312,8 @@ int actor_supervisor_poll(actor_supervisor_t *self, int timeout_ms) {
     zpoller_set_nonstop(poller, true);
     zpoller_wait(poller, timeout_ms);
     zpoller_destroy(&poller);
-    s_read_ready(self);
+    s_read_ctl(self);
+    s_kill_hung(self);
     s_reap(self);
     uint64_t now = base_now_us();
     for (int i = 0; i < self->n; i++) {
@@ -284,4 +329,12 @@ int actor_supervisor_poll(actor_supervisor_t *self, int timeout_ms) {
 
 int actor_supervisor_restarts(const actor_supervisor_t *self) {
     return self->restarts;
+}
+
+int actor_supervisor_hangs(const actor_supervisor_t *self) {
+    return self->hangs;
+}
+
+int actor_supervisor_count(const actor_supervisor_t *self) {
+    return self->n;
 }

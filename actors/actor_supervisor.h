@@ -1,9 +1,11 @@
-/* actor_supervisor.h - process mode: runs every actor of a topology as its own
- * process (fork + exec of `strata actor NAME --topology FILE`), waits until
- * each one reports ready, restarts a process that dies (exponential backoff,
- * 0.2 s doubling to 10 s, reset after 30 s of good health), and tells the
- * router when a target worker dies (worker_down).  Used by `strata serve
- * --topology FILE`.
+/* actor_supervisor.h - process mode: runs every actor of a topology (or of
+ * one of its hosts) as its own process (fork + exec of `strata actor NAME
+ * --topology FILE`), waits until each one reports ready, SIGKILLs one whose
+ * heartbeats stop for hang_timeout_ms after it was ready, restarts a process
+ * that dies (exponential backoff, 0.2 s doubling to 10 s, reset after 30 s of
+ * good health), and tells the router and the frontend when a target worker
+ * dies (worker_down).  Children die with it (PR_SET_PDEATHSIG SIGKILL).  Used
+ * by `strata serve --topology FILE [--host NAME]`.
  */
 #ifndef ACTOR_SUPERVISOR_H
 #define ACTOR_SUPERVISOR_H
@@ -13,19 +15,26 @@
 typedef struct actor_supervisor_t actor_supervisor_t;
 
 /* topo (borrowed) must have a "supervisor ENDPOINT" line (where the actors
- * report ready); path is the file the children re-read; exe the strata binary.
- * NULL on failure with a reason in err. */
+ * report ready and send heartbeats); path is the file the children re-read;
+ * exe the strata binary; host: run only the actors with host=HOST (NULL:
+ * every actor).  NULL on failure with a reason in err. */
 actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const char *path,
-                                         const char *exe, char *err, size_t errlen);
+                                         const char *exe, const char *host, char *err,
+                                         size_t errlen);
 /* SIGTERM to every child, SIGKILL after 5 s; reaps them; nulls *self_p. */
 void actor_supervisor_destroy(actor_supervisor_t **self_p);
 /* Spawn every actor (workers first, frontend last) and wait until all are
  * ready.  0, or -ETIMEDOUT / -ECHILD (one exited before it was ready) with err. */
 int actor_supervisor_start(actor_supervisor_t *self, int timeout_ms, char *err, size_t errlen);
-/* One round of supervision, waiting up to timeout_ms for events: reap dead
- * children, notify the router, restart what is due.  Returns 0. */
+/* One round of supervision, waiting up to timeout_ms for events: read ready
+ * reports and heartbeats, kill hung children, reap dead ones, notify the
+ * router and the frontend, restart what is due.  Returns 0. */
 int actor_supervisor_poll(actor_supervisor_t *self, int timeout_ms);
 /* Restarts so far (all actors). */
 int actor_supervisor_restarts(const actor_supervisor_t *self);
+/* Actors killed for a missed heartbeat so far. */
+int actor_supervisor_hangs(const actor_supervisor_t *self);
+/* Actors this supervisor runs. */
+int actor_supervisor_count(const actor_supervisor_t *self);
 
 #endif

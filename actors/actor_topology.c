@@ -21,16 +21,68 @@ const actor_opt_t actor_topology_security_opts[] = {
     {NULL, 0, NULL, 0, 0, NULL, NULL},
 };
 
-/* Check key=value of the security line.  0 or -EINVAL with "security: ..." in err. */
-static int s_check_security(const char *key, const char *value, char *err, size_t errlen) {
-    const actor_opt_t *o = actor_opts_find(actor_topology_security_opts, key);
-    char why[128];
+const actor_opt_t actor_topology_supervisor_opts[] = {
+    {"hang_timeout_ms", ACTOR_OPT_INT, ACTOR_TOPO_HANG_TIMEOUT_MS, 0, 3600000, NULL,
+     "an actor process that sent no heartbeat for this long after it was ready is killed and "
+     "restarted; 0: never"},
+    {NULL, 0, NULL, 0, 0, NULL, NULL},
+};
+
+/* Check key=value of reserved line name ("security", "supervisor") against
+ * its table.  0 or -EINVAL with "name: key=value: why" in err. */
+static int s_check_reserved(const char *name, const char *key, const char *value, char *err,
+                            size_t errlen) {
+    const actor_opt_t *table = !strcmp(name, "security") ? actor_topology_security_opts
+                                                          : actor_topology_supervisor_opts;
+    const actor_opt_t *o = actor_opts_find(table, key);
+    char why[128], known[128] = "";
     if (!o) {
-        snprintf(err, errlen, "security: %s=%s: unknown option (keys, insecure_tcp)", key, value);
+        for (int i = 0; table[i].key; i++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+                     table[i].key);
+        snprintf(err, errlen, "%s: %s=%s: unknown option (%s)", name, key, value, known);
         return -EINVAL;
     }
     if (actor_opt_check(o, value, why, sizeof why)) {
-        snprintf(err, errlen, "security: %s=%s: %s", key, value, why);
+        snprintf(err, errlen, "%s: %s=%s: %s", name, key, value, why);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* With hosts: every actor has one and listens on tcp://; the supervisor
+ * endpoint is one each host binds for itself.  0 or -EINVAL with err. */
+static int s_check_hosts(actor_topology_t *t, char *err, size_t errlen) {
+    for (int i = 0; i < t->n; i++)
+        t->hosts |= t->entries[i].host[0] != 0;
+    if (!t->hosts)
+        return 0;
+    for (int i = 0; i < t->n; i++) {
+        const actor_topo_entry_t *e = &t->entries[i];
+        if (actor_topology_reserved(e->name))
+            continue;
+        if (!e->host[0]) {
+            snprintf(err, errlen,
+                     "topology line %d: %s has no host= (once one actor has a host, every "
+                     "actor needs one)",
+                     e->line, e->name);
+            return -EINVAL;
+        }
+        if (strncmp(e->endpoint, "tcp://", 6)) {
+            snprintf(err, errlen,
+                     "topology line %d: %s listens on %s: with hosts every actor listens on "
+                     "tcp:// (the others connect to it from their hosts)",
+                     e->line, e->name, e->endpoint);
+            return -EINVAL;
+        }
+    }
+    const actor_topo_entry_t *sup = actor_topology_find(t, "supervisor");
+    if (sup && strncmp(sup->endpoint, "ipc://", 6) && strncmp(sup->endpoint, "tcp://127.", 10) &&
+        strncmp(sup->endpoint, "tcp://localhost:", 16)) {
+        snprintf(err, errlen,
+                 "topology line %d: supervisor %s: with hosts each host's supervisor binds it "
+                 "for the actors of its host: ipc:// or tcp://127.0.0.1:PORT",
+                 sup->line, sup->endpoint);
         return -EINVAL;
     }
     return 0;
@@ -167,12 +219,17 @@ int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_
                 key[kn] = 0;
                 memcpy(val, eq + 1, vn);
                 val[vn] = 0;
-                if (!strcmp(name, "supervisor")) {
-                    snprintf(err, errlen, "topology line %d: supervisor takes no options", line);
-                    return -EINVAL;
+                if (!strcmp(key, "host") && !actor_topology_reserved(name)) {
+                    if (!s_valid_name(val, strlen(val))) {
+                        snprintf(err, errlen, "topology line %d: %s: host=%s: not a name "
+                                 "(letters, digits, _ -)", line, name, val);
+                        return -EINVAL;
+                    }
+                    strcpy(e->host, val); /* placement, not an option of the actor */
+                    continue;
                 }
-                if (!strcmp(name, "security")
-                        ? s_check_security(key, val, why, sizeof why)
+                if (!strcmp(name, "supervisor") || !strcmp(name, "security")
+                        ? s_check_reserved(name, key, val, why, sizeof why)
                         : actor_info_check_opt(name, key, val, why, sizeof why)) {
                     snprintf(err, errlen, "topology line %d: %s", line, why);
                     return -EINVAL;
@@ -190,6 +247,8 @@ int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_
         snprintf(err, errlen, "the topology needs frontend, tokenizer, router and worker0 lines");
         return -EINVAL;
     }
+    if (s_check_hosts(t, err, errlen))
+        return -EINVAL;
     return s_check_tcp(t, err, errlen);
 }
 
@@ -249,6 +308,13 @@ int actor_topology_workers(const actor_topology_t *t) {
             return n;
         n++;
     }
+}
+
+bool actor_topology_has_host(const actor_topology_t *t, const char *host) {
+    for (int i = 0; i < t->n; i++)
+        if (!actor_topology_reserved(t->entries[i].name) && !strcmp(t->entries[i].host, host))
+            return true;
+    return false;
 }
 
 bool actor_topology_reserved(const char *name) {

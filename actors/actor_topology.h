@@ -30,23 +30,33 @@ typedef struct {
     char endpoint[ACTOR_TOPO_ENDPOINT]; /* where its inbound socket binds; "-" for none */
     actor_topo_opt_t opts[ACTOR_TOPO_MAX_OPTS];
     int n_opts;
-    int line; /* its line in the file; 0: built in memory */
+    int line;                   /* its line in the file; 0: built in memory */
+    char host[ACTOR_TOPO_NAME]; /* the host it runs on (its host= key); "" when none */
 } actor_topo_entry_t;
 
 typedef struct {
     actor_topo_entry_t entries[ACTOR_TOPO_MAX_ACTORS];
     int n;
+    bool hosts; /* the actors carry host= (then every one does, on tcp://) */
 } actor_topology_t;
 
 /* Options of the reserved line "security -": where the CURVE keys of tcp://
  * endpoints between actors are (docs/SECURITY.md), or that tcp is plain. */
 extern const actor_opt_t actor_topology_security_opts[];
+/* Options of the reserved line "supervisor ENDPOINT" (process mode). */
+extern const actor_opt_t actor_topology_supervisor_opts[];
+/* The supervisor's hang timeout when no line or flag sets it (ms). */
+#define ACTOR_TOPO_HANG_TIMEOUT_MS "2000"
 
 /* Parse the text (NUL-terminated) and check every option against the table of
  * the actor its line names ("defaults": of every actor that declares it; see
  * actor_registry.h).  0, or -EINVAL with "topology line N: why" in err, e.g.
  * "topology line 4: worker0: threads=abc: not an integer (1..256)".  A tcp://
- * endpoint between actors needs "security - keys=DIR" or "insecure_tcp=1". */
+ * endpoint between actors needs "security - keys=DIR" or "insecure_tcp=1".
+ * Placement: the key host=NAME of an actor line is not an option but the
+ * entry's host; once one actor has it every actor needs it and listens on
+ * tcp://, and the supervisor endpoint must be local to each host (ipc://,
+ * or tcp:// on a loopback address). */
 int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_t errlen);
 /* Read and parse a file.  0, -ENOENT (cannot read it) or -EINVAL, with err. */
 int actor_topology_load(actor_topology_t *t, const char *path, char *err, size_t errlen);
@@ -66,6 +76,8 @@ const char *actor_topology_opt(const actor_topology_t *t, const char *name, cons
                                const char *def);
 /* Number of target workers: entries named worker0, worker1, ... (contiguous). */
 int actor_topology_workers(const actor_topology_t *t);
+/* True when some actor of t runs on host. */
+bool actor_topology_has_host(const actor_topology_t *t, const char *host);
 /* True for names that are not actors ("supervisor", "defaults", "security"). */
 bool actor_topology_reserved(const char *name);
 

@@ -84,6 +84,9 @@ static const s_flag_t s_flags[] = {
      "process mode: one process per actor (docs/TOPOLOGY.md); the file's options replace "
      "the ones above",
      ""},
+    {"host", 0, NULL, NULL, "NAME", NULL, 0,
+     "with --topology: start only the actors with host=NAME (one supervisor per host)", NULL},
+    {"hang-timeout-ms", 0, "supervisor", "hang_timeout_ms", "N", NULL, 0, NULL, NULL},
     {"help", 'h', NULL, NULL, NULL, NULL, 0, "this help", NULL},
 };
 #define S_N_FLAGS (int)(sizeof s_flags / sizeof s_flags[0])
@@ -91,7 +94,10 @@ static const s_flag_t s_flags[] = {
 /* The declaration of the option flag row r sets, scaled to the flag's unit
  * (spec-wait-ms: spec_wait_us / 1000). */
 static actor_opt_t s_flag_opt(const s_flag_t *r) {
-    const actor_opt_t *o = actor_opts_find(actor_info_find(r->actor)->opts, r->key);
+    const actor_opt_t *table = !strcmp(r->actor, "supervisor")
+                                   ? actor_topology_supervisor_opts
+                                   : actor_info_find(r->actor)->opts;
+    const actor_opt_t *o = actor_opts_find(table, r->key);
     actor_opt_t x = *o;
     if (r->scale > 1) {
         x.min /= r->scale;
@@ -235,7 +241,7 @@ stop:
     return rc;
 }
 
-static int s_process_mode(actor_topology_t *topo, const char *path) {
+static int s_process_mode(actor_topology_t *topo, const char *path, const char *host) {
     char exe[1024], err[512];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (k <= 0) {
@@ -243,7 +249,11 @@ static int s_process_mode(actor_topology_t *topo, const char *path) {
         return 1;
     }
     exe[k] = 0;
-    actor_supervisor_t *sup = actor_supervisor_new(topo, path, exe, err, sizeof err);
+    if (host && !actor_topology_has_host(topo, host)) {
+        fprintf(stderr, "strata serve: --host %s: no actor of %s has host=%s\n", host, path, host);
+        return 1;
+    }
+    actor_supervisor_t *sup = actor_supervisor_new(topo, path, exe, host, err, sizeof err);
     if (!sup) {
         fprintf(stderr, "strata serve: %s\n", err);
         return 1;
@@ -254,13 +264,20 @@ static int s_process_mode(actor_topology_t *topo, const char *path) {
         rc = 1;
     } else {
         int workers = actor_topology_workers(topo);
-        fprintf(stderr, "strata serve: ready on %s (%d worker%s, process mode)\n",
-                actor_topology_opt(topo, "frontend", "client", ACTOR_FRONTEND_DEFAULT_ENDPOINT),
-                workers, workers == 1 ? "" : "s");
+        if (host)
+            fprintf(stderr, "strata serve: ready on host %s (%d actor%s, process mode)\n", host,
+                    actor_supervisor_count(sup), actor_supervisor_count(sup) == 1 ? "" : "s");
+        else
+            fprintf(stderr, "strata serve: ready on %s (%d worker%s, process mode)\n",
+                    actor_topology_opt(topo, "frontend", "client",
+                                       ACTOR_FRONTEND_DEFAULT_ENDPOINT),
+                    workers, workers == 1 ? "" : "s");
         fflush(stderr);
         while (!zsys_interrupted)
             actor_supervisor_poll(sup, 100);
-        fprintf(stderr, "strata serve: stopping\n");
+        fprintf(stderr, "strata serve: stopping (%d restart%s, %d hung)\n",
+                actor_supervisor_restarts(sup), actor_supervisor_restarts(sup) == 1 ? "" : "s",
+                actor_supervisor_hangs(sup));
     }
     actor_supervisor_destroy(&sup);
     return rc;
@@ -303,7 +320,7 @@ int cmd_serve(int argc, char **argv) {
     }
     opts[n_opts] = (struct option){0, 0, 0, 0};
     long workers = 1;
-    const char *endpoint = ACTOR_FRONTEND_DEFAULT_ENDPOINT, *topo_path = NULL;
+    const char *endpoint = ACTOR_FRONTEND_DEFAULT_ENDPOINT, *topo_path = NULL, *host = NULL;
     bool tiers = true;
     int o;
     optind = 1;
@@ -329,6 +346,8 @@ int cmd_serve(int argc, char **argv) {
             tiers = false;
         } else if (!strcmp(flag, "topology")) {
             topo_path = optarg;
+        } else if (!strcmp(flag, "host")) {
+            host = optarg;
         }
         for (int k = r; k < S_N_FLAGS && !strcmp(s_flags[k].flag, flag); k++)
             if (s_flags[k].key &&
@@ -340,6 +359,11 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
 #define VAL(flag) s_val(vals, flag)
+    if ((host || VAL("hang-timeout-ms")) && !topo_path) {
+        fprintf(stderr, "strata serve: --%s needs --topology (process mode)\n",
+                host ? "host" : "hang-timeout-ms");
+        return 2;
+    }
     if (VAL("endpoint"))
         endpoint = VAL("endpoint");
     if (!strstr(endpoint, "://")) {
@@ -388,7 +412,11 @@ int cmd_serve(int argc, char **argv) {
             free(topo);
             return 1;
         }
-        rc = s_process_mode(topo, topo_path);
+        /* the supervisor's flag is the one a topology file does not replace */
+        actor_topo_entry_t *sup = (actor_topo_entry_t *)actor_topology_find(topo, "supervisor");
+        if (VAL("hang-timeout-ms") && sup)
+            actor_topology_set(sup, "hang_timeout_ms", VAL("hang-timeout-ms"));
+        rc = s_process_mode(topo, topo_path, host);
     } else {
         char ep[128];
         int pid = (int)getpid();
@@ -396,7 +424,8 @@ int cmd_serve(int argc, char **argv) {
          * then hold for every actor that shares a key, as the draft worker) */
         actor_topo_entry_t *d = actor_topology_add(topo, "defaults", "-");
         for (int r = 0; r < S_N_FLAGS; r++) {
-            if (!s_flags[r].key || (!vals[r][0] && !strcmp(s_flags[r].actor, "draft")))
+            if (!s_flags[r].key || !strcmp(s_flags[r].actor, "supervisor") ||
+                (!vals[r][0] && !strcmp(s_flags[r].actor, "draft")))
                 continue;
             if (vals[r][0]) {
                 actor_topology_set(d, s_flags[r].key, vals[r]);

@@ -16,6 +16,9 @@ static const msg_field_t s_ready_fields[] = {
 };
 const msg_schema_t msg_schema_ready = {"ready",      sizeof(msg_ready_t), s_ready_fields,
                                        MSG_NFIELDS(s_ready_fields), NULL, NULL};
+/* heartbeat: msg_heartbeat_t is msg_ready_t, so the same fields */
+const msg_schema_t msg_schema_heartbeat = {"heartbeat", sizeof(msg_heartbeat_t), s_ready_fields,
+                                           MSG_NFIELDS(s_ready_fields), NULL, NULL};
 
 static const msg_field_t s_ping_fields[] = {
     {.key = "seq", .kind = MSG_F_U64, .flags = REQ, .off = offsetof(msg_ping_t, seq)},

@@ -1,5 +1,6 @@
 /* msg_ctl.h - the control family (supervisor / parent <-> actor): readiness,
- * heartbeat, stop, stats.  Plain structs; same ownership rules as msg_client.h.
+ * liveness (ping/pong, heartbeat), stop, stats.  Plain structs; same ownership
+ * rules as msg_client.h.
  */
 #ifndef MSG_CTL_H
 #define MSG_CTL_H
@@ -39,11 +40,17 @@ typedef struct {
     int n_counters;          /* 0..MSG_MAX_COUNTERS */
 } msg_stats_answer_t;
 
+/* 46 heartbeat (actor process -> supervisor): sent every ~200 ms from the
+ * actor's loop thread, so a loop that is stuck (or a stopped process) stops
+ * sending it; the same fields as ready */
+typedef msg_ready_t msg_heartbeat_t;
+
 MSG_DECLARE_CODEC(ready)
 MSG_DECLARE_CODEC(ping)
 MSG_DECLARE_CODEC(pong)
 MSG_DECLARE_CODEC(stop)
 MSG_DECLARE_CODEC(stats_query)
 MSG_DECLARE_CODEC(stats_answer)
+MSG_DECLARE_CODEC(heartbeat)
 
 #endif

@@ -57,7 +57,8 @@
     X(pong, PONG, 42, 1, MSG_FAMILY_CTL)                                                           \
     X(stop, STOP, 43, 1, MSG_FAMILY_CTL)                                                           \
     X(stats_query, STATS_QUERY, 44, 1, MSG_FAMILY_CTL)                                             \
-    X(stats_answer, STATS_ANSWER, 45, 1, MSG_FAMILY_CTL)
+    X(stats_answer, STATS_ANSWER, 45, 1, MSG_FAMILY_CTL)                                           \
+    X(heartbeat, HEARTBEAT, 46, 1, MSG_FAMILY_CTL)
 
 typedef enum {
     MSG_NONE = 0, /* not a message type; msg_peek_type never returns it with 0 */

@@ -5,6 +5,7 @@
 Importing it skips the test (exit 77; a failure under CI=true) without the default model
 or the msgpack / zmq packages: every service test serves the default model."""
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -101,6 +102,37 @@ class Server:
         if exc[0] is None and rc != 0:
             raise RuntimeError("strata serve exited with %s:\n%s" % (rc, self.read_log()))
         os.unlink(self.log.name)
+
+
+def process_topology(d, port, defaults="threads=1 max_batch=16 kv_blocks=512"):
+    """A process-mode topology over ipc:// in directory d (frontend, tokenizer, router,
+    worker0, worker1), the client endpoint on tcp://127.0.0.1:port; returns its path."""
+    path = os.path.join(d, "topology.txt")
+    with open(path, "w") as f:
+        f.write("# strata topology for a process-mode test\n"
+                "supervisor ipc://%(d)s/supervisor\n"
+                "defaults   -                      %(defaults)s\n"
+                "frontend   ipc://%(d)s/frontend   client=tcp://127.0.0.1:%(port)d\n"
+                "tokenizer  ipc://%(d)s/tokenizer\n"
+                "router     ipc://%(d)s/router\n"
+                "worker0    ipc://%(d)s/worker0\n"
+                "worker1    ipc://%(d)s/worker1\n" % {"d": d, "port": port,
+                                                      "defaults": defaults})
+    return path
+
+
+def actor_pids(log, name=r"\S+"):
+    """PIDs of actor name (default: every actor) in a supervisor's log, oldest first."""
+    return [int(p) for p in re.findall(r"started %s \(pid (\d+)\)" % name, log)]
+
+
+def alive(pid):
+    """Running or stopped; a zombie (exited, not yet reaped by whoever adopted it) is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def pack(m):

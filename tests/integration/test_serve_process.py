@@ -6,7 +6,6 @@ in order, equal to an uninterrupted run; health reports the worker (restarting
 or unhealthy) within a few seconds, the supervisor restarts it and it serves again;
 SIGTERM stops every process."""
 import os
-import re
 import shutil
 import signal
 import sys
@@ -20,23 +19,9 @@ MAX_TOKENS = 24
 LONG_TOKENS = 160
 
 
-def write_topology(d, port):
-    path = os.path.join(d, "topology.txt")
-    with open(path, "w") as f:
-        f.write("# strata topology for the process-mode test\n"
-                "supervisor ipc://%(d)s/supervisor\n"
-                "defaults   -                      threads=1 max_batch=16 kv_blocks=512\n"
-                "frontend   ipc://%(d)s/frontend   client=tcp://127.0.0.1:%(port)d\n"
-                "tokenizer  ipc://%(d)s/tokenizer\n"
-                "router     ipc://%(d)s/router\n"
-                "worker0    ipc://%(d)s/worker0\n"
-                "worker1    ipc://%(d)s/worker1\n" % {"d": d, "port": port})
-    return path
-
-
 def pid_of(log, name):
-    pids = re.findall(r"started %s \(pid (\d+)\)" % name, log)
-    return int(pids[-1]) if pids else None
+    pids = u.actor_pids(log, name)
+    return pids[-1] if pids else None
 
 
 def state_of(ep, name):
@@ -49,7 +34,7 @@ def state_of(ep, name):
 def main():
     d = tempfile.mkdtemp(prefix="strata-topo-")
     port = u.free_port()
-    path = write_topology(d, port)
+    path = u.process_topology(d, port)
     s = u.Server(["--topology", path])
     s.port, s.endpoint = port, "tcp://127.0.0.1:%d" % port
     with s:

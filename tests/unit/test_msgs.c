@@ -168,6 +168,10 @@ static void fill(int type, msg_any_t *a) {
         strcpy(a->u.ready.name, "tokenizer");
         a->u.ready.pid = 4242;
         break;
+    case MSG_HEARTBEAT:
+        strcpy(a->u.heartbeat.name, "worker1");
+        a->u.heartbeat.pid = 4243;
+        break;
     case MSG_PING:
         a->u.ping.seq = 9;
         break;

@@ -1,0 +1,115 @@
+"""test_supervisor.py - the supervisor of process mode (`strata serve --topology FILE`)
+against hangs and its own death (docs/TOPOLOGY.md, "Supervision"): a SIGSTOP'd
+worker sends no heartbeat, so the supervisor SIGKILLs it after --hang-timeout-ms,
+restarts it (a new PID, worker_down to the router) and it serves again; the same
+for the tokenizer; SIGKILL of the supervisor, while one child is stopped, leaves no
+child process within 2 s, and a new `strata serve` on the same topology (same
+ipc files and ports) is ready at once.  Every started PID is killed in the end."""
+import os
+import shutil
+import signal
+import tempfile
+import time
+
+import serve_util as u  # first: it skips without the model, zmq or msgpack
+
+HANG_MS = 1500
+NAMES = ("frontend", "tokenizer", "router", "worker0", "worker1")
+
+
+def serves(ep):
+    res = u.run_concurrent(ep, u.PROMPTS[:2], 4, timeout=60)
+    return all(r[1]["type"] == "done" for r in res.values())
+
+
+def hang(s, ep, name, started):
+    """SIGSTOP name; the supervisor kills it, restarts it and health is ok again.
+    Returns the seconds until the kill was logged."""
+    pid = u.actor_pids(s.read_log(), name)[-1]
+    t0 = time.time()
+    os.kill(pid, signal.SIGSTOP)
+    u.wait_for(lambda: "%s hung (no heartbeat for" % name in s.read_log(), HANG_MS / 1000 + 3,
+               "the supervisor to call %s hung" % name)
+    detect = time.time() - t0
+    line = [l for l in s.read_log().splitlines() if "%s hung" % name in l][-1]
+    print("%s: %r after %.2f s" % (name, line, detect))
+    u.wait_for(lambda: not u.alive(pid), 2, "the stopped %s to be killed" % name)
+    new = u.wait_for(lambda: (lambda p: p if p[-1] != pid else None)(
+        u.actor_pids(s.read_log(), name)), 5, "%s restarted" % name)[-1]
+    started.add(new)
+    u.wait_for(lambda: u.health(ep)["ok"], 30, "health ok after %s restarted" % name)
+    print("%s restarted (pid %d -> %d), healthy after %.2f s" % (name, pid, new,
+                                                               time.time() - t0))
+    # the last heartbeat came up to 200 ms before the stop
+    u.check(HANG_MS / 1000 - 0.3 <= detect <= HANG_MS / 1000 + 1.5,
+            "%s detected within the hang timeout + 1.5 s (not before): %.2f s" % (name, detect))
+    u.check(serves(ep), "served after %s restarted" % name)
+    return detect
+
+
+def main():
+    d = tempfile.mkdtemp(prefix="strata-super-")
+    port = u.free_port()
+    path = u.process_topology(d, port, "threads=1 max_batch=8 kv_blocks=256")
+    started = set()  # every actor PID seen, killed in finally
+    servers = []
+    try:
+        s = u.Server(["--topology", path, "--hang-timeout-ms", str(HANG_MS)])
+        s.port, s.endpoint = port, "tcp://127.0.0.1:%d" % port
+        servers.append(s)
+        s.start()
+        ep = s.endpoint
+        u.wait_for(lambda: u.health(ep)["ok"], 20, "health ok")
+        log = s.read_log()
+        for n in NAMES:
+            started.update(u.actor_pids(log, n))
+        u.check(len(started) == len(NAMES), "one process per actor: %r" % started)
+        u.check(serves(ep), "serves")
+        time.sleep(HANG_MS / 1000 + 0.5)  # quiet and idle actors keep beating: no false hang
+        u.check(" hung " not in s.read_log(), "no actor called hung while idle")
+
+        hang(s, ep, "worker0", started)
+        st = u.stats(ep)
+        u.check(st.get("router.worker_down", 0) == 1, "router counted worker_down: %r" %
+                st.get("router.worker_down"))
+        hang(s, ep, "tokenizer", started)
+
+        # ---- the supervisor dies (SIGKILL) while a child is stopped
+        log = s.read_log()
+        kids = [u.actor_pids(log, n)[-1] for n in NAMES]
+        os.kill(kids[NAMES.index("router")], signal.SIGSTOP)
+        t0 = time.time()
+        s.proc.kill()
+        s.proc.wait()
+        u.wait_for(lambda: not any(u.alive(p) for p in kids), 2,
+                   "no child left after the supervisor's SIGKILL: %r" %
+                   [p for p in kids if u.alive(p)])
+        print("every child gone %.2f s after the supervisor's SIGKILL" % (time.time() - t0))
+
+        # ---- the ports and ipc files are free: a new service starts at once
+        s2 = u.Server(["--topology", path], ready_timeout=30)
+        s2.port, s2.endpoint = port, "tcp://127.0.0.1:%d" % port
+        servers.append(s2)
+        s2.start()
+        for n in NAMES:
+            started.update(u.actor_pids(s2.read_log(), n))
+        u.wait_for(lambda: u.health(ep)["ok"], 20, "health ok on the new service")
+        u.check(serves(ep), "the new service serves")
+        u.check(s2.stop() == 0, "the new service stops cleanly")
+        print("ok")
+    finally:
+        for s in servers:
+            if s.proc and s.proc.poll() is None:
+                s.proc.kill()
+                s.proc.wait()
+        for p in started:
+            if u.alive(p):
+                os.kill(p, signal.SIGKILL)
+        for s in servers:
+            if os.path.exists(s.log.name):
+                os.unlink(s.log.name)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
