@@ -128,9 +128,9 @@ const actor_opt_t actor_frontend_opts[] = {
      "submitted again)"},
     {"resume_timeout_ms", ACTOR_OPT_INT, "30000", 100, 3600000, NULL,
      "a request that gets no new token for this long, despite resumes, fails (internal)"},
-    {"hang_timeout_ms", ACTOR_OPT_INT, "2000", 100, 600000, NULL,
+    {"hang_timeout_ms", ACTOR_OPT_INT, "2000", 0, 600000, NULL,
      "a worker that answers no heartbeat for this long is hung: its requests move to the "
-     "others"},
+     "others (0: never)"},
     {NULL},
 };
 
@@ -935,7 +935,7 @@ static void s_heartbeat(void *self) {
     uint64_t now = base_now_us();
     for (int i = 0; i < f->n_peers; i++) {
         s_peer_t *x = &f->peers[i];
-        if (x->worker >= 0 && x->last_seen_us && !x->hung && !x->restarting &&
+        if (f->hang_us && x->worker >= 0 && x->last_seen_us && !x->hung && !x->restarting &&
             now - x->last_seen_us > f->hang_us) {
             /* a hung worker: its requests go on elsewhere, the router stops sending
              * it new ones (until its next load report); a supervisor, where there
@@ -995,10 +995,10 @@ int actor_frontend_main(actor_env_t *env) {
     if (getrandom(&f.next_rid, sizeof f.next_rid, 0) != sizeof f.next_rid)
         f.next_rid = base_now_us() << 20;
     f.next_rid &= (UINT64_C(1) << 62) - 1; /* room to count up */
-    f.accept_us = (uint64_t)actor_env_int(env, "accept_ms") * 1000;
-    f.probe_us = (uint64_t)actor_env_int(env, "probe_ms") * 1000;
-    f.give_up_us = (uint64_t)actor_env_int(env, "resume_timeout_ms") * 1000;
-    f.hang_us = (uint64_t)actor_env_int(env, "hang_timeout_ms") * 1000;
+    f.accept_us = (uint64_t)actor_env_int(env, "accept_ms") * 1000 * BASE_TIMEOUT_SCALE;
+    f.probe_us = (uint64_t)actor_env_int(env, "probe_ms") * 1000 * BASE_TIMEOUT_SCALE;
+    f.give_up_us = (uint64_t)actor_env_int(env, "resume_timeout_ms") * 1000 * BASE_TIMEOUT_SCALE;
+    f.hang_us = (uint64_t)actor_env_int(env, "hang_timeout_ms") * 1000 * BASE_TIMEOUT_SCALE;
     snprintf(f.endpoint, sizeof f.endpoint, "%s", actor_env_str(env, "client"));
     f.max_requests = (int)actor_env_int(env, "max_requests");
     f.reqs = calloc((size_t)f.max_requests, sizeof *f.reqs);

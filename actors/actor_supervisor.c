@@ -221,7 +221,7 @@ static void s_kill_hung(actor_supervisor_t *self) {
     for (int i = 0; i < self->n; i++) {
         s_child_t *c = &self->kids[i];
         if (c->pid <= 0 || !c->ready || c->hung ||
-            now - c->beat_us <= (uint64_t)self->hang_timeout_ms * 1000)
+            now - c->beat_us <= (uint64_t)self->hang_timeout_ms * 1000 * BASE_TIMEOUT_SCALE)
             continue;
         LOG_W(TAG, "%s hung (no heartbeat for %.1f s): killed", c->name,
               (double)(now - c->beat_us) / 1e6);

@@ -18,4 +18,12 @@ static inline uint64_t base_now_us(void) {
     return base_now_ns() / 1000u;
 }
 
+/* A sanitizer build (STRATA_SANITIZE=1) runs the model 5-10x slower: the timeouts that
+ * tell a hung or lost actor from a slow one are multiplied by this there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define BASE_TIMEOUT_SCALE 10
+#else
+#define BASE_TIMEOUT_SCALE 1
+#endif
+
 #endif

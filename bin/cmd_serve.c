@@ -86,7 +86,12 @@ static const s_flag_t s_flags[] = {
      ""},
     {"host", 0, NULL, NULL, "NAME", NULL, 0,
      "with --topology: start only the actors with host=NAME (one supervisor per host)", NULL},
-    {"hang-timeout-ms", 0, "supervisor", "hang_timeout_ms", "N", NULL, 0, NULL, NULL},
+    {"hang-timeout-ms", 0, "supervisor", "hang_timeout_ms", "N", NULL, 0,
+     "an actor silent (no heartbeat) this long is hung (default 2000; 0: never): in process "
+     "mode the supervisor kills and restarts it; a hung worker's requests move to the "
+     "others",
+     NULL},
+    {"hang-timeout-ms", 0, "frontend", "hang_timeout_ms", "N", NULL, 0, NULL, NULL},
     {"help", 'h', NULL, NULL, NULL, NULL, 0, "this help", NULL},
 };
 #define S_N_FLAGS (int)(sizeof s_flags / sizeof s_flags[0])
