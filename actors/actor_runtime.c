@@ -18,6 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
+#if defined(__x86_64__)
+#include <xxh_x86dispatch.h>
+#endif
 
 #define TAG "actor"
 
@@ -356,6 +359,17 @@ zsock_t *actor_sock_outbound(const actor_topology_t *topo, const char *name, con
 
 #define S_SUM 8 /* bytes of one sum */
 
+/* XXH3-64 of len bytes.  On x86-64 libxxhash picks its widest SIMD variant at
+ * run time (AVX2 / AVX-512: about twice the SSE2 default on a KV block); the
+ * value is the same everywhere. */
+static uint64_t s_sum(const void *p, size_t len) {
+#if defined(__x86_64__)
+    return XXH3_64bits_dispatch(p, len);
+#else
+    return XXH3_64bits(p, len);
+#endif
+}
+
 static void s_put64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
@@ -378,8 +392,8 @@ static int s_frames(zmq_msg_t *parts, const void *buf, size_t len, const void *r
     uint8_t *p = zmq_msg_data(&parts[0]);
     memcpy(p, buf, len);
     if (raw)
-        s_put64(p + len, XXH3_64bits(raw, rawlen));
-    s_put64(p + len + sums - S_SUM, XXH3_64bits(p, len + sums - S_SUM));
+        s_put64(p + len, s_sum(raw, rawlen));
+    s_put64(p + len + sums - S_SUM, s_sum(p, len + sums - S_SUM));
     if (!raw)
         return 1;
     if (zmq_msg_init_size(&parts[1], rawlen)) {
@@ -396,9 +410,9 @@ static int s_frames(zmq_msg_t *parts, const void *buf, size_t len, const void *r
 static int s_check(zmq_msg_t *msg, zmq_msg_t *raw, size_t *len, msg_err_t *err) {
     size_t n = zmq_msg_size(msg), sums = raw ? 2 * S_SUM : S_SUM;
     const uint8_t *p = zmq_msg_data(msg);
-    bool ok = n >= sums && XXH3_64bits(p, n - S_SUM) == s_get64(p + n - S_SUM);
+    bool ok = n >= sums && s_sum(p, n - S_SUM) == s_get64(p + n - S_SUM);
     if (ok && raw)
-        ok = XXH3_64bits(zmq_msg_data(raw), zmq_msg_size(raw)) == s_get64(p + n - sums);
+        ok = s_sum(zmq_msg_data(raw), zmq_msg_size(raw)) == s_get64(p + n - sums);
     if (ok) {
         *len = n - sums;
         return 0;
