@@ -405,6 +405,18 @@ static int s_frames(zmq_msg_t *parts, const void *buf, size_t len, const void *r
     return 2;
 }
 
+/* A frame refused before decoding: code (-EPROTO, -EBADMSG) and what in err.
+ * Returns code. */
+static int s_frame_error(msg_err_t *err, int code, const char *what) {
+    if (err) {
+        memset(err, 0, sizeof *err);
+        err->code = code;
+        err->kind = MSG_E_MALFORMED;
+        snprintf(err->msg, sizeof err->msg, "%s", what);
+    }
+    return code;
+}
+
 /* Check the trailer of the first frame msg (and raw, the second, or NULL).
  * The length of its MessagePack in *len.  0, or -EBADMSG with err. */
 static int s_check(zmq_msg_t *msg, zmq_msg_t *raw, size_t *len, msg_err_t *err) {
@@ -417,13 +429,9 @@ static int s_check(zmq_msg_t *msg, zmq_msg_t *raw, size_t *len, msg_err_t *err) 
         *len = n - sums;
         return 0;
     }
-    if (err) {
-        memset(err, 0, sizeof *err);
-        err->code = -EBADMSG;
-        err->kind = MSG_E_MALFORMED;
-        snprintf(err->msg, sizeof err->msg, "bad checksum (a frame of %zu bytes)", n);
-    }
-    return -EBADMSG;
+    char what[64];
+    snprintf(what, sizeof what, "bad checksum (a frame of %zu bytes)", n);
+    return s_frame_error(err, -EBADMSG, what);
 }
 
 /* The actor of this thread reached crash_after: a process dies at once (as
@@ -514,17 +522,6 @@ static void s_drain_rest(void *h, zmq_msg_t *msg) {
     zmq_msg_close(msg);
 }
 
-/* A malformed-framing error in err. */
-static int s_frame_error(msg_err_t *err, const char *what) {
-    if (err) {
-        memset(err, 0, sizeof *err);
-        err->code = -EPROTO;
-        err->kind = MSG_E_MALFORMED;
-        snprintf(err->msg, sizeof err->msg, "%s", what);
-    }
-    return -EPROTO;
-}
-
 int actor_recv(zsock_t *sock, msg_any_t *m, msg_err_t *err) {
     void *h = zsock_resolve(sock);
     zmq_msg_t msg;
@@ -536,7 +533,7 @@ int actor_recv(zsock_t *sock, msg_any_t *m, msg_err_t *err) {
     }
     if (zmq_msg_more(&msg)) {
         s_drain_rest(h, &msg);
-        return s_frame_error(err, "multi-part frame");
+        return s_frame_error(err, -EPROTO, "multi-part frame");
     }
     size_t len = 0;
     int rc = s_check(&msg, NULL, &len, err);
@@ -563,7 +560,7 @@ int actor_recv_raw(zsock_t *sock, msg_any_t *m, msg_err_t *err, zmq_msg_t *raw) 
             s_drain_rest(h, raw);
             zmq_msg_init(raw);
             zmq_msg_close(&msg);
-            return s_frame_error(err, "more than two frames");
+            return s_frame_error(err, -EPROTO, "more than two frames");
         }
     }
     size_t len = 0;

@@ -508,47 +508,50 @@ END_TEST
 
 /* ---- an actor with the option */
 
-/* A topology: frontend and worker0 are this test's sockets, draft (ngram: no
- * model) is the actor, with faults=spec. */
-static actor_topology_t *draft_topo(const char *tag, const char *spec) {
-    actor_topology_t *t = calloc(1, sizeof *t);
+/* The draft actor (ngram: no model) with faults=spec, as a thread; the
+ * frontend's inbox is this test's, and so is a socket to the draft (made here:
+ * this thread has no faults). */
+typedef struct {
+    actor_topology_t *topo; /* frontend, worker0, draft */
+    zsock_t *front;         /* where the draft's replies go */
+    zsock_t *to;            /* to the draft */
+    actor_t *draft;
+} fixture_t;
+
+static void draft_start(fixture_t *x, const char *tag, const char *spec) {
+    x->topo = calloc(1, sizeof *x->topo);
     char ep[64];
     snprintf(ep, sizeof ep, "inproc://%s-front", tag);
-    actor_topology_add(t, "frontend", ep);
+    actor_topology_add(x->topo, "frontend", ep);
     snprintf(ep, sizeof ep, "inproc://%s-w0", tag);
-    actor_topology_add(t, "worker0", ep);
+    actor_topology_add(x->topo, "worker0", ep);
     snprintf(ep, sizeof ep, "inproc://%s-draft", tag);
-    actor_topo_entry_t *e = actor_topology_add(t, "draft", ep);
-    actor_topology_set(e, "faults", spec);
-    return t;
+    actor_topology_set(actor_topology_add(x->topo, "draft", ep), "faults", spec);
+    x->front = actor_sock_inbound(x->topo, "frontend", 1 << 20, 1000);
+    char err[512];
+    x->draft = actor_new("draft", x->topo, 10000, err, sizeof err);
+    ck_assert_msg(x->draft != NULL, "%s", err);
+    x->to = actor_sock_outbound(x->topo, "frontend", "draft", 100);
 }
 
-/* Wait up to ms for a message on s: 0, a receive error, or -ETIMEDOUT. */
-static int recv_wait(zsock_t *s, msg_any_t *m, int ms) {
-    msg_err_t e;
-    for (int i = 0; i < ms; i++) {
-        int rc = actor_recv(s, m, &e);
-        if (rc != -EAGAIN)
-            return rc;
-        zclock_sleep(1);
-    }
-    return -ETIMEDOUT;
+static void draft_stop(fixture_t *x) {
+    actor_destroy(&x->draft);
+    zsock_destroy(&x->to);
+    zsock_destroy(&x->front);
+    free(x->topo);
 }
 
 START_TEST(actor_duplicates_and_counts) {
-    actor_topology_t *t = draft_topo("faults-dup", "seed=1,dup=1,to=frontend");
-    zsock_t *front = actor_sock_inbound(t, "frontend", 1 << 20, 1000);
-    char err[512];
-    actor_t *a = actor_new("draft", t, 10000, err, sizeof err);
-    ck_assert_msg(a != NULL, "%s", err);
-    zsock_t *to = actor_sock_outbound(t, "frontend", "draft", 100); /* this thread: no faults */
+    fixture_t x;
+    draft_start(&x, "faults-dup", "seed=1,dup=1,to=frontend");
+    zsock_t *front = x.front, *to = x.to;
     msg_ping_t p;
     msg_ping_init(&p);
     p.seq = 77;
     ck_assert_int_eq(actor_send(to, MSG_PING, &p), 0);
     msg_any_t m;
     for (int i = 0; i < 2; i++) { /* every reply twice */
-        ck_assert_int_eq(recv_wait(front, &m, 5000), 0);
+        ck_assert_int_eq(test_recv_wait(front, &m, 5000), 0);
         ck_assert_int_eq(m.type, MSG_PONG);
         ck_assert_int_eq(m.u.pong.seq, 77);
         msg_any_clear(&m);
@@ -556,7 +559,7 @@ START_TEST(actor_duplicates_and_counts) {
     msg_stats_query_t q;
     msg_stats_query_init(&q);
     ck_assert_int_eq(actor_send(to, MSG_STATS_QUERY, &q), 0);
-    ck_assert_int_eq(recv_wait(front, &m, 5000), 0);
+    ck_assert_int_eq(test_recv_wait(front, &m, 5000), 0);
     ck_assert_int_eq(m.type, MSG_STATS_ANSWER);
     int64_t dup = -1, dropped = -1;
     for (int i = 0; i < m.u.stats_answer.n_counters; i++) {
@@ -568,38 +571,29 @@ START_TEST(actor_duplicates_and_counts) {
     ck_assert_int_eq(dup, 1); /* the pong; the answer is counted after it is sent */
     ck_assert_int_eq(dropped, 0);
     msg_any_clear(&m);
-    ck_assert_int_eq(recv_wait(front, &m, 5000), 0); /* its twin */
+    ck_assert_int_eq(test_recv_wait(front, &m, 5000), 0); /* its twin */
     msg_any_clear(&m);
-    actor_destroy(&a);
-    zsock_destroy(&to);
-    zsock_destroy(&front);
-    free(t);
+    draft_stop(&x);
 }
 END_TEST
 
 START_TEST(actor_corrupts_and_crashes) {
-    actor_topology_t *t = draft_topo("faults-crash", "seed=1,corrupt=1,crash_after=2");
-    zsock_t *front = actor_sock_inbound(t, "frontend", 1 << 20, 1000);
-    char err[512];
-    actor_t *a = actor_new("draft", t, 10000, err, sizeof err);
-    ck_assert_msg(a != NULL, "%s", err);
-    zsock_t *to = actor_sock_outbound(t, "frontend", "draft", 100);
+    fixture_t x;
+    draft_start(&x, "faults-crash", "seed=1,corrupt=1,crash_after=2");
+    zsock_t *front = x.front, *to = x.to;
     msg_ping_t p;
     msg_ping_init(&p);
     msg_any_t m;
     for (int i = 0; i < 2; i++) { /* both pongs corrupted: refused by the checksum */
         ck_assert_int_eq(actor_send(to, MSG_PING, &p), 0);
-        ck_assert_int_eq(recv_wait(front, &m, 5000), -EBADMSG);
+        ck_assert_int_eq(test_recv_wait(front, &m, 5000), -EBADMSG);
     }
     /* the second frame sent was its last: the thread ends as if it aborted */
     int rc = 0;
-    for (int i = 0; i < 500 && !actor_exited(a, &rc); i++)
+    for (int i = 0; i < 500 && !actor_exited(x.draft, &rc); i++)
         zclock_sleep(10);
     ck_assert_int_eq(rc, 134);
-    actor_destroy(&a);
-    zsock_destroy(&to);
-    zsock_destroy(&front);
-    free(t);
+    draft_stop(&x);
 }
 END_TEST
 
