@@ -35,27 +35,28 @@ typedef struct {
 } s_link_t;
 
 struct actor_faults_t {
-    char actor[S_NAME];         /* whose faults: keys every decision */
-    uint64_t seed;              /* seed=N */
-    double drop, dup, corrupt;  /* probabilities per frame */
-    double delay, reorder;      /* probabilities per frame */
-    int delay_ms;               /* delay=P:MS */
-    double stall;               /* probability per loop wakeup */
-    int stall_ms;               /* stall=P:MS */
-    long crash_after;           /* crash after this many frames; 0: never */
-    char to[S_NAME];            /* to=NAME: only frames to that peer; "": every link */
-    char only[S_NAME];          /* actor=NAME: only that actor has faults; "": every one */
-    s_link_t *links;            /* (cap_links) first n_links valid */
+    char actor[S_NAME];        /* whose faults: keys every decision */
+    uint64_t seed;             /* seed=N */
+    double drop, dup, corrupt; /* probabilities per frame */
+    double delay, reorder;     /* probabilities per frame */
+    int delay_ms;              /* delay=P:MS */
+    double stall;              /* probability per loop wakeup */
+    int stall_ms;              /* stall=P:MS */
+    long crash_after;          /* crash after this many frames; 0: never */
+    char to[S_NAME];           /* to=NAME: only frames to that peer; "": every link */
+    char only[S_NAME];         /* actor=NAME: only that actor has faults; "": every one */
+    s_link_t *links;           /* (cap_links) first n_links valid */
     int n_links, cap_links;
-    uint64_t wakeups;           /* loop wakeups so far: the next stall decision's counter */
-    uint64_t sent;              /* frames handed to actor_faults_send (crash_after) */
+    uint64_t wakeups; /* loop wakeups so far: the next stall decision's counter */
+    uint64_t sent;    /* frames handed to actor_faults_send (crash_after) */
     int64_t dropped, duplicated, delayed, reordered, corrupted, stalled; /* reported counts */
 };
 
 /* ---- the spec */
 
 /* Every key, for the error that names an unknown one. */
-static const char *s_keys = "seed, drop, dup, delay, reorder, corrupt, crash_after, stall, to, actor";
+static const char *s_keys =
+    "seed, drop, dup, delay, reorder, corrupt, crash_after, stall, to, actor";
 
 /* A probability in [0, 1].  0 or -EINVAL with why. */
 static int s_prob(const char *item, const char *v, double *p, char *why, size_t whylen) {
@@ -169,19 +170,38 @@ static int s_parse(actor_faults_t *f, const char *spec, char *why, size_t whylen
         unsigned long long x = 0;
         int rc = 0;
         switch (k) {
-        case 0: rc = s_uint(text, v, "the seed", 0, UINT64_MAX, &x, why, whylen); f->seed = x; break;
-        case 1: rc = s_prob(text, v, &f->drop, why, whylen); break;
-        case 2: rc = s_prob(text, v, &f->dup, why, whylen); break;
-        case 3: rc = s_prob_ms(text, v, &f->delay, &f->delay_ms, why, whylen); break;
-        case 4: rc = s_prob(text, v, &f->reorder, why, whylen); break;
-        case 5: rc = s_prob(text, v, &f->corrupt, why, whylen); break;
+        case 0:
+            rc = s_uint(text, v, "the seed", 0, UINT64_MAX, &x, why, whylen);
+            f->seed = x;
+            break;
+        case 1:
+            rc = s_prob(text, v, &f->drop, why, whylen);
+            break;
+        case 2:
+            rc = s_prob(text, v, &f->dup, why, whylen);
+            break;
+        case 3:
+            rc = s_prob_ms(text, v, &f->delay, &f->delay_ms, why, whylen);
+            break;
+        case 4:
+            rc = s_prob(text, v, &f->reorder, why, whylen);
+            break;
+        case 5:
+            rc = s_prob(text, v, &f->corrupt, why, whylen);
+            break;
         case 6:
             rc = s_uint(text, v, "the frame count", 1, 1000000000, &x, why, whylen);
             f->crash_after = (long)x;
             break;
-        case 7: rc = s_prob_ms(text, v, &f->stall, &f->stall_ms, why, whylen); break;
-        case 8: rc = s_name(text, v, f->to, why, whylen); break;
-        default: rc = s_name(text, v, f->only, why, whylen); break;
+        case 7:
+            rc = s_prob_ms(text, v, &f->stall, &f->stall_ms, why, whylen);
+            break;
+        case 8:
+            rc = s_name(text, v, f->to, why, whylen);
+            break;
+        default:
+            rc = s_name(text, v, f->only, why, whylen);
+            break;
         }
         if (rc)
             return rc;

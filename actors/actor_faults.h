@@ -29,12 +29,12 @@
 
 /* What happens to one frame (a message: one part, or a header and its raw part). */
 typedef struct {
-    bool drop;       /* not sent at all */
-    bool dup;        /* sent twice */
-    bool corrupt;    /* one bit flipped after the checksum was computed */
-    uint64_t bit;    /* corrupt: the bit is bit % (the frame's size in bits) */
-    int hold_ms;     /* > 0: held that long before it is sent (delay or reorder) */
-    bool reorder;    /* held until the next frame of the link is sent (at most hold_ms) */
+    bool drop;    /* not sent at all */
+    bool dup;     /* sent twice */
+    bool corrupt; /* one bit flipped after the checksum was computed */
+    uint64_t bit; /* corrupt: the bit is bit % (the frame's size in bits) */
+    int hold_ms;  /* > 0: held that long before it is sent (delay or reorder) */
+    bool reorder; /* held until the next frame of the link is sent (at most hold_ms) */
 } actor_fault_t;
 
 typedef struct actor_faults_t actor_faults_t;

@@ -118,8 +118,9 @@ int actor_info_check_opt(const char *name, const char *key, const char *value, c
     if (defaults)
         snprintf(err, errlen, "defaults: %s=%s: no actor has an option '%s'", key, value, key);
     else if (!only->opts[0].key)
-        snprintf(err, errlen, "%s: %s=%s: unknown option (%s takes none of its own; every actor: %s)",
-                 name, key, value, only->name, s_keys(actor_runtime_opts, common, sizeof common));
+        snprintf(err, errlen,
+                 "%s: %s=%s: unknown option (%s takes none of its own; every actor: %s)", name, key,
+                 value, only->name, s_keys(actor_runtime_opts, common, sizeof common));
     else
         snprintf(err, errlen, "%s: %s=%s: unknown option (%s, %s)", name, key, value,
                  s_keys(only->opts, list, sizeof list),

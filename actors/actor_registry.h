@@ -37,9 +37,9 @@ const actor_info_t *actor_info_at(int i);
 const char *actor_info_names(char *buf, size_t len);
 
 /* Check key=value for actor name ("defaults": for every actor that declares
- * key, and at least one must; options of actor_runtime_opts are every actor's).  0, or -EINVAL with "name: key=value: why" in
- * err (an unknown actor, an unknown key with the known ones, or the value's
- * fault with the allowed range or values). */
+ * key, and at least one must; options of actor_runtime_opts are every actor's).  0, or -EINVAL with
+ * "name: key=value: why" in err (an unknown actor, an unknown key with the known ones, or the
+ * value's fault with the allowed range or values). */
 int actor_info_check_opt(const char *name, const char *key, const char *value, char *err,
                          size_t errlen);
 

@@ -86,10 +86,9 @@ START_TEST(spec_as_option) {
         actor_topology_parse(t, "router inproc://r faults=drop=2\n" S_REST, err, sizeof err), 0);
     ck_assert_str_eq(err, "topology line 1: router: faults=drop=2: 'drop=2': probability out of "
                           "range [0, 1]");
-    ck_assert_int_ne(
-        actor_topology_parse(t, "defaults - faults=dup=x\nrouter inproc://r\n" S_REST, err,
-                             sizeof err),
-        0);
+    ck_assert_int_ne(actor_topology_parse(t, "defaults - faults=dup=x\nrouter inproc://r\n" S_REST,
+                                          err, sizeof err),
+                     0);
 #undef S_REST
     ck_assert_ptr_nonnull(strstr(err, "'dup=x': not a probability"));
     ck_assert_ptr_nonnull(strstr(err, "(an option of every actor)"));
@@ -226,8 +225,8 @@ START_TEST(link_drop_dup_filter) {
     zsock_t *pull, *push, *pull2, *push2;
     pair("inproc://faults-a", &pull, &push);
     pair("inproc://faults-b", &pull2, &push2);
-    actor_faults_t *f = actor_faults_new("seed=5,drop=0.5,dup=0.5,to=router", "tokenizer", err,
-                                         sizeof err);
+    actor_faults_t *f =
+        actor_faults_new("seed=5,drop=0.5,dup=0.5,to=router", "tokenizer", err, sizeof err);
     ck_assert_int_eq(actor_faults_link(f, push, "router"), 0);
     ck_assert_int_eq(actor_faults_link(f, push2, "frontend"), 0); /* not to=: not covered */
     ck_assert(actor_faults_covers(f, push) && !actor_faults_covers(f, push2));
