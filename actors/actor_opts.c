@@ -2,6 +2,8 @@
  * (actor_opts.h): the one place that knows what a valid int, bool or enum is. */
 #include "actor_opts.h"
 
+#include "actor_faults.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,7 +26,7 @@ int actor_opts_count(const actor_opt_t *table) {
 }
 
 const char *actor_opt_type_name(actor_opt_type_t type) {
-    static const char *names[] = {"int", "bool", "enum", "string", "path", "double"};
+    static const char *names[] = {"int", "bool", "enum", "string", "path", "double", "faults"};
     return (unsigned)type < sizeof names / sizeof names[0] ? names[type] : "?";
 }
 
@@ -44,6 +46,9 @@ const char *actor_opt_range(const actor_opt_t *o, char *buf, size_t len) {
         break;
     case ACTOR_OPT_PATH:
         snprintf(buf, len, "PATH");
+        break;
+    case ACTOR_OPT_FAULTS:
+        snprintf(buf, len, "SPEC");
         break;
     default:
         snprintf(buf, len, "TEXT");
@@ -118,6 +123,8 @@ int actor_opt_check(const actor_opt_t *o, const char *value, char *why, size_t w
             return -EINVAL;
         }
         return 0;
+    case ACTOR_OPT_FAULTS:
+        return actor_faults_check(value, why, whylen);
     default:
         if (!*value) {
             snprintf(why, whylen, "empty value");

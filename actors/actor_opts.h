@@ -16,6 +16,7 @@ typedef enum {
     ACTOR_OPT_STRING, /* any non-empty text */
     ACTOR_OPT_PATH,   /* a file or directory name (not checked for existence) */
     ACTOR_OPT_DOUBLE, /* decimal number in [min, max] */
+    ACTOR_OPT_FAULTS, /* a fault injection spec (actor_faults.h, docs/FAULTS.md) */
 } actor_opt_type_t;
 
 /* One option.  A table is an array ended by an entry whose key is NULL. */
@@ -34,11 +35,12 @@ const actor_opt_t *actor_opts_find(const actor_opt_t *table, const char *key);
 int actor_opts_count(const actor_opt_t *table);
 
 /* Check value against o.  0, or -EINVAL with why ("not an integer (1..256)",
- * "out of range (1..256)", "expected f32|f16|int8") in why. */
+ * "out of range (1..256)", "expected f32|f16|int8", "'drop=2': probability out
+ * of range [0, 1]") in why. */
 int actor_opt_check(const actor_opt_t *o, const char *value, char *why, size_t whylen);
-/* The accepted values of o as text: "1..256", "f32|f16|int8", "0|1", "PATH". */
+/* The accepted values of o as text: "1..256", "f32|f16|int8", "0|1", "PATH", "SPEC". */
 const char *actor_opt_range(const actor_opt_t *o, char *buf, size_t len);
-/* The name of a type: "int", "bool", "enum", "string", "path", "double". */
+/* The name of a type: "int", "bool", "enum", "string", "path", "double", "faults". */
 const char *actor_opt_type_name(actor_opt_type_t type);
 
 /* Parsers of values that passed actor_opt_check (anything else: 0 / false). */

@@ -32,6 +32,18 @@ static const actor_info_t s_actors[] = {
 };
 #define S_N_ACTORS (int)(sizeof s_actors / sizeof s_actors[0])
 
+const actor_opt_t actor_runtime_opts[] = {
+    {"faults", ACTOR_OPT_FAULTS, NULL, 0, 0, NULL,
+     "fault injection on the links to other actors: drop, dup, delay, reorder, corrupt, "
+     "crash_after, stall (docs/FAULTS.md)"},
+    {NULL, 0, NULL, 0, 0, NULL, NULL},
+};
+
+const actor_opt_t *actor_info_opt(const actor_info_t *a, const char *key) {
+    const actor_opt_t *o = actor_opts_find(a->opts, key);
+    return o ? o : actor_opts_find(actor_runtime_opts, key);
+}
+
 static bool s_matches(const char *pattern, const char *name) {
     const char *lt = strchr(pattern, '<');
     if (!lt)
@@ -75,7 +87,7 @@ static const char *s_keys(const actor_opt_t *table, char *buf, size_t len) {
 
 int actor_info_check_opt(const char *name, const char *key, const char *value, char *err,
                          size_t errlen) {
-    char why[256], list[1024];
+    char why[256], list[1024], common[128];
     bool defaults = !strcmp(name, "defaults");
     const actor_info_t *only = defaults ? NULL : actor_info_find(name);
     if (!defaults && !only) {
@@ -88,14 +100,14 @@ int actor_info_check_opt(const char *name, const char *key, const char *value, c
         const actor_info_t *a = &s_actors[i];
         if (only && a != only)
             continue;
-        const actor_opt_t *o = actor_opts_find(a->opts, key);
+        const actor_opt_t *o = actor_info_opt(a, key);
         if (!o)
             continue;
         declared++;
         if (actor_opt_check(o, value, why, sizeof why)) {
             if (defaults)
                 snprintf(err, errlen, "defaults: %s=%s: %s (an option of %s)", key, value, why,
-                         a->name);
+                         actor_opts_find(a->opts, key) ? a->name : "every actor");
             else
                 snprintf(err, errlen, "%s: %s=%s: %s", name, key, value, why);
             return -EINVAL;
@@ -106,10 +118,12 @@ int actor_info_check_opt(const char *name, const char *key, const char *value, c
     if (defaults)
         snprintf(err, errlen, "defaults: %s=%s: no actor has an option '%s'", key, value, key);
     else if (!only->opts[0].key)
-        snprintf(err, errlen, "%s: %s=%s: unknown option (%s takes none)", name, key, value,
-                 only->name);
+        snprintf(err, errlen,
+                 "%s: %s=%s: unknown option (%s takes none of its own; every actor: %s)", name, key,
+                 value, only->name, s_keys(actor_runtime_opts, common, sizeof common));
     else
-        snprintf(err, errlen, "%s: %s=%s: unknown option (%s)", name, key, value,
-                 s_keys(only->opts, list, sizeof list));
+        snprintf(err, errlen, "%s: %s=%s: unknown option (%s, %s)", name, key, value,
+                 s_keys(only->opts, list, sizeof list),
+                 s_keys(actor_runtime_opts, common, sizeof common));
     return -EINVAL;
 }

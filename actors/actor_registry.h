@@ -20,6 +20,14 @@ typedef struct {
     const char *purpose;     /* one line */
 } actor_info_t;
 
+/* Options every actor takes, read by the runtime itself, not by the actor's
+ * code (faults: docs/FAULTS.md).  `strata actor --list-options` prints them
+ * under the name "all". */
+extern const actor_opt_t actor_runtime_opts[];
+/* The declaration of key for actor a: its own table, else actor_runtime_opts;
+ * NULL when neither declares it. */
+const actor_opt_t *actor_info_opt(const actor_info_t *a, const char *key);
+
 /* The entry of actor name (worker3 matches worker<N>, as does "worker<N>"
  * itself), or NULL. */
 const actor_info_t *actor_info_find(const char *name);
@@ -29,9 +37,9 @@ const actor_info_t *actor_info_at(int i);
 const char *actor_info_names(char *buf, size_t len);
 
 /* Check key=value for actor name ("defaults": for every actor that declares
- * key, and at least one must).  0, or -EINVAL with "name: key=value: why" in
- * err (an unknown actor, an unknown key with the known ones, or the value's
- * fault with the allowed range or values). */
+ * key, and at least one must; options of actor_runtime_opts are every actor's).  0, or -EINVAL with
+ * "name: key=value: why" in err (an unknown actor, an unknown key with the known ones, or the
+ * value's fault with the allowed range or values). */
 int actor_info_check_opt(const char *name, const char *key, const char *value, char *err,
                          size_t errlen);
 

@@ -1,21 +1,38 @@
 /* actor_runtime.c - actors as zactor threads, the process-mode body, typed
- * options, socket helpers, counters, and the actor loop every actor runs
+ * options, socket helpers (with the checksum of internal frames and the fault
+ * injection of actor_faults.h), counters, and the actor loop every actor runs
  * (polling, draining, control messages, timers). */
 #include "actor_runtime.h"
 
 #include "actor_curve.h"
+#include "actor_faults.h"
 #include "base/base_log.h"
 
 #include <assert.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
+#if defined(__x86_64__)
+#include <xxh_x86dispatch.h>
+#endif
 
 #define TAG "actor"
+
+/* The faults of the actor running in this thread (its "faults" option), or
+ * NULL: none.  Sockets belong to the thread that made them, so the state of
+ * the links they cover is per thread too, and nothing here is shared. */
+static _Thread_local actor_faults_t *s_faults;
+/* The actor of this thread reached crash_after (thread mode): it sends nothing
+ * more and its loop ends. */
+static _Thread_local bool s_crashed;
+/* This process is one actor's (actor_process_run): a crash kills it. */
+static bool s_process_mode;
 
 struct actor_env_t {
     char name[ACTOR_TOPO_NAME];   /* the actor's name */
@@ -64,7 +81,7 @@ void actor_env_fail(actor_env_t *env, const char *fmt, ...) {
 
 /* The declaration of key in env's table: a key it does not declare is a bug. */
 static const actor_opt_t *s_decl(const actor_env_t *env, const char *key) {
-    const actor_opt_t *o = actor_opts_find(env->info->opts, key);
+    const actor_opt_t *o = actor_info_opt(env->info, key);
     assert(o && "an actor reads an option its table does not declare");
     return o;
 }
@@ -107,7 +124,7 @@ int actor_env_check(const actor_topology_t *topo, const char *name, char *err, s
     const actor_topo_entry_t *d = actor_topology_find(topo, "defaults");
     char why[256];
     for (int i = 0; d && i < d->n_opts; i++) {
-        const actor_opt_t *o = actor_opts_find(info->opts, d->opts[i].key);
+        const actor_opt_t *o = actor_info_opt(info, d->opts[i].key);
         if (o && actor_opt_check(o, d->opts[i].value, why, sizeof why)) {
             snprintf(err, errlen, "%s: %s=%s (from defaults): %s", name, o->key, d->opts[i].value,
                      why);
@@ -117,12 +134,27 @@ int actor_env_check(const actor_topology_t *topo, const char *name, char *err, s
     return 0;
 }
 
-/* The zactor body: signal zactor_new at once, run the actor, report its end. */
+/* The zactor body: signal zactor_new at once, set up the actor's faults, run
+ * the actor, report its end (a crash injected in thread mode: status 134, as
+ * an abort). */
 static void s_shim(zsock_t *pipe, void *args) {
     actor_env_t *env = args;
     env->pipe = pipe;
     zsock_signal(pipe, 0);
+    const char *spec = actor_env_str(env, "faults");
+    char err[256];
+    if (spec && *spec) {
+        s_faults = actor_faults_new(spec, env->name, err, sizeof err); /* checked: cannot fail */
+        if (s_faults && actor_faults_active(s_faults))
+            LOG_W(env->name, "fault injection on: %s", spec);
+        else
+            actor_faults_destroy(&s_faults);
+    }
     int rc = env->info->fn(env);
+    if (s_crashed)
+        rc = 134;
+    actor_faults_destroy(&s_faults);
+    s_crashed = false;
     if (!env->answered && rc)
         zstr_sendf(pipe, "FAIL exited with %d before it was ready", rc);
     zstr_sendf(pipe, "EXIT %d", rc);
@@ -218,6 +250,7 @@ bool actor_exited(actor_t *self, int *rc) {
 
 int actor_process_run(const char *name, const actor_topology_t *topo) {
     char err[512];
+    s_process_mode = true;
     actor_curve_t *curve = actor_curve_new(topo, name, err, sizeof err); /* before any socket */
     const char *sup = actor_topology_endpoint(topo, "supervisor");
     actor_t *a = curve ? s_actor_new(name, topo, 300000, sup != NULL, err, sizeof err) : NULL;
@@ -316,23 +349,187 @@ zsock_t *actor_sock_outbound(const actor_topology_t *topo, const char *name, con
         LOG_E(TAG, "cannot connect %s: %s", endpoint, zmq_strerror(zmq_errno()));
         zsock_destroy(&s);
     }
+    /* made by the actor of this thread: its faults cover the link */
+    if (s && s_faults && actor_faults_link(s_faults, s, peer))
+        LOG_W(TAG, "%s -> %s: out of memory: no faults on this link", name, peer);
     return s;
 }
 
-int actor_send(zsock_t *sock, int type, const void *m) {
+/* ---- the checksum of internal frames
+ *
+ * The first frame of every message between actors ends with 8 bytes: the
+ * XXH3-64 (little-endian) of every byte before them.  A message with a raw
+ * second frame (a KV block) carries that frame's XXH3-64 just before them, so
+ * the bulk frame itself goes unchanged:
+ *     one frame:   msgpack | sum(msgpack)
+ *     two frames:  msgpack | sum(raw) | sum(msgpack | sum(raw)),   raw
+ * The sender sums before the fault injector may corrupt the frame; the
+ * receiver checks and drops a frame that fails (-EBADMSG, counted
+ * "malformed" and "malformed.checksum" by the loop). */
+
+#define S_SUM 8 /* bytes of one sum */
+
+/* XXH3-64 of len bytes.  On x86-64 libxxhash picks its widest SIMD variant at
+ * run time (AVX2 / AVX-512: about twice the SSE2 default on a KV block); the
+ * value is the same everywhere. */
+static uint64_t s_sum(const void *p, size_t len) {
+#if defined(__x86_64__)
+    return XXH3_64bits_dispatch(p, len);
+#else
+    return XXH3_64bits(p, len);
+#endif
+}
+
+static void s_put64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t s_get64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* Make the parts of a message: buf (len bytes) with its trailer, then raw
+ * (rawlen bytes) when raw is not NULL.  Returns the number of parts (1 or 2),
+ * or -ENOMEM (then no part needs closing). */
+static int s_frames(zmq_msg_t *parts, const void *buf, size_t len, const void *raw, size_t rawlen) {
+    size_t sums = raw ? 2 * S_SUM : S_SUM;
+    if (zmq_msg_init_size(&parts[0], len + sums))
+        return -ENOMEM;
+    uint8_t *p = zmq_msg_data(&parts[0]);
+    memcpy(p, buf, len);
+    if (raw)
+        s_put64(p + len, s_sum(raw, rawlen));
+    s_put64(p + len + sums - S_SUM, s_sum(p, len + sums - S_SUM));
+    if (!raw)
+        return 1;
+    if (zmq_msg_init_size(&parts[1], rawlen)) {
+        zmq_msg_close(&parts[0]);
+        return -ENOMEM;
+    }
+    if (rawlen)
+        memcpy(zmq_msg_data(&parts[1]), raw, rawlen);
+    return 2;
+}
+
+/* A frame refused before decoding: code (-EPROTO, -EBADMSG) and what in err.
+ * Returns code. */
+static int s_frame_error(msg_err_t *err, int code, const char *what) {
+    if (err) {
+        memset(err, 0, sizeof *err);
+        err->code = code;
+        err->kind = MSG_E_MALFORMED;
+        snprintf(err->msg, sizeof err->msg, "%s", what);
+    }
+    return code;
+}
+
+/* Check the trailer of the first frame msg (and raw, the second, or NULL).
+ * The length of its MessagePack in *len.  0, or -EBADMSG with err. */
+static int s_check(zmq_msg_t *msg, zmq_msg_t *raw, size_t *len, msg_err_t *err) {
+    size_t n = zmq_msg_size(msg), sums = raw ? 2 * S_SUM : S_SUM;
+    const uint8_t *p = zmq_msg_data(msg);
+    bool ok = n >= sums && s_sum(p, n - S_SUM) == s_get64(p + n - S_SUM);
+    if (ok && raw)
+        ok = s_sum(zmq_msg_data(raw), zmq_msg_size(raw)) == s_get64(p + n - sums);
+    if (ok) {
+        *len = n - sums;
+        return 0;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "bad checksum (a frame of %zu bytes)", n);
+    return s_frame_error(err, -EBADMSG, what);
+}
+
+/* The actor of this thread reached crash_after: a process dies at once (as
+ * if killed); a thread goes quiet and its loop ends. */
+static void s_crash(void) {
+    if (s_process_mode) {
+        LOG_E(TAG, "faults: crash_after reached: killing this process");
+        raise(SIGKILL);
+    }
+    LOG_E(TAG, "faults: crash_after reached: the actor's thread stops");
+    s_crashed = true;
+}
+
+/* Send the n parts of a message (taken) on sock, through the faults when they
+ * cover it.  A full queue is waited for up to timeout_ms (0: not at all).
+ * 0, -EAGAIN (still full), -EIO. */
+static int s_send(zsock_t *sock, zmq_msg_t *parts, int n, int timeout_ms) {
+    uint64_t t0 = base_now_us(), limit = (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000;
+    int rc = 0;
+    if (s_crashed) {
+        /* a crashed actor sends nothing */
+    } else if (s_faults && actor_faults_covers(s_faults, sock)) {
+        while (!(zsock_events(sock) & ZMQ_POLLOUT) && base_now_us() - t0 < limit)
+            zclock_sleep(1);
+        rc = actor_faults_send(s_faults, sock, parts, n); /* takes the parts */
+        if (actor_faults_crash_due(s_faults))
+            s_crash();
+        return rc;
+    } else {
+        /* a multi-part message is queued atomically: once the first part is in, the
+         * second goes too (ZeroMQ guarantees it), so only the first may see EAGAIN */
+        void *h = zsock_resolve(sock);
+        for (;;) {
+            rc = zmq_msg_send(&parts[0], h, ZMQ_DONTWAIT | (n > 1 ? ZMQ_SNDMORE : 0));
+            if (rc >= 0 || zmq_errno() != EAGAIN || base_now_us() - t0 >= limit)
+                break;
+            zclock_sleep(1);
+        }
+        if (rc < 0)
+            rc = zmq_errno() == EAGAIN ? -EAGAIN : -EIO;
+        else if (n > 1)
+            rc = zmq_msg_send(&parts[1], h, 0) < 0 ? -EIO : 0;
+        else
+            rc = 0;
+    }
+    for (int i = 0; i < n; i++)
+        zmq_msg_close(&parts[i]);
+    return rc;
+}
+
+/* Encode m and send it, with raw as a second frame when not NULL. */
+static int s_encode_send(zsock_t *sock, int type, const void *m, const void *raw, size_t len,
+                         int timeout_ms) {
     void *buf = NULL;
-    size_t len = 0;
+    size_t blen = 0;
     msg_err_t err;
-    int rc = msg_encode(type, m, &buf, &len, &err);
+    int rc = msg_encode(type, m, &buf, &blen, &err);
     if (rc) {
         LOG_W(TAG, "cannot encode %s: %s", msg_type_name(type), err.msg);
         return rc;
     }
-    rc = zmq_send(zsock_resolve(sock), buf, len, ZMQ_DONTWAIT);
+    zmq_msg_t parts[2];
+    int n = s_frames(parts, buf, blen, raw, len);
     free(buf);
-    if (rc < 0)
-        return zmq_errno() == EAGAIN ? -EAGAIN : -EIO;
-    return 0;
+    return n < 0 ? n : s_send(sock, parts, n, timeout_ms);
+}
+
+int actor_send(zsock_t *sock, int type, const void *m) {
+    return s_encode_send(sock, type, m, NULL, 0, 0);
+}
+
+int actor_send_raw(zsock_t *sock, int type, const void *m, const void *raw, size_t len,
+                   int timeout_ms) {
+    static const char none; /* a raw frame of 0 bytes still is a frame */
+    return s_encode_send(sock, type, m, raw ? raw : &none, raw ? len : 0, timeout_ms);
+}
+
+/* Read and drop what is left of a multi-part message after msg (closed). */
+static void s_drain_rest(void *h, zmq_msg_t *msg) {
+    bool more = zmq_msg_more(msg);
+    while (more) {
+        zmq_msg_close(msg);
+        zmq_msg_init(msg);
+        if (zmq_msg_recv(msg, h, 0) < 0)
+            break;
+        more = zmq_msg_more(msg);
+    }
+    zmq_msg_close(msg);
 }
 
 int actor_recv(zsock_t *sock, msg_any_t *m, msg_err_t *err) {
@@ -344,56 +541,16 @@ int actor_recv(zsock_t *sock, msg_any_t *m, msg_err_t *err) {
         zmq_msg_close(&msg);
         return -EAGAIN;
     }
-    bool more = zmq_msg_more(&msg);
-    int rc;
-    if (more) {
-        rc = -EPROTO;
-        if (err) {
-            memset(err, 0, sizeof *err);
-            err->code = rc;
-            err->kind = MSG_E_MALFORMED;
-            snprintf(err->msg, sizeof err->msg, "multi-part frame");
-        }
-        while (more) { /* drain the rest of it */
-            zmq_msg_close(&msg);
-            zmq_msg_init(&msg);
-            if (zmq_msg_recv(&msg, h, 0) < 0)
-                break;
-            more = zmq_msg_more(&msg);
-        }
-    } else {
-        rc = msg_any_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), m, err);
+    if (zmq_msg_more(&msg)) {
+        s_drain_rest(h, &msg);
+        return s_frame_error(err, -EPROTO, "multi-part frame");
     }
+    size_t len = 0;
+    int rc = s_check(&msg, NULL, &len, err);
+    if (!rc)
+        rc = msg_any_decode(zmq_msg_data(&msg), len, m, err);
     zmq_msg_close(&msg);
     return rc;
-}
-
-int actor_send_raw(zsock_t *sock, int type, const void *m, const void *raw, size_t len,
-                   int timeout_ms) {
-    void *buf = NULL;
-    size_t blen = 0;
-    msg_err_t err;
-    int rc = msg_encode(type, m, &buf, &blen, &err);
-    if (rc) {
-        LOG_W(TAG, "cannot encode %s: %s", msg_type_name(type), err.msg);
-        return rc;
-    }
-    void *h = zsock_resolve(sock);
-    /* a multi-part message is queued atomically: once the first part is in, the
-     * second goes too (ZeroMQ guarantees it), so only the first may see EAGAIN */
-    uint64_t t0 = base_now_us();
-    for (;;) {
-        rc = zmq_send(h, buf, blen, ZMQ_DONTWAIT | ZMQ_SNDMORE);
-        if (rc >= 0 || zmq_errno() != EAGAIN ||
-            base_now_us() - t0 >= (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000)
-            break;
-        zclock_sleep(1);
-    }
-    free(buf);
-    if (rc < 0)
-        return zmq_errno() == EAGAIN ? -EAGAIN : -EIO;
-    rc = zmq_send(h, raw, len, 0);
-    return rc < 0 ? -EIO : 0;
 }
 
 int actor_recv_raw(zsock_t *sock, msg_any_t *m, msg_err_t *err, zmq_msg_t *raw) {
@@ -406,31 +563,24 @@ int actor_recv_raw(zsock_t *sock, msg_any_t *m, msg_err_t *err, zmq_msg_t *raw) 
         zmq_msg_close(&msg);
         return -EAGAIN;
     }
-    int rc = 0;
-    if (zmq_msg_more(&msg)) {
+    bool two = zmq_msg_more(&msg);
+    if (two) {
         zmq_msg_recv(raw, h, 0); /* the rest of a multi-part message is already here */
         if (zmq_msg_more(raw)) {
-            rc = -EPROTO;
-            bool more = true;
-            while (more) {
-                zmq_msg_close(raw);
-                zmq_msg_init(raw);
-                if (zmq_msg_recv(raw, h, 0) < 0)
-                    break;
-                more = zmq_msg_more(raw);
-            }
-            zmq_msg_close(raw);
+            s_drain_rest(h, raw);
             zmq_msg_init(raw);
-            if (err) {
-                memset(err, 0, sizeof *err);
-                err->code = rc;
-                err->kind = MSG_E_MALFORMED;
-                snprintf(err->msg, sizeof err->msg, "more than two frames");
-            }
+            zmq_msg_close(&msg);
+            return s_frame_error(err, -EPROTO, "more than two frames");
         }
     }
+    size_t len = 0;
+    int rc = s_check(&msg, two ? raw : NULL, &len, err);
     if (!rc)
-        rc = msg_any_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), m, err);
+        rc = msg_any_decode(zmq_msg_data(&msg), len, m, err);
+    if (rc) { /* the caller gets no raw frame with a bad message */
+        zmq_msg_close(raw);
+        zmq_msg_init(raw);
+    }
     zmq_msg_close(&msg);
     return rc;
 }
@@ -521,6 +671,7 @@ typedef struct {
     zsock_t *reply;     /* inbox: where pong / stats_answer go */
     bool raw;           /* inbox: a raw second frame may follow */
     char malformed[48]; /* inbox: counter names, with the prefix */
+    char checksum[48];  /* (a frame whose checksum failed counts both) */
     char unexpected[48];
 } s_sock_t;
 
@@ -563,6 +714,8 @@ actor_loop_t *actor_loop_new(actor_env_t *env, void *self) {
         free(l);
         return NULL;
     }
+    if (s_faults) /* reported from the start */
+        actor_faults_report(s_faults, l->counters);
     /* this thread's own socket (the process's ready report has another): a
      * heartbeat never waits, and at most two queue while the supervisor is away */
     if (env->beat && !(l->beat = actor_sock_outbound(env->topo, env->name, "supervisor", 2)))
@@ -637,6 +790,7 @@ int actor_loop_inbox(actor_loop_t *self, zsock_t *sock, zsock_t *reply, bool raw
     s_sock_t *s = &self->socks[self->n_socks++];
     *s = (s_sock_t){.sock = sock, .reply = reply, .raw = raw};
     snprintf(s->malformed, sizeof s->malformed, "%smalformed", prefix ? prefix : "");
+    snprintf(s->checksum, sizeof s->checksum, "%smalformed.checksum", prefix ? prefix : "");
     snprintf(s->unexpected, sizeof s->unexpected, "%sunexpected", prefix ? prefix : "");
     if (zsock_mechanism(sock) == ZMQ_CURVE && zsock_curve_server(sock))
         return s_monitor(self, sock);
@@ -700,6 +854,8 @@ static bool s_ctl(actor_loop_t *self, const msg_any_t *m, zsock_t *reply) {
     case MSG_STATS_QUERY: {
         if (self->stats_hook)
             self->stats_hook(self->self);
+        if (s_faults)
+            actor_faults_report(s_faults, self->counters);
         msg_stats_answer_t a;
         msg_stats_answer_init(&a);
         msg_set_str(a.name, sizeof a.name, env->name);
@@ -735,6 +891,8 @@ static bool s_inbox_one(actor_loop_t *self, s_sock_t *s) {
         return false;
     if (rc < 0) {
         actor_counters_add(self->counters, s->malformed, 1);
+        if (rc == -EBADMSG)
+            actor_counters_add(self->counters, s->checksum, 1);
     } else {
         actor_msg_fn fn = NULL;
         for (int i = 0; i < self->n_on && !fn; i++)
@@ -790,7 +948,12 @@ int actor_loop_run(actor_loop_t *self, int wait_ms) {
     for (int i = 0; i < self->n_socks; i++)
         items[1 + i] = (zmq_pollitem_t){zsock_resolve(self->socks[i].sock), 0, ZMQ_POLLIN, 0};
     int timeout = wait_ms > 0 ? wait_ms : 100;
-    while (!self->stop) {
+    while (!self->stop && !s_crashed) {
+        if (s_faults) { /* send the held frames that are due; wake for the next one */
+            int held = actor_faults_flush(s_faults);
+            if (held >= 0 && held < timeout)
+                timeout = held;
+        }
         uint64_t now = base_now_us();
         s_heartbeat(self, now);
         if (self->beat) {
@@ -809,6 +972,8 @@ int actor_loop_run(actor_loop_t *self, int wait_ms) {
             break; /* the context is terminating */
         if (items[0].revents & ZMQ_POLLIN)
             break; /* $TERM */
+        if (s_faults)
+            actor_faults_stall(s_faults); /* a hang, when the spec says so */
         bool more = false;
         for (int i = 0; i < self->n_socks && !self->stop; i++)
             more |= s_drain(self, &self->socks[i]);

@@ -82,7 +82,20 @@ bool actor_exited(actor_t *self, int *rc);
  * 0 on a clean stop, 1 when the actor failed or could not start. */
 int actor_process_run(const char *name, const actor_topology_t *topo);
 
-/* ---- sockets */
+/* ---- sockets
+ *
+ * Frames between actors carry a checksum (an XXH3-64 trailer on the first
+ * frame, actor_runtime.c): actor_send* add it, actor_recv* check it and refuse
+ * a frame that fails with -EBADMSG.  Only these functions read and write
+ * internal frames; the frontend's client socket does not use them.
+ *
+ * Fault injection (actor_faults.h, docs/FAULTS.md): when an actor's "faults"
+ * option is set, the outbound sockets its thread makes with
+ * actor_sock_outbound are covered (to=NAME: only the one to NAME), and
+ * actor_send* on them drop, duplicate, delay, reorder or corrupt frames as the
+ * spec decides; the actor loop sends held frames when due, stalls, and counts
+ * faults.* in its stats.  crash_after kills an actor process (SIGKILL); in
+ * thread mode the actor sends nothing more, its loop ends and it exits 134. */
 
 /* Inbound socket of actor name of topo: PULL bound at its endpoint,
  * ZMQ_MAXMSGSIZE set to max_msg, receive high-water mark rcvhwm.  On tcp://
@@ -102,8 +115,9 @@ zsock_t *actor_sock_outbound(const actor_topology_t *topo, const char *name, con
  * (encoder refused) / -ENOMEM / -EIO. */
 int actor_send(zsock_t *sock, int type, const void *m);
 /* Receive one frame (non-blocking) and decode it into m.  0; -EAGAIN when
- * nothing is waiting; -EPROTO for a multi-part frame; a decoder error with err
- * (then m is empty).  On success the caller msg_any_clear()s m. */
+ * nothing is waiting; -EPROTO for a multi-part frame; -EBADMSG when its
+ * checksum fails; a decoder error with err (then m is empty).  On success the
+ * caller msg_any_clear()s m. */
 int actor_recv(zsock_t *sock, msg_any_t *m, msg_err_t *err);
 
 /* Like actor_send, followed by a second frame of len raw bytes (a KV block):
@@ -113,7 +127,8 @@ int actor_send_raw(zsock_t *sock, int type, const void *m, const void *raw, size
                    int timeout_ms);
 /* Like actor_recv, but a message may carry one raw frame after its header: it
  * is moved into *raw (zmq_msg_init'ed by this call; the caller zmq_msg_close()s
- * it; size 0 when there was none).  More than two frames: -EPROTO. */
+ * it; size 0 when there was none).  More than two frames: -EPROTO; a checksum
+ * (of either frame) that fails: -EBADMSG.  On an error raw is empty. */
 int actor_recv_raw(zsock_t *sock, msg_any_t *m, msg_err_t *err, zmq_msg_t *raw);
 
 /* ---- counters (for stats) */
@@ -139,7 +154,8 @@ int64_t actor_counters_value_at(const actor_counters_t *self, int i);
  * which returns how long the next poll may wait.  An inbox that is a CURVE
  * server is monitored: a handshake the ZAP handler refused counts
  * "curve.refused".  The inbox decodes frames,
- * counts malformed ones (counter "malformed") and dispatches them by type to
+ * counts malformed ones (counter "malformed"; a frame whose checksum failed
+ * also "malformed.checksum") and dispatches them by type to
  * the handlers of actor_loop_on; ping, stats_query and stop are answered here
  * (pong / stats_answer to the reply socket; stop ends the loop after the
  * current message); any other type without a handler counts "unexpected".

@@ -100,7 +100,7 @@ actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const cha
         actor_supervisor_destroy(&self);
         return NULL;
     }
-    self->ctl = actor_sock_inbound(topo, "supervisor", MSG_MAX_INTERNAL_FRAME, 1000);
+    self->ctl = actor_sock_inbound(topo, "supervisor", MSG_MAX_INTERNAL_FRAME + 4096, 1000);
     self->to_router = actor_sock_outbound(topo, "supervisor", "router", 1000);
     self->to_front = actor_sock_outbound(topo, "supervisor", "frontend", 1000);
     if (!self->kids || !self->ctl || !self->to_router || !self->to_front) {

@@ -14,6 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One option of the --help listing. */
+static void s_help_opt(FILE *f, const actor_opt_t *o) {
+    char range[256];
+    fprintf(f, "      %-18s %-18s %s%s%s%s\n", o->key, actor_opt_range(o, range, sizeof range),
+            o->help, o->def ? " (default " : "", o->def ? o->def : "", o->def ? ")" : "");
+}
+
 static void s_help(FILE *f) {
     fprintf(f, "usage: strata actor NAME --topology FILE\n"
                "       strata actor --list-options\n"
@@ -21,29 +28,36 @@ static void s_help(FILE *f) {
                "Runs actor NAME of the topology FILE (docs/TOPOLOGY.md) in this process and\n"
                "reports ready to the topology's supervisor endpoint.  Normally started by\n"
                "`strata serve --topology FILE`.  --list-options prints every option of every\n"
-               "actor, one per line: actor, key, type, default, range, help (tab-separated).\n"
+               "actor, one per line: actor (\"all\": options every actor takes), key, type,\n"
+               "default, range, help (tab-separated).\n"
                "\n"
                "Actors and their options (key=value on the actor's topology line):\n");
-    char range[256];
     for (int i = 0; actor_info_at(i); i++) {
         const actor_info_t *a = actor_info_at(i);
         fprintf(f, "\n  %-12s %s\n", a->name, a->purpose);
         for (const actor_opt_t *o = a->opts; o->key; o++)
-            fprintf(f, "      %-18s %-18s %s%s%s%s\n", o->key,
-                    actor_opt_range(o, range, sizeof range), o->help, o->def ? " (default " : "",
-                    o->def ? o->def : "", o->def ? ")" : "");
+            s_help_opt(f, o);
     }
+    fprintf(f, "\n  %-12s %s\n", "all", "options every actor takes (read by the runtime)");
+    for (const actor_opt_t *o = actor_runtime_opts; o->key; o++)
+        s_help_opt(f, o);
 }
 
-/* One line per option: actor, key, type, default ("-": none), range, help. */
-static void s_list_options(FILE *f) {
+/* One line of --list-options. */
+static void s_list_opt(FILE *f, const char *actor, const actor_opt_t *o) {
     char range[256];
-    for (int i = 0; actor_info_at(i); i++) {
-        const actor_info_t *a = actor_info_at(i);
-        for (const actor_opt_t *o = a->opts; o->key; o++)
-            fprintf(f, "%s\t%s\t%s\t%s\t%s\t%s\n", a->name, o->key, actor_opt_type_name(o->type),
-                    o->def ? o->def : "-", actor_opt_range(o, range, sizeof range), o->help);
-    }
+    fprintf(f, "%s\t%s\t%s\t%s\t%s\t%s\n", actor, o->key, actor_opt_type_name(o->type),
+            o->def ? o->def : "-", actor_opt_range(o, range, sizeof range), o->help);
+}
+
+/* One line per option: actor ("all": every actor's), key, type, default ("-":
+ * none), range, help. */
+static void s_list_options(FILE *f) {
+    for (int i = 0; actor_info_at(i); i++)
+        for (const actor_opt_t *o = actor_info_at(i)->opts; o->key; o++)
+            s_list_opt(f, actor_info_at(i)->name, o);
+    for (const actor_opt_t *o = actor_runtime_opts; o->key; o++)
+        s_list_opt(f, "all", o);
 }
 
 int cmd_actor(int argc, char **argv) {

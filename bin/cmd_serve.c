@@ -25,7 +25,8 @@
 typedef struct {
     const char *flag;    /* long name, without "--" */
     char short_name;     /* or 0 */
-    const char *actor;   /* whose option table declares key; NULL: serve's own flag */
+    const char *actor;   /* whose option table declares key ("all": actor_runtime_opts,
+                            every actor's); NULL: serve's own flag */
     const char *key;     /* the option it sets */
     const char *arg;     /* metavariable; NULL: a switch */
     const char *value;   /* a switch with a key: the value it sets */
@@ -80,6 +81,10 @@ static const s_flag_t s_flags[] = {
      "every running request waits for its draft, up to 10x that, following the drafts' "
      "latency)",
      NULL},
+    {"faults", 0, "all", "faults", "SPEC", NULL, 0,
+     "inject faults on the links between actors, every actor alike: e.g. "
+     "'seed=1,drop=0.05,delay=0.1:20,to=router' (docs/FAULTS.md)",
+     "Testing:"},
     {"topology", 0, NULL, NULL, "FILE", NULL, 0,
      "process mode: one process per actor (docs/TOPOLOGY.md); the file's options replace "
      "the ones above",
@@ -99,10 +104,10 @@ static const s_flag_t s_flags[] = {
 /* The declaration of the option flag row r sets, scaled to the flag's unit
  * (spec-wait-ms: spec_wait_us / 1000). */
 static actor_opt_t s_flag_opt(const s_flag_t *r) {
-    const actor_opt_t *table = !strcmp(r->actor, "supervisor")
-                                   ? actor_topology_supervisor_opts
-                                   : actor_info_find(r->actor)->opts;
-    const actor_opt_t *o = actor_opts_find(table, r->key);
+    const actor_opt_t *o =
+        !strcmp(r->actor, "all")          ? actor_opts_find(actor_runtime_opts, r->key)
+        : !strcmp(r->actor, "supervisor") ? actor_opts_find(actor_topology_supervisor_opts, r->key)
+                                          : actor_info_opt(actor_info_find(r->actor), r->key);
     actor_opt_t x = *o;
     if (r->scale > 1) {
         x.min /= r->scale;
@@ -146,7 +151,8 @@ static void s_help(FILE *f) {
                 snprintf(def, sizeof def, "%ld", actor_opt_parse_int(o.def) / x->scale);
             else
                 snprintf(def, sizeof def, "%s", o.def ? o.def : "none");
-            bool text = o.type == ACTOR_OPT_STRING || o.type == ACTOR_OPT_PATH;
+            bool text = o.type == ACTOR_OPT_STRING || o.type == ACTOR_OPT_PATH ||
+                        o.type == ACTOR_OPT_FAULTS;
             snprintf(help, sizeof help, "%s (%s%sdefault %s)", o.help,
                      text ? "" : actor_opt_range(&o, range, sizeof range), text ? "" : ", ", def);
         }

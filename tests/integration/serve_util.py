@@ -143,6 +143,28 @@ def unpack(b):
     return msgpack.unpackb(b, raw=False)
 
 
+_xxh = None
+
+
+def xxh3(b):
+    """XXH3-64 of b, from the libxxhash strata links (no Python package needed)."""
+    global _xxh
+    if _xxh is None:
+        import ctypes
+        _xxh = ctypes.CDLL("libxxhash.so.0").XXH3_64bits
+        _xxh.restype, _xxh.argtypes = ctypes.c_uint64, [ctypes.c_char_p, ctypes.c_size_t]
+    return _xxh(b, len(b))
+
+
+def internal(header, raw=None):
+    """The frames of a message between actors (docs/FAULTS.md, "Checksum"): header
+    (packed bytes) with its XXH3-64 trailer; with raw, the raw frame's sum before it."""
+    if raw is not None:
+        header = header + xxh3(raw).to_bytes(8, "little")
+    frames = [header + xxh3(header).to_bytes(8, "little")]
+    return frames + [raw] if raw is not None else frames
+
+
 class Client:
     """One DEALER connection."""
 

@@ -217,8 +217,8 @@ def phase_kill(d):
         push.connect("ipc://%s/kvtier" % d)
         blk = {"type": "kv_block", "v": 1, "rid": 0, "worker": 0, "hash": 12345, "parent": 0,
                "tokens": b"\x01\x00\x00\x00" * 16, "fmt": 0}
-        push.send_multipart([u.pack(blk), b"\0" * 64])                  # wrong hash and size
-        push.send_multipart([u.pack(dict(blk, fmt=9)), b"\0" * 64])     # no such format
+        push.send_multipart(u.internal(u.pack(blk), b"\0" * 64))               # wrong hash and size
+        push.send_multipart(u.internal(u.pack(dict(blk, fmt=9)), b"\0" * 64))  # no such format
         push.send(b"\xc1 not msgpack")
         push.close()
         st = u.wait_for(lambda: (lambda c: c if c.get("kvtier.put.refused", 0) >= 2 and

@@ -830,17 +830,6 @@ static void topo_base(actor_topology_t *t, const char *tag) {
     actor_topology_add(t, "worker1", ep);
 }
 
-static int recv_wait(zsock_t *s, msg_any_t *m, int ms) {
-    msg_err_t e;
-    for (int i = 0; i < ms; i++) {
-        int rc = actor_recv(s, m, &e);
-        if (rc != -EAGAIN)
-            return rc;
-        zclock_sleep(1);
-    }
-    return -ETIMEDOUT;
-}
-
 START_TEST(actor_replies_to_the_asking_worker) {
     actor_topology_t *t = malloc(sizeof *t);
     topo_base(t, "spec-a");
@@ -866,7 +855,7 @@ START_TEST(actor_replies_to_the_asking_worker) {
     q.k = 5;
     ck_assert_int_eq(actor_send(to, MSG_DRAFT_REQUEST, &q), 0);
     msg_any_t m;
-    ck_assert_int_eq(recv_wait(w1, &m, 5000), 0);
+    ck_assert_int_eq(test_recv_wait(w1, &m, 5000), 0);
     ck_assert_int_eq(m.type, MSG_DRAFT_REPLY);
     ck_assert(m.u.draft_reply.rid == 7 && m.u.draft_reply.seq == 3);
     ck_assert_int_eq(m.u.draft_reply.base, 30);
@@ -885,7 +874,7 @@ START_TEST(actor_replies_to_the_asking_worker) {
     msg_stats_query_t sq;
     msg_stats_query_init(&sq);
     ck_assert_int_eq(actor_send(to, MSG_STATS_QUERY, &sq), 0);
-    ck_assert_int_eq(recv_wait(front, &m, 5000), 0);
+    ck_assert_int_eq(test_recv_wait(front, &m, 5000), 0);
     ck_assert_int_eq(m.type, MSG_STATS_ANSWER);
     int64_t reqs = -1, proposed = -1, ends = -1, states = -1;
     for (int i = 0; i < m.u.stats_answer.n_counters; i++) {
@@ -929,7 +918,7 @@ START_TEST(actor_replies_to_the_asking_worker) {
     q.worker = 0;
     q.k = 2;
     ck_assert_int_eq(actor_send(to, MSG_DRAFT_REQUEST, &q), 0);
-    ck_assert_int_eq(recv_wait(w0, &m, 5000), 0);
+    ck_assert_int_eq(test_recv_wait(w0, &m, 5000), 0);
     ck_assert_int_eq(m.u.draft_reply.n_tokens, 2);
     ck_assert_int_eq(m.u.draft_reply.tokens[0], 7);
     ck_assert_int_eq(m.u.draft_reply.tokens[1], 8);

@@ -2,6 +2,7 @@
  * (test_util.h says what they mean), the default model, random numbers, a synthetic model. */
 #include "test_util.h"
 
+#include "actors/actor_runtime.h"
 #include "model_gguf_write.h"
 
 #include <errno.h>
@@ -260,4 +261,15 @@ done:
     free(f);
     model_gguf_write_destroy(&w);
     return rc;
+}
+
+int test_recv_wait(zsock_t *s, msg_any_t *m, int ms) {
+    msg_err_t e;
+    for (int i = 0; i < ms; i++) {
+        int rc = actor_recv(s, m, &e);
+        if (rc != -EAGAIN)
+            return rc;
+        zclock_sleep(1);
+    }
+    return -ETIMEDOUT;
 }

@@ -4,7 +4,10 @@
 #ifndef TEST_UTIL_H
 #define TEST_UTIL_H
 
+#include "msgs/msg_any.h"
+
 #include <check.h>
+#include <czmq.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,6 +55,10 @@ int test_run_suite(int argc, char **argv, Suite *s, enum fork_status fork);
 /* main() of a suite made by make_suite(), run with Check's default fork mode. */
 #define TEST_MAIN(make_suite)                                                                      \
     int main(int argc, char **argv) { return test_run_suite(argc, argv, make_suite(), CK_FORK_GETENV); }
+
+/* Wait up to ms for a message on an actor socket (actor_recv): 0 with m
+ * filled (the caller msg_any_clear()s it), actor_recv's error, or -ETIMEDOUT. */
+int test_recv_wait(zsock_t *s, msg_any_t *m, int ms);
 
 /* Deterministic pseudo-random numbers for tests (xorshift64*). */
 uint64_t test_rand_u64(uint64_t *state);
