@@ -471,6 +471,7 @@ static void s_stats_reply(s_front_t *f, const uint8_t *ident, size_t ident_len) 
     msg_stats_reply_init(&s);
     char name[MSG_MAX_COUNTER_NAME_BYTES + ACTOR_TOPO_NAME + 2];
     actor_counters_set(f->counters, "requests.active", f->n_reqs);
+    actor_loop_refresh_counters(f->loop);
     for (int i = 0; i < actor_counters_count(f->counters); i++) {
         snprintf(name, sizeof name, "frontend.%s", actor_counters_name_at(f->counters, i));
         msg_counters_add(&s.counters, &s.n_counters, name, actor_counters_value_at(f->counters, i));

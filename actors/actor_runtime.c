@@ -735,6 +735,11 @@ void actor_loop_destroy(actor_loop_t **self_p) {
     *self_p = NULL;
 }
 
+void actor_loop_refresh_counters(actor_loop_t *self) {
+    if (s_faults)
+        actor_faults_report(s_faults, self->counters);
+}
+
 actor_counters_t *actor_loop_counters(actor_loop_t *self) {
     return self->counters;
 }
@@ -854,8 +859,7 @@ static bool s_ctl(actor_loop_t *self, const msg_any_t *m, zsock_t *reply) {
     case MSG_STATS_QUERY: {
         if (self->stats_hook)
             self->stats_hook(self->self);
-        if (s_faults)
-            actor_faults_report(s_faults, self->counters);
+        actor_loop_refresh_counters(self);
         msg_stats_answer_t a;
         msg_stats_answer_init(&a);
         msg_set_str(a.name, sizeof a.name, env->name);

@@ -187,6 +187,9 @@ actor_loop_t *actor_loop_new(actor_env_t *env, void *self);
 void actor_loop_destroy(actor_loop_t **self_p);
 /* The counters reported in stats_answer (owned by the loop). */
 actor_counters_t *actor_loop_counters(actor_loop_t *self);
+/* Bring the runtime's own counters in that set (faults.*) up to date: done before
+ * every stats_answer; an actor that answers stats itself (the frontend) calls it. */
+void actor_loop_refresh_counters(actor_loop_t *self);
 
 /* The actor's inbound socket (borrowed).  reply: where pong and stats_answer
  * go (NULL: nowhere).  raw: frames may carry a raw second frame.  prefix:
