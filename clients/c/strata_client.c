@@ -353,8 +353,8 @@ static int s_on_event(strata_client_t *c, s_gen_t *st, msg_any_t *m, strata_toke
         if (t->index < st->have) /* resent after a resume: the callback had it */
             return S_OURS;
         if (!st->toks || t->index > st->have || t->index >= st->g.max_tokens) {
-            *rc = s_fail(c, -EPROTO, "token event %d of '%s' out of order (expected %d)",
-                         t->index, c->cur_id, st->have);
+            *rc = s_fail(c, -EPROTO, "token event %d of '%s' out of order (expected %d)", t->index,
+                         c->cur_id, st->have);
             return S_END;
         }
         st->toks[st->have++] = t->token;
