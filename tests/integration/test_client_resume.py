@@ -1,5 +1,5 @@
 """test_client_resume.py - the clients survive a frontend restart (docs/PROTOCOL.md,
-"resume"): in process mode (`strata serve --topology FILE`), SIGKILL the frontend process
+"resume"): in process mode (`strata serve --topology FILE`, two workers), SIGKILL the frontend process
 while requests stream; the supervisor restarts it, and the Python client (4 greedy
 requests and one seeded sampled request, each on its own thread) and `strata client`
 notice the lost connection and resume their requests on the new one.  Every request
@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -22,8 +23,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "clients", "python"))
 import strata_client  # noqa: E402
 
-import struct  # noqa: E402
-
 import zmq  # noqa: E402
 
 MAX_TOKENS = 96
@@ -34,30 +33,9 @@ SAMPLED = dict(temperature=0.8, seed=7)
 DEADLINE_S = 110  # the whole test stays under 120 s
 
 
-def write_topology(d, port):
-    path = os.path.join(d, "topology.txt")
-    with open(path, "w") as f:
-        f.write("# strata topology for the client resume test\n"
-                "supervisor ipc://%(d)s/supervisor\n"
-                "defaults   -                      threads=1 max_batch=16 kv_blocks=512\n"
-                "frontend   ipc://%(d)s/frontend   client=tcp://127.0.0.1:%(port)d\n"
-                "tokenizer  ipc://%(d)s/tokenizer\n"
-                "router     ipc://%(d)s/router\n"
-                "worker0    ipc://%(d)s/worker0\n" % {"d": d, "port": port})
-    return path
-
-
 def pid_of(log, name):
-    pids = re.findall(r"started %s \(pid (\d+)\)" % name, log)
-    return int(pids[-1]) if pids else None
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    pids = u.actor_pids(log, name)
+    return pids[-1] if pids else None
 
 
 def chat(prompt):
@@ -152,7 +130,7 @@ def main():
     t_start = time.time()
     d = tempfile.mkdtemp(prefix="strata-resume-")
     port = u.free_port()
-    s = u.Server(["--topology", write_topology(d, port)])
+    s = u.Server(["--topology", u.process_topology(d, port)])
     s.port, s.endpoint = port, "tcp://127.0.0.1:%d" % port
     ep = s.endpoint
     cli, pids = None, set()
@@ -160,9 +138,9 @@ def main():
         s.start()
         u.wait_for(lambda: u.health(ep)["ok"], 10, "health ok")
         log = s.read_log()
-        pids = {pid_of(log, n) for n in ("frontend", "tokenizer", "router", "worker0")}
+        pids = set(u.actor_pids(log))
         front = pid_of(log, "frontend")
-        u.check(front and None not in pids, "one process per actor: %s" % log)
+        u.check(front and len(pids) == 5, "one process per actor: %s" % log)
 
         refs = [u.reference(p, MAX_TOKENS) for p in GREEDY_PROMPTS]
         check_resume_message(ep, refs[0][:24])
@@ -217,6 +195,7 @@ def main():
                 "the uninterrupted run:\n%r\n%r" % (cli.out.decode(), cli_text))
         u.check(re.search(rb"strata client: connection lost.* resumed after \d+ tokens", cli.err),
                 "strata client said it resumed: %r" % cli.err)
+        print("strata client stderr: %s" % cli.err.decode(errors="replace").strip())
         u.check(after, "a request was running at the kill")
         print("kill -> next token at the client: min %.2f s, max %.2f s (%d requests)"
               % (min(after), max(after), len(after)))
@@ -229,7 +208,7 @@ def main():
             cli.stop()
         rc = s.stop()
         for p in pids:
-            if p and alive(p):
+            if u.alive(p):
                 os.kill(p, signal.SIGKILL)
                 u.check(False, "pid %d was still running after the server stopped" % p)
         shutil.rmtree(d, ignore_errors=True)
