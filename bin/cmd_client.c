@@ -17,6 +17,8 @@ static void s_help(FILE *f) {
             "       strata client [-e ENDPOINT] --stats | --health\n"
             "\n"
             "Send a request to a running `strata serve` and stream the answer to stdout.\n"
+            "When the connection is lost (the server restarted) the request is resumed\n"
+            "once it is back, each token printed once; a note says so on stderr.\n"
             "\n"
             "  -e, --endpoint EP       server endpoint (default tcp://127.0.0.1:5555)\n"
             "      --server-key FILE   CURVE: the server's public key (zcert file)\n"
@@ -228,6 +230,17 @@ int cmd_client(int argc, char **argv) {
                         done.finish_reason, done.prompt_tokens, done.completion_tokens,
                         done.queued_ms, done.prefill_ms, done.decode_ms, done.ttft_ms);
             strata_done_free(&done);
+        }
+        if (done.resumes) { /* after the text's last line, on stderr */
+            fflush(stdout);
+            if (done.resumes == 1)
+                fprintf(stderr, "strata client: connection lost, resumed after %d tokens\n",
+                        done.resumed_after);
+            else
+                fprintf(stderr,
+                        "strata client: connection lost %d times, last resumed after %d "
+                        "tokens\n",
+                        done.resumes, done.resumed_after);
         }
     }
     if (rc < 0) {

@@ -1,5 +1,6 @@
 /* strata_client.c - the C client: a DEALER socket, the msgs encoders for requests and
- * the validating decoders for everything the server sends.  Owns its ZeroMQ context.
+ * the validating decoders for everything the server sends, and a monitor of the DEALER's
+ * connection that resumes a generation after a reconnect.  Owns its ZeroMQ context.
  */
 #include "strata_client.h"
 #include "msg_any.h"
@@ -9,14 +10,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #define S_DEFAULT_ENDPOINT "tcp://127.0.0.1:5555"
+/* the DEALER's monitor (one per context, and every client has its own context) */
+#define S_MONITOR_ENDPOINT "inproc://strata-client-monitor"
+#define S_MONITOR_EVENTS (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+/* ZMTP heartbeats: a silent dead link is noticed after S_HEARTBEAT_TIMEOUT_MS */
+#define S_HEARTBEAT_IVL_MS 1000
+#define S_HEARTBEAT_TIMEOUT_MS 3000
 
 struct strata_client_t {
     void *ctx;             /* ZeroMQ context (owned) */
     void *sock;            /* DEALER connected to the frontend */
+    void *mon;             /* PAIR reading the DEALER's monitor events */
+    bool up;               /* a handshake succeeded since the last disconnect */
+    unsigned conn;         /* handshakes so far: the number of the current connection */
     int timeout_ms;        /* bound on every wait for the server */
     unsigned long seq;     /* request ids: "c<pid>-<seq>" */
     char cur_id[65];       /* the generation in progress, "" when none */
@@ -97,9 +108,21 @@ static strata_client_t *s_open(const char *endpoint, int timeout_ms, const char 
     zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &c->timeout_ms, sizeof c->timeout_ms);
+    int hb_ivl = S_HEARTBEAT_IVL_MS, hb_timeout = S_HEARTBEAT_TIMEOUT_MS;
+    zmq_setsockopt(c->sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+    zmq_setsockopt(c->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
     if (serverkey && (zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, serverkey, 41) ||
                       zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, publickey, 41) ||
                       zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, secretkey, 41)))
+        goto fail;
+    /* the monitor first, so that it sees the first handshake too */
+    if (zmq_socket_monitor(c->sock, S_MONITOR_ENDPOINT, S_MONITOR_EVENTS) != 0)
+        goto fail;
+    c->mon = zmq_socket(c->ctx, ZMQ_PAIR);
+    if (!c->mon)
+        goto fail;
+    zmq_setsockopt(c->mon, ZMQ_LINGER, &linger, sizeof linger);
+    if (zmq_connect(c->mon, S_MONITOR_ENDPOINT) != 0)
         goto fail;
     if (zmq_connect(c->sock, endpoint ? endpoint : S_DEFAULT_ENDPOINT) != 0)
         goto fail;
@@ -126,6 +149,10 @@ void strata_client_destroy(strata_client_t **self_p) {
     if (!self_p || !*self_p)
         return;
     strata_client_t *c = *self_p;
+    if (c->sock)
+        zmq_socket_monitor(c->sock, NULL, 0); /* stop the monitor before its reader goes */
+    if (c->mon)
+        zmq_close(c->mon);
     if (c->sock)
         zmq_close(c->sock);
     if (c->ctx)
@@ -159,20 +186,22 @@ static int s_send(strata_client_t *c, int type, const void *m) {
     return 0;
 }
 
-/* wait up to the timeout for one frame and decode it into *m */
-static int s_recv(strata_client_t *c, msg_any_t *m) {
-    zmq_pollitem_t item = {c->sock, 0, ZMQ_POLLIN, 0};
-    int n = zmq_poll(&item, 1, c->timeout_ms);
-    if (n < 0)
-        return s_fail(c, -EIO, "poll failed: %s", zmq_strerror(errno));
-    if (n == 0)
-        return s_fail(c, -ETIMEDOUT, "no answer from the server within %.1f s (is it running?)",
-                      c->timeout_ms / 1000.0);
+static int s_timed_out(strata_client_t *c) {
+    return s_fail(c, -ETIMEDOUT, "no answer from the server within %.1f s (is it running?)",
+                  c->timeout_ms / 1000.0);
+}
+
+/* read one frame (flags: 0, or ZMQ_DONTWAIT: -EAGAIN when none is there) and decode it
+ * into *m */
+static int s_read(strata_client_t *c, msg_any_t *m, int flags) {
     zmq_msg_t frame;
     zmq_msg_init(&frame);
-    if (zmq_msg_recv(&frame, c->sock, 0) < 0) {
+    if (zmq_msg_recv(&frame, c->sock, flags) < 0) {
+        int e = errno;
         zmq_msg_close(&frame);
-        return s_fail(c, -EIO, "receive failed: %s", zmq_strerror(errno));
+        if (e == EAGAIN)
+            return -EAGAIN;
+        return s_fail(c, -EIO, "receive failed: %s", zmq_strerror(e));
     }
     /* a multi-frame message is not part of the protocol: drop the rest */
     while (zmq_msg_more(&frame)) {
@@ -187,6 +216,49 @@ static int s_recv(strata_client_t *c, msg_any_t *m) {
     if (rc < 0)
         return s_fail(c, -EPROTO, "bad frame from the server: %s", err.msg);
     return 0;
+}
+
+/* wait up to the timeout for one frame and decode it into *m */
+static int s_recv(strata_client_t *c, msg_any_t *m) {
+    zmq_pollitem_t item = {c->sock, 0, ZMQ_POLLIN, 0};
+    int n = zmq_poll(&item, 1, c->timeout_ms);
+    if (n < 0)
+        return s_fail(c, -EIO, "poll failed: %s", zmq_strerror(errno));
+    if (n == 0)
+        return s_timed_out(c);
+    return s_read(c, m, 0);
+}
+
+/* Read the monitor events that are there (without waiting) into c->up / c->conn.
+ * Returns the number of handshakes among them. */
+static int s_monitor_poll(strata_client_t *c) {
+    int handshakes = 0;
+    for (;;) {
+        zmq_msg_t frame;
+        zmq_msg_init(&frame);
+        if (zmq_msg_recv(&frame, c->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&frame);
+            return handshakes;
+        }
+        /* frame 1: uint16 event, uint32 value (host order); frame 2: the endpoint */
+        uint16_t event = 0;
+        if (zmq_msg_size(&frame) >= sizeof event)
+            memcpy(&event, zmq_msg_data(&frame), sizeof event);
+        while (zmq_msg_more(&frame)) {
+            zmq_msg_close(&frame);
+            zmq_msg_init(&frame);
+            if (zmq_msg_recv(&frame, c->mon, 0) < 0)
+                break;
+        }
+        zmq_msg_close(&frame);
+        if (event == ZMQ_EVENT_DISCONNECTED) {
+            c->up = false;
+        } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            c->up = true;
+            c->conn++;
+            handshakes++;
+        }
+    }
 }
 
 /* an error message from the server -> -EREMOTEIO */
@@ -238,57 +310,150 @@ static int s_build_generate(strata_client_t *c, const strata_gen_params_t *p, ms
     return 0;
 }
 
+/* A generation in progress: what a resume needs. */
+typedef struct {
+    msg_generate_t g; /* the request as first sent (g.messages is ours, the strings borrowed) */
+    unsigned conn;    /* the connection its last send travels on (c->conn + 1: the next) */
+    int32_t *toks;    /* (g.max_tokens) ids of the token events delivered; NULL unless stream */
+    int have;         /* token events delivered: indexes 0..have-1 */
+    bool cancelled;   /* on_token asked to cancel: a cancel follows every resume */
+} s_gen_t;
+
+enum { S_NOT_OURS, S_OURS, S_END };
+
+static int64_t s_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The connection came back: send the request again with what this client has. */
+static int s_resume(strata_client_t *c, s_gen_t *st, strata_done_t *done) {
+    msg_resume_t r;
+    msg_resume_init(&r);
+    r.gen = st->g;
+    r.have = st->g.stream ? st->have : 0;
+    r.tokens = r.have ? st->toks : NULL;
+    r.n_tokens = r.have;
+    st->conn = c->conn;
+    done->resumes++;
+    done->resumed_after = r.have;
+    int rc = s_send(c, MSG_RESUME, &r);
+    if (rc == 0 && st->cancelled)
+        rc = strata_client_cancel(c, NULL);
+    return rc;
+}
+
+/* Handle one event m: S_END when it ended the generation (rc in *rc: 0 done, < 0
+ * error), S_OURS for another of its events, S_NOT_OURS for anything else. */
+static int s_on_event(strata_client_t *c, s_gen_t *st, msg_any_t *m, strata_token_fn on_token,
+                      void *user, strata_done_t *done, int *rc) {
+    if (m->type == MSG_TOKEN && !strcmp(m->u.token.id, c->cur_id)) {
+        const msg_token_t *t = &m->u.token;
+        if (t->index < st->have) /* resent after a resume: the callback had it */
+            return S_OURS;
+        if (!st->toks || t->index > st->have || t->index >= st->g.max_tokens) {
+            *rc = s_fail(c, -EPROTO, "token event %d of '%s' out of order (expected %d)", t->index,
+                         c->cur_id, st->have);
+            return S_END;
+        }
+        st->toks[st->have++] = t->token;
+        if (on_token && !st->cancelled &&
+            on_token(user, t->index, t->token, t->text, t->text_len)) {
+            st->cancelled = true;
+            strata_client_cancel(c, NULL);
+        }
+        return S_OURS;
+    }
+    if (m->type == MSG_DONE && !strcmp(m->u.done.id, c->cur_id)) {
+        msg_done_t *d = &m->u.done;
+        snprintf(done->id, sizeof done->id, "%s", d->id);
+        snprintf(done->finish_reason, sizeof done->finish_reason, "%s",
+                 msg_finish_name(d->finish_reason));
+        done->text = d->text; /* hand over */
+        d->text = NULL;
+        done->prompt_tokens = d->usage.prompt_tokens;
+        done->completion_tokens = d->usage.completion_tokens;
+        done->queued_ms = d->timings.queued_ms;
+        done->prefill_ms = d->timings.prefill_ms;
+        done->decode_ms = d->timings.decode_ms;
+        done->ttft_ms = d->timings.ttft_ms;
+        *rc = 0;
+        return S_END;
+    }
+    if (m->type == MSG_ERROR && (!strcmp(m->u.error.id, c->cur_id) || !m->u.error.id[0])) {
+        /* two sends of the request reached one connection (the first was still queued
+         * when the connection it was meant for dropped): it runs, the second was refused */
+        if (done->resumes && m->u.error.id[0] && m->u.error.code == MSG_CODE_BAD_REQUEST &&
+            strstr(m->u.error.message, "already running"))
+            return S_OURS;
+        *rc = s_remote_error(c, &m->u.error);
+        return S_END;
+    }
+    return S_NOT_OURS; /* a late event of an earlier request */
+}
+
 int strata_client_generate(strata_client_t *self, const strata_gen_params_t *p,
                            strata_token_fn on_token, void *user, strata_done_t *done) {
     strata_client_t *c = self;
     memset(done, 0, sizeof *done);
     c->error[0] = c->error_code[0] = 0;
-    msg_generate_t g;
-    int rc = s_build_generate(c, p, &g);
-    if (rc == 0)
-        rc = s_send(c, MSG_GENERATE, &g);
-    free(g.messages); /* only the array is ours: the strings are borrowed */
+    s_gen_t st = {0};
+    int rc = s_build_generate(c, p, &st.g);
+    if (rc == 0 && st.g.stream && !(st.toks = malloc((size_t)st.g.max_tokens * sizeof *st.toks)))
+        rc = s_fail(c, -ENOMEM, "out of memory");
     if (rc < 0)
-        return rc;
-    snprintf(c->cur_id, sizeof c->cur_id, "%s", g.id);
-    bool cancelled = false;
+        goto out;
+    /* the connection the request goes out on: the current one, or the next when the
+     * current one is down (the DEALER holds the frame until it is up) */
+    s_monitor_poll(c);
+    st.conn = c->up ? c->conn : c->conn + 1;
+    if ((rc = s_send(c, MSG_GENERATE, &st.g)) < 0)
+        goto out;
+    snprintf(c->cur_id, sizeof c->cur_id, "%s", st.g.id);
+    int64_t deadline = s_now_ms() + c->timeout_ms;
     for (;;) {
-        msg_any_t m;
-        if ((rc = s_recv(c, &m)) < 0)
-            break;
-        if (m.type == MSG_TOKEN && !strcmp(m.u.token.id, c->cur_id)) {
-            if (on_token && !cancelled &&
-                on_token(user, m.u.token.index, m.u.token.token, m.u.token.text,
-                         m.u.token.text_len)) {
-                cancelled = true;
-                strata_client_cancel(c, NULL);
-            }
-        } else if (m.type == MSG_DONE && !strcmp(m.u.done.id, c->cur_id)) {
-            msg_done_t *d = &m.u.done;
-            snprintf(done->id, sizeof done->id, "%s", d->id);
-            snprintf(done->finish_reason, sizeof done->finish_reason, "%s",
-                     msg_finish_name(d->finish_reason));
-            done->text = d->text; /* hand over */
-            d->text = NULL;
-            done->prompt_tokens = d->usage.prompt_tokens;
-            done->completion_tokens = d->usage.completion_tokens;
-            done->queued_ms = d->timings.queued_ms;
-            done->prefill_ms = d->timings.prefill_ms;
-            done->decode_ms = d->timings.decode_ms;
-            done->ttft_ms = d->timings.ttft_ms;
-            msg_any_clear(&m);
-            rc = 0;
-            break;
-        } else if (m.type == MSG_ERROR &&
-                   (!strcmp(m.u.error.id, c->cur_id) || !m.u.error.id[0])) {
-            rc = s_remote_error(c, &m.u.error);
-            msg_any_clear(&m);
+        int64_t left = deadline - s_now_ms();
+        if (left <= 0) {
+            rc = s_timed_out(c);
             break;
         }
-        /* anything else (a late event of an earlier request) is skipped */
-        msg_any_clear(&m);
+        zmq_pollitem_t items[2] = {{c->sock, 0, ZMQ_POLLIN, 0}, {c->mon, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, 2, (long)left) < 0) {
+            if (errno == EINTR)
+                continue;
+            rc = s_fail(c, -EIO, "poll failed: %s", zmq_strerror(errno));
+            break;
+        }
+        /* every event that is there first, so that a resume counts all of them */
+        int ev = S_NOT_OURS;
+        bool monitor = items[1].revents & ZMQ_POLLIN;
+        while (ev != S_END) {
+            msg_any_t m;
+            int r = s_read(c, &m, ZMQ_DONTWAIT);
+            if (r == -EAGAIN)
+                break;
+            if (r < 0) {
+                rc = r;
+                ev = S_END;
+                break;
+            }
+            ev = s_on_event(c, &st, &m, on_token, user, done, &rc);
+            msg_any_clear(&m);
+            if (ev == S_OURS)
+                deadline = s_now_ms() + c->timeout_ms;
+        }
+        if (ev == S_END)
+            break;
+        /* a new connection that the request did not go out on: resume it there */
+        if (monitor && s_monitor_poll(c) && c->up && c->conn != st.conn &&
+            (rc = s_resume(c, &st, done)) < 0)
+            break;
     }
     c->cur_id[0] = 0;
+out:
+    free(st.g.messages); /* only the array is ours: the strings are borrowed */
+    free(st.toks);
     return rc;
 }
 

@@ -11,6 +11,18 @@
  *     strata_done_free(&done);
  *     strata_client_destroy(&c);
  *
+ * A lost connection is survived: the DEALER reconnects by itself, and a generation in
+ * progress is continued with a `resume` (docs/PROTOCOL.md) once the new connection is up
+ * (the frontend restarted, or the link was cut).  A socket monitor on the DEALER sees the
+ * connection drop (ZMQ_EVENT_DISCONNECTED; ZMTP heartbeats every 1 s notice a silent dead
+ * link after 3 s) and come back (ZMQ_EVENT_HANDSHAKE_SUCCEEDED); the client then sends
+ * the request again with `have` = the token events it has and `tokens` = their ids
+ * (have = 0 when stream is false).  The server goes on after them, with the output of an
+ * uninterrupted run (greedy or seeded); a token event the client already has is dropped,
+ * so on_token sees every index exactly once, in order.  done.resumes counts the resumes.
+ * The timeout still bounds every wait: no event of the request for timeout_ms (the
+ * server stays away) ends the call with -ETIMEDOUT.
+ *
  * A client object is not thread-safe: use it from one thread (ZeroMQ sockets are not
  * thread-safe either).  Every call returns 0 or a negative errno:
  *   -ETIMEDOUT  nothing arrived from the server within the timeout (not running?)
@@ -64,7 +76,9 @@ typedef struct {
     char *text;             /* whole completion when stream was false, else NULL (owned) */
     int prompt_tokens;
     int completion_tokens;
-    double queued_ms, prefill_ms, decode_ms, ttft_ms;
+    double queued_ms, prefill_ms, decode_ms, ttft_ms; /* of the last attempt, when resumed */
+    int resumes;            /* times the connection was lost and the request resumed */
+    int resumed_after;      /* token events this client had at the last resume */
 } strata_done_t;
 
 /* Free done->text (safe twice). */
@@ -103,8 +117,9 @@ strata_client_t *strata_client_new_curve(const char *endpoint, int timeout_ms,
                                          const char *server_key, const char *client_key);
 void strata_client_destroy(strata_client_t **self_p);
 
-/* Run one generation, calling on_token (may be NULL) per token event; fills *done
- * (free with strata_done_free) on success. */
+/* Run one generation, calling on_token (may be NULL) per token event (each index once,
+ * in order, across resumes); fills *done (free with strata_done_free) on success.  On a
+ * lost connection it resumes the request (above) and goes on waiting. */
 int strata_client_generate(strata_client_t *self, const strata_gen_params_t *p,
                            strata_token_fn on_token, void *user, strata_done_t *done);
 

@@ -13,22 +13,35 @@ Needs Debian's python3-zmq and python3-msgpack (import zmq, msgpack).
 As a command:  python3 clients/python/strata_client.py [--chat] "prompt" [-n 64] ...
 (--chat sends the prompt as a user message, rendered with the model's chat template:
 what an instruct model expects; without it the text goes to the model as is.)
+
+A lost connection is survived: when the DEALER's monitor sees the connection drop
+(ZMTP heartbeats notice a silent dead link within 3 s) and come back (the frontend
+restarted), generate() sends a "resume" with the token events it has ("have") and their
+ids ("tokens"; have = 0 when stream is false), drops events it already yielded, and goes
+on: each token index is yielded once, in order, and the output equals an uninterrupted
+run.  client.resumes counts the resumes of the last generate(); the timeout still bounds
+every wait (no event of the request for `timeout` seconds raises StrataError "timeout").
 """
 import argparse
 import itertools
 import os
+import struct
 import sys
+import time
 
 try:
     import msgpack
     import zmq
     import zmq.auth
+    from zmq.utils.monitor import recv_monitor_message
 except ImportError as e:
     sys.exit(f"strata_client: {e}: needs Debian's python3-zmq and python3-msgpack "
              f"(run it with /usr/bin/python3 if another python3 comes first on PATH)")
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
 MAX_FRAME = 1 << 20
+HEARTBEAT_IVL_MS = 1000      # ZMTP heartbeats: a silent dead link is noticed
+HEARTBEAT_TIMEOUT_MS = 3000  # after this long
 
 
 class StrataError(Exception):
@@ -52,6 +65,8 @@ class StrataClient:
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)
+        self.sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         if (server_key is None) != (client_key is None):
             raise ValueError("CURVE needs both server_key and client_key")
         if server_key is not None:
@@ -62,11 +77,21 @@ class StrataClient:
             if sec is None:
                 raise ValueError("%s has no secret key (use NAME.key_secret)" % client_key)
             self.sock.curve_publickey, self.sock.curve_secretkey = pub, sec
+        # the monitor before connect, so that it sees the first handshake too
+        self.mon = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED
+                                                | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self.up = False  # a handshake succeeded since the last disconnect
+        self.conn = 0    # handshakes so far: the number of the current connection
         self.sock.connect(endpoint)
         self._ids = itertools.count(1)
         self.current = None  # id of the generation in progress
+        self.resumes = 0        # resumes of the last generate()
+        self.resumed_after = 0  # token events it had at its last resume
+        self._cancelled = None  # id cancel() was called for (a resume cancels it again)
 
     def close(self):
+        self.sock.disable_monitor()
+        self.mon.close(0)
         self.sock.close(0)
         self.ctx.term()
 
@@ -87,6 +112,20 @@ class StrataClient:
                               f"{self.timeout_ms / 1000:.1f} s (is it running?)")
         return msgpack.unpackb(self.sock.recv(), raw=False)
 
+    def _monitor(self):
+        """Read the monitor events that are there into up / conn; the number of
+        handshakes among them."""
+        handshakes = 0
+        while self.mon.poll(0):
+            ev = recv_monitor_message(self.mon)["event"]
+            if ev == zmq.EVENT_DISCONNECTED:
+                self.up = False
+            elif ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.up = True
+                self.conn += 1
+                handshakes += 1
+        return handshakes
+
     # ---- requests
     def generate(self, prompt=None, messages=None, stream=True, **params):
         """Start a generation and yield its events (dicts): "token" events when
@@ -100,21 +139,60 @@ class StrataClient:
         else:
             req["prompt"] = prompt if prompt is not None else ""
         req.update({k: v for k, v in params.items() if v is not None})
+        self.resumes = self.resumed_after = 0
+        # the connection the request goes out on: the current one, or the next when
+        # the current one is down (the DEALER holds the frame until it is up)
+        self._monitor()
+        conn = self.conn if self.up else self.conn + 1
         self._send(req)
         self.current = rid
+        toks = []  # ids of the token events yielded: indexes 0..len-1
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.mon, zmq.POLLIN)
+        deadline = time.monotonic() + self.timeout_ms / 1000
         try:
             while True:
-                ev = self._recv()
-                if ev.get("id") not in (rid, None):
-                    continue  # a late event of an earlier request
-                t = ev.get("type")
-                if t == "error":
-                    raise StrataError(ev.get("code"), ev.get("message"))
-                if t == "token":
-                    yield ev
-                elif t == "done":
-                    yield ev
-                    return
+                left = deadline - time.monotonic()
+                ready = dict(poller.poll(max(0, int(left * 1000)))) if left > 0 else {}
+                if not ready:
+                    raise StrataError("timeout", f"no answer from the server within "
+                                      f"{self.timeout_ms / 1000:.1f} s (is it running?)")
+                # every event that is there first, so that a resume counts all of them
+                while self.sock.poll(0):
+                    ev = msgpack.unpackb(self.sock.recv(), raw=False)
+                    if ev.get("id") not in (rid, None):
+                        continue  # a late event of an earlier request
+                    deadline = time.monotonic() + self.timeout_ms / 1000
+                    t = ev.get("type")
+                    if t == "error":
+                        if (self.resumes and ev.get("id") == rid and ev.get("code") == "bad_request"
+                                and "already running" in (ev.get("message") or "")):
+                            continue  # two sends reached one connection: the first runs
+                        raise StrataError(ev.get("code"), ev.get("message"))
+                    if t == "token":
+                        i = ev.get("index")
+                        if i < len(toks):
+                            continue  # resent after a resume: yielded already
+                        if i != len(toks):
+                            raise StrataError("protocol", "token event %d of %r out of order "
+                                              "(expected %d)" % (i, rid, len(toks)))
+                        toks.append(ev["token"])
+                        yield ev
+                    elif t == "done":
+                        yield ev
+                        return
+                # a new connection that the request did not go out on: resume it there
+                if self.mon in ready and self._monitor() and self.up and self.conn != conn:
+                    conn = self.conn
+                    self.resumes += 1
+                    have = self.resumed_after = len(toks) if stream else 0
+                    res = dict(req, type="resume", have=have)
+                    if have:
+                        res["tokens"] = struct.pack("<%di" % have, *toks)
+                    self._send(res)
+                    if self._cancelled == rid:
+                        self.cancel(rid)
         finally:
             self.current = None
 
@@ -123,6 +201,7 @@ class StrataClient:
         iterator then ends with a done whose finish_reason is "cancelled"."""
         rid = rid or self.current
         if rid:
+            self._cancelled = rid
             self._send({"type": "cancel", "id": rid})
 
     def _query(self, typ, want):
@@ -188,6 +267,10 @@ def main(argv=None):
                 elif ev.get("text"):
                     print(ev["text"], end="")
             print()
+            if c.resumes:
+                print("strata_client: connection lost, resumed after %d tokens"
+                      % c.resumed_after + (" (%d resumes)" % c.resumes if c.resumes > 1 else ""),
+                      file=sys.stderr)
             if (ev.get("finish_reason") == "eos"
                     and ev.get("usage", {}).get("completion_tokens") == 0):
                 print("strata_client: the model ended the answer at once (0 tokens)"
