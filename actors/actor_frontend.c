@@ -417,6 +417,13 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
                           msg_generate_t *g, int have, const int32_t *tokens) {
     actor_counters_add(f->counters, have || tokens ? "resumes" : "requests", 1);
     if (s_find_client(f, ident, ident_len, g->id)) {
+        if (have || tokens) {
+            /* the client's first send of this request was still queued when its
+             * connection dropped and went out on the new one before this resume:
+             * that one runs; the client drops the events it has (by index) */
+            actor_counters_add(f->counters, "resumes.running", 1);
+            return;
+        }
         actor_counters_add(f->counters, "rejected.duplicate_id", 1);
         s_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_BAD_REQUEST,
                       "a request with this id is already running");

@@ -382,11 +382,6 @@ static int s_on_event(strata_client_t *c, s_gen_t *st, msg_any_t *m, strata_toke
         return S_END;
     }
     if (m->type == MSG_ERROR && (!strcmp(m->u.error.id, c->cur_id) || !m->u.error.id[0])) {
-        /* two sends of the request reached one connection (the first was still queued
-         * when the connection it was meant for dropped): it runs, the second was refused */
-        if (done->resumes && m->u.error.id[0] && m->u.error.code == MSG_CODE_BAD_REQUEST &&
-            strstr(m->u.error.message, "already running"))
-            return S_OURS;
         *rc = s_remote_error(c, &m->u.error);
         return S_END;
     }

@@ -166,9 +166,6 @@ class StrataClient:
                     deadline = time.monotonic() + self.timeout_ms / 1000
                     t = ev.get("type")
                     if t == "error":
-                        if (self.resumes and ev.get("id") == rid and ev.get("code") == "bad_request"
-                                and "already running" in (ev.get("message") or "")):
-                            continue  # two sends reached one connection: the first runs
                         raise StrataError(ev.get("code"), ev.get("message"))
                     if t == "token":
                         i = ev.get("index")
