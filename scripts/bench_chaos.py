@@ -207,6 +207,8 @@ def main():
     out = args.out or os.path.join(ROOT, "bench", "results", time.strftime("%Y-%m-%d") + "-chaos")
     os.makedirs(out, exist_ok=True)
     kinds = [k for k in args.kinds.split(",") if k]
+    with open(os.path.join(out, "cpu.txt"), "w") as f:
+        f.write(subprocess.run(["lscpu"], capture_output=True, text=True).stdout)
 
     print("reference outputs (strata generate --greedy) ...", flush=True)
     ref = {i: reference(args.bin, p, args.max_tokens) for i, p in enumerate(PROMPTS)}
