@@ -21,6 +21,10 @@ MODEL = testenv.model_path()  # what `strata serve` loads by default (STRATA_MOD
 import msgpack  # noqa: E402
 import zmq  # noqa: E402
 
+# the server's hang and loss timeouts are this many times longer in a sanitizer build
+# (base/base_clock.h BASE_TIMEOUT_SCALE; CMake passes it): waits for them scale too
+TIMEOUT_SCALE = int(os.environ.get("STRATA_TIMEOUT_SCALE", "1"))
+
 BIN = os.environ.get("STRATA_BIN") or os.path.join(
     os.path.dirname(__file__), "..", "..", "build", "strata")
 

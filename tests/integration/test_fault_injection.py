@@ -55,7 +55,7 @@ def end_to_end():
     spec = "seed=7,drop=0.05,dup=0.05,delay=0.05:20"
     want = {i: u.reference(u.PROMPTS[i], max_tokens) for i in range(n)}
     # short loss timeouts: a dropped request or final event is found in ~0.5 s
-    slow = 10 if os.environ.get("STRATA_SANITIZE") else 1
+    slow = u.TIMEOUT_SCALE
     with u.Server(["--faults", spec, "--workers", "2", "-t", "1"]) as s:
         t0 = time.time()
         res = u.run_concurrent(s.endpoint, u.PROMPTS[:n], max_tokens, timeout=300 * slow)

@@ -24,9 +24,10 @@ import zmq
 
 N_CLIENTS = 8
 MAX_TOKENS = 40
-# under a sanitizer build a forward step is many times slower: wider timeouts there
-SLOW = 4 if os.environ.get("STRATA_SANITIZE") else 1
-HANG_MS = 2000 * SLOW
+# under a sanitizer build a forward step is many times slower, and the server's hang
+# timeouts are TIMEOUT_SCALE times longer (hang_timeout_ms below is scaled by the build)
+SLOW = u.TIMEOUT_SCALE
+HANG_MS = 2000
 
 
 def write_topology(d, port):
@@ -44,7 +45,7 @@ def write_topology(d, port):
                 "kvtier     ipc://%(d)s/kvtier     t1_blocks=512 t2_dir=none\n"
                 "prefetcher ipc://%(d)s/prefetcher\n"
                 "draft      ipc://%(d)s/draft      draft=ngram\n"
-                % {"d": d, "port": port, "hang": HANG_MS, "acc": 2000 * SLOW})
+                % {"d": d, "port": port, "hang": HANG_MS, "acc": 2000})
     return path
 
 
@@ -169,11 +170,11 @@ def main():
             by_supervisor = "worker0 hung (no heartbeat" in s.read_log()
             print("SIGSTOP worker0: 8/8 complete %.1f s after the stop (hang timeout %.1f s); "
                   "noticed by the supervisor: %s, by the frontend: %d"
-                  % (took, HANG_MS / 1000, by_supervisor, st.get("frontend.workers_hung", 0)))
+                  % (took, HANG_MS * SLOW / 1000, by_supervisor, st.get("frontend.workers_hung", 0)))
             u.check(by_supervisor or st.get("frontend.workers_hung", 0) >= 1,
                     "the hang was not noticed")
             new = u.wait_for(lambda: (lambda p: p if p != old else None)(
-                pid_of(s.read_log(), "worker0")), 10 * SLOW + HANG_MS / 1000,
+                pid_of(s.read_log(), "worker0")), 10 * SLOW + HANG_MS * SLOW / 1000,
                 "the supervisor to restart the stopped worker0")
             print("the supervisor replaced the stopped worker0 (pid %d -> %d)" % (old, new))
             u.wait_for(lambda: u.health(ep)["ok"], 30 * SLOW, "health ok after the hang")

@@ -112,7 +112,7 @@ def request(endpoint, i, out):
     toks = []
     out[i] = (toks, None)
     try:
-        with StrataClient(endpoint, timeout=20) as c:
+        with StrataClient(endpoint, timeout=20 * u.TIMEOUT_SCALE) as c:
             for ev in c.generate(messages=[{"role": "user", "content": u.PROMPTS[i]}],
                                  max_tokens=MAX_TOKENS, temperature=0):
                 if ev["type"] == "token":
