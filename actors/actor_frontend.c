@@ -411,13 +411,13 @@ static void s_malformed(s_front_t *f, const char *kind) {
     actor_counters_add(f->counters, "malformed", 1);
 }
 
-/* A generate (or a resume: have > 0 token events the client has, with their token
- * ids when tokens is not NULL).  Takes g's prompt / messages over. */
+/* A generate, or a resume (resume: the client has `have` token events, with their
+ * token ids when tokens is not NULL).  Takes g's prompt / messages over. */
 static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, int fd,
-                          msg_generate_t *g, int have, const int32_t *tokens) {
-    actor_counters_add(f->counters, have || tokens ? "resumes" : "requests", 1);
+                          msg_generate_t *g, bool resume, int have, const int32_t *tokens) {
+    actor_counters_add(f->counters, resume ? "resumes" : "requests", 1);
     if (s_find_client(f, ident, ident_len, g->id)) {
-        if (have || tokens) {
+        if (resume) {
             /* the client's first send of this request was still queued when its
              * connection dropped and went out on the new one before this resume:
              * that one runs; the client drops the events it has (by index) */
@@ -626,10 +626,10 @@ static void s_on_client(void *self, zsock_t *sock) {
         }
         switch (m.type) {
         case MSG_GENERATE:
-            s_on_generate(f, ident, ident_len, fd, &m.u.generate, 0, NULL);
+            s_on_generate(f, ident, ident_len, fd, &m.u.generate, false, 0, NULL);
             break;
         case MSG_RESUME:
-            s_on_generate(f, ident, ident_len, fd, &m.u.resume.gen, m.u.resume.have,
+            s_on_generate(f, ident, ident_len, fd, &m.u.resume.gen, true, m.u.resume.have,
                           m.u.resume.n_tokens ? m.u.resume.tokens : NULL);
             break;
         case MSG_CANCEL: {
@@ -720,6 +720,10 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
         actor_counters_add(f->counters, "events.duplicate", 1);
         return;
     }
+    if (te->index >= r->gen.max_tokens) { /* no worker sends that: drop it */
+        actor_counters_add(f->counters, "events.invalid", 1);
+        return;
+    }
     if (te->index > r->n_tokens || (te->finish && te->count != r->n_tokens + (te->index >= 0))) {
         actor_counters_add(f->counters, "events.gap", 1); /* a lost event: go on from here */
         s_resubmit(f, r, "gap", 0);
@@ -729,9 +733,8 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
         r->toks[r->n_tokens++] = te->token;
         r->give_up_us = now + f->give_up_us;
         actor_counters_add(f->counters, "tokens", 1);
-        if (te->index < r->skip) /* the client has it (a resume without token ids) */
-            ;
-        else if (r->stream) {
+        /* below skip: the client has it already (a resume without token ids) */
+        if (r->stream && te->index >= r->skip) {
             msg_token_t t;
             msg_token_init(&t);
             msg_set_str(t.id, sizeof t.id, r->id);
