@@ -108,20 +108,23 @@ class Server:
         os.unlink(self.log.name)
 
 
-def process_topology(d, port, defaults="threads=1 max_batch=16 kv_blocks=512"):
+def process_topology(d, port, defaults="threads=1 max_batch=16 kv_blocks=512", opts=None,
+                     extra=()):
     """A process-mode topology over ipc:// in directory d (frontend, tokenizer, router,
-    worker0, worker1), the client endpoint on tcp://127.0.0.1:port; returns its path."""
+    worker0, worker1, then the actors named in extra), the client endpoint on
+    tcp://127.0.0.1:port; opts: {actor or "supervisor": "key=value ..."} added to its
+    line.  Returns its path."""
+    opts = opts or {}
     path = os.path.join(d, "topology.txt")
+    lines = ["# strata topology for a process-mode test",
+             "supervisor ipc://%s/supervisor %s" % (d, opts.get("supervisor", "")),
+             "defaults   -  %s" % defaults,
+             "frontend   ipc://%s/frontend client=tcp://127.0.0.1:%d %s"
+             % (d, port, opts.get("frontend", ""))]
+    for name in ["tokenizer", "router", "worker0", "worker1"] + list(extra):
+        lines.append("%-10s ipc://%s/%s %s" % (name, d, name, opts.get(name, "")))
     with open(path, "w") as f:
-        f.write("# strata topology for a process-mode test\n"
-                "supervisor ipc://%(d)s/supervisor\n"
-                "defaults   -                      %(defaults)s\n"
-                "frontend   ipc://%(d)s/frontend   client=tcp://127.0.0.1:%(port)d\n"
-                "tokenizer  ipc://%(d)s/tokenizer\n"
-                "router     ipc://%(d)s/router\n"
-                "worker0    ipc://%(d)s/worker0\n"
-                "worker1    ipc://%(d)s/worker1\n" % {"d": d, "port": port,
-                                                      "defaults": defaults})
+        f.write("\n".join(l.rstrip() for l in lines) + "\n")
     return path
 
 

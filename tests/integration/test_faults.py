@@ -12,7 +12,6 @@ supervisor kills and restarts the stopped process.  Every process started is
 stopped by PID (the serve process group on exit, and any stopped actor is
 continued/killed in the finally block)."""
 import os
-import re
 import shutil
 import signal
 import sys
@@ -31,27 +30,16 @@ HANG_MS = 2000
 
 
 def write_topology(d, port):
-    path = os.path.join(d, "topology.txt")
-    with open(path, "w") as f:
-        f.write("# strata topology for the fault test\n"
-                "supervisor ipc://%(d)s/supervisor hang_timeout_ms=%(hang)d\n"
-                "defaults   -                      threads=1 max_batch=16 kv_blocks=512\n"
-                "frontend   ipc://%(d)s/frontend   client=tcp://127.0.0.1:%(port)d "
-                "hang_timeout_ms=%(hang)d accept_ms=%(acc)d\n"
-                "tokenizer  ipc://%(d)s/tokenizer\n"
-                "router     ipc://%(d)s/router\n"
-                "worker0    ipc://%(d)s/worker0\n"
-                "worker1    ipc://%(d)s/worker1\n"
-                "kvtier     ipc://%(d)s/kvtier     t1_blocks=512 t2_dir=none\n"
-                "prefetcher ipc://%(d)s/prefetcher\n"
-                "draft      ipc://%(d)s/draft      draft=ngram\n"
-                % {"d": d, "port": port, "hang": HANG_MS, "acc": 2000})
-    return path
+    return u.process_topology(d, port, opts={
+        "supervisor": "hang_timeout_ms=%d" % HANG_MS,
+        "frontend": "hang_timeout_ms=%d accept_ms=2000" % HANG_MS,
+        "kvtier": "t1_blocks=512 t2_dir=none", "draft": "draft=ngram"},
+        extra=("kvtier", "prefetcher", "draft"))
 
 
 def pid_of(log, name):
-    pids = re.findall(r"started %s \(pid (\d+)\)" % name, log)
-    return int(pids[-1]) if pids else None
+    pids = u.actor_pids(log, name)
+    return pids[-1] if pids else None
 
 
 def request(i, sampled):
