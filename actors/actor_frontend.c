@@ -13,6 +13,7 @@
 
 #include "actor_curve.h"
 #include "base/base_log.h"
+#include "base/base_spans.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -59,6 +60,11 @@ typedef struct {
     uint64_t give_up_us;   /* no token by then: the request fails */
     bool slow;             /* an event found the client's queue full and was dropped */
     uint64_t final_due_us; /* since then its final error waits for room (0: not) */
+    /* explainability */
+    msg_trace_step_t *steps; /* (n_steps) with trace: the frontend's own steps (resumes) */
+    int n_steps;
+    int64_t trace_end_us;    /* where the chain ends so far, after the arrival */
+    msg_logprob_t *lps;      /* (n_tokens) stream false with logprobs: per token */
 } s_req_t;
 
 /* Another actor as the frontend sees it. */
@@ -206,6 +212,10 @@ static s_req_t *s_find_client(s_front_t *f, const uint8_t *ident, size_t ident_l
 static void s_remove(s_front_t *f, s_req_t *r) {
     free(r->text);
     free(r->toks);
+    free(r->steps);
+    for (int i = 0; r->lps && i < r->n_tokens; i++)
+        free(r->lps[i].top);
+    free(r->lps);
     msg_generate_clear(&r->gen);
     memset(r, 0, sizeof *r);
     f->n_reqs--;
@@ -329,6 +339,7 @@ static void s_submit(s_front_t *f, s_req_t *r) {
     q.t_arrival_us = r->t_arrival_us;
     q.gen_tokens = r->n_tokens ? r->toks : NULL;
     q.n_gen = r->n_tokens;
+    q.trace_t_us = r->trace_end_us;
     uint64_t now = base_now_us();
     r->worker = -1;
     r->probes = 0;
@@ -387,6 +398,26 @@ static void s_resubmit(s_front_t *f, s_req_t *r, const char *why, uint64_t delay
         return;
     }
     s_cancel_rid(f, r->rid, r->worker); /* it may be alive after all (a lost frame) */
+    if (r->gen.trace) { /* the lost attempt's time, as one step */
+        msg_trace_step_t *x = realloc(r->steps, (size_t)(r->n_steps + 1) * sizeof *x);
+        if (x && r->n_steps < MSG_MAX_TRACE_STEPS / 2) {
+            r->steps = x;
+            msg_trace_step_t *st = &r->steps[r->n_steps++];
+            memset(st, 0, sizeof *st);
+            msg_set_str(st->actor, sizeof st->actor, "frontend");
+            msg_set_str(st->what, sizeof st->what, "resume");
+            snprintf(st->why, sizeof st->why,
+                     "attempt %d lost (%s) on %s%d after %d tokens: submitted again from them",
+                     r->attempts, why, r->worker >= 0 ? "worker" : "no worker yet", r->worker,
+                     r->n_tokens);
+            int64_t end = (int64_t)(now - r->t_arrival_us);
+            st->t_us = r->trace_end_us < end ? r->trace_end_us : end;
+            st->dur_us = end - st->t_us;
+            r->trace_end_us = end;
+        } else if (x) {
+            r->steps = x;
+        }
+    }
     char name[64];
     snprintf(name, sizeof name, "resumed.%s", why);
     actor_counters_add(f->counters, name, 1);
@@ -700,6 +731,83 @@ static double s_ms(uint64_t us) {
     return (double)us / 1000.0;
 }
 
+/* Stream false with logprobs: keep token n_tokens - 1's log-probabilities for done. */
+static void s_keep_logprob(s_req_t *r, const msg_text_event_t *te) {
+    if (!r->lps)
+        r->lps = calloc((size_t)r->gen.max_tokens, sizeof *r->lps);
+    if (!r->lps)
+        return;
+    msg_logprob_t *lp = &r->lps[r->n_tokens - 1];
+    lp->token = te->token;
+    lp->logprob = te->logprob;
+    lp->top = te->n_top ? malloc((size_t)te->n_top * sizeof *lp->top) : NULL;
+    if (lp->top) {
+        memcpy(lp->top, te->top, (size_t)te->n_top * sizeof *lp->top);
+        lp->n_top = te->n_top;
+    }
+}
+
+/* A traced request's final event came: send its `trace` (the frontend's steps, the
+ * final attempt's chain, the delivery) with the spans of the completion copied from
+ * the prompt or the messages. */
+static void s_send_trace(s_front_t *f, s_req_t *r, const msg_text_event_t *te) {
+    uint64_t now = base_now_us();
+    int64_t total = now > r->t_arrival_us ? (int64_t)(now - r->t_arrival_us) : 0;
+    int n = r->n_steps + te->n_steps + 1;
+    if (n > MSG_MAX_TRACE_STEPS)
+        n = MSG_MAX_TRACE_STEPS;
+    msg_trace_t t;
+    msg_trace_init(&t);
+    msg_set_str(t.id, sizeof t.id, r->id);
+    t.steps = malloc((size_t)n * sizeof *t.steps);
+    if (!t.steps)
+        return;
+    int k = 0;
+    for (int i = 0; i < r->n_steps && k < n - 1; i++)
+        t.steps[k++] = r->steps[i];
+    for (int i = 0; i < te->n_steps && k < n - 1; i++)
+        t.steps[k++] = te->steps[i];
+    msg_trace_step_t *last = &t.steps[k++]; /* worker -> frontend -> client */
+    memset(last, 0, sizeof *last);
+    msg_set_str(last->actor, sizeof last->actor, "frontend");
+    msg_set_str(last->what, sizeof last->what, "deliver");
+    msg_set_str(last->why, sizeof last->why, "the final event reached the frontend");
+    last->t_us = k > 1 ? t.steps[k - 2].t_us + t.steps[k - 2].dur_us : 0;
+    if (last->t_us > total)
+        last->t_us = total;
+    last->dur_us = total - last->t_us;
+    t.n_steps = k;
+    t.total_ms = (double)total / 1000.0;
+    /* sources: spans of the completion (8+ bytes... 24: a phrase, not a word) in the input */
+    const char *srcs[MSG_MAX_MESSAGES];
+    size_t lens[MSG_MAX_MESSAGES];
+    int ns = 0;
+    if (r->gen.prompt) {
+        srcs[ns] = r->gen.prompt;
+        lens[ns++] = r->gen.prompt_len;
+    }
+    for (int i = 0; i < r->gen.n_messages && ns < MSG_MAX_MESSAGES; i++) {
+        srcs[ns] = r->gen.messages[i].content;
+        lens[ns++] = r->gen.messages[i].content_len;
+    }
+    base_span_t spans[MSG_MAX_SOURCES];
+    int m = base_spans_find(r->text ? r->text : "", r->text_len, srcs, lens, ns, 24, spans,
+                            MSG_MAX_SOURCES);
+    t.sources = m > 0 ? calloc((size_t)m, sizeof *t.sources) : NULL;
+    for (int i = 0; t.sources && i < m; i++) {
+        t.sources[i] = (msg_source_t){(int)spans[i].out_start, (int)spans[i].out_end,
+                                      r->gen.prompt ? -1 : spans[i].src,
+                                      (int)spans[i].src_start,
+                                      (int)(spans[i].src_start + spans[i].out_end -
+                                            spans[i].out_start)};
+        t.n_sources++;
+    }
+    s_to_client(f, r, MSG_TRACE, &t);
+    actor_counters_add(f->counters, "traces", 1);
+    free(t.steps);
+    free(t.sources);
+}
+
 static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
     s_req_t *r = s_find_rid(f, te->rid);
     if (!r) {
@@ -742,10 +850,16 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
             t.token = te->token;
             t.text = te->text;
             t.text_len = te->text_len;
+            t.logprob = te->logprob;
+            t.has_logprob = te->has_logprob;
+            t.top = te->top;
+            t.n_top = te->n_top;
             s_to_client(f, r, MSG_TOKEN, &t);
         }
+        if (!r->stream && te->has_logprob)
+            s_keep_logprob(r, te);
     }
-    if (!r->stream && te->text_len) {
+    if ((!r->stream || r->gen.trace) && te->text_len) {
         if (r->text_len + te->text_len + 1 > r->text_cap) {
             size_t cap = r->text_cap ? r->text_cap : 256;
             while (cap < r->text_len + te->text_len + 1)
@@ -764,13 +878,22 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
     }
     if (!te->finish)
         return;
+    if (r->gen.trace)
+        s_send_trace(f, r, te);
     msg_done_t d;
     msg_done_init(&d);
     msg_set_str(d.id, sizeof d.id, r->id);
     d.finish_reason = te->finish;
+    if (r->lps) {
+        d.logprobs = r->lps;
+        d.n_logprobs = r->n_tokens;
+    }
     if (!r->stream) {
         d.text = r->text ? r->text : "";
         d.text_len = r->text_len;
+    } else if (te->index < 0 && te->text_len) { /* held-back text flushed at the end */
+        d.text = te->text;
+        d.text_len = te->text_len;
     }
     d.usage.prompt_tokens = te->prompt_tokens;
     d.usage.completion_tokens = r->n_tokens;

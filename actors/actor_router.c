@@ -34,6 +34,35 @@ static void s_fail(s_router_t *r, uint64_t rid, int code, const char *what) {
         actor_counters_add(r->counters, "send.failed", 1);
 }
 
+/* A traced request: append the dispatch decision (the loads it was made among) to a
+ * copy of q's chain; the caller frees *steps. */
+static void s_trace_dispatch(s_router_t *r, const msg_work_request_t *q, int w,
+                             msg_work_request_t *out, msg_trace_step_t **steps) {
+    *steps = malloc((size_t)(q->n_steps + 1) * sizeof **steps);
+    if (!*steps || q->n_steps >= MSG_MAX_TRACE_STEPS)
+        return;
+    memcpy(*steps, q->steps, (size_t)q->n_steps * sizeof **steps);
+    msg_trace_step_t *st = &(*steps)[q->n_steps];
+    memset(st, 0, sizeof *st);
+    msg_set_str(st->actor, sizeof st->actor, "router");
+    msg_set_str(st->what, sizeof st->what, "dispatch");
+    int n = snprintf(st->why, sizeof st->why, "worker%d, the least loaded alive (tokens:", w);
+    for (int i = 0; i < r->n_workers && n > 0 && (size_t)n < sizeof st->why; i++)
+        n += snprintf(st->why + n, sizeof st->why - (size_t)n, " worker%d=%lld%s", i,
+                      (long long)router_dispatch_load(r->dispatch, i),
+                      router_dispatch_alive(r->dispatch, i) ? "" : " (down)");
+    if (n > 0 && (size_t)n < sizeof st->why - 1)
+        snprintf(st->why + n, sizeof st->why - (size_t)n, ")");
+    uint64_t now = base_now_us();
+    int64_t end = now > q->t_arrival_us ? (int64_t)(now - q->t_arrival_us) : 0;
+    st->t_us = q->n_steps ? q->steps[q->n_steps - 1].t_us + q->steps[q->n_steps - 1].dur_us : 0;
+    if (st->t_us > end)
+        st->t_us = end;
+    st->dur_us = end - st->t_us;
+    out->steps = *steps;
+    out->n_steps = q->n_steps + 1;
+}
+
 static void s_on_request(s_router_t *r, const msg_work_request_t *q) {
     int w = router_dispatch_assign(r->dispatch, q->rid, (int64_t)q->n_tokens + q->max_tokens);
     if (w == -EEXIST) { /* a duplicated frame: the request was dispatched once */
@@ -46,7 +75,15 @@ static void s_on_request(s_router_t *r, const msg_work_request_t *q) {
                w == -EHOSTDOWN ? "no target worker is alive" : "cannot dispatch");
         return;
     }
+    msg_work_request_t traced;
+    msg_trace_step_t *steps = NULL;
+    if (q->trace) {
+        traced = *q;
+        s_trace_dispatch(r, q, w, &traced, &steps);
+        q = &traced;
+    }
     int rc = actor_send(r->to_worker[w], MSG_WORK_REQUEST, q);
+    free(steps);
     if (rc) {
         router_dispatch_finish(r->dispatch, q->rid);
         actor_counters_add(r->counters, "rejected.overloaded", 1);

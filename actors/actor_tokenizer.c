@@ -10,6 +10,7 @@
 #include "model/model_tokenizer.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,6 +118,26 @@ static void s_on_request(s_tok_t *t, msg_tok_request_t *q) {
     w.t_arrival_us = q->t_arrival_us;
     memcpy(w.session, g->session, sizeof w.session);
     w.pin_tokens = chat ? s_system_tokens(t, g, bos, w.tokens, w.n_tokens) : 0;
+    w.trace = g->trace;
+    w.logprobs = g->logprobs;
+    w.top_logprobs = g->top_logprobs;
+    msg_trace_step_t step;
+    if (g->trace) { /* from where the chain ended (the arrival, or a resume) to now */
+        uint64_t now = base_now_us();
+        int64_t end = now > q->t_arrival_us ? (int64_t)(now - q->t_arrival_us) : 0;
+        memset(&step, 0, sizeof step);
+        msg_set_str(step.actor, sizeof step.actor, "tokenizer");
+        msg_set_str(step.what, sizeof step.what, "tokenize");
+        snprintf(step.why, sizeof step.why,
+                 chat ? "chat template over %d messages, then %d tokens (%d of them the system "
+                        "prompt, kept longer in the KV tiers)"
+                      : "raw prompt (%d messages), %d tokens (%d system prompt)",
+                 g->n_messages, w.n_tokens - w.n_gen, w.pin_tokens);
+        step.t_us = q->trace_t_us < end ? q->trace_t_us : end;
+        step.dur_us = end - step.t_us;
+        w.steps = &step;
+        w.n_steps = 1;
+    }
     actor_counters_add(t->counters, "prompt_tokens", w.n_tokens - w.n_gen);
     int rc = actor_send(t->to_router, MSG_WORK_REQUEST, &w);
     free(w.tokens);

@@ -14,6 +14,9 @@
 #include "sched/sched_batch.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -53,6 +56,15 @@ typedef struct s_req_t {
     uint64_t t_last;           /* last token sampled */
     model_detok_t detok;       /* UTF-8-safe incremental decoding of its tokens */
     model_stopper_t stopper;   /* its stop strings (n_stops may be 0) */
+    /* explainability (docs/PROTOCOL.md, trace and logprobs) */
+    bool logprobs;             /* each token's log-probability */
+    int top_logprobs;          /* alternatives per token */
+    bool trace;                /* record the decisions */
+    msg_trace_step_t *steps;   /* (cap_steps) the chain: the tokenizer's and router's, then ours */
+    int n_steps, cap_steps;
+    int64_t trace_end_us;      /* where the chain ends, after the arrival */
+    int promoted;              /* blocks promoted for it while it waited */
+    char spec_why[96];         /* how the depth of its last draft request was chosen */
 } s_req_t;
 
 typedef struct {
@@ -96,6 +108,12 @@ typedef struct {
     float *logits;                  /* (max_batch, n_vocab) */
     uint64_t last_report_us;        /* last load_report */
     bool dirty;                     /* state changed since the last report */
+    /* the log-probabilities of the token s_event sends next (set by s_logprobs) */
+    float lp;                       /* of the token */
+    msg_top_t lp_top[MSG_MAX_TOP_LOGPROBS]; /* the most likely tokens */
+    int lp_n_top;
+    bool lp_valid;
+    float *lp_rows;                 /* ((1 + MODEL_SPEC_MAX_K), n_vocab) log-softmax rows */
 } s_worker_t;
 
 #define TAG "worker"
@@ -103,6 +121,124 @@ typedef struct {
 /* Completion tokens of r so far (carried ones included): the next one's index. */
 static int s_done(const s_req_t *r) {
     return r->n_hist - r->n_prompt + r->n_carried;
+}
+
+/* Append a decision to r's trace: it ends now and began where the chain ended, so
+ * the steps' durations add up to the request's latency.  Past MSG_MAX_TRACE_STEPS - 8
+ * steps, the last one grows instead (its why says how many it stands for). */
+static void s_trace(s_worker_t *w, s_req_t *r, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void s_trace(s_worker_t *w, s_req_t *r, const char *what, const char *fmt, ...) {
+    if (!r->trace)
+        return;
+    uint64_t now = base_now_us();
+    int64_t end = now > r->t_arrival ? (int64_t)(now - r->t_arrival) : r->trace_end_us;
+    if (end < r->trace_end_us)
+        end = r->trace_end_us;
+    if (r->n_steps >= MSG_MAX_TRACE_STEPS - 8 && r->n_steps > 0) {
+        msg_trace_step_t *last = &r->steps[r->n_steps - 1];
+        if (strcmp(last->what, "more")) { /* from here on, one summary step */
+            r->n_steps--;
+            last = &r->steps[r->n_steps];
+            int64_t t = last->t_us;
+            memset(last, 0, sizeof *last);
+            msg_set_str(last->actor, sizeof last->actor, w->name);
+            msg_set_str(last->what, sizeof last->what, "more");
+            last->t_us = t;
+            r->n_steps++;
+        }
+        int n = atoi(last->why) + 1;
+        snprintf(last->why, sizeof last->why, "%d further steps (the trace holds %d)", n,
+                 MSG_MAX_TRACE_STEPS - 8);
+        last->dur_us = end - last->t_us;
+        r->trace_end_us = end;
+        return;
+    }
+    if (r->n_steps == r->cap_steps) {
+        int cap = r->cap_steps ? 2 * r->cap_steps : 16;
+        msg_trace_step_t *x = realloc(r->steps, (size_t)cap * sizeof *x);
+        if (!x)
+            return;
+        r->steps = x;
+        r->cap_steps = cap;
+    }
+    msg_trace_step_t *st = &r->steps[r->n_steps++];
+    memset(st, 0, sizeof *st);
+    msg_set_str(st->actor, sizeof st->actor, w->name);
+    msg_set_str(st->what, sizeof st->what, what);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->why, sizeof st->why, fmt, ap);
+    va_end(ap);
+    st->t_us = r->trace_end_us;
+    st->dur_us = end - r->trace_end_us;
+    r->trace_end_us = end;
+}
+
+/* The text of token t alone, for an alternative (bytes that are not UTF-8 on their
+ * own, e.g. half a character, become U+FFFD). */
+static void s_piece(s_worker_t *w, int32_t t, char *out, size_t cap) {
+    size_t n = 0, o = 0;
+    const char *raw = model_tokenizer_piece(w->tok, t, true, &n);
+    for (size_t i = 0; raw && i < n && o + 4 < cap;) {
+        size_t len = 0; /* the valid UTF-8 character starting at i, 1..4 bytes */
+        for (size_t k = 1; k <= 4 && i + k <= n && !len; k++)
+            if (msg_utf8_valid(raw + i, k, NULL))
+                len = k;
+        if (len) {
+            memcpy(out + o, raw + i, len);
+            o += len;
+            i += len;
+        } else {
+            memcpy(out + o, "\xef\xbf\xbd", 3); /* U+FFFD */
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = 0;
+}
+
+/* Log-softmax of a row of raw logits (the model's own distribution, before any
+ * sampling transform) into out (n_vocab). */
+static void s_log_softmax(const float *logits, float *out, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++)
+        mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += exp((double)(logits[i] - mx));
+    float lse = mx + (float)log(sum);
+    for (int i = 0; i < n; i++)
+        out[i] = logits[i] - lse;
+}
+
+/* Set what s_event sends with the next token: token t's log-probability in the row
+ * lsm (log-softmax) and r's top_logprobs most likely alternatives. */
+static void s_logprobs(s_worker_t *w, const s_req_t *r, const float *lsm, int32_t t) {
+    w->lp_valid = r->logprobs;
+    if (!r->logprobs)
+        return;
+    w->lp = lsm[t] > -1e30f ? lsm[t] : -1e30f;
+    int k = r->top_logprobs;
+    w->lp_n_top = 0;
+    for (int j = 0; j < k; j++) { /* k <= 20 passes over the row: fine for an opt-in */
+        int best = -1;
+        for (int i = 0; i < w->n_vocab; i++) {
+            if (best >= 0 && lsm[i] <= lsm[best])
+                continue;
+            bool taken = false;
+            for (int q = 0; q < w->lp_n_top && !taken; q++)
+                taken = w->lp_top[q].token == i;
+            if (!taken)
+                best = i;
+        }
+        if (best < 0 || lsm[best] <= -1e30f)
+            break;
+        msg_top_t *x = &w->lp_top[w->lp_n_top++];
+        x->token = best;
+        x->logprob = lsm[best];
+        s_piece(w, best, x->text, sizeof x->text);
+    }
 }
 
 const actor_opt_t actor_worker_opts[] = {
@@ -165,6 +301,7 @@ static void s_req_free(s_worker_t *w, s_req_t **rp) {
     }
     kv_cache_release(w->kv, &r->kv);
     model_stopper_free(&r->stopper);
+    free(r->steps);
     free(r->hist);
     free(r);
     *rp = NULL;
@@ -232,6 +369,23 @@ static int s_event(s_worker_t *w, s_req_t *r, int index, int32_t token, int fini
     w->text[n] = 0;
     te.text = w->text;
     te.text_len = n;
+    if (w->lp_valid && index >= 0) {
+        te.logprob = w->lp;
+        te.has_logprob = true;
+        te.top = w->lp_n_top ? w->lp_top : NULL;
+        te.n_top = w->lp_n_top;
+    }
+    w->lp_valid = false;
+    if (te.finish && r->trace) {
+        static const char *const why[] = {"", "the model ended the text (end of generation)",
+                                          "max_tokens reached", "a stop string matched",
+                                          "cancelled"};
+        s_trace(w, r, "finish", "%s after %d tokens",
+                te.finish > 0 && te.finish <= MSG_FINISH_CANCELLED ? why[te.finish] : "?",
+                s_done(r));
+        te.steps = r->steps;
+        te.n_steps = r->n_steps;
+    }
     if (te.finish) {
         uint64_t now = base_now_us();
         uint64_t tp = r->t_prefill ? r->t_prefill : now, tf = r->t_first ? r->t_first : now;
@@ -352,6 +506,17 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
         return;
     }
     r->pin_tokens = q->pin_tokens < r->n_prompt ? q->pin_tokens : r->n_prompt;
+    r->logprobs = q->logprobs || q->top_logprobs > 0;
+    r->top_logprobs = q->top_logprobs;
+    r->trace = q->trace;
+    if (r->trace && q->n_steps) { /* the chain so far: tokenizer, router */
+        r->steps = malloc((size_t)q->n_steps * sizeof *r->steps);
+        if (r->steps) {
+            memcpy(r->steps, q->steps, (size_t)q->n_steps * sizeof *r->steps);
+            r->n_steps = r->cap_steps = q->n_steps;
+            r->trace_end_us = q->steps[q->n_steps - 1].t_us + q->steps[q->n_steps - 1].dur_us;
+        }
+    }
     model_spec_adapt_init(&r->adapt, w->spec_k, w->spec_k_max);
     if (r->n_carried) {
         actor_counters_add(w->counters, "requests.resumed", 1);
@@ -365,8 +530,14 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
         }
     }
     s_status(w, r->rid, true);
-    if (w->to_tier && kv_cache_match(w->kv, r->hist, r->n_prompt) / w->block_size <
-                          (r->n_prompt - 1) / w->block_size) {
+    int in_t0 = kv_cache_match(w->kv, r->hist, r->n_prompt);
+    s_trace(w, r, "arrive",
+            "%d prompt tokens%s%.0d%s; the prefix cache (T0) holds %d of them; %d requests "
+            "running, %d waiting here",
+            r->n_prompt - r->n_carried, r->n_carried ? " + " : "", r->n_carried,
+            r->n_carried ? " completion tokens carried (a resumed request)" : "", in_t0,
+            sched_batch_load(w->sched).n_running, sched_batch_load(w->sched).n_waiting);
+    if (w->to_tier && in_t0 / w->block_size < (r->n_prompt - 1) / w->block_size) {
         /* part of the prompt may be in T1/T2: the prefetcher is having it sent
          * here; run it when the tier manager says it is done (or at the deadline) */
         /* make what T0 has now the most recently used, so that the promoted
@@ -448,6 +619,11 @@ static void s_want_draft(s_worker_t *w, s_req_t *r) {
     if (w->step_us > 0)
         r->adapt.draft_cost = (float)(w->draft_us_per_token / w->step_us);
     int k = model_spec_adapt_next_k(&r->adapt, sched_batch_count(w->sched));
+    if (r->trace)
+        snprintf(r->spec_why, sizeof r->spec_why,
+                 "k %d %s (acceptance %.2f, draft cost %.2f steps/token, %d running)", k,
+                 r->adapt.k_fixed ? "fixed" : "adaptive", r->adapt.rate, r->adapt.draft_cost,
+                 sched_batch_count(w->sched));
     if (k > left - 1)
         k = left - 1; /* every verified position stays inside the request's reservation */
     if (k < 1)
@@ -550,6 +726,9 @@ static void s_emit_verified(s_worker_t *w, s_req_t *r, const sched_batch_item_t 
                             int nd) {
     int32_t out[MODEL_SPEC_MAX_K + 1];
     int h = r->n_hist; /* position of the first new token */
+    for (int i = 0; r->logprobs && i <= nd; i++) /* before verify changes the rows */
+        s_log_softmax(lg + (size_t)i * w->n_vocab, w->lp_rows + (size_t)i * w->n_vocab,
+                      w->n_vocab);
     int e = model_spec_verify(w->sampler, &r->sp, lg, r->draft, nd, r->hist, r->n_hist, h, out);
     r->n_draft = 0;
     if (e < 1) {
@@ -573,6 +752,8 @@ static void s_emit_verified(s_worker_t *w, s_req_t *r, const sched_batch_item_t 
     for (int i = 0; i < e; i++) {
         int index = s_done(r);
         int32_t t = out[i];
+        if (r->logprobs)
+            s_logprobs(w, r, w->lp_rows + (size_t)i * w->n_vocab, t);
         if (model_tokenizer_is_eog(w->tok, t)) {
             s_finish(w, r, -1, -1, MSG_FINISH_EOS);
             return;
@@ -605,6 +786,10 @@ static void s_attach(s_worker_t *w, s_req_t *r, sched_batch_item_t *it) {
     if (!it->prefill || it->pos0 != 0)
         return;
     int c = kv_cache_attach_prefix(w->kv, &r->kv, r->hist, r->n_prompt);
+    s_trace(w, r, "admit",
+            "a batch slot and KV room (its reservation: prompt + max_tokens); %d of %d positions "
+            "attached from the prefix cache",
+            c > 0 ? c : 0, r->n_prompt);
     if (c <= 0)
         return;
     r->n_cached = r->n_computed = r->skip = c;
@@ -684,6 +869,14 @@ static int s_step(s_worker_t *w) {
     for (int k = 0; k < n_items; k++) {
         sched_batch_item_t *it = &w->items[k];
         s_req_t *r = it->user;
+        if (r->trace && it->prefill)
+            s_trace(w, r, "prefill", "positions %d..%d of %d in a step of %d requests, %d tokens",
+                    it->pos0, it->pos0 + it->n, r->n_prompt, n_items, nt);
+        else if (r->trace)
+            s_trace(w, r, "decode",
+                    "token %d in a step of %d requests, %d tokens; %d drafts verified%s%s",
+                    s_done(r), n_items, nt, r->n_draft, r->n_draft ? ": " : "",
+                    r->n_draft ? r->spec_why : "");
         r->n_computed = it->pos0 + it->n;
         /* full blocks are shareable as soon as they are computed; with write-through
          * they go to T1 then too */
@@ -709,7 +902,11 @@ static int s_step(s_worker_t *w) {
             continue;
         }
         int index = s_done(r);
+        if (r->logprobs)
+            s_log_softmax(lg, w->lp_rows, w->n_vocab);
         int32_t next = model_sampler_sample(w->sampler, &r->sp, lg, r->hist, r->n_hist, pos);
+        if (r->logprobs)
+            s_logprobs(w, r, w->lp_rows, next);
         if (model_tokenizer_is_eog(w->tok, next)) {
             s_finish(w, r, -1, -1, MSG_FINISH_EOS);
             continue;
@@ -787,7 +984,10 @@ static void s_on_block(s_worker_t *w, const msg_kv_block_t *b, zmq_msg_t *raw) {
     }
     memcpy(meta.tokens, b->tokens, (size_t)b->n_tokens * sizeof *meta.tokens);
     int rc = kv_cache_insert(w->kv, &meta, b->fmt, zmq_msg_data(raw), zmq_msg_size(raw));
-    bool waiting = s_find_parked(w, b->rid) != NULL;
+    s_req_t *parked = s_find_parked(w, b->rid);
+    bool waiting = parked != NULL;
+    if (parked && !rc)
+        parked->promoted++;
     actor_counters_add(w->counters,
                        rc == -EEXIST ? "kv.promoted.redundant"
                        : rc          ? "kv.promoted.refused"
@@ -813,6 +1013,10 @@ static void s_check_parked(s_worker_t *w) {
         r->parked = false;
         r->next_parked = NULL;
         actor_counters_add(w->counters, "kv.prefetch.timeouts", 1);
+        s_trace(w, r, "promote",
+                "waited %d ms (prefetch_wait_ms) for T1/T2: %d blocks came in time, the rest "
+                "is computed",
+                w->prefetch_wait_ms, r->promoted);
         s_admit(w, r);
     }
 }
@@ -864,6 +1068,9 @@ static void s_on_promote_done(void *self, msg_any_t *m, zmq_msg_t *raw) {
     s_req_t *r = s_find_parked(w, m->u.kv_promote_done.rid);
     if (r) {
         s_unpark(w, r);
+        s_trace(w, r, "promote",
+                "the tier manager sent %d blocks from T1/T2 (%d of them new here), %d not there",
+                m->u.kv_promote_done.sent, r->promoted, m->u.kv_promote_done.missing);
         s_admit(w, r);
     }
 }
@@ -930,6 +1137,7 @@ static void s_cleanup(s_worker_t *w) {
     free(w->b_want);
     free(w->b_seqs);
     free(w->logits);
+    free(w->lp_rows);
     free(w->piece);
     free(w->text);
 }
@@ -995,10 +1203,12 @@ int actor_worker_main(actor_env_t *env) {
     w.b_want = malloc((size_t)room * sizeof *w.b_want);
     w.b_seqs = malloc((size_t)w.max_batch * sizeof *w.b_seqs);
     w.logits = malloc((size_t)rows * cfg->n_vocab * sizeof *w.logits);
+    w.lp_rows = malloc((size_t)(1 + MODEL_SPEC_MAX_K) * cfg->n_vocab * sizeof *w.lp_rows);
     w.piece = malloc(S_SCRATCH);
     w.text = malloc(S_SCRATCH);
     if (!w.tok || !w.ctx || !w.kv || !w.sched || !w.sampler || !w.loop || !w.items || !w.b_tok ||
-        !w.b_pos || !w.b_seq || !w.b_want || !w.b_seqs || !w.logits || !w.piece || !w.text) {
+        !w.b_pos || !w.b_seq || !w.b_want || !w.b_seqs || !w.logits || !w.lp_rows || !w.piece ||
+        !w.text) {
         actor_env_fail(env, "%s: cannot set up (%s)", name,
                        !w.tok  ? err
                        : !w.kv ? "KV pool too large"

@@ -84,6 +84,10 @@ static const msg_field_t s_generate_fields[] = {
      .off = offsetof(msg_generate_t, session),
      .min = 1,
      .max = MSG_MAX_SESSION_BYTES},
+    {.key = "trace", .kind = MSG_F_BOOL, .off = offsetof(msg_generate_t, trace)},
+    {.key = "logprobs", .kind = MSG_F_BOOL, .off = offsetof(msg_generate_t, logprobs)},
+    {.key = "top_logprobs", .kind = MSG_F_INT, .off = offsetof(msg_generate_t, top_logprobs),
+     .lo = 0, .hi = MSG_MAX_TOP_LOGPROBS},
 };
 const msg_schema_t msg_schema_generate = {"generate",        sizeof(msg_generate_t),
                                           s_generate_fields, MSG_NFIELDS(s_generate_fields),
@@ -100,6 +104,34 @@ const msg_schema_t msg_schema_cancel = {"cancel",    sizeof(msg_cancel_t), s_can
 const msg_schema_t msg_schema_stats = {"stats", sizeof(msg_stats_t), NULL, 0, NULL, NULL};
 const msg_schema_t msg_schema_health = {"health", sizeof(msg_health_t), NULL, 0, NULL, NULL};
 
+/* ---- shared nested maps: a trace step, an alternative token */
+
+static const msg_field_t s_trace_step_fields[] = {
+    {.key = "actor", .kind = MSG_F_STR_FIX, .flags = REQ,
+     .off = offsetof(msg_trace_step_t, actor), .max = MSG_MAX_NAME_BYTES},
+    {.key = "what", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_trace_step_t, what),
+     .max = MSG_MAX_WHAT_BYTES},
+    {.key = "why", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_trace_step_t, why),
+     .max = MSG_MAX_WHY_BYTES},
+    {.key = "t_us", .kind = MSG_F_I64, .flags = REQ, .off = offsetof(msg_trace_step_t, t_us),
+     .lo = 0, .hi = INT64_MAX},
+    {.key = "dur_us", .kind = MSG_F_I64, .flags = REQ, .off = offsetof(msg_trace_step_t, dur_us),
+     .lo = 0, .hi = INT64_MAX},
+};
+const msg_schema_t msg_schema_trace_step = {"", sizeof(msg_trace_step_t), s_trace_step_fields,
+                                            MSG_NFIELDS(s_trace_step_fields), NULL, NULL};
+
+static const msg_field_t s_top_fields[] = {
+    {.key = "token", .kind = MSG_F_I32, .flags = REQ, .off = offsetof(msg_top_t, token), .lo = 0,
+     .hi = INT32_MAX},
+    {.key = "logprob", .kind = MSG_F_FLOAT, .flags = REQ, .off = offsetof(msg_top_t, logprob),
+     .flo = -1e30, .fhi = 0},
+    {.key = "text", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_top_t, text),
+     .max = MSG_MAX_PIECE_BYTES},
+};
+const msg_schema_t msg_schema_top = {"", sizeof(msg_top_t), s_top_fields,
+                                     MSG_NFIELDS(s_top_fields), NULL, NULL};
+
 /* ---- 5 token */
 
 static const msg_field_t s_token_fields[] = {
@@ -111,6 +143,12 @@ static const msg_field_t s_token_fields[] = {
      .lo = 0, .hi = INT32_MAX},
     {.key = "text", .kind = MSG_F_STR_HEAP, .flags = REQ, .off = offsetof(msg_token_t, text),
      .off2 = offsetof(msg_token_t, text_len), .max = MSG_MAX_TEXT_BYTES},
+    {.key = "logprob", .kind = MSG_F_FLOAT, .flags = MSG_FF_HAS,
+     .off = offsetof(msg_token_t, logprob), .off2 = offsetof(msg_token_t, has_logprob),
+     .flo = -1e30, .fhi = 0},
+    {.key = "top", .kind = MSG_F_ARRAY, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_token_t, top), .off2 = offsetof(msg_token_t, n_top),
+     .max = MSG_MAX_TOP_LOGPROBS, .sub = &msg_schema_top},
 };
 const msg_schema_t msg_schema_token = {"token",      sizeof(msg_token_t), s_token_fields,
                                        MSG_NFIELDS(s_token_fields), NULL, NULL};
@@ -141,6 +179,18 @@ static const msg_schema_t s_timings_ms_schema = {"", sizeof(msg_timings_ms_t),
                                                  s_timings_ms_fields,
                                                  MSG_NFIELDS(s_timings_ms_fields), NULL, NULL};
 
+static const msg_field_t s_logprob_fields[] = {
+    {.key = "token", .kind = MSG_F_I32, .flags = REQ, .off = offsetof(msg_logprob_t, token),
+     .lo = 0, .hi = INT32_MAX},
+    {.key = "logprob", .kind = MSG_F_FLOAT, .flags = REQ, .off = offsetof(msg_logprob_t, logprob),
+     .flo = -1e30, .fhi = 0},
+    {.key = "top", .kind = MSG_F_ARRAY, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_logprob_t, top), .off2 = offsetof(msg_logprob_t, n_top),
+     .max = MSG_MAX_TOP_LOGPROBS, .sub = &msg_schema_top},
+};
+static const msg_schema_t s_logprob_schema = {"", sizeof(msg_logprob_t), s_logprob_fields,
+                                              MSG_NFIELDS(s_logprob_fields), NULL, NULL};
+
 static void s_done_init(void *p) {
     ((msg_done_t *)p)->finish_reason = MSG_FINISH_EOS;
 }
@@ -157,6 +207,9 @@ static const msg_field_t s_done_fields[] = {
      .sub = &s_usage_schema},
     {.key = "timings", .kind = MSG_F_STRUCT, .flags = REQ, .off = offsetof(msg_done_t, timings),
      .sub = &s_timings_ms_schema},
+    {.key = "logprobs", .kind = MSG_F_ARRAY, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_done_t, logprobs), .off2 = offsetof(msg_done_t, n_logprobs),
+     .max = MSG_MAX_TOKENS, .sub = &s_logprob_schema},
 };
 const msg_schema_t msg_schema_done = {"done",      sizeof(msg_done_t), s_done_fields,
                                       MSG_NFIELDS(s_done_fields), s_done_init, NULL};
@@ -265,3 +318,34 @@ int msg_counters_add(msg_counter_t **counters, int *n, const char *name, int64_t
     (*n)++;
     return 0;
 }
+
+/* ---- 11 trace */
+
+static const msg_field_t s_source_fields[] = {
+    {.key = "out_start", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_source_t, out_start),
+     .lo = 0, .hi = INT32_MAX},
+    {.key = "out_end", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_source_t, out_end),
+     .lo = 0, .hi = INT32_MAX},
+    {.key = "msg", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_source_t, msg), .lo = -1,
+     .hi = MSG_MAX_MESSAGES},
+    {.key = "in_start", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_source_t, in_start),
+     .lo = 0, .hi = INT32_MAX},
+    {.key = "in_end", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_source_t, in_end),
+     .lo = 0, .hi = INT32_MAX},
+};
+static const msg_schema_t s_source_schema = {"", sizeof(msg_source_t), s_source_fields,
+                                             MSG_NFIELDS(s_source_fields), NULL, NULL};
+
+static const msg_field_t s_trace_fields[] = {
+    {.key = "id", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_trace_t, id), .min = 1,
+     .max = MSG_MAX_ID_BYTES},
+    {.key = "steps", .kind = MSG_F_ARRAY, .flags = REQ, .off = offsetof(msg_trace_t, steps),
+     .off2 = offsetof(msg_trace_t, n_steps), .max = MSG_MAX_TRACE_STEPS,
+     .sub = &msg_schema_trace_step},
+    {.key = "total_ms", .kind = MSG_F_DOUBLE, .flags = REQ, .off = offsetof(msg_trace_t, total_ms),
+     .flo = 0, .fhi = 1e12},
+    {.key = "sources", .kind = MSG_F_ARRAY, .flags = REQ, .off = offsetof(msg_trace_t, sources),
+     .off2 = offsetof(msg_trace_t, n_sources), .max = MSG_MAX_SOURCES, .sub = &s_source_schema},
+};
+const msg_schema_t msg_schema_trace = {"trace",        sizeof(msg_trace_t), s_trace_fields,
+                                       MSG_NFIELDS(s_trace_fields), NULL, NULL};

@@ -34,6 +34,9 @@ typedef struct {
     char session[MSG_MAX_SESSION_BYTES + 1];         /* optional chat session id, 1..64 bytes ("" =
                                                         none): the server keeps the session's KV
                                                         warm between turns */
+    bool trace;                                      /* a `trace` event before `done` */
+    bool logprobs;                                   /* each token's log-probability */
+    int top_logprobs; /* 0..MSG_MAX_TOP_LOGPROBS alternatives per token (implies logprobs) */
 } msg_generate_t;
 
 /* 2 cancel: stop the generation with this id (answered by its done, "cancelled") */
@@ -56,7 +59,37 @@ typedef struct {
     int32_t token;                 /* the token id (>= 0) */
     char *text;                    /* the text piece; "" while a UTF-8 char is incomplete */
     size_t text_len;
+    float logprob;                 /* with logprobs: of this token under the model */
+    bool has_logprob;
+    msg_top_t *top;                /* (n_top) with top_logprobs: the most likely tokens */
+    int n_top;
 } msg_token_t;
+
+/* A completion token with its log-probability (done.logprobs, stream false). */
+typedef struct {
+    int32_t token;
+    float logprob;
+    msg_top_t *top; /* (n_top) */
+    int n_top;
+} msg_logprob_t;
+
+/* A span of the completion copied from the input: completion bytes [out_start,
+ * out_end) equal bytes [in_start, in_end) of the prompt, or of messages[msg].content. */
+typedef struct {
+    int out_start, out_end;
+    int msg; /* -1: the prompt; else the index of the chat message */
+    int in_start, in_end;
+} msg_source_t;
+
+/* 11 trace: the decisions made for a request with trace = true, before its done */
+typedef struct {
+    char id[MSG_MAX_ID_BYTES + 1];
+    msg_trace_step_t *steps; /* (n_steps) in order */
+    int n_steps;
+    double total_ms;         /* arrival -> final event: what the steps account for */
+    msg_source_t *sources;   /* (n_sources) spans of the completion copied from the input */
+    int n_sources;
+} msg_trace_t;
 
 typedef struct {
     int prompt_tokens;     /* >= 0 */
@@ -81,6 +114,8 @@ typedef struct {
     size_t text_len;
     msg_usage_t usage;
     msg_timings_ms_t timings;
+    msg_logprob_t *logprobs; /* (n_logprobs) stream false with logprobs: per token */
+    int n_logprobs;
 } msg_done_t;
 
 /* 7 error: a request failed (it ends that request: no done follows) */
@@ -138,6 +173,11 @@ MSG_DECLARE_CODEC(error)
 MSG_DECLARE_CODEC(stats_reply)
 MSG_DECLARE_CODEC(health_reply)
 MSG_DECLARE_CODEC(resume)
+MSG_DECLARE_CODEC(trace)
+
+/* nested schemas the internal family shares */
+extern const struct msg_schema_s msg_schema_trace_step;
+extern const struct msg_schema_s msg_schema_top;
 
 /* Helpers for building messages (0, -EINVAL if too long, or -ENOMEM). */
 /* Copy s into a fixed char array field (id, name, ...) of capacity cap (incl. NUL). */

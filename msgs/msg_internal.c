@@ -21,6 +21,8 @@ static const msg_field_t s_tok_request_fields[] = {
     {.key = "gen_tokens", .kind = MSG_F_BIN_I32, .flags = MSG_FF_OMIT_EMPTY,
      .off = offsetof(msg_tok_request_t, gen_tokens), .off2 = offsetof(msg_tok_request_t, n_gen),
      .max = MSG_MAX_TOKENS, .lo = 0, .hi = INT32_MAX},
+    {.key = "trace_t_us", .kind = MSG_F_I64, .off = offsetof(msg_tok_request_t, trace_t_us),
+     .lo = 0, .hi = INT64_MAX},
 };
 const msg_schema_t msg_schema_tok_request = {"tok_request", sizeof(msg_tok_request_t),
                                              s_tok_request_fields,
@@ -50,6 +52,13 @@ static const msg_field_t s_work_request_fields[] = {
      .off = offsetof(msg_work_request_t, session), .max = MSG_MAX_SESSION_BYTES},
     {.key = "pin_tokens", .kind = MSG_F_INT, .off = offsetof(msg_work_request_t, pin_tokens),
      .lo = 0, .hi = MSG_MAX_SEQ_TOKENS},
+    {.key = "trace", .kind = MSG_F_BOOL, .off = offsetof(msg_work_request_t, trace)},
+    {.key = "logprobs", .kind = MSG_F_BOOL, .off = offsetof(msg_work_request_t, logprobs)},
+    {.key = "top_logprobs", .kind = MSG_F_INT, .off = offsetof(msg_work_request_t, top_logprobs),
+     .lo = 0, .hi = MSG_MAX_TOP_LOGPROBS},
+    {.key = "steps", .kind = MSG_F_ARRAY, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_work_request_t, steps), .off2 = offsetof(msg_work_request_t, n_steps),
+     .max = MSG_MAX_TRACE_STEPS, .sub = &msg_schema_trace_step},
 };
 static int s_work_request_check(const void *p, msg_err_t *err) {
     const msg_work_request_t *m = p;
@@ -133,6 +142,15 @@ static const msg_field_t s_text_event_fields[] = {
      .off = offsetof(msg_text_event_t, draft_proposed), .lo = 0, .hi = INT32_MAX},
     {.key = "draft_accepted", .kind = MSG_F_INT,
      .off = offsetof(msg_text_event_t, draft_accepted), .lo = 0, .hi = INT32_MAX},
+    {.key = "logprob", .kind = MSG_F_FLOAT, .flags = MSG_FF_HAS,
+     .off = offsetof(msg_text_event_t, logprob), .off2 = offsetof(msg_text_event_t, has_logprob),
+     .flo = -1e30, .fhi = 0},
+    {.key = "top", .kind = MSG_F_ARRAY, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_text_event_t, top), .off2 = offsetof(msg_text_event_t, n_top),
+     .max = MSG_MAX_TOP_LOGPROBS, .sub = &msg_schema_top},
+    {.key = "steps", .kind = MSG_F_ARRAY, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_text_event_t, steps), .off2 = offsetof(msg_text_event_t, n_steps),
+     .max = MSG_MAX_TRACE_STEPS, .sub = &msg_schema_trace_step},
 };
 const msg_schema_t msg_schema_text_event = {"text_event",
                                             sizeof(msg_text_event_t),

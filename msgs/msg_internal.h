@@ -27,6 +27,8 @@ typedef struct {
     uint64_t t_arrival_us;
     int32_t *gen_tokens; /* (n_gen) completion tokens already delivered, or NULL */
     int n_gen;           /* 0..max_tokens */
+    int64_t trace_t_us;  /* with gen.trace: where the chain of decisions ends so far (us
+                            after the arrival; > 0 for a resumed request) */
 } msg_tok_request_t;
 
 /* 21 work_request (tokenizer -> router -> worker).  A resumed request carries the
@@ -46,6 +48,11 @@ typedef struct {
     uint64_t t_arrival_us;
     char session[MSG_MAX_SESSION_BYTES + 1]; /* chat session id, or "" */
     int pin_tokens; /* leading tokens that are the system prompt (kept longer in the KV tiers) */
+    bool trace;               /* record the decisions (msg_trace_step_t) */
+    bool logprobs;            /* each token's log-probability */
+    int top_logprobs;         /* 0..MSG_MAX_TOP_LOGPROBS alternatives */
+    msg_trace_step_t *steps;  /* (n_steps) decisions so far (tokenizer, router) */
+    int n_steps;
 } msg_work_request_t;
 
 /* 22 work_event (worker -> tokenizer): one token, or the end.  When finish != 0 the
@@ -75,6 +82,12 @@ typedef struct {
     int cached_tokens;  /* with finish: prompt tokens served from the KV cache */
     int draft_proposed; /* with finish: speculative tokens proposed / accepted */
     int draft_accepted;
+    float logprob;      /* with logprobs and a token */
+    bool has_logprob;
+    msg_top_t *top;     /* (n_top) with top_logprobs */
+    int n_top;
+    msg_trace_step_t *steps; /* (n_steps) with trace, on the final event: every decision */
+    int n_steps;
 } msg_text_event_t;
 
 /* 24 work_cancel (frontend -> router -> worker) */

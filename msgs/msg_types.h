@@ -32,6 +32,7 @@
     X(stats_reply, STATS_REPLY, 8, 1, MSG_FAMILY_CLIENT)                                           \
     X(health_reply, HEALTH_REPLY, 9, 1, MSG_FAMILY_CLIENT)                                         \
     X(resume, RESUME, 10, 1, MSG_FAMILY_CLIENT)                                                    \
+    X(trace, TRACE, 11, 1, MSG_FAMILY_CLIENT)                                                      \
     /* internal: actor <-> actor */                                                                \
     X(tok_request, TOK_REQUEST, 20, 1, MSG_FAMILY_INTERNAL)                                        \
     X(work_request, WORK_REQUEST, 21, 1, MSG_FAMILY_INTERNAL)                                      \
@@ -100,6 +101,12 @@ size_t msg_type_max_frame(int type);
 #define MSG_MAX_COUNTER_NAME_BYTES 96     /* bytes per counter name */
 #define MSG_MAX_ACTORS 256                /* entries in health_reply.actors */
 #define MSG_MAX_SEQ_TOKENS (256 * 1024)   /* token ids in a work_request */
+#define MSG_MAX_TRACE_STEPS 2048          /* decisions in a trace */
+#define MSG_MAX_WHAT_BYTES 32             /* a decision's name */
+#define MSG_MAX_WHY_BYTES 240             /* a decision's inputs, one line */
+#define MSG_MAX_TOP_LOGPROBS 20           /* alternatives per token (top_logprobs) */
+#define MSG_MAX_PIECE_BYTES 48            /* text of one alternative token */
+#define MSG_MAX_SOURCES 256               /* copied spans in a trace */
 #define MSG_MAX_TOP_K (1 << 24)
 #define MSG_MAX_REPEAT_LAST_N 65536
 #define MSG_MAX_DEPTH 16 /* nesting depth a decoder walks (skipping unknown values too) */
@@ -231,6 +238,25 @@ int msg_decode(int type, const void *buf, size_t len, void *m, msg_err_t *err);
  *   void msg_<name>_clear(msg_<name>_t *m);
  *   int  msg_<name>_encode(const msg_<name>_t *m, void **buf, size_t *len, msg_err_t *err);
  *   int  msg_<name>_decode(const void *buf, size_t len, msg_<name>_t *m, msg_err_t *err); */
+/* One decision of a traced request (docs/PROTOCOL.md, `trace`): which actor decided
+ * what, why (its inputs), and when: the step started t_us after the request reached
+ * the frontend and took dur_us; the steps of a chain follow each other, so their
+ * durations add up to the request's latency. */
+typedef struct {
+    char actor[MSG_MAX_NAME_BYTES + 1]; /* "frontend", "worker1", ... */
+    char what[MSG_MAX_WHAT_BYTES + 1];  /* "dispatch", "prefill", "decode", ... */
+    char why[MSG_MAX_WHY_BYTES + 1];    /* the inputs of the decision, one line */
+    int64_t t_us;                       /* start, after the arrival (>= 0) */
+    int64_t dur_us;                     /* >= 0 */
+} msg_trace_step_t;
+
+/* An alternative token at one position, with its log-probability under the model. */
+typedef struct {
+    int32_t token;                           /* >= 0 */
+    float logprob;                           /* <= 0 */
+    char text[MSG_MAX_PIECE_BYTES + 1];      /* its text alone (invalid UTF-8 as U+FFFD) */
+} msg_top_t;
+
 #define MSG_DECLARE_CODEC(name)                                                                    \
     void msg_##name##_init(msg_##name##_t *m);                                                     \
     void msg_##name##_clear(msg_##name##_t *m);                                                    \

@@ -62,6 +62,19 @@ static void fill(int type, msg_any_t *a) {
         r->n_tokens = 4;
         break;
     }
+    case MSG_TRACE: {
+        static msg_trace_step_t steps[2] = {
+            {"tokenizer", "tokenize", "chat template, 12 tokens", 0, 120},
+            {"worker0", "decode", "token 3 in a step of 4 requests", 120, 2500}};
+        static msg_source_t src[1] = {{4, 40, 1, 10, 46}};
+        strcpy(a->u.trace.id, "req-3");
+        a->u.trace.steps = steps;
+        a->u.trace.n_steps = 2;
+        a->u.trace.total_ms = 2.62;
+        a->u.trace.sources = src;
+        a->u.trace.n_sources = 1;
+        break;
+    }
     case MSG_WORK_STATUS:
         a->u.work_status = (msg_work_status_t){82, 1, true};
         break;
@@ -74,6 +87,13 @@ static void fill(int type, msg_any_t *a) {
         a->u.token.token = 1234;
         a->u.token.text = " wor";
         a->u.token.text_len = 4;
+        a->u.token.logprob = -0.25f;
+        a->u.token.has_logprob = true;
+        {
+            static msg_top_t top[2] = {{1234, -0.25f, " wor"}, {99, -2.5f, " word"}};
+            a->u.token.top = top;
+            a->u.token.n_top = 2;
+        }
         break;
     case MSG_DONE:
         strcpy(a->u.done.id, "r");
