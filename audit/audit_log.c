@@ -189,7 +189,7 @@ static int s_parse_line(const char *line, size_t len, s_rec_t *r, char *why, siz
     s_line_hash(line, len, want);
     if (strcmp(want, r->hash)) {
         cJSON_Delete(j);
-        snprintf(why, whylen, "its bytes do not match its hash (edited)");
+        snprintf(why, whylen, "its bytes do not match its hash");
         return AUDIT_E_EDITED;
     }
     r->json = j;
