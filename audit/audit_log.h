@@ -203,7 +203,8 @@ typedef struct {
     char file[256];  /* its file's name (without the directory) */
     uint64_t line;   /* its line in that file, from 1 (0: not in a file, e.g. the head) */
     uint64_t offset; /* its byte offset in that file */
-    uint64_t seq;    /* its seq: as written, or (deleted, torn, truncated) the one due */
+    uint64_t seq;    /* the seq due at that place of the chain: an intact record's own; for a
+                        deleted, moved, torn or cut record, the one missing */
     char why[320];   /* one line */
 } audit_report_t;
 
