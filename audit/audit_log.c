@@ -339,6 +339,15 @@ struct audit_log_t {
     int broken;                /* a failed write or sync: every later call returns it */
 };
 
+/* Close what self holds and free it (no sync). */
+static void s_free(audit_log_t *self) {
+    if (self->fd >= 0)
+        close(self->fd);
+    if (self->dirfd >= 0)
+        close(self->dirfd);
+    free(self);
+}
+
 /* Open file num of the log for appending (created if missing). */
 static int s_open_file(audit_log_t *self, uint32_t num) {
     char path[S_PATH + 32];
@@ -845,11 +854,18 @@ audit_log_t *audit_log_new(const char *dir, const audit_config_t *config) {
         memcpy(self->hash, r.hash, AUDIT_HASH_HEX);
         cJSON_Delete(r.json);
     }
-    if (head_seq > self->seq || (head_seq == self->seq && strcmp(head_hash, self->hash))) {
+    if (head_seq > self->seq) {
         LOG_E(TAG,
               "%s ends at seq %" PRIu64 " but its head anchors seq %" PRIu64
-              " with another hash: records were cut off or rewritten (`strata audit verify %s`)",
+              ": records were cut off (`strata audit verify %s`)",
               dir, self->seq, head_seq, dir);
+        goto fail;
+    }
+    if (head_seq == self->seq && strcmp(head_hash, self->hash)) {
+        LOG_E(TAG,
+              "%s: its last record (seq %" PRIu64 ") is not the one its head anchors: "
+              "rewritten (`strata audit verify %s`)",
+              dir, self->seq, dir);
         goto fail;
     }
     self->synced_seq = head_seq;
@@ -890,24 +906,15 @@ audit_log_t *audit_log_new(const char *dir, const audit_config_t *config) {
 fail:
     free(tail.last_buf);
     free(nums);
-    if (self->fd >= 0)
-        close(self->fd);
-    if (self->dirfd >= 0)
-        close(self->dirfd);
-    free(self);
+    s_free(self);
     return NULL;
 }
 
 void audit_log_destroy(audit_log_t **self_p) {
     if (!self_p || !*self_p)
         return;
-    audit_log_t *self = *self_p;
-    audit_log_sync(self);
-    if (self->fd >= 0)
-        close(self->fd);
-    if (self->dirfd >= 0)
-        close(self->dirfd);
-    free(self);
+    audit_log_sync(*self_p);
+    s_free(*self_p);
     *self_p = NULL;
 }
 
@@ -995,7 +1002,13 @@ static int s_walk_line(void *arg, const char *line, size_t len, uint64_t offset,
         memcpy(w->prev, r.prev, AUDIT_HASH_HEX);
     }
     bool is_torn = !strcmp(r.type, "torn");
-    if (r.seq != w->want_seq) {
+    if (w->torn_pending && !(is_torn && s_torn_matches(w, r.json))) {
+        stop = s_bad(w, AUDIT_E_TORN, w->torn_line, w->torn_offset, w->want_seq,
+                     "torn record: %" PRIu64 " bytes at offset %" PRIu64 " of %s that no "
+                     "\"torn\" record accounts for",
+                     w->torn_len, w->torn_offset, w->torn_file);
+        snprintf(w->rep->file, sizeof w->rep->file, "%s", w->torn_file);
+    } else if (r.seq != w->want_seq) {
         stop = s_bad(w, AUDIT_E_SEQUENCE, lineno, offset, w->want_seq,
                      r.seq > w->want_seq ? "seq %" PRIu64 " where %" PRIu64
                                            " is due: record %" PRIu64 " deleted or moved"
@@ -1008,12 +1021,6 @@ static int s_walk_line(void *arg, const char *line, size_t len, uint64_t offset,
                      "prev does not match the hash of record %" PRIu64
                      ": a record before it was replaced, or this one was moved here",
                      r.seq - 1);
-    } else if (w->torn_pending && !(is_torn && s_torn_matches(w, r.json))) {
-        stop = s_bad(w, AUDIT_E_TORN, w->torn_line, w->torn_offset, w->want_seq,
-                     "torn record: %" PRIu64 " bytes at offset %" PRIu64 " of %s that no "
-                     "\"torn\" record accounts for",
-                     w->torn_len, w->torn_offset, w->torn_file);
-        snprintf(w->rep->file, sizeof w->rep->file, "%s", w->torn_file);
     } else if (is_torn && !w->torn_pending && !first) {
         stop = s_bad(w, AUDIT_E_TORN, lineno, offset, r.seq,
                      "a \"torn\" record names torn bytes that are not there");
@@ -1053,10 +1060,12 @@ static int s_walk_end(s_walk_t *w, bool dir_mode, bool have_head) {
     }
     if (!dir_mode)
         return 0;
-    if (!have_head)
+    if (!have_head) {
+        w->file = AUDIT_HEAD_FILE;
         return s_bad(w, AUDIT_E_HEAD, 0, 0, w->want_seq,
                      "no head file (%s): deleted? the end of the log cannot be checked",
                      AUDIT_HEAD_FILE);
+    }
     r->head_checked = true;
     r->head_seq = w->head_seq;
     if (w->head_seq > r->last_seq)

@@ -390,6 +390,9 @@ START_TEST(tamper_head) {
     s_write(dir, 4, NULL);
     ck_assert_int_eq(unlink(s_path(dir, AUDIT_HEAD_FILE)), 0);
     s_expect(dir, AUDIT_E_HEAD, 5, 0);
+    audit_report_t r;
+    audit_verify(dir, &r);
+    ck_assert_str_eq(r.file, AUDIT_HEAD_FILE);
     ck_assert_ptr_null(audit_log_new(dir, NULL)); /* refused: the end cannot be checked */
     s_rmdir(dir);
 }
@@ -424,6 +427,19 @@ START_TEST(rotation_keeps_chain) {
     ck_assert_ptr_nonnull(strstr(b, prev));
     free(a);
     free(b);
+
+    /* the last record of file 1 torn (no "torn" record follows): named there, not at the
+     * sequence gap it leaves */
+    char *one = strdup(s_path(dir, "audit-000001.log"));
+    a = s_slurp(one, &n1);
+    s_spit(one, a, n1 - 30);
+    audit_verify(dir, &r);
+    ck_assert_int_eq(r.problem, AUDIT_E_TORN);
+    ck_assert_str_eq(r.file, "audit-000001.log");
+    s_spit(one, a, n1);
+    ck_assert_int_eq(audit_verify(dir, &r), 0);
+    free(a);
+    free(one);
 
     /* a deleted middle file is named; a deleted last file is a cut tail */
     char last[32];
