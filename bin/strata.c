@@ -23,6 +23,7 @@ static const s_cmd_t s_cmds[] = {
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"detokenize", cmd_detokenize, "print the text of token ids read from stdin"},
     {"client", cmd_client, "send a request to a running strata server (stream the answer)"},
+    {"audit", cmd_audit, "verify the audit log's hash chain; show one request's record"},
     {"keygen", cmd_keygen, "write CURVE key pairs for actors and clients (docs/SECURITY.md)"},
     {"logits", cmd_logits, "dump the logits of every position (for the numerical oracle)"},
 };

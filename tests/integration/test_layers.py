@@ -20,8 +20,10 @@ ALLOWED = {
     "kvstore": {"kernels", "base"},
     "router": {"base"},
     "sched": {"base"},
+    "audit": {"msgs", "base"},
     "clients/c": {"msgs", "base"},
-    "actors": {"router", "sched", "kvstore", "model", "kernels", "msgs", "clients/c", "base"},
+    "actors": {"router", "sched", "kvstore", "model", "kernels", "msgs", "clients/c", "audit",
+               "base"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
