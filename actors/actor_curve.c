@@ -115,6 +115,7 @@ static void s_zap_answer(zsock_t *rep, const s_lists_t *lists) {
     char *address = zmsg_popstr(req), *identity = zmsg_popstr(req), *mech = zmsg_popstr(req);
     zframe_t *key = zmsg_pop(req);
     const char *status = "400", *text = "key not allowed";
+    char user[41] = ""; /* the admitted key (Z85): the User-Id of the peer's messages */
     if (!version || strcmp(version, "1.0")) {
         text = "bad ZAP version";
     } else if (mech && !strcmp(mech, "CURVE") && key && zframe_size(key) == 32 && domain) {
@@ -126,6 +127,7 @@ static void s_zap_answer(zsock_t *rep, const s_lists_t *lists) {
         if (list && zhash_lookup(list, txt)) {
             status = "200";
             text = "OK";
+            memcpy(user, txt, sizeof user);
         } else {
             LOG_W(TAG, "refused %s key %s from %s", domain, txt, address ? address : "?");
         }
@@ -138,7 +140,7 @@ static void s_zap_answer(zsock_t *rep, const s_lists_t *lists) {
     zmsg_addstr(rep_msg, id ? id : "");
     zmsg_addstr(rep_msg, status);
     zmsg_addstr(rep_msg, text);
-    zmsg_addstr(rep_msg, "");
+    zmsg_addstr(rep_msg, user);
     zmsg_addmem(rep_msg, NULL, 0);
     zmsg_send(&rep_msg, rep);
     zframe_destroy(&key);

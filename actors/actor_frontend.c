@@ -12,6 +12,7 @@
 #include "actor_frontend.h"
 
 #include "actor_curve.h"
+#include "audit/audit_log.h"
 #include "base/base_log.h"
 #include "base/base_spans.h"
 
@@ -65,6 +66,11 @@ typedef struct {
     int n_steps;
     int64_t trace_end_us;    /* where the chain ends so far, after the arrival */
     msg_logprob_t *lps;      /* (n_tokens) stream false with logprobs: per token */
+    /* the audit record (docs/AUDIT.md) */
+    audit_digest_t out;      /* the completion text, as it came */
+    char client_key[41];     /* the client's CURVE key (Z85), or "" */
+    void *trace;             /* (trace_len) the trace event as sent, or NULL */
+    size_t trace_len;
 } s_req_t;
 
 /* Another actor as the frontend sees it. */
@@ -107,6 +113,9 @@ typedef struct {
     uint64_t probe_us;   /* a silent attempt is probed after this */
     uint64_t give_up_us; /* a request without a new token for this long fails */
     uint64_t hang_us;    /* a peer silent this long is hung */
+    audit_log_t *audit;  /* the audit log, or NULL (no audit_dir) */
+    bool curve_clients;  /* the client endpoint uses CURVE: a client's key is its name */
+    char model_sha256[AUDIT_HASH_HEX]; /* the served model file's, for the audit records */
     uint64_t ping_seq; /* heartbeat sequence */
     actor_loop_t *loop;                 /* polling, control messages, timers, counters */
     actor_counters_t *counters;         /* the loop's */
@@ -134,6 +143,13 @@ const actor_opt_t actor_frontend_opts[] = {
      "submitted again)"},
     {"resume_timeout_ms", ACTOR_OPT_INT, "30000", 100, 3600000, NULL,
      "a request that gets no new token for this long, despite resumes, fails (internal)"},
+    {"audit_dir", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
+     "append a hash-chained record of every finished request to files in DIR "
+     "(docs/AUDIT.md); unset: no audit log"},
+    {"audit_fsync", ACTOR_OPT_ENUM, "interval", 0, 0, "interval|always",
+     "audit log durability: fsync every second or 100 records (interval), or every record"},
+    {"audit_text", ACTOR_OPT_BOOL, "0", 0, 0, NULL,
+     "keep prompt and completion text in audit records (0: their hashes only)"},
     {"hang_timeout_ms", ACTOR_OPT_INT, "2000", 0, 600000, NULL,
      "a worker that answers no heartbeat for this long is hung: its requests move to the "
      "others (0: never)"},
@@ -210,6 +226,7 @@ static s_req_t *s_find_client(s_front_t *f, const uint8_t *ident, size_t ident_l
 }
 
 static void s_remove(s_front_t *f, s_req_t *r) {
+    free(r->trace);
     free(r->text);
     free(r->toks);
     free(r->steps);
@@ -317,6 +334,23 @@ static bool s_final_slow(s_front_t *f, s_req_t *r) {
 /* Send r's final event (done or error) and remove r.  A slow reader gets an error
  * instead (see s_to_client), and r stays until it could be queued. */
 static void s_end(s_front_t *f, s_req_t *r, int type, const void *m) {
+    if (f->audit) {
+        const msg_done_t *d = type == MSG_DONE ? m : NULL;
+        const msg_error_t *e = type == MSG_ERROR ? m : NULL;
+        audit_record_t a = {
+            .gen = &r->gen, .rid = r->rid, .client_ident = r->ident,
+            .client_ident_len = r->ident_len, .client_key = r->client_key[0] ? r->client_key : NULL,
+            .model_sha256 = f->model_sha256[0] ? f->model_sha256 : NULL, .output = &r->out,
+            .is_error = e != NULL, .finish = d ? d->finish_reason : 0,
+            .error_code = e ? e->code : 0, .error_message = e ? e->message : NULL,
+            .usage = d ? d->usage : (msg_usage_t){.completion_tokens = r->n_tokens},
+            .timings = d ? &d->timings : NULL, .trace = r->trace, .trace_len = r->trace_len,
+            .resumes = r->attempts - 1};
+        if (audit_log_append(f->audit, &a))
+            actor_counters_add(f->counters, "audit.failed", 1);
+        else
+            actor_counters_add(f->counters, "audit.records", 1);
+    }
     s_to_client(f, r, type, m);
     if (!r->slow || s_final_slow(f, r))
         s_remove(f, r);
@@ -445,7 +479,8 @@ static void s_malformed(s_front_t *f, const char *kind) {
 /* A generate, or a resume (resume: the client has `have` token events, with their
  * token ids when tokens is not NULL).  Takes g's prompt / messages over. */
 static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, int fd,
-                          msg_generate_t *g, bool resume, int have, const int32_t *tokens) {
+                          const char *client_key, msg_generate_t *g, bool resume, int have,
+                          const int32_t *tokens) {
     actor_counters_add(f->counters, resume ? "resumes" : "requests", 1);
     if (s_find_client(f, ident, ident_len, g->id)) {
         if (resume) {
@@ -499,6 +534,9 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
     }
     r->t_arrival_us = base_now_us();
     r->attempts = 1;
+    audit_digest_init(&r->out);
+    if (client_key)
+        snprintf(r->client_key, sizeof r->client_key, "%s", client_key);
     r->retry_wait_us = S_RETRY0_US;
     r->give_up_us = r->t_arrival_us + f->give_up_us;
     s_submit(f, r);
@@ -646,6 +684,7 @@ static void s_on_client(void *self, zsock_t *sock) {
     {
         const void *buf = zmq_msg_data(&part[1]);
         size_t len = zmq_msg_size(&part[1]);
+        const char *user_id = f->curve_clients ? zmq_msg_gets(&part[1], "User-Id") : NULL;
         msg_any_t m;
         msg_err_t err;
         if (msg_any_decode(buf, len, &m, &err) < 0) {
@@ -657,10 +696,11 @@ static void s_on_client(void *self, zsock_t *sock) {
         }
         switch (m.type) {
         case MSG_GENERATE:
-            s_on_generate(f, ident, ident_len, fd, &m.u.generate, false, 0, NULL);
+            s_on_generate(f, ident, ident_len, fd, user_id, &m.u.generate, false, 0, NULL);
             break;
         case MSG_RESUME:
-            s_on_generate(f, ident, ident_len, fd, &m.u.resume.gen, true, m.u.resume.have,
+            s_on_generate(f, ident, ident_len, fd, user_id, &m.u.resume.gen, true,
+                          m.u.resume.have,
                           m.u.resume.n_tokens ? m.u.resume.tokens : NULL);
             break;
         case MSG_CANCEL: {
@@ -804,6 +844,13 @@ static void s_send_trace(s_front_t *f, s_req_t *r, const msg_text_event_t *te) {
     }
     s_to_client(f, r, MSG_TRACE, &t);
     actor_counters_add(f->counters, "traces", 1);
+    if (f->audit) { /* the record keeps the trace as the client got it */
+        msg_err_t err;
+        free(r->trace);
+        r->trace = NULL;
+        if (msg_encode(MSG_TRACE, &t, &r->trace, &r->trace_len, &err))
+            r->trace_len = 0;
+    }
     free(t.steps);
     free(t.sources);
 }
@@ -859,6 +906,8 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
         if (!r->stream && te->has_logprob)
             s_keep_logprob(r, te);
     }
+    if (f->audit && te->text_len)
+        audit_digest_update(&r->out, te->text, te->text_len);
     if ((!r->stream || r->gen.trace) && te->text_len) {
         if (r->text_len + te->text_len + 1 > r->text_cap) {
             size_t cap = r->text_cap ? r->text_cap : 256;
@@ -1064,6 +1113,8 @@ static void s_on_worker_down(void *self, msg_any_t *m, zmq_msg_t *raw) {
 /* Every PING_US: a ping and a stats query to every peer. */
 static void s_heartbeat(void *self) {
     s_front_t *f = self;
+    if (f->audit && audit_log_tick(f->audit))
+        actor_counters_add(f->counters, "audit.sync_failed", 1);
     msg_ping_t p = {++f->ping_seq};
     msg_stats_query_t q = {0};
     uint64_t now = base_now_us();
@@ -1119,6 +1170,7 @@ static void s_cleanup(s_front_t *f) {
     zsock_destroy(&f->clients);
     zsock_destroy(&f->in);
     zsock_destroy(&f->to_tok);
+    audit_log_destroy(&f->audit);
     actor_loop_destroy(&f->loop);
 }
 
@@ -1200,6 +1252,7 @@ int actor_frontend_main(actor_env_t *env) {
             s_cleanup(&f);
             return 1;
         }
+        f.curve_clients = secret != NULL;
         char mon[128];
         snprintf(mon, sizeof mon, "inproc://strata-frontend-monitor-%d-%p", (int)getpid(),
                  (void *)f.clients);
@@ -1214,6 +1267,25 @@ int actor_frontend_main(actor_env_t *env) {
                        zmq_strerror(zmq_errno()));
         s_cleanup(&f);
         return 1;
+    }
+    const char *audit_dir = actor_env_str(env, "audit_dir");
+    if (audit_dir && *audit_dir) {
+        /* the model every worker serves: worker0's (a topology gives them all one) */
+        const char *model = actor_topology_opt(t, "worker0", "model", NULL);
+        int rc = model ? audit_sha256_file(model, f.model_sha256) : -ENOENT;
+        if (rc)
+            LOG_W(TAG, "audit: cannot hash the model %s (%s): records carry no model hash",
+                  model ? model : "(none)", strerror(-rc));
+        audit_config_t cfg = {0}; /* zero fields: the defaults */
+        cfg.fsync = audit_fsync_parse(actor_env_str(env, "audit_fsync"));
+        cfg.store_text = actor_env_bool(env, "audit_text");
+        if (!(f.audit = audit_log_new(audit_dir, &cfg))) {
+            actor_env_fail(env, "frontend: cannot open the audit log in %s (strata audit verify "
+                                "%s says why)", audit_dir, audit_dir);
+            s_cleanup(&f);
+            return 1;
+        }
+        LOG_I(TAG, "audit log in %s", audit_dir);
     }
     LOG_I(TAG, "listening on %s", f.endpoint);
     actor_env_ready(env);

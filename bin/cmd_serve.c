@@ -85,6 +85,9 @@ static const s_flag_t s_flags[] = {
      "inject faults on the links between actors, every actor alike: e.g. "
      "'seed=1,drop=0.05,delay=0.1:20,to=router' (docs/FAULTS.md)",
      "Testing:"},
+    {"audit-dir", 0, "frontend", "audit_dir", "DIR", NULL, 0, NULL, "Audit log (docs/AUDIT.md):"},
+    {"audit-fsync", 0, "frontend", "audit_fsync", "POLICY", NULL, 0, NULL, NULL},
+    {"audit-text", 0, "frontend", "audit_text", NULL, "1", 0, NULL, NULL},
     {"topology", 0, NULL, NULL, "FILE", NULL, 0,
      "process mode: one process per actor (docs/TOPOLOGY.md); the file's options replace "
      "the ones above",
