@@ -303,7 +303,10 @@ int actor_metrics_render(const msg_counter_t *counters, int n, char **out, size_
             const s_rec_t *r = &recs[j];
             if (r->type != f->type || (j > i && !s_cmp_rec(r, &recs[j - 1])))
                 continue;
-            s_scaled(num, sizeof num, r->value, r->scale);
+            /* values in the unit's scale: plain counters and sums; buckets and count
+             * are numbers of observations */
+            bool scaled = r->part == S_PLAIN || r->part == S_SUM;
+            s_scaled(num, sizeof num, r->value, scaled ? r->scale : 0);
             switch (r->part) {
             case S_PLAIN:
                 s_printf(&b, "%s", r->family);
@@ -612,6 +615,7 @@ typedef struct {
     uint64_t asked_us;    /* when the outstanding stats was sent; 0: none */
     char waiting[32];     /* the scrape waiting for it ("" none) */
     int cache_ms, timeout_ms;
+    base_hist_t *wait;    /* stats_wait_us: stats sent -> stats_reply read */
 } s_metrics_t;
 
 static void s_answer(s_metrics_t *m, const char *seq, const char *code, const char *body,
@@ -716,7 +720,7 @@ static void s_on_dealer(void *self, zsock_t *sock) {
         actor_counters_add(m->counters, "render_us", (int64_t)(m->text_us - t0));
         actor_counters_set(m->counters, "last.counters", a.u.stats_reply.n_counters);
         if (m->asked_us)
-            actor_counters_add(m->counters, "stats.wait_us", (int64_t)(m->text_us - m->asked_us));
+            base_hist_observe(m->wait, (int64_t)(m->text_us - m->asked_us));
         actor_counters_add(m->counters, "stats.answered", 1);
     }
     msg_any_clear(&a);
@@ -728,6 +732,12 @@ static void s_on_dealer(void *self, zsock_t *sock) {
             s_answer(m, m->waiting, "503", "out of memory\n", 14);
         m->waiting[0] = 0;
     }
+}
+
+/* Before every stats_answer: the histogram's counters. */
+static void s_on_stats(void *self) {
+    s_metrics_t *m = self;
+    base_hist_export(m->wait, s_put, m->counters);
 }
 
 /* Every 50 ms: a stats the frontend has not answered in time fails its scrape. */
@@ -803,6 +813,7 @@ static void s_cleanup(s_metrics_t *m) {
     zsock_destroy(&m->in);
     zsock_destroy(&m->to_front);
     actor_loop_destroy(&m->loop);
+    base_hist_destroy(&m->wait);
     free(m->text);
     m->text = NULL;
 }
@@ -831,7 +842,8 @@ int actor_metrics_main(actor_env_t *env) {
     snprintf(inproc, sizeof inproc, "inproc://strata-metrics-%p", (void *)&m);
     m.pair = zsock_new(ZMQ_PAIR);
     m.http_end = zsock_new(ZMQ_PAIR);
-    if (!m.loop || !m.in || !m.to_front || !m.dealer || !m.pair || !m.http_end ||
+    m.wait = base_hist_new("stats_wait_us", 100, 10000000); /* 0.1 ms .. 10 s */
+    if (!m.wait || !m.loop || !m.in || !m.to_front || !m.dealer || !m.pair || !m.http_end ||
         zsock_bind(m.pair, "%s", inproc) < 0 || zsock_connect(m.http_end, "%s", inproc)) {
         actor_env_fail(env, "%s: cannot set up (sockets or memory)", me);
         s_cleanup(&m);
@@ -883,6 +895,7 @@ int actor_metrics_main(actor_env_t *env) {
     actor_loop_reader(m.loop, m.pair, s_on_pair);
     actor_loop_reader(m.loop, m.dealer, s_on_dealer);
     actor_loop_timer(m.loop, 50, s_tick);
+    actor_loop_on_stats(m.loop, s_on_stats);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(m.mhd, MHD_DAEMON_INFO_BIND_PORT);
     LOG_I(TAG, "%s: serving http://%s/metrics (port %u), stats from %s", me, listen,
           info ? (unsigned)info->port : 0u, ep);
