@@ -5,6 +5,7 @@
 #include "actor_draft.h"
 #include "actor_frontend.h"
 #include "actor_kvtier.h"
+#include "actor_metrics.h"
 #include "actor_prefetch.h"
 #include "actor_router.h"
 #include "actor_tokenizer.h"
@@ -29,6 +30,8 @@ static const actor_info_t s_actors[] = {
      "KV tier manager: T1 DRAM pool and T2 SSD files shared by every worker"},
     {"prefetcher", actor_prefetch_main, actor_prefetch_opts,
      "promotes a prompt's cached KV towards its worker; keeps chat sessions warm"},
+    {"metrics", actor_metrics_main, actor_metrics_opts,
+     "serves the stats as Prometheus metrics over HTTP, with a status page"},
 };
 #define S_N_ACTORS (int)(sizeof s_actors / sizeof s_actors[0])
 

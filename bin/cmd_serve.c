@@ -81,6 +81,10 @@ static const s_flag_t s_flags[] = {
      "every running request waits for its draft, up to 10x that, following the drafts' "
      "latency)",
      NULL},
+    {"metrics", 0, "metrics", "listen", "HOST:PORT", NULL, 0,
+     "serve Prometheus metrics (/metrics) and a status page (/) over HTTP on HOST:PORT "
+     "(docs/METRICS.md)",
+     "Observability:"},
     {"faults", 0, "all", "faults", "SPEC", NULL, 0,
      "inject faults on the links between actors, every actor alike: e.g. "
      "'seed=1,drop=0.05,delay=0.1:20,to=router' (docs/FAULTS.md)",
@@ -199,7 +203,7 @@ static void s_set(char (*vals)[ACTOR_TOPO_VALUE], const char *flag, const char *
 /* The embedded default: every actor over inproc:// in this process. */
 static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoint) {
     const char *order_stop[] = {"frontend", "tokenizer", "router"};
-    actor_t **actors = calloc((size_t)workers + 6, sizeof *actors);
+    actor_t **actors = calloc((size_t)workers + 7, sizeof *actors);
     int n = 0, rc = 1;
     char err[512];
     if (!actors)
@@ -213,8 +217,8 @@ static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoi
     }
     /* the KV tiers and workers first (they load what they own), the frontend
      * last: clients are only accepted when everything behind it is ready */
-    const char *kv_actors[] = {"kvtier", "prefetcher", "draft"};
-    for (int i = 0; i < 3; i++)
+    const char *kv_actors[] = {"kvtier", "prefetcher", "draft", "metrics"};
+    for (int i = 0; i < 4; i++)
         if (actor_topology_endpoint(topo, kv_actors[i]) &&
             !(actors[n++] = actor_new(kv_actors[i], topo, 0, err, sizeof err)))
             goto fail;
@@ -439,6 +443,7 @@ int cmd_serve(int argc, char **argv) {
         actor_topo_entry_t *d = actor_topology_add(topo, "defaults", "-");
         for (int r = 0; r < S_N_FLAGS; r++) {
             if (!s_flags[r].key || !strcmp(s_flags[r].actor, "supervisor") ||
+                !strcmp(s_flags[r].actor, "metrics") || /* on its own line, below */
                 (!vals[r][0] && !strcmp(s_flags[r].actor, "draft")))
                 continue;
             if (vals[r][0]) {
@@ -452,6 +457,13 @@ int cmd_serve(int argc, char **argv) {
         if (draft) {
             snprintf(ep, sizeof ep, "inproc://strata-%d-draft", pid);
             actor_topology_add(topo, "draft", ep);
+        }
+        if (VAL("metrics")) { /* its options on its line: `listen` is not every actor's */
+            snprintf(ep, sizeof ep, "inproc://strata-%d-metrics", pid);
+            actor_topo_entry_t *m = actor_topology_add(topo, "metrics", ep);
+            for (int r = 0; r < S_N_FLAGS; r++)
+                if (s_flags[r].key && !strcmp(s_flags[r].actor, "metrics") && vals[r][0])
+                    actor_topology_set(m, s_flags[r].key, vals[r]);
         }
         if (tiers) {
             snprintf(ep, sizeof ep, "inproc://strata-%d-kvtier", pid);

@@ -1,0 +1,906 @@
+/* actor_metrics.c - the metrics actor: a DEALER that asks the frontend for `stats`, a
+ * renderer of the counters as Prometheus text, and a libmicrohttpd daemon (its own
+ * thread) serving them with the status page; plus the histograms other actors keep. */
+#include "actor_metrics.h"
+
+#include "actor_curve.h"
+#include "actor_frontend.h"
+#include "base/base_log.h"
+
+#include <errno.h>
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define TAG "metrics"
+
+/* The status page (actors/actor_metrics_page.html, embedded by scripts/embed.cmake). */
+extern const char actor_metrics_page[];
+extern const size_t actor_metrics_page_len;
+
+const actor_opt_t actor_metrics_opts[] = {
+    {"listen", ACTOR_OPT_STRING, "127.0.0.1:9090", 0, 0, NULL,
+     "HTTP address of /metrics and the status page: HOST:PORT ([V6]:PORT)"},
+    {"frontend", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
+     "client endpoint asked for stats (default: the frontend's client option; 0.0.0.0 and * "
+     "as 127.0.0.1)"},
+    {"client_key", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
+     "CURVE key pair (zcert file) this actor connects with when the frontend has "
+     "client_secret; its public key must be in client_allow"},
+    {"cache_ms", ACTOR_OPT_INT, "1000", 0, 600000, NULL,
+     "a scrape within this long of the last stats answer is served from it"},
+    {"stats_timeout_ms", ACTOR_OPT_INT, "2000", 10, 60000, NULL,
+     "a scrape the frontend does not answer within this long gets 503"},
+    {"max_conns", ACTOR_OPT_INT, "32", 1, 4096, NULL, "HTTP connections at once"},
+    {"conn_timeout_s", ACTOR_OPT_INT, "10", 1, 3600, NULL,
+     "an idle HTTP connection is closed after this long"},
+    {NULL},
+};
+
+/* ---- a growable text buffer */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool failed; /* out of memory once: everything after is dropped */
+} s_buf_t;
+
+static void __attribute__((format(printf, 2, 3))) s_printf(s_buf_t *b, const char *fmt, ...) {
+    if (b->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = true;
+            return;
+        }
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->failed = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+/* ---- rendering counters as Prometheus text (docs/METRICS.md) */
+
+enum { S_COUNTER, S_GAUGE, S_HISTOGRAM };
+static const char *const s_type_name[] = {"counter", "gauge", "histogram"};
+enum { S_PLAIN, S_BUCKET, S_COUNT, S_SUM }; /* sample order inside a histogram */
+
+/* Counters that go up and down, by the name after the actor ("worker0." stripped):
+ * fnmatch patterns, '*' matching dots too. */
+static const char *const s_gauges[] = {
+    "running",         "waiting",       "*.running",      "*.waiting",
+    "*.active",        "load.*",        "alive.*",        "*free_blocks",
+    "*total_blocks",   "*blocks_used",  "*blocks_cached", "*blocks_free",
+    "t[0-9].blocks",   "t[0-9].bytes",  "*.t[0-9].bytes", "*.t[0-9].blocks",
+    "last.*",
+};
+
+/* One sample to write. */
+typedef struct {
+    char family[160];    /* "strata_worker_kv_free_blocks" */
+    char help[128];      /* "worker<N>.kv.free_blocks": what it came from */
+    const char *actor;   /* the label (borrowed from the counter's name); "" for none */
+    int actor_len;       /* bytes of actor */
+    int type, part;      /* S_COUNTER..., S_PLAIN... */
+    int64_t le;          /* S_BUCKET: the bound, in the counter's unit */
+    int scale;           /* the unit: value / 10^scale is the exported value */
+    int64_t value;
+} s_rec_t;
+
+static int s_cmp_name(const void *a, const void *b) {
+    return strcmp((*(const msg_counter_t *const *)a)->name, (*(const msg_counter_t *const *)b)->name);
+}
+
+/* Is there a counter called name (exact), or starting with name (prefix)? */
+static bool s_has(const msg_counter_t **sorted, int n, const char *name, bool prefix) {
+    size_t len = strlen(name);
+    int lo = 0, hi = n; /* the first name >= name */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (strcmp(sorted[mid]->name, name) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == n)
+        return false;
+    return prefix ? !strncmp(sorted[lo]->name, name, len) : !strcmp(sorted[lo]->name, name);
+}
+
+/* base.count, base.sum and one base.bucket.le_B are all there. */
+static bool s_is_hist(const msg_counter_t **sorted, int n, const char *base, size_t base_len) {
+    char key[MSG_MAX_COUNTER_NAME_BYTES + 16];
+    if (base_len + 13 >= sizeof key)
+        return false;
+    memcpy(key, base, base_len);
+    strcpy(key + base_len, ".count");
+    if (!s_has(sorted, n, key, false))
+        return false;
+    strcpy(key + base_len, ".sum");
+    if (!s_has(sorted, n, key, false))
+        return false;
+    strcpy(key + base_len, ".bucket.le_");
+    return s_has(sorted, n, key, true);
+}
+
+/* Append src[0..len) to dst (capacity cap, NUL-terminated) with every character that is
+ * not [a-zA-Z0-9_] as '_'. */
+static void s_sanitize_cat(char *dst, size_t cap, const char *src, size_t len) {
+    size_t k = strlen(dst);
+    for (size_t i = 0; i < len && k + 1 < cap; i++) {
+        char c = src[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_';
+        dst[k++] = ok ? c : '_';
+    }
+    dst[k] = 0;
+}
+
+static bool s_ends(const char *s, size_t len, const char *suffix) {
+    size_t n = strlen(suffix);
+    return len >= n && !memcmp(s + len - n, suffix, n);
+}
+
+/* Fill r from counter c, of which the first base_len bytes name a histogram (part
+ * S_BUCKET/S_SUM/S_COUNT) or the whole name a plain counter (base_len = its length). */
+static void s_rec(s_rec_t *r, const msg_counter_t *c, size_t base_len, int part, int64_t le) {
+    const char *name = c->name, *dot = memchr(name, '.', base_len);
+    memset(r, 0, sizeof *r);
+    r->part = part;
+    r->le = le;
+    r->value = c->value;
+    const char *rest = name;
+    size_t kind_len = 0;
+    if (dot) { /* "worker0.kv.free_blocks": actor worker0, kind worker, rest kv.free_blocks */
+        r->actor = name;
+        r->actor_len = (int)(dot - name);
+        kind_len = (size_t)r->actor_len;
+        while (kind_len > 1 && name[kind_len - 1] >= '0' && name[kind_len - 1] <= '9')
+            kind_len--;
+        rest = dot + 1;
+    } else {
+        r->actor = "";
+    }
+    size_t rest_len = base_len - (size_t)(rest - name);
+    /* the unit: _us and _ms become seconds */
+    const char *unit = "";
+    if (s_ends(rest, rest_len, "_us")) {
+        r->scale = 6;
+        rest_len -= 3;
+        unit = "_seconds";
+    } else if (s_ends(rest, rest_len, "_ms")) {
+        r->scale = 3;
+        rest_len -= 3;
+        unit = "_seconds";
+    }
+    char plain[MSG_MAX_COUNTER_NAME_BYTES + 1];
+    snprintf(plain, sizeof plain, "%.*s", (int)(base_len - (size_t)(rest - name)), rest);
+    if (part != S_PLAIN) {
+        r->type = S_HISTOGRAM;
+    } else {
+        r->type = S_COUNTER;
+        for (size_t i = 0; i < sizeof s_gauges / sizeof s_gauges[0]; i++)
+            if (!fnmatch(s_gauges[i], plain, 0))
+                r->type = S_GAUGE;
+    }
+    snprintf(r->family, sizeof r->family, "strata_");
+    if (kind_len) {
+        s_sanitize_cat(r->family, sizeof r->family, name, kind_len);
+        s_sanitize_cat(r->family, sizeof r->family, "_", 1);
+    }
+    s_sanitize_cat(r->family, sizeof r->family, rest, rest_len);
+    s_sanitize_cat(r->family, sizeof r->family, unit, strlen(unit));
+    if (r->type == S_COUNTER && !s_ends(r->family, strlen(r->family), "_total"))
+        s_sanitize_cat(r->family, sizeof r->family, "_total", 6);
+    bool numbered = kind_len && kind_len < (size_t)r->actor_len;
+    snprintf(r->help, sizeof r->help, "%.*s%s%s%s", (int)kind_len, name, numbered ? "<N>" : "",
+             kind_len ? "." : "", plain);
+}
+
+static int s_cmp_rec(const void *a, const void *b) {
+    const s_rec_t *x = a, *y = b;
+    int c = strcmp(x->family, y->family);
+    if (c)
+        return c;
+    int n = x->actor_len < y->actor_len ? x->actor_len : y->actor_len;
+    c = memcmp(x->actor, y->actor, (size_t)n);
+    if (c || x->actor_len != y->actor_len)
+        return c ? c : x->actor_len - y->actor_len;
+    if (x->part != y->part)
+        return x->part - y->part;
+    return x->le < y->le ? -1 : x->le > y->le;
+}
+
+/* v / 10^scale in decimal, exactly (no floating point): 1500 scale 3 -> "1.5". */
+static void s_scaled(char *out, size_t cap, int64_t v, int scale) {
+    uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v, p = 1;
+    for (int i = 0; i < scale; i++)
+        p *= 10;
+    uint64_t ip = a / p, fp = a % p;
+    int n = snprintf(out, cap, "%s%" PRIu64, v < 0 ? "-" : "", ip);
+    if (fp && n > 0 && (size_t)n < cap) {
+        char frac[32];
+        snprintf(frac, sizeof frac, "%0*" PRIu64, scale, fp);
+        for (int k = (int)strlen(frac) - 1; k > 0 && frac[k] == '0'; k--)
+            frac[k] = 0;
+        snprintf(out + n, cap - (size_t)n, ".%s", frac);
+    }
+}
+
+/* `{actor="worker0"}`, `{actor="worker0",le="0.5"}`, or "" / `{le="0.5"}`. */
+static void s_labels(s_buf_t *b, const s_rec_t *r, const char *le) {
+    if (!r->actor_len && !le)
+        return;
+    s_printf(b, "{");
+    if (r->actor_len)
+        s_printf(b, "actor=\"%.*s\"%s", r->actor_len, r->actor, le ? "," : "");
+    if (le)
+        s_printf(b, "le=\"%s\"", le);
+    s_printf(b, "}");
+}
+
+int actor_metrics_render(const msg_counter_t *counters, int n, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    const msg_counter_t **sorted = malloc((n ? (size_t)n : 1) * sizeof *sorted);
+    s_rec_t *recs = malloc((n ? (size_t)n : 1) * sizeof *recs);
+    s_buf_t b = {0};
+    if (!sorted || !recs)
+        goto fail;
+    for (int i = 0; i < n; i++)
+        sorted[i] = &counters[i];
+    qsort(sorted, (size_t)n, sizeof *sorted, s_cmp_name);
+    int nr = 0;
+    for (int i = 0; i < n; i++) {
+        const msg_counter_t *c = &counters[i];
+        size_t len_c = strlen(c->name);
+        const char *bk = strstr(c->name, ".bucket.le_");
+        if (bk && bk[11] >= '0' && bk[11] <= '9' &&
+            strspn(bk + 11, "0123456789") == strlen(bk + 11) &&
+            s_is_hist(sorted, n, c->name, (size_t)(bk - c->name))) {
+            s_rec(&recs[nr++], c, (size_t)(bk - c->name), S_BUCKET, strtoll(bk + 11, NULL, 10));
+        } else if (s_ends(c->name, len_c, ".sum") && s_is_hist(sorted, n, c->name, len_c - 4)) {
+            s_rec(&recs[nr++], c, len_c - 4, S_SUM, 0);
+        } else if (s_ends(c->name, len_c, ".count") &&
+                   s_is_hist(sorted, n, c->name, len_c - 6)) {
+            s_rec(&recs[nr++], c, len_c - 6, S_COUNT, 0);
+        } else {
+            s_rec(&recs[nr++], c, len_c, S_PLAIN, 0);
+        }
+    }
+    qsort(recs, (size_t)nr, sizeof *recs, s_cmp_rec);
+    /* one family at a time: its HELP and TYPE once; a sample whose type differs from
+     * the family's first, or that repeats one (two names that sanitise alike), is left
+     * out: the exposition must stay parseable */
+    char num[64], le[64];
+    for (int i = 0; i < nr;) {
+        const s_rec_t *f = &recs[i];
+        s_printf(&b, "# HELP %s from the stats counter %s\n# TYPE %s %s\n", f->family, f->help,
+                 f->family, s_type_name[f->type]);
+        int j = i;
+        for (; j < nr && !strcmp(recs[j].family, f->family); j++) {
+            const s_rec_t *r = &recs[j];
+            if (r->type != f->type || (j > i && !s_cmp_rec(r, &recs[j - 1])))
+                continue;
+            /* values in the unit's scale: plain counters and sums; buckets and count
+             * are numbers of observations */
+            bool scaled = r->part == S_PLAIN || r->part == S_SUM;
+            s_scaled(num, sizeof num, r->value, scaled ? r->scale : 0);
+            switch (r->part) {
+            case S_PLAIN:
+                s_printf(&b, "%s", r->family);
+                s_labels(&b, r, NULL);
+                s_printf(&b, " %s\n", num);
+                break;
+            case S_BUCKET:
+                s_scaled(le, sizeof le, r->le, r->scale);
+                s_printf(&b, "%s_bucket", r->family);
+                s_labels(&b, r, le);
+                s_printf(&b, " %s\n", num);
+                break;
+            case S_COUNT: /* the +Inf bucket is the count */
+                s_printf(&b, "%s_bucket", r->family);
+                s_labels(&b, r, "+Inf");
+                s_printf(&b, " %s\n%s_count", num, r->family);
+                s_labels(&b, r, NULL);
+                s_printf(&b, " %s\n", num);
+                break;
+            case S_SUM:
+                s_printf(&b, "%s_sum", r->family);
+                s_labels(&b, r, NULL);
+                s_printf(&b, " %s\n", num);
+                break;
+            }
+        }
+        i = j;
+    }
+    s_printf(&b, "%s", ""); /* an empty exposition is a valid one: "" */
+    if (b.failed)
+        goto fail;
+    free(sorted);
+    free(recs);
+    *out = b.p;
+    *len = b.len;
+    return 0;
+fail:
+    free(sorted);
+    free(recs);
+    free(b.p);
+    return -ENOMEM;
+}
+
+/* ---- histograms kept by other actors */
+
+struct actor_metrics_req_t {
+    base_hist_t *ttft;    /* ttft_us: arrival -> first token */
+    base_hist_t *tpot;    /* tpot_us: decode time / (completion tokens - 1) */
+    base_hist_t *queue;   /* queue_us: arrival -> start of prefill */
+    base_hist_t *e2e;     /* latency_us: arrival -> last token (ttft + decode) */
+    base_hist_t *cached;  /* cached_tokens: prompt tokens reused from the KV cache (T0..T2) */
+    base_hist_t *accept;  /* draft_accept_pct: accepted * 100 / proposed (with drafts only) */
+};
+
+actor_metrics_req_t *actor_metrics_req_new(void) {
+    actor_metrics_req_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->ttft = base_hist_new("ttft_us", 1000, 100000000);  /* 1 ms .. 100 s */
+    self->tpot = base_hist_new("tpot_us", 100, 10000000);    /* 0.1 ms .. 10 s */
+    self->queue = base_hist_new("queue_us", 100, 100000000); /* 0.1 ms .. 100 s */
+    self->e2e = base_hist_new("latency_us", 1000, 1000000000); /* 1 ms .. 1000 s */
+    self->cached = base_hist_new("cached_tokens", 1, 100000);
+    self->accept = base_hist_new("draft_accept_pct", 1, 100);
+    if (!self->ttft || !self->tpot || !self->queue || !self->e2e || !self->cached ||
+        !self->accept)
+        actor_metrics_req_destroy(&self);
+    return self;
+}
+
+void actor_metrics_req_destroy(actor_metrics_req_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    actor_metrics_req_t *self = *self_p;
+    base_hist_destroy(&self->ttft);
+    base_hist_destroy(&self->tpot);
+    base_hist_destroy(&self->queue);
+    base_hist_destroy(&self->e2e);
+    base_hist_destroy(&self->cached);
+    base_hist_destroy(&self->accept);
+    free(self);
+    *self_p = NULL;
+}
+
+static int64_t s_us(double ms) {
+    return ms > 0 ? (int64_t)(ms * 1000.0 + 0.5) : 0;
+}
+
+void actor_metrics_req_observe(actor_metrics_req_t *self, const msg_done_t *d) {
+    if (!self)
+        return;
+    const msg_timings_ms_t *t = &d->timings;
+    if (d->usage.completion_tokens > 0) { /* a request that produced no token has no TTFT */
+        base_hist_observe(self->ttft, s_us(t->ttft_ms));
+        base_hist_observe(self->e2e, s_us(t->ttft_ms + t->decode_ms));
+    }
+    if (d->usage.completion_tokens > 1)
+        base_hist_observe(self->tpot, s_us(t->decode_ms / (d->usage.completion_tokens - 1)));
+    base_hist_observe(self->queue, s_us(t->queued_ms));
+    base_hist_observe(self->cached, d->usage.cached_tokens);
+    if (d->usage.draft_proposed > 0)
+        base_hist_observe(self->accept,
+                          (int64_t)d->usage.draft_accepted * 100 / d->usage.draft_proposed);
+}
+
+static void s_put(void *user, const char *name, int64_t value) {
+    actor_counters_set(user, name, value);
+}
+
+void actor_metrics_req_export(const actor_metrics_req_t *self, actor_counters_t *c) {
+    if (!self)
+        return;
+    base_hist_export(self->ttft, s_put, c);
+    base_hist_export(self->tpot, s_put, c);
+    base_hist_export(self->queue, s_put, c);
+    base_hist_export(self->e2e, s_put, c);
+    base_hist_export(self->cached, s_put, c);
+    base_hist_export(self->accept, s_put, c);
+}
+
+struct actor_metrics_step_t {
+    base_hist_t *batch;  /* batch_size: requests in one forward step */
+    base_hist_t *tokens; /* step_tokens: tokens of one forward step */
+    base_hist_t *prefix; /* prefix_hit_tokens: prompt tokens attached from the prefix cache */
+};
+
+actor_metrics_step_t *actor_metrics_step_new(void) {
+    actor_metrics_step_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->batch = base_hist_new("batch_size", 1, 5000);
+    self->tokens = base_hist_new("step_tokens", 1, 100000);
+    self->prefix = base_hist_new("prefix_hit_tokens", 1, 100000);
+    if (!self->batch || !self->tokens || !self->prefix)
+        actor_metrics_step_destroy(&self);
+    return self;
+}
+
+void actor_metrics_step_destroy(actor_metrics_step_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    actor_metrics_step_t *self = *self_p;
+    base_hist_destroy(&self->batch);
+    base_hist_destroy(&self->tokens);
+    base_hist_destroy(&self->prefix);
+    free(self);
+    *self_p = NULL;
+}
+
+void actor_metrics_step_observe(actor_metrics_step_t *self, int n_requests, int n_tokens) {
+    if (!self)
+        return;
+    base_hist_observe(self->batch, n_requests);
+    base_hist_observe(self->tokens, n_tokens);
+}
+
+void actor_metrics_step_prefix(actor_metrics_step_t *self, int cached_tokens) {
+    if (self)
+        base_hist_observe(self->prefix, cached_tokens);
+}
+
+void actor_metrics_step_export(const actor_metrics_step_t *self, actor_counters_t *c) {
+    if (!self)
+        return;
+    base_hist_export(self->batch, s_put, c);
+    base_hist_export(self->tokens, s_put, c);
+    base_hist_export(self->prefix, s_put, c);
+}
+
+/* ---- the HTTP thread (libmicrohttpd's): it owns http_end of the pair and this struct */
+
+typedef struct {
+    zsock_t *pair;   /* PAIR to the actor's thread */
+    uint64_t seq;    /* of the last scrape asked for */
+    int wait_ms;     /* longest wait for the actor's answer */
+} s_http_t;
+
+static void s_http_count(s_http_t *h, const char *name) {
+    zstr_sendx(h->pair, "count", name, NULL); /* sndtimeo: never blocks for long */
+}
+
+static enum MHD_Result s_respond(struct MHD_Connection *conn, unsigned status, const char *type,
+                                 const char *body, size_t len) {
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    enum MHD_Result rc = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* Ask the actor's thread for the text; *status 200 or 503.  The body is malloc'd. */
+static char *s_scrape(s_http_t *h, unsigned *status, size_t *len) {
+    char seq[32];
+    snprintf(seq, sizeof seq, "%" PRIu64, ++h->seq);
+    *status = MHD_HTTP_SERVICE_UNAVAILABLE;
+    if (zstr_sendx(h->pair, "scrape", seq, NULL))
+        return NULL;
+    uint64_t deadline = base_now_us() + (uint64_t)h->wait_ms * 1000;
+    for (;;) {
+        uint64_t now = base_now_us();
+        if (now >= deadline)
+            return NULL;
+        zsock_set_rcvtimeo(h->pair, (int)((deadline - now) / 1000) + 1);
+        zmsg_t *m = zmsg_recv(h->pair);
+        if (!m)
+            return NULL; /* timed out or interrupted */
+        char *s = zmsg_popstr(m), *code = zmsg_popstr(m);
+        zframe_t *body = zmsg_pop(m);
+        zmsg_destroy(&m);
+        bool bye = s && !strcmp(s, "bye"), mine = s && !strcmp(s, seq);
+        char *text = NULL;
+        if (mine && code && body) {
+            *status = !strcmp(code, "200") ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE;
+            *len = zframe_size(body);
+            text = malloc(*len + 1);
+            if (text) {
+                memcpy(text, zframe_data(body), *len);
+                text[*len] = 0;
+            }
+        }
+        zstr_free(&s);
+        zstr_free(&code);
+        zframe_destroy(&body);
+        if (mine || bye)
+            return text; /* an answer to an earlier scrape that gave up is dropped */
+    }
+}
+
+static enum MHD_Result s_on_http(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version, const char *upload,
+                                 size_t *upload_len, void **con_cls) {
+    (void)version;
+    (void)upload;
+    (void)upload_len;
+    (void)con_cls;
+    s_http_t *h = cls;
+    s_http_count(h, "http.requests");
+    bool get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
+    bool metrics = !strcmp(url, "/metrics"), page = !strcmp(url, "/") || !strcmp(url, "/status");
+    if (!metrics && !page) {
+        s_http_count(h, "http.status.404");
+        static const char msg[] = "not found: try /metrics or /\n";
+        return s_respond(conn, MHD_HTTP_NOT_FOUND, "text/plain; charset=utf-8", msg,
+                         sizeof msg - 1);
+    }
+    if (!get) {
+        s_http_count(h, "http.status.405");
+        static const char msg[] = "method not allowed: GET or HEAD\n";
+        return s_respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", msg,
+                         sizeof msg - 1);
+    }
+    if (page) {
+        s_http_count(h, "http.status.200");
+        return s_respond(conn, MHD_HTTP_OK, "text/html; charset=utf-8", actor_metrics_page,
+                         actor_metrics_page_len);
+    }
+    unsigned status;
+    size_t len = 0;
+    char *text = s_scrape(h, &status, &len);
+    enum MHD_Result rc;
+    if (text && status == MHD_HTTP_OK) {
+        s_http_count(h, "http.status.200");
+        rc = s_respond(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    } else {
+        s_http_count(h, "http.status.503");
+        const char *why = text ? text : "no answer from the metrics actor\n";
+        rc = s_respond(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", why,
+                       strlen(why));
+    }
+    free(text);
+    return rc;
+}
+
+static void s_mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n')
+        line[--n] = 0;
+    LOG_W(TAG, "http: %s", line);
+}
+
+/* ---- the actor's thread */
+
+typedef struct {
+    actor_env_t *env;
+    zsock_t *in;       /* inbound PULL: ping, stats_query, stop */
+    zsock_t *to_front; /* PUSH to the frontend: pong, stats_answer */
+    zsock_t *dealer;   /* DEALER to the frontend's client endpoint: stats */
+    zsock_t *pair;     /* PAIR to the HTTP thread (this thread's end) */
+    zsock_t *http_end; /* the HTTP thread's end (owned by it while the daemon runs) */
+    s_http_t http;     /* the HTTP thread's state */
+    struct MHD_Daemon *mhd;
+    actor_loop_t *loop;
+    actor_counters_t *counters; /* the loop's */
+    char *text;           /* the last rendered exposition (malloc'd), or NULL */
+    size_t text_len;
+    uint64_t text_us;     /* when its stats_reply arrived */
+    uint64_t asked_us;    /* when the outstanding stats was sent; 0: none */
+    char waiting[32];     /* the scrape waiting for it ("" none) */
+    int cache_ms, timeout_ms;
+    base_hist_t *wait;    /* stats_wait_us: stats sent -> stats_reply read */
+} s_metrics_t;
+
+static void s_answer(s_metrics_t *m, const char *seq, const char *code, const char *body,
+                     size_t len) {
+    zmsg_t *z = zmsg_new();
+    if (!z)
+        return;
+    zmsg_addstr(z, seq);
+    zmsg_addstr(z, code);
+    zmsg_addmem(z, body, len);
+    if (zmsg_send(&z, m->pair))
+        zmsg_destroy(&z);
+}
+
+/* Send `stats` to the frontend. */
+static void s_ask(s_metrics_t *m) {
+    msg_stats_t q;
+    msg_stats_init(&q);
+    void *buf;
+    size_t len;
+    msg_err_t err;
+    if (msg_stats_encode(&q, &buf, &len, &err) < 0) {
+        actor_counters_add(m->counters, "stats.failed", 1);
+        return;
+    }
+    int rc = zmq_send(zsock_resolve(m->dealer), buf, len, ZMQ_DONTWAIT);
+    free(buf);
+    if (rc < 0) { /* not connected yet, or its queue is full: the scrape times out */
+        actor_counters_add(m->counters, "stats.unsent", 1);
+        return;
+    }
+    actor_counters_add(m->counters, "stats.asked", 1);
+    m->asked_us = base_now_us();
+}
+
+/* A message of the HTTP thread: "scrape SEQ" or "count NAME". */
+static void s_on_pair(void *self, zsock_t *sock) {
+    s_metrics_t *m = self;
+    char *cmd = NULL, *arg = NULL;
+    if (zsock_recv(sock, "ss", &cmd, &arg) || !cmd || !arg) {
+        zstr_free(&cmd);
+        zstr_free(&arg);
+        return;
+    }
+    if (!strcmp(cmd, "count")) {
+        actor_counters_add(m->counters, arg, 1);
+    } else if (!strcmp(cmd, "scrape")) {
+        actor_counters_add(m->counters, "scrapes", 1);
+        uint64_t now = base_now_us();
+        if (m->text && now - m->text_us <= (uint64_t)m->cache_ms * 1000) {
+            actor_counters_add(m->counters, "scrapes.cached", 1);
+            s_answer(m, arg, "200", m->text, m->text_len);
+        } else {
+            snprintf(m->waiting, sizeof m->waiting, "%s", arg); /* a newer scrape replaces it */
+            if (!m->asked_us)
+                s_ask(m);
+        }
+    }
+    zstr_free(&cmd);
+    zstr_free(&arg);
+}
+
+/* A frame from the frontend: the stats_reply. */
+static void s_on_dealer(void *self, zsock_t *sock) {
+    s_metrics_t *m = self;
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    if (zmq_msg_recv(&frame, zsock_resolve(sock), ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&frame);
+        return;
+    }
+    bool more = zmq_msg_more(&frame);
+    msg_any_t a;
+    msg_err_t err;
+    int rc = more ? -EPROTO
+                  : msg_any_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &a, &err);
+    zmq_msg_close(&frame);
+    while (more) { /* not part of the protocol: drop the rest */
+        zmq_msg_init(&frame);
+        more = zmq_msg_recv(&frame, zsock_resolve(sock), ZMQ_DONTWAIT) >= 0 &&
+               zmq_msg_more(&frame);
+        zmq_msg_close(&frame);
+    }
+    if (rc < 0) {
+        actor_counters_add(m->counters, "stats.malformed", 1);
+        return;
+    }
+    if (a.type != MSG_STATS_REPLY) {
+        actor_counters_add(m->counters, "stats.unexpected", 1);
+        msg_any_clear(&a);
+        return;
+    }
+    char *text;
+    size_t len;
+    uint64_t t0 = base_now_us();
+    if (actor_metrics_render(a.u.stats_reply.counters, a.u.stats_reply.n_counters, &text,
+                             &len) == 0) {
+        free(m->text);
+        m->text = text;
+        m->text_len = len;
+        m->text_us = base_now_us();
+        actor_counters_add(m->counters, "render_us", (int64_t)(m->text_us - t0));
+        actor_counters_set(m->counters, "last.counters", a.u.stats_reply.n_counters);
+        if (m->asked_us)
+            base_hist_observe(m->wait, (int64_t)(m->text_us - m->asked_us));
+        actor_counters_add(m->counters, "stats.answered", 1);
+    }
+    msg_any_clear(&a);
+    m->asked_us = 0;
+    if (m->waiting[0]) {
+        if (m->text)
+            s_answer(m, m->waiting, "200", m->text, m->text_len);
+        else
+            s_answer(m, m->waiting, "503", "out of memory\n", 14);
+        m->waiting[0] = 0;
+    }
+}
+
+/* Before every stats_answer: the histogram's counters. */
+static void s_on_stats(void *self) {
+    s_metrics_t *m = self;
+    base_hist_export(m->wait, s_put, m->counters);
+}
+
+/* Every 50 ms: a stats the frontend has not answered in time fails its scrape. */
+static void s_tick(void *self) {
+    s_metrics_t *m = self;
+    if (!m->asked_us || base_now_us() - m->asked_us < (uint64_t)m->timeout_ms * 1000)
+        return;
+    actor_counters_add(m->counters, "stats.timeouts", 1);
+    m->asked_us = 0; /* a late answer still fills the cache */
+    if (m->waiting[0]) {
+        static const char why[] = "the frontend did not answer `stats` in time\n";
+        s_answer(m, m->waiting, "503", why, sizeof why - 1);
+        m->waiting[0] = 0;
+    }
+}
+
+/* The endpoint to ask: the option, else the frontend's client option; a wildcard
+ * address (0.0.0.0, *) becomes 127.0.0.1. */
+static void s_client_endpoint(const actor_env_t *env, char *out, size_t len) {
+    const char *ep = actor_env_str(env, "frontend");
+    if (!ep)
+        ep = actor_topology_opt(actor_env_topology(env), "frontend", "client",
+                                ACTOR_FRONTEND_DEFAULT_ENDPOINT);
+    const char *host = strstr(ep, "://");
+    host = host ? host + 3 : ep;
+    if (!strncmp(host, "0.0.0.0:", 8) || !strncmp(host, "*:", 2))
+        snprintf(out, len, "%.*s127.0.0.1%s", (int)(host - ep), ep, strchr(host, ':'));
+    else
+        snprintf(out, len, "%s", ep);
+}
+
+/* HOST:PORT or [V6]:PORT -> the address to bind.  0, or -EINVAL with why. */
+static int s_listen_addr(const char *listen, struct sockaddr_storage *ss, bool *v6, char *why,
+                         size_t whylen) {
+    char host[256], port[16];
+    const char *colon = strrchr(listen, ':');
+    if (!colon || !colon[1] || strlen(colon + 1) >= sizeof port ||
+        (size_t)(colon - listen) >= sizeof host) {
+        snprintf(why, whylen, "listen=%s: expected HOST:PORT", listen);
+        return -EINVAL;
+    }
+    snprintf(host, sizeof host, "%.*s", (int)(colon - listen), listen);
+    snprintf(port, sizeof port, "%s", colon + 1);
+    size_t hl = strlen(host);
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+        memmove(host, host + 1, hl - 2);
+        host[hl - 2] = 0;
+    }
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int rc = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+    if (rc || !res) {
+        snprintf(why, whylen, "listen=%s: %s", listen, rc ? gai_strerror(rc) : "no address");
+        return -EINVAL;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *v6 = res->ai_family == AF_INET6;
+    freeaddrinfo(res);
+    return 0;
+}
+
+static void s_cleanup(s_metrics_t *m) {
+    if (m->mhd) {
+        zstr_sendx(m->pair, "bye", NULL); /* a scrape waiting in the HTTP thread ends now */
+        MHD_stop_daemon(m->mhd);
+        m->mhd = NULL;
+    }
+    zsock_destroy(&m->http_end);
+    zsock_destroy(&m->pair);
+    zsock_destroy(&m->dealer);
+    zsock_destroy(&m->in);
+    zsock_destroy(&m->to_front);
+    actor_loop_destroy(&m->loop);
+    base_hist_destroy(&m->wait);
+    free(m->text);
+    m->text = NULL;
+}
+
+int actor_metrics_main(actor_env_t *env) {
+    const actor_topology_t *topo = actor_env_topology(env);
+    const char *me = actor_env_name(env);
+    s_metrics_t m = {0};
+    m.env = env;
+    m.cache_ms = (int)actor_env_int(env, "cache_ms");
+    m.timeout_ms = (int)actor_env_int(env, "stats_timeout_ms");
+    const char *listen = actor_env_str(env, "listen");
+    char why[512], ep[ACTOR_TOPO_VALUE + 16];
+    struct sockaddr_storage addr;
+    bool v6 = false;
+    if (s_listen_addr(listen, &addr, &v6, why, sizeof why)) {
+        actor_env_fail(env, "%s: %s", me, why);
+        return 1;
+    }
+    m.loop = actor_loop_new(env, &m);
+    m.counters = m.loop ? actor_loop_counters(m.loop) : NULL;
+    m.in = actor_sock_inbound(topo, me, MSG_MAX_INTERNAL_FRAME + 4096, 1000);
+    m.to_front = actor_sock_outbound(topo, me, "frontend", 1000);
+    m.dealer = zsock_new(ZMQ_DEALER);
+    char inproc[64];
+    snprintf(inproc, sizeof inproc, "inproc://strata-metrics-%p", (void *)&m);
+    m.pair = zsock_new(ZMQ_PAIR);
+    m.http_end = zsock_new(ZMQ_PAIR);
+    m.wait = base_hist_new("stats_wait_us", 100, 10000000); /* 0.1 ms .. 10 s */
+    if (!m.wait || !m.loop || !m.in || !m.to_front || !m.dealer || !m.pair || !m.http_end ||
+        zsock_bind(m.pair, "%s", inproc) < 0 || zsock_connect(m.http_end, "%s", inproc)) {
+        actor_env_fail(env, "%s: cannot set up (sockets or memory)", me);
+        s_cleanup(&m);
+        return 1;
+    }
+    zsock_set_sndtimeo(m.http_end, 200);
+    zsock_set_sndtimeo(m.pair, 200);
+    /* the DEALER: CURVE when the client endpoint has it */
+    s_client_endpoint(env, ep, sizeof ep);
+    const char *server = actor_topology_opt(topo, "frontend", "client_secret", NULL);
+    const char *key = actor_env_str(env, "client_key");
+    if (server && !key) {
+        actor_env_fail(env, "%s: the frontend's client endpoint has CURVE (client_secret): "
+                            "client_key=FILE is needed (docs/METRICS.md)", me);
+        s_cleanup(&m);
+        return 1;
+    }
+    if (server && actor_curve_client(m.dealer, key, server, why, sizeof why)) {
+        actor_env_fail(env, "%s: %s", me, why);
+        s_cleanup(&m);
+        return 1;
+    }
+    zsock_set_linger(m.dealer, 0);
+    zsock_set_maxmsgsize(m.dealer, (int)MSG_MAX_CLIENT_FRAME);
+    zsock_set_sndhwm(m.dealer, 16);
+    if (zsock_connect(m.dealer, "%s", ep)) {
+        actor_env_fail(env, "%s: cannot connect to the client endpoint %s", me, ep);
+        s_cleanup(&m);
+        return 1;
+    }
+    /* the HTTP daemon: its thread owns http_end and m.http from here on */
+    m.http.pair = m.http_end;
+    m.http.wait_ms = m.timeout_ms + 1000;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG |
+                     (v6 ? MHD_USE_IPv6 : 0);
+    m.mhd = MHD_start_daemon(flags, 0, NULL, NULL, s_on_http, &m.http,
+                             MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
+                             (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
+                             (unsigned)actor_env_int(env, "max_conns"),
+                             MHD_OPTION_CONNECTION_TIMEOUT,
+                             (unsigned)actor_env_int(env, "conn_timeout_s"),
+                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536, MHD_OPTION_END);
+    if (!m.mhd) {
+        actor_env_fail(env, "%s: cannot serve HTTP on %s: %s", me, listen, strerror(errno));
+        s_cleanup(&m);
+        return 1;
+    }
+    actor_loop_inbox(m.loop, m.in, m.to_front, false, "");
+    actor_loop_reader(m.loop, m.pair, s_on_pair);
+    actor_loop_reader(m.loop, m.dealer, s_on_dealer);
+    actor_loop_timer(m.loop, 50, s_tick);
+    actor_loop_on_stats(m.loop, s_on_stats);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(m.mhd, MHD_DAEMON_INFO_BIND_PORT);
+    LOG_I(TAG, "%s: serving http://%s/metrics (port %u), stats from %s", me, listen,
+          info ? (unsigned)info->port : 0u, ep);
+    actor_env_ready(env);
+    actor_loop_run(m.loop, 500);
+    s_cleanup(&m);
+    return 0;
+}
