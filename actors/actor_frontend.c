@@ -13,6 +13,7 @@
 
 #include "actor_curve.h"
 #include "audit/audit_log.h"
+#include "actor_metrics.h"
 #include "base/base_log.h"
 #include "base/base_spans.h"
 
@@ -119,6 +120,7 @@ typedef struct {
     uint64_t ping_seq; /* heartbeat sequence */
     actor_loop_t *loop;                 /* polling, control messages, timers, counters */
     actor_counters_t *counters;         /* the loop's */
+    actor_metrics_req_t *metrics;       /* per-request histograms (docs/METRICS.md) */
     char endpoint[ACTOR_TOPO_ENDPOINT]; /* client endpoint */
     uint32_t *fd_gen; /* (S_MAX_FD) connections accepted on each fd so far: a closed
                          connection's fd is reused by the next one, and its
@@ -547,6 +549,7 @@ static void s_stats_reply(s_front_t *f, const uint8_t *ident, size_t ident_len) 
     msg_stats_reply_init(&s);
     char name[MSG_MAX_COUNTER_NAME_BYTES + ACTOR_TOPO_NAME + 2];
     actor_counters_set(f->counters, "requests.active", f->n_reqs);
+    actor_metrics_req_export(f->metrics, f->counters);
     actor_loop_refresh_counters(f->loop);
     for (int i = 0; i < actor_counters_count(f->counters); i++) {
         snprintf(name, sizeof name, "frontend.%s", actor_counters_name_at(f->counters, i));
@@ -956,6 +959,7 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
     char name[48];
     snprintf(name, sizeof name, "finished.%s", msg_finish_name(te->finish));
     actor_counters_add(f->counters, name, 1);
+    actor_metrics_req_observe(f->metrics, &d);
     s_end(f, r, MSG_DONE, &d);
 }
 
@@ -1172,6 +1176,7 @@ static void s_cleanup(s_front_t *f) {
     zsock_destroy(&f->to_tok);
     audit_log_destroy(&f->audit);
     actor_loop_destroy(&f->loop);
+    actor_metrics_req_destroy(&f->metrics);
 }
 
 int actor_frontend_main(actor_env_t *env) {
@@ -1191,6 +1196,7 @@ int actor_frontend_main(actor_env_t *env) {
     f.fd_gen = calloc(S_MAX_FD, sizeof *f.fd_gen);
     f.loop = actor_loop_new(env, &f);
     f.counters = f.loop ? actor_loop_counters(f.loop) : NULL;
+    f.metrics = actor_metrics_req_new(); /* NULL (out of memory): no histograms */
     int nw = actor_topology_workers(t);
     f.peers = calloc((size_t)t->n + 2, sizeof *f.peers); /* at most every entry */
     f.in = actor_sock_inbound(t, "frontend", MSG_MAX_INTERNAL_FRAME + 4096,

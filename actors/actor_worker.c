@@ -5,6 +5,8 @@
  * it and takes in the blocks the prefetcher has it promote. */
 #include "actor_worker.h"
 
+#include "actor_metrics.h"
+
 #include "base/base_log.h"
 #include "kvstore/kv_cache.h"
 #include "model/model_llama.h"
@@ -114,6 +116,7 @@ typedef struct {
     int lp_n_top;
     bool lp_valid;
     float *lp_rows;                 /* ((1 + MODEL_SPEC_MAX_K), n_vocab) log-softmax rows */
+    actor_metrics_step_t *metrics;   /* per-step histograms (docs/METRICS.md) */
 } s_worker_t;
 
 #define TAG "worker"
@@ -790,6 +793,7 @@ static void s_attach(s_worker_t *w, s_req_t *r, sched_batch_item_t *it) {
             "a batch slot and KV room (its reservation: prompt + max_tokens); %d of %d positions "
             "attached from the prefix cache",
             c > 0 ? c : 0, r->n_prompt);
+    actor_metrics_step_prefix(w->metrics, c > 0 ? c : 0);
     if (c <= 0)
         return;
     r->n_cached = r->n_computed = r->skip = c;
@@ -855,6 +859,7 @@ static int s_step(s_worker_t *w) {
     double dt = (double)(base_now_us() - t_fwd);
     w->step_us = w->step_us > 0 ? 0.9 * w->step_us + 0.1 * dt : dt;
     actor_counters_add(w->counters, "steps", 1);
+    actor_metrics_step_observe(w->metrics, n_items, nt);
     if (got < 0) {
         LOG_E(w->name, "forward pass failed (%d): failing the batch", got);
         for (int k = 0; k < n_items; k++) {
@@ -1053,6 +1058,12 @@ static void s_report(s_worker_t *w) {
     w->dirty = false;
 }
 
+/* Before every stats_answer: the histograms' counters. */
+static void s_on_stats(void *self) {
+    s_worker_t *w = self;
+    actor_metrics_step_export(w->metrics, w->counters);
+}
+
 static void s_on_kv_block(void *self, msg_any_t *m, zmq_msg_t *raw) {
     s_on_block(self, &m->u.kv_block, raw);
 }
@@ -1126,6 +1137,7 @@ static void s_cleanup(s_worker_t *w) {
     model_tokenizer_destroy(&w->tok);
     model_llama_destroy(&w->model);
     actor_loop_destroy(&w->loop);
+    actor_metrics_step_destroy(&w->metrics);
     zsock_destroy(&w->in);
     zsock_destroy(&w->to_tok);
     zsock_destroy(&w->to_router);
@@ -1196,6 +1208,7 @@ int actor_worker_main(actor_env_t *env) {
     w.sampler = model_sampler_new(cfg->n_vocab);
     w.loop = actor_loop_new(env, &w);
     w.counters = w.loop ? actor_loop_counters(w.loop) : NULL;
+    w.metrics = actor_metrics_step_new(); /* NULL (out of memory): no histograms */
     w.items = malloc((size_t)w.max_batch * sizeof *w.items);
     w.b_tok = malloc((size_t)room * sizeof *w.b_tok);
     w.b_pos = malloc((size_t)room * sizeof *w.b_pos);
@@ -1256,6 +1269,7 @@ int actor_worker_main(actor_env_t *env) {
     actor_loop_on(w.loop, MSG_WORK_CANCEL, s_on_work_cancel);
     actor_loop_on(w.loop, MSG_WORK_PROBE, s_on_work_probe);
     actor_loop_idle(w.loop, s_idle);
+    actor_loop_on_stats(w.loop, s_on_stats);
     actor_loop_run(w.loop, 100);
     LOG_I(name, "stopping");
     s_cleanup(&w);
