@@ -4,6 +4,7 @@
 
 #include "actor_draft.h"
 #include "actor_frontend.h"
+#include "actor_http.h"
 #include "actor_kvtier.h"
 #include "actor_prefetch.h"
 #include "actor_router.h"
@@ -29,6 +30,8 @@ static const actor_info_t s_actors[] = {
      "KV tier manager: T1 DRAM pool and T2 SSD files shared by every worker"},
     {"prefetcher", actor_prefetch_main, actor_prefetch_opts,
      "promotes a prompt's cached KV towards its worker; keeps chat sessions warm"},
+    {"http", actor_http_main, actor_http_opts,
+     "OpenAI-compatible HTTP API (libmicrohttpd): a client of the frontend"},
 };
 #define S_N_ACTORS (int)(sizeof s_actors / sizeof s_actors[0])
 
