@@ -16,7 +16,8 @@ import testenv  # noqa: E402
 BIN = os.environ.get("STRATA_BIN", "build/strata")
 SRC = os.environ.get("STRATA_SRC", ".")
 MODEL = testenv.model_candidate()
-ACTORS = ["frontend", "tokenizer", "router", "worker<N>", "draft", "kvtier", "prefetcher"]
+ACTORS = ["frontend", "tokenizer", "router", "worker<N>", "draft", "kvtier", "prefetcher",
+          "http"]
 failures = []
 
 
