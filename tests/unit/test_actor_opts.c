@@ -55,8 +55,8 @@ END_TEST
 /* Every registered actor has a function, a purpose and a table whose defaults
  * pass their own checks. */
 START_TEST(registry) {
-    const char *names[] = {"frontend", "tokenizer", "router",    "worker<N>",
-                           "draft",    "kvtier",    "prefetcher"};
+    const char *names[] = {"frontend", "tokenizer", "router",     "worker<N>",
+                           "draft",    "kvtier",    "prefetcher", "http"};
     int n = 0;
     char why[256];
     for (; actor_info_at(n); n++) {
@@ -69,8 +69,8 @@ START_TEST(registry) {
             ck_assert(o->help && *o->help);
         }
     }
-    ck_assert_int_eq(n, 7);
-    for (int i = 0; i < 7; i++)
+    ck_assert_int_eq(n, 8);
+    for (int i = 0; i < 8; i++)
         ck_assert_ptr_nonnull(actor_info_find(names[i]));
     ck_assert_ptr_eq(actor_info_find("worker12"), actor_info_find("worker<N>"));
     ck_assert_ptr_null(actor_info_find("worker"));
