@@ -4,6 +4,7 @@
 
 #include "actor_draft.h"
 #include "actor_frontend.h"
+#include "actor_http.h"
 #include "actor_kvtier.h"
 #include "actor_metrics.h"
 #include "actor_prefetch.h"
@@ -32,6 +33,8 @@ static const actor_info_t s_actors[] = {
      "promotes a prompt's cached KV towards its worker; keeps chat sessions warm"},
     {"metrics", actor_metrics_main, actor_metrics_opts,
      "serves the stats as Prometheus metrics over HTTP, with a status page"},
+    {"http", actor_http_main, actor_http_opts,
+     "OpenAI-compatible HTTP API (libmicrohttpd): a client of the frontend"},
 };
 #define S_N_ACTORS (int)(sizeof s_actors / sizeof s_actors[0])
 

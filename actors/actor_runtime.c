@@ -673,6 +673,8 @@ typedef struct {
     char malformed[48]; /* inbox: counter names, with the prefix */
     char checksum[48];  /* (a frame whose checksum failed counts both) */
     char unexpected[48];
+    actor_fd_fn fd_fn;  /* a plain fd (sock is NULL): called when it is readable */
+    int fd;
 } s_sock_t;
 
 typedef struct {
@@ -806,6 +808,15 @@ int actor_loop_reader(actor_loop_t *self, zsock_t *sock, actor_reader_fn fn) {
     if (self->n_socks == S_MAX_SOCKS)
         return -ENOSPC;
     self->socks[self->n_socks++] = (s_sock_t){.sock = sock, .fn = fn};
+    return 0;
+}
+
+int actor_loop_fd(actor_loop_t *self, int fd, actor_fd_fn fn) {
+    if (self->n_socks == S_MAX_SOCKS)
+        return -ENOSPC;
+    if (fd < 0 || !fn)
+        return -EINVAL;
+    self->socks[self->n_socks++] = (s_sock_t){.fd_fn = fn, .fd = fd};
     return 0;
 }
 
@@ -950,7 +961,9 @@ int actor_loop_run(actor_loop_t *self, int wait_ms) {
     zmq_pollitem_t items[1 + S_MAX_SOCKS];
     items[0] = (zmq_pollitem_t){zsock_resolve(self->env->pipe), 0, ZMQ_POLLIN, 0};
     for (int i = 0; i < self->n_socks; i++)
-        items[1 + i] = (zmq_pollitem_t){zsock_resolve(self->socks[i].sock), 0, ZMQ_POLLIN, 0};
+        items[1 + i] = self->socks[i].fd_fn
+                           ? (zmq_pollitem_t){NULL, self->socks[i].fd, ZMQ_POLLIN, 0}
+                           : (zmq_pollitem_t){zsock_resolve(self->socks[i].sock), 0, ZMQ_POLLIN, 0};
     int timeout = wait_ms > 0 ? wait_ms : 100;
     while (!self->stop && !s_crashed) {
         if (s_faults) { /* send the held frames that are due; wake for the next one */
@@ -979,8 +992,14 @@ int actor_loop_run(actor_loop_t *self, int wait_ms) {
         if (s_faults)
             actor_faults_stall(s_faults); /* a hang, when the spec says so */
         bool more = false;
-        for (int i = 0; i < self->n_socks && !self->stop; i++)
+        for (int i = 0; i < self->n_socks && !self->stop; i++) {
+            if (self->socks[i].fd_fn) {
+                if (items[1 + i].revents & ZMQ_POLLIN)
+                    self->socks[i].fd_fn(self->self, self->socks[i].fd);
+                continue;
+            }
             more |= s_drain(self, &self->socks[i]);
+        }
         if (self->stop)
             break;
         now = base_now_us();

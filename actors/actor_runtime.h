@@ -199,6 +199,11 @@ int actor_loop_inbox(actor_loop_t *self, zsock_t *sock, zsock_t *reply, bool raw
                      const char *prefix);
 /* Another socket (borrowed) whose messages fn reads itself.  0 or -ENOSPC. */
 int actor_loop_reader(actor_loop_t *self, zsock_t *sock, actor_reader_fn fn);
+/* A plain file descriptor (borrowed; an epoll fd, a pipe, a listening
+ * socket) polled with the sockets: fn(self, fd) is called once per wakeup in
+ * which fd is readable; it must not block.  0 or -ENOSPC. */
+typedef void (*actor_fd_fn)(void *self, int fd);
+int actor_loop_fd(actor_loop_t *self, int fd, actor_fd_fn fn);
 /* Handler of message type on the inbox.  0 or -ENOSPC / -EINVAL. */
 int actor_loop_on(actor_loop_t *self, int type, actor_msg_fn fn);
 /* fn every interval_ms (first after one interval).  0 or -ENOSPC / -EINVAL. */

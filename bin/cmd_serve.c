@@ -85,6 +85,11 @@ static const s_flag_t s_flags[] = {
      "serve Prometheus metrics (/metrics) and a status page (/) over HTTP on HOST:PORT "
      "(docs/METRICS.md)",
      "Observability:"},
+    {"http", 0, "http", "listen", "HOST:PORT", NULL, 0,
+     "also serve the OpenAI-compatible HTTP API there, e.g. 127.0.0.1:8080 (docs/HTTP.md)",
+     "HTTP (OpenAI API):"},
+    {"api-key-file", 0, "http", "api_key_file", "FILE", NULL, 0,
+     "with --http: API keys, one per line; requests need 'Authorization: Bearer KEY'", NULL},
     {"faults", 0, "all", "faults", "SPEC", NULL, 0,
      "inject faults on the links between actors, every actor alike: e.g. "
      "'seed=1,drop=0.05,delay=0.1:20,to=router' (docs/FAULTS.md)",
@@ -231,8 +236,15 @@ static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoi
     for (int i = 2; i >= 0; i--)
         if (!(actors[n++] = actor_new(order_stop[i], topo, 0, err, sizeof err)))
             goto fail;
+    /* the HTTP gateway after the frontend it is a client of (and stopped before it) */
+    if (actor_topology_endpoint(topo, "http") &&
+        !(actors[n++] = actor_new("http", topo, 0, err, sizeof err)))
+        goto fail;
     fprintf(stderr, "strata serve: ready on %s (%d worker%s)\n", endpoint, workers,
             workers == 1 ? "" : "s");
+    if (actor_topology_endpoint(topo, "http"))
+        fprintf(stderr, "strata serve: OpenAI API on http://%s/v1\n",
+                actor_topology_opt(topo, "http", "listen", "?"));
     fflush(stderr);
     rc = 0;
     while (!zsys_interrupted && !rc) {
@@ -444,7 +456,8 @@ int cmd_serve(int argc, char **argv) {
         for (int r = 0; r < S_N_FLAGS; r++) {
             if (!s_flags[r].key || !strcmp(s_flags[r].actor, "supervisor") ||
                 !strcmp(s_flags[r].actor, "metrics") || /* on its own line, below */
-                (!vals[r][0] && !strcmp(s_flags[r].actor, "draft")))
+                (!vals[r][0] &&
+                 (!strcmp(s_flags[r].actor, "draft") || !strcmp(s_flags[r].actor, "http"))))
                 continue;
             if (vals[r][0]) {
                 actor_topology_set(d, s_flags[r].key, vals[r]);
@@ -453,6 +466,14 @@ int cmd_serve(int argc, char **argv) {
                 if (x.def && !actor_topology_opt(topo, "defaults", s_flags[r].key, NULL))
                     actor_topology_set(d, s_flags[r].key, x.def); /* the option's own default */
             }
+        }
+        if (VAL("http")) {
+            snprintf(ep, sizeof ep, "inproc://strata-%d-http", pid);
+            actor_topology_add(topo, "http", ep);
+        } else if (VAL("api-key-file")) {
+            fprintf(stderr, "strata serve: --api-key-file needs --http\n");
+            free(topo);
+            return 2;
         }
         if (draft) {
             snprintf(ep, sizeof ep, "inproc://strata-%d-draft", pid);

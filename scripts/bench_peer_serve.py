@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """bench_peer_serve.py - load generator for the service comparison of
 BENCHMARKS.md: the same chat requests to `strata serve` (ZeroMQ + MessagePack,
-docs/PROTOCOL.md) or to llama-server (HTTP /v1/chat/completions, streamed).
+docs/PROTOCOL.md), to strata's OpenAI API (`strata serve --http`, docs/HTTP.md) or to
+llama-server (HTTP /v1/chat/completions, streamed; the same client code for both HTTP
+servers).
 
 C clients (threads, one connection each) send requests back to back; every
 request is a distinct chat prompt (no prefix-cache hits beyond the chat
@@ -53,7 +55,7 @@ def prompts(seed, n):
     return out
 
 
-def one_llama(host, port, prompt, max_tokens):
+def one_http(host, port, prompt, max_tokens):
     c = http.client.HTTPConnection(host, port, timeout=600)
     body = json.dumps({"messages": [{"role": "user", "content": prompt}], "stream": True,
                        "max_tokens": max_tokens, "temperature": 0, "top_k": 1,
@@ -62,7 +64,7 @@ def one_llama(host, port, prompt, max_tokens):
     c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
     r = c.getresponse()
     if r.status != 200:
-        raise RuntimeError(f"llama-server: HTTP {r.status} {r.read()[:200]!r}")
+        raise RuntimeError(f"{host}:{port}: HTTP {r.status} {r.read()[:200]!r}")
     ttft, n_chunks, usage = None, 0, None
     for line in r:
         line = line.strip()
@@ -117,7 +119,7 @@ def level(a, clients, seed):
                     r = conn.one(p, a.max_tokens)
                 else:
                     host, port = a.endpoint.split(":")
-                    r = one_llama(host, int(port), p, a.max_tokens)
+                    r = one_http(host, int(port), p, a.max_tokens)
                 with lock:
                     res.append(r)
         except Exception as e:  # noqa: BLE001 - reported below
@@ -144,9 +146,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n".join(__doc__.splitlines()[2:]))
-    ap.add_argument("--engine", choices=["strata", "llama"], required=True)
+    ap.add_argument("--engine", choices=["strata", "http", "llama"], required=True,
+                    help="strata: the ZeroMQ protocol; http, llama: /v1/chat/completions")
     ap.add_argument("--endpoint", required=True,
-                    help="strata: tcp://127.0.0.1:PORT; llama: 127.0.0.1:PORT")
+                    help="strata: tcp://127.0.0.1:PORT; http, llama: 127.0.0.1:PORT")
     ap.add_argument("-c", "--clients", default="1,4,16")
     ap.add_argument("-n", "--max-tokens", type=int, default=128)
     ap.add_argument("--requests-per-client", type=int, default=2)

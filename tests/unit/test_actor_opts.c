@@ -56,7 +56,7 @@ END_TEST
  * pass their own checks. */
 START_TEST(registry) {
     const char *names[] = {"frontend", "tokenizer",  "router", "worker<N>",
-                           "draft",    "kvtier",     "prefetcher", "metrics"};
+                           "draft",    "kvtier",     "prefetcher", "metrics", "http"};
     const int n_names = (int)(sizeof names / sizeof names[0]);
     int n = 0;
     char why[256];

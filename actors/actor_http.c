@@ -1,0 +1,1253 @@
+/* actor_http.c - the http gateway actor: OpenAI's /v1/chat/completions,
+ * /v1/completions, /v1/models and /health over libmicrohttpd, turned into
+ * client-protocol requests on one DEALER to the frontend.  It owns the HTTP
+ * daemon, the table of HTTP requests and the DEALER.
+ *
+ * Threads: one.  libmicrohttpd runs in "external polling" mode with epoll:
+ * its epoll fd is one more source of the actor loop (actor_loop_fd), and the
+ * idle hook calls MHD_run after every wakeup and returns MHD's next timeout as
+ * the loop's wait.  So every MHD callback runs on the actor's thread, the same
+ * thread that owns the DEALER: no state is shared and nothing crosses threads.
+ * A request that waits for the frontend is suspended (MHD_suspend_connection:
+ * MHD stops polling it); an event from the frontend appends to the request's
+ * output buffer and resumes it.  A streaming response is a chunked response
+ * whose content reader hands out what is buffered, or suspends the connection
+ * and returns 0 when nothing is.  Suspended connections are not watched by
+ * MHD, so a timer peeks their sockets (recv MSG_PEEK: 0 = the client closed)
+ * every 500 ms; a client gone mid-request, or one whose write fails, ends its
+ * connection, and the completion callback sends `cancel` for a request still
+ * in flight, which frees its KV in the worker.
+ *
+ * Limits: max_body (413), max_connections (MHD refuses more), timeout_s
+ * (MHD_OPTION_CONNECTION_TIMEOUT: a connection that sends nothing for that
+ * long, headers or body, is closed), MHD's 32 KiB header memory per connection.
+ */
+#include "actor_http.h"
+
+#include "actor_frontend.h"
+#include "base/base_log.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define TAG "http"
+#define S_MAX_KEYS 256
+
+const actor_opt_t actor_http_opts[] = {
+    {"listen", ACTOR_OPT_STRING, "127.0.0.1:8080", 0, 0, NULL,
+     "HOST:PORT of the OpenAI-compatible HTTP API (docs/HTTP.md)"},
+    {"upstream", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
+     "the frontend's client endpoint it connects to (default: the frontend's client option)"},
+    {"api_key_file", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
+     "API keys, one per line: requests need 'Authorization: Bearer KEY' (default: none needed)"},
+    {"model_name", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
+     "model id in /v1/models and responses (default: the model's file name)"},
+    {"max_body", ACTOR_OPT_INT, "1048576", 1024, 64 << 20, NULL,
+     "largest request body in bytes (413 above)"},
+    {"max_connections", ACTOR_OPT_INT, "256", 1, 65536, NULL,
+     "HTTP connections open at once (more are refused)"},
+    {"timeout_s", ACTOR_OPT_INT, "30", 1, 3600, NULL,
+     "an HTTP connection that sends nothing this long (headers, body, next request) is closed"},
+    {"max_tokens", ACTOR_OPT_INT, "256", 1, MSG_MAX_TOKENS, NULL,
+     "max_tokens of a request that gives neither max_tokens nor max_completion_tokens"},
+    {"top_k", ACTOR_OPT_INT, "0", 0, MSG_MAX_TOP_K, NULL,
+     "top_k of a request that gives none (0: off, as OpenAI)"},
+    {"min_p", ACTOR_OPT_DOUBLE, "0", 0, 1, NULL,
+     "min_p of a request that gives none (0: off, as OpenAI)"},
+    {NULL},
+};
+
+typedef enum { S_CHAT, S_COMPLETIONS, S_MODELS, S_HEALTH } s_route_t;
+
+typedef enum {
+    S_READING,   /* headers seen, body arriving */
+    S_WAITING,   /* generate sent, suspended until its first event (stream) or done */
+    S_RESPONDED, /* a response is queued (a stream goes on through the content reader) */
+} s_state_t;
+
+typedef struct s_http_t s_http_t;
+
+/* One HTTP request (MHD's per-request context). */
+typedef struct s_req_t {
+    s_http_t *h;
+    struct MHD_Connection *conn;
+    struct s_req_t *prev, *next; /* every live request, for the peek timer and shutdown */
+    s_route_t route;
+    s_state_t state;
+    char id[MSG_MAX_ID_BYTES + 1]; /* chatcmpl-... / cmpl-...: the response id and the
+                                      request id towards the frontend */
+    char *body;                    /* (body_len) the upload so far, NUL-terminated */
+    size_t body_len, body_cap;
+    bool too_big;       /* the body passed max_body */
+    bool in_flight;     /* generate sent, no done / error yet */
+    bool suspended;     /* MHD_suspend_connection in force */
+    bool peer_gone;     /* the client closed its side: end the connection */
+    bool stream;        /* SSE */
+    bool include_usage; /* stream_options.include_usage */
+    bool started;       /* the stream's first chunk (role) is in out */
+    bool finished;      /* done / error seen: out holds all that is left */
+    bool failed;        /* an error event: code and message below */
+    int code;           /* msg_code_t of the error */
+    char emsg[MSG_MAX_ERRMSG_BYTES + 1];
+    char *out;     /* stream: SSE bytes not yet handed to MHD (from out_off) */
+    size_t out_len, out_cap, out_off;
+    char *text;    /* non-stream: the completion (done.text), malloc'd */
+    int finish;    /* msg_finish_t of done */
+    msg_usage_t usage;
+    time_t created;
+} s_req_t;
+
+struct s_http_t {
+    actor_env_t *env;
+    zsock_t *in;       /* inbound PULL: ping, stats, stop */
+    zsock_t *to_front; /* PUSH to the frontend's internal endpoint (pong, stats) */
+    zsock_t *up;       /* DEALER to the frontend's client endpoint */
+    actor_loop_t *loop;
+    actor_counters_t *counters; /* the loop's */
+    struct MHD_Daemon *d;
+    zhashx_t *by_id;  /* id -> s_req_t (borrowed): requests in flight */
+    s_req_t *reqs;    /* every live request (list head) */
+    char *keys[S_MAX_KEYS]; /* API keys (owned); none: no key needed */
+    int n_keys;
+    char model[256];  /* model id */
+    size_t max_body;
+    int max_tokens, top_k;
+    double min_p;
+    uint64_t seq;     /* request ids */
+    char boot[12];    /* a random prefix of the ids of this run */
+    bool healthy;     /* the last health_reply said ok */
+    uint64_t health_us; /* when it came */
+};
+
+/* ---- small helpers */
+
+static int s_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 1024;
+        while (c < *len + n + 1)
+            c *= 2;
+        char *b = realloc(*buf, c);
+        if (!b)
+            return -ENOMEM;
+        *buf = b;
+        *cap = c;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return 0;
+}
+
+static const char *s_json_type(const cJSON *f) {
+    if (cJSON_IsString(f))
+        return "a string";
+    if (cJSON_IsNumber(f))
+        return "a number";
+    if (cJSON_IsBool(f))
+        return "a boolean";
+    if (cJSON_IsArray(f))
+        return "an array";
+    if (cJSON_IsObject(f))
+        return "an object";
+    return "null";
+}
+
+/* Resume r when it is suspended (an event came, or its client is gone). */
+static void s_wake(s_req_t *r) {
+    if (r->suspended) {
+        r->suspended = false;
+        MHD_resume_connection(r->conn);
+    }
+}
+
+static void s_suspend(s_req_t *r) {
+    if (!r->suspended) {
+        r->suspended = true;
+        MHD_suspend_connection(r->conn);
+    }
+}
+
+static void s_count_status(s_http_t *h, unsigned status) {
+    char name[32];
+    snprintf(name, sizeof name, "status.%u", status);
+    actor_counters_add(h->counters, name, 1);
+}
+
+/* Queue body (malloc'd, taken) as r's response with status. */
+static enum MHD_Result s_queue(s_req_t *r, unsigned status, char *body, const char *ctype,
+                               const char *hdr, const char *hdr_value) {
+    struct MHD_Response *resp = body ? MHD_create_response_from_buffer(
+                                           strlen(body), body, MHD_RESPMEM_MUST_FREE)
+                                     : NULL;
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (hdr)
+        MHD_add_response_header(resp, hdr, hdr_value);
+    enum MHD_Result rc = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    r->state = S_RESPONDED;
+    s_count_status(r->h, status);
+    return rc;
+}
+
+static enum MHD_Result s_queue_json(s_req_t *r, unsigned status, cJSON *obj, const char *hdr,
+                                    const char *hdr_value) {
+    char *body = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    return s_queue(r, status, body, "application/json", hdr, hdr_value);
+}
+
+/* {"error": {"message", "type", "param", "code"}} */
+static cJSON *s_error_obj(const char *message, const char *type, const char *param,
+                          const char *code) {
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(e, "message", message);
+    cJSON_AddStringToObject(e, "type", type);
+    if (param && *param)
+        cJSON_AddStringToObject(e, "param", param);
+    else
+        cJSON_AddNullToObject(e, "param");
+    if (code)
+        cJSON_AddStringToObject(e, "code", code);
+    else
+        cJSON_AddNullToObject(e, "code");
+    return o;
+}
+
+static enum MHD_Result s_error(s_req_t *r, unsigned status, const char *param, const char *code,
+                               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static enum MHD_Result s_error(s_req_t *r, unsigned status, const char *param, const char *code,
+                               const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *type = status == 401   ? "authentication_error"
+                       : status == 429 ? "rate_limit_error"
+                       : status >= 500 ? "server_error"
+                                       : "invalid_request_error";
+    const char *hdr = NULL, *val = NULL;
+    if (status == 429)
+        hdr = MHD_HTTP_HEADER_RETRY_AFTER, val = "1";
+    else if (status == 401)
+        hdr = MHD_HTTP_HEADER_WWW_AUTHENTICATE, val = "Bearer";
+    else if (status == 405)
+        hdr = MHD_HTTP_HEADER_ALLOW, val = (r->route == S_MODELS || r->route == S_HEALTH)
+                                               ? "GET"
+                                               : "POST";
+    return s_queue_json(r, status, s_error_obj(msg, type, param, code), hdr, val);
+}
+
+/* The HTTP answer to a frontend error code. */
+static enum MHD_Result s_error_from_code(s_req_t *r) {
+    switch (r->code) {
+    case MSG_CODE_BAD_REQUEST:
+        return s_error(r, 400, NULL, "bad_request", "%s", r->emsg);
+    case MSG_CODE_OVERLOADED:
+        return s_error(r, 429, NULL, "overloaded", "%s", r->emsg);
+    default:
+        return s_error(r, 500, NULL, "internal", "%s", r->emsg);
+    }
+}
+
+/* ---- API keys */
+
+/* Equal in time that depends on the key's length only, never on where a byte differs. */
+static bool s_key_eq(const char *given, size_t glen, const char *key) {
+    size_t klen = strlen(key);
+    unsigned char diff = glen != klen;
+    for (size_t i = 0; i < klen; i++)
+        diff |= (unsigned char)key[i] ^ (unsigned char)(i < glen ? given[i] : 0);
+    return diff == 0;
+}
+
+static bool s_authorized(const s_http_t *h, struct MHD_Connection *conn) {
+    if (!h->n_keys)
+        return true;
+    const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!a || strncasecmp(a, "Bearer ", 7))
+        return false;
+    a += 7;
+    while (*a == ' ')
+        a++;
+    size_t n = strlen(a);
+    while (n && (a[n - 1] == ' ' || a[n - 1] == '\t'))
+        n--;
+    bool ok = false;
+    for (int i = 0; i < h->n_keys; i++) /* every key, whatever matched */
+        ok |= s_key_eq(a, n, h->keys[i]);
+    return ok;
+}
+
+/* Read the keys of path: one per line, blank lines and # comments skipped.
+ * 0, or -errno with why. */
+static int s_load_keys(s_http_t *h, const char *path, char *why, size_t whylen) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(why, whylen, "cannot read the API key file '%s': %s", path, strerror(errno));
+        return -ENOENT;
+    }
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        char *s = line, *e;
+        while (*s == ' ' || *s == '\t')
+            s++;
+        e = s + strlen(s);
+        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
+            *--e = 0;
+        if (!*s || *s == '#')
+            continue;
+        if (h->n_keys == S_MAX_KEYS || !(h->keys[h->n_keys] = strdup(s))) {
+            fclose(f);
+            snprintf(why, whylen, "%s: more than %d keys", path, S_MAX_KEYS);
+            return -ENOSPC;
+        }
+        h->n_keys++;
+    }
+    fclose(f);
+    if (!h->n_keys) {
+        snprintf(why, whylen, "the API key file '%s' has no key", path);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* ---- request bodies: OpenAI fields -> generate */
+
+/* Why the body was refused: the field and one line. */
+typedef struct {
+    char param[64];
+    char msg[512];
+} s_bad_t;
+
+static int s_bad(s_bad_t *b, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int s_bad(s_bad_t *b, const char *param, const char *fmt, ...) {
+    snprintf(b->param, sizeof b->param, "%s", param);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->msg, sizeof b->msg, fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
+/* Field name of obj, or NULL when absent or null. */
+static const cJSON *s_field(const cJSON *obj, const char *name) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return f && !cJSON_IsNull(f) ? f : NULL;
+}
+
+/* A number in [lo, hi] (integer: whole).  1 when given (*out set), 0 when absent, <0 bad. */
+static int s_number(const cJSON *obj, const char *name, double lo, double hi, bool integer,
+                    double *out, s_bad_t *b) {
+    const cJSON *f = s_field(obj, name);
+    if (!f)
+        return 0;
+    if (!cJSON_IsNumber(f))
+        return s_bad(b, name, "'%s': expected %s, got %s", name,
+                     integer ? "an integer" : "a number", s_json_type(f));
+    double v = f->valuedouble;
+    if (integer && v != floor(v))
+        return s_bad(b, name, "'%s': expected an integer, got %g", name, v);
+    if (!(v >= lo && v <= hi))
+        return s_bad(b, name, "'%s': %g is out of range [%g, %g]", name, v, lo, hi);
+    *out = v;
+    return 1;
+}
+
+static int s_bool(const cJSON *obj, const char *name, bool *out, s_bad_t *b) {
+    const cJSON *f = s_field(obj, name);
+    if (!f)
+        return 0;
+    if (!cJSON_IsBool(f))
+        return s_bad(b, name, "'%s': expected a boolean, got %s", name, s_json_type(f));
+    *out = cJSON_IsTrue(f);
+    return 1;
+}
+
+/* The text of a message's content: a string, or an array of {"type": "text", "text"}
+ * parts (joined; *owned gets the malloc'd join). */
+static int s_content(const cJSON *c, const char *param, const char **text, char **owned,
+                     s_bad_t *b) {
+    if (cJSON_IsString(c)) {
+        *text = c->valuestring;
+        return 0;
+    }
+    if (!cJSON_IsArray(c))
+        return s_bad(b, param, "'%s': expected a string or an array of text parts, got %s",
+                     param, s_json_type(c));
+    size_t len = 0, cap = 0;
+    char *s = NULL;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(t)) {
+            free(s);
+            return s_bad(b, param, "'%s': only parts {\"type\": \"text\", \"text\": ...} are "
+                                   "supported", param);
+        }
+        if (s_append(&s, &len, &cap, t->valuestring, strlen(t->valuestring))) {
+            free(s);
+            return s_bad(b, param, "out of memory");
+        }
+    }
+    *owned = s;
+    *text = s ? s : "";
+    return 0;
+}
+
+/* Fill g from the JSON body of r.  0, or -EINVAL with b set.  The strings of g point
+ * into root or into owned[] (malloc'd joins; the caller frees them). */
+static int s_to_generate(s_http_t *h, s_req_t *r, const cJSON *root, msg_generate_t *g,
+                         char **owned, s_bad_t *b) {
+    if (!cJSON_IsObject(root))
+        return s_bad(b, "", "the body must be a JSON object, not %s", s_json_type(root));
+    double v;
+    int rc;
+    const cJSON *f;
+    /* unsupported: n != 1, logprobs, best_of, echo, suffix, tools, penalties */
+    if ((rc = s_number(root, "n", 1, 1, true, &v, b)) < 0)
+        return s_bad(b, "n", "'n': only 1 choice per request is supported");
+    if ((f = s_field(root, "logprobs")) && !(cJSON_IsFalse(f) ||
+                                              (cJSON_IsNumber(f) && f->valuedouble == 0)))
+        return s_bad(b, "logprobs", "'logprobs' is not supported yet");
+    if ((f = s_field(root, "top_logprobs")) && !(cJSON_IsNumber(f) && f->valuedouble == 0))
+        return s_bad(b, "top_logprobs", "'top_logprobs' is not supported yet");
+    if ((rc = s_number(root, "best_of", 1, 1, true, &v, b)) < 0)
+        return s_bad(b, "best_of", "'best_of': only 1 is supported");
+    if ((f = s_field(root, "echo")) && !cJSON_IsFalse(f))
+        return s_bad(b, "echo", "'echo' is not supported");
+    if (s_field(root, "suffix"))
+        return s_bad(b, "suffix", "'suffix' is not supported");
+    if ((f = s_field(root, "tools")) && !(cJSON_IsArray(f) && !cJSON_GetArraySize(f)))
+        return s_bad(b, "tools", "'tools' (function calling) is not supported");
+    const char *pen[] = {"presence_penalty", "frequency_penalty"};
+    for (int i = 0; i < 2; i++)
+        if ((rc = s_number(root, pen[i], -2, 2, false, &v, b)) < 0)
+            return rc;
+        else if (rc && v != 0)
+            return s_bad(b, pen[i], "'%s' is not supported (only 0)", pen[i]);
+    if ((f = s_field(root, "model")) && !cJSON_IsString(f))
+        return s_bad(b, "model", "'model': expected a string, got %s", s_json_type(f));
+    if ((f = s_field(root, "user")) && !cJSON_IsString(f))
+        return s_bad(b, "user", "'user': expected a string, got %s", s_json_type(f));
+
+    /* the prompt */
+    if (r->route == S_CHAT) {
+        const cJSON *ms = s_field(root, "messages");
+        if (!ms)
+            return s_bad(b, "messages", "'messages' is required");
+        if (!cJSON_IsArray(ms))
+            return s_bad(b, "messages", "'messages': expected an array, got %s",
+                         s_json_type(ms));
+        int n = cJSON_GetArraySize(ms);
+        if (n < 1 || n > MSG_MAX_MESSAGES)
+            return s_bad(b, "messages", "'messages': %d messages, expected 1..%d", n,
+                         MSG_MAX_MESSAGES);
+        g->messages = calloc((size_t)n, sizeof *g->messages);
+        if (!g->messages)
+            return s_bad(b, "messages", "out of memory");
+        g->n_messages = n;
+        int i = 0;
+        const cJSON *m;
+        cJSON_ArrayForEach(m, ms) {
+            char param[64];
+            snprintf(param, sizeof param, "messages[%d].role", i);
+            if (!cJSON_IsObject(m))
+                return s_bad(b, param, "'messages[%d]': expected an object, got %s", i,
+                             s_json_type(m));
+            const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+            if (!cJSON_IsString(role))
+                return s_bad(b, param, "'%s': expected a string", param);
+            const char *rs = role->valuestring;
+            if (!strcmp(rs, "developer"))
+                rs = "system"; /* OpenAI's newer name for it */
+            if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+                return s_bad(b, param, "'%s': '%s' is not supported (system, user, assistant)",
+                             param, role->valuestring);
+            snprintf(g->messages[i].role, sizeof g->messages[i].role, "%s", rs);
+            snprintf(param, sizeof param, "messages[%d].content", i);
+            const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+            if (!c)
+                return s_bad(b, param, "'%s' is required", param);
+            const char *text = "";
+            if (!cJSON_IsNull(c) && s_content(c, param, &text, &owned[i], b))
+                return -EINVAL;
+            g->messages[i].content = (char *)text;
+            g->messages[i].content_len = strlen(text);
+            i++;
+        }
+    } else {
+        const cJSON *p = s_field(root, "prompt");
+        if (!p)
+            return s_bad(b, "prompt", "'prompt' is required");
+        if (cJSON_IsArray(p)) {
+            if (cJSON_GetArraySize(p) != 1)
+                return s_bad(b, "prompt", "'prompt': an array of %d prompts (only one "
+                                          "prompt per request is supported)",
+                             cJSON_GetArraySize(p));
+            p = cJSON_GetArrayItem(p, 0);
+        }
+        if (!cJSON_IsString(p))
+            return s_bad(b, "prompt", "'prompt': expected a string (token ids are not "
+                                      "supported), got %s", s_json_type(p));
+        if (!*p->valuestring)
+            return s_bad(b, "prompt", "'prompt' is empty");
+        g->prompt = p->valuestring;
+        g->prompt_len = strlen(p->valuestring);
+    }
+
+    /* length */
+    g->max_tokens = h->max_tokens;
+    if ((rc = s_number(root, "max_tokens", 1, MSG_MAX_TOKENS, true, &v, b)) < 0)
+        return rc;
+    if (rc)
+        g->max_tokens = (int)v;
+    if ((rc = s_number(root, "max_completion_tokens", 1, MSG_MAX_TOKENS, true, &v, b)) < 0)
+        return rc;
+    if (rc)
+        g->max_tokens = (int)v;
+
+    /* sampling: OpenAI's defaults (temperature 1, top_p 1), top_k / min_p off */
+    g->sampling.temperature = 1.0f;
+    g->sampling.top_p = 1.0f;
+    g->sampling.top_k = h->top_k;
+    g->sampling.min_p = (float)h->min_p;
+    g->sampling.repeat_penalty = 1.0f;
+    if ((rc = s_number(root, "temperature", 0, 2, false, &v, b)) < 0)
+        return rc;
+    if (rc)
+        g->sampling.temperature = (float)v;
+    if ((rc = s_number(root, "top_p", 0, 1, false, &v, b)) < 0)
+        return rc;
+    if (rc && v > 0)
+        g->sampling.top_p = (float)v;
+    else if (rc) /* top_p 0 keeps the most likely token only */
+        g->sampling.temperature = 0;
+    /* extensions of llama-server and vLLM */
+    if ((rc = s_number(root, "top_k", 0, MSG_MAX_TOP_K, true, &v, b)) < 0)
+        return rc;
+    if (rc)
+        g->sampling.top_k = (int)v;
+    if ((rc = s_number(root, "min_p", 0, 1, false, &v, b)) < 0)
+        return rc;
+    if (rc)
+        g->sampling.min_p = (float)v;
+    if ((rc = s_number(root, "repeat_penalty", 0.01, 10, false, &v, b)) < 0)
+        return rc;
+    if (rc)
+        g->sampling.repeat_penalty = (float)v;
+    if ((rc = s_number(root, "seed", 0, 18446744073709551615.0, true, &v, b)) < 0)
+        return rc;
+    g->has_seed = true;
+    if (rc) {
+        g->sampling.seed = v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
+    } else if (getrandom(&g->sampling.seed, sizeof g->sampling.seed, 0) !=
+               sizeof g->sampling.seed) { /* OpenAI: a fresh sample every time */
+        g->sampling.seed = base_now_us() ^ h->seq;
+    }
+
+    /* stop */
+    if ((f = s_field(root, "stop"))) {
+        const cJSON *one = cJSON_IsString(f) ? f : NULL, *s;
+        if (!one && !cJSON_IsArray(f))
+            return s_bad(b, "stop", "'stop': expected a string or an array of strings, got %s",
+                         s_json_type(f));
+        if (!one && cJSON_GetArraySize(f) > MSG_MAX_STOP)
+            return s_bad(b, "stop", "'stop': at most %d strings", MSG_MAX_STOP);
+        for (s = one ? one : f->child; s; s = one ? NULL : s->next) {
+            if (!cJSON_IsString(s))
+                return s_bad(b, "stop", "'stop': expected strings, got %s", s_json_type(s));
+            size_t n = strlen(s->valuestring);
+            if (n < 1 || n > MSG_MAX_STOP_BYTES)
+                return s_bad(b, "stop", "'stop': each string must have 1..%d bytes",
+                             MSG_MAX_STOP_BYTES);
+            memcpy(g->stop[g->n_stop++], s->valuestring, n + 1);
+        }
+    }
+
+    /* stream */
+    bool stream = false;
+    if ((rc = s_bool(root, "stream", &stream, b)) < 0)
+        return rc;
+    r->stream = g->stream = stream;
+    if ((f = s_field(root, "stream_options"))) {
+        if (!cJSON_IsObject(f))
+            return s_bad(b, "stream_options", "'stream_options': expected an object, got %s",
+                         s_json_type(f));
+        if ((rc = s_bool(f, "include_usage", &r->include_usage, b)) < 0)
+            return s_bad(b, "stream_options.include_usage",
+                         "'stream_options.include_usage': expected a boolean");
+    }
+    return 0;
+}
+
+/* Parse r's body and send its generate.  0, or an HTTP status to answer with (and b). */
+static unsigned s_submit(s_http_t *h, s_req_t *r, s_bad_t *b) {
+    const char *end = NULL;
+    /* the body is NUL-terminated: the NUL must follow the value (nothing after it) */
+    cJSON *root = r->body && strlen(r->body) == r->body_len
+                      ? cJSON_ParseWithLengthOpts(r->body, r->body_len + 1, &end, true)
+                      : NULL;
+    if (!root) {
+        actor_counters_add(h->counters, "bad_json", 1);
+        size_t at = end && r->body ? (size_t)(end - r->body) : 0;
+        s_bad(b, "", "the body is not valid JSON (at byte %zu of %zu)", at, r->body_len);
+        return 400;
+    }
+    msg_generate_t g;
+    msg_generate_init(&g);
+    char *owned[MSG_MAX_MESSAGES] = {0};
+    unsigned status = 0;
+    snprintf(r->id, sizeof r->id, "%s-%s%llx", r->route == S_CHAT ? "chatcmpl" : "cmpl", h->boot,
+             (unsigned long long)++h->seq);
+    if (s_to_generate(h, r, root, &g, owned, b)) {
+        status = 400;
+        goto out;
+    }
+    memcpy(g.id, r->id, sizeof g.id);
+    void *buf = NULL;
+    size_t len = 0;
+    msg_err_t err;
+    if (msg_encode(MSG_GENERATE, &g, &buf, &len, &err)) { /* a protocol limit (prompt size) */
+        s_bad(b, err.field, "%s", err.msg);
+        status = 400;
+        goto out;
+    }
+    int sent = zmq_send(zsock_resolve(h->up), buf, len, ZMQ_DONTWAIT);
+    free(buf);
+    if (sent < 0) {
+        s_bad(b, "", "the server is overloaded (its queue to the frontend is full)");
+        status = 429;
+        goto out;
+    }
+    r->in_flight = true;
+    r->created = time(NULL);
+    zhashx_insert(h->by_id, r->id, r);
+    actor_counters_add(h->counters, r->stream ? "generate.stream" : "generate.json", 1);
+out:
+    for (int i = 0; i < MSG_MAX_MESSAGES; i++)
+        free(owned[i]);
+    free(g.messages); /* the rest points into root */
+    cJSON_Delete(root);
+    return status;
+}
+
+/* ---- responses */
+
+static const char *s_finish(int f) {
+    return f == MSG_FINISH_LENGTH ? "length" : "stop";
+}
+
+static cJSON *s_usage(const msg_usage_t *u) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "prompt_tokens", u->prompt_tokens);
+    cJSON_AddNumberToObject(o, "completion_tokens", u->completion_tokens);
+    cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + u->completion_tokens);
+    cJSON *d = cJSON_AddObjectToObject(o, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", u->cached_tokens);
+    return o;
+}
+
+/* The head every response and chunk shares. */
+static cJSON *s_head(const s_req_t *r, const char *object) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", r->id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)r->created);
+    cJSON_AddStringToObject(o, "model", r->h->model);
+    return o;
+}
+
+/* Append "data: JSON\n\n" (obj taken) to r's stream. */
+static void s_sse(s_req_t *r, cJSON *obj) {
+    char *s = cJSON_PrintUnformatted(obj);
+    cJSON_Delete(obj);
+    if (!s || s_append(&r->out, &r->out_len, &r->out_cap, "data: ", 6) ||
+        s_append(&r->out, &r->out_len, &r->out_cap, s, strlen(s)) ||
+        s_append(&r->out, &r->out_len, &r->out_cap, "\n\n", 2))
+        r->peer_gone = true; /* out of memory: end this connection */
+    free(s);
+}
+
+/* One chunk: text (NULL: none), the role (first chunk), finish ("": none). */
+static void s_chunk(s_req_t *r, const char *text, size_t len, bool role, const char *finish) {
+    bool chat = r->route == S_CHAT;
+    cJSON *o = s_head(r, chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    char *t = NULL;
+    if (text && (t = malloc(len + 1))) {
+        memcpy(t, text, len);
+        t[len] = 0;
+    }
+    if (chat) {
+        cJSON *delta = cJSON_AddObjectToObject(c, "delta");
+        if (role)
+            cJSON_AddStringToObject(delta, "role", "assistant");
+        if (t || role)
+            cJSON_AddStringToObject(delta, "content", t ? t : "");
+    } else {
+        cJSON_AddStringToObject(c, "text", t ? t : "");
+    }
+    free(t);
+    cJSON_AddNullToObject(c, "logprobs");
+    if (*finish)
+        cJSON_AddStringToObject(c, "finish_reason", finish);
+    else
+        cJSON_AddNullToObject(c, "finish_reason");
+    if (r->include_usage)
+        cJSON_AddNullToObject(o, "usage");
+    s_sse(r, o);
+}
+
+static void s_open_stream(s_req_t *r) {
+    if (!r->started) {
+        r->started = true;
+        if (r->route == S_CHAT)
+            s_chunk(r, NULL, 0, true, "");
+    }
+}
+
+static void s_on_token(s_http_t *h, const msg_token_t *t) {
+    s_req_t *r = zhashx_lookup(h->by_id, t->id);
+    if (!r) {
+        actor_counters_add(h->counters, "events.orphan", 1);
+        return;
+    }
+    if (!r->stream)
+        return;
+    s_open_stream(r);
+    if (t->text_len)
+        s_chunk(r, t->text, t->text_len, false, "");
+    s_wake(r);
+}
+
+static void s_end(s_http_t *h, s_req_t *r) {
+    zhashx_delete(h->by_id, r->id);
+    r->in_flight = false;
+    r->finished = true;
+    s_wake(r);
+}
+
+static void s_on_done(s_http_t *h, msg_done_t *d) {
+    s_req_t *r = zhashx_lookup(h->by_id, d->id);
+    if (!r) {
+        actor_counters_add(h->counters, "events.orphan", 1);
+        return;
+    }
+    r->finish = d->finish_reason;
+    r->usage = d->usage;
+    if (r->stream) {
+        s_open_stream(r);
+        if (d->text && d->text_len)
+            s_chunk(r, d->text, d->text_len, false, "");
+        s_chunk(r, NULL, 0, false, s_finish(d->finish_reason));
+        if (r->include_usage) {
+            cJSON *o = s_head(r, r->route == S_CHAT ? "chat.completion.chunk"
+                                                    : "text_completion");
+            cJSON_AddArrayToObject(o, "choices");
+            cJSON_AddItemToObject(o, "usage", s_usage(&d->usage));
+            s_sse(r, o);
+        }
+        s_append(&r->out, &r->out_len, &r->out_cap, "data: [DONE]\n\n", 14);
+    } else {
+        r->text = d->text ? d->text : strdup("");
+        d->text = NULL; /* taken */
+    }
+    s_end(h, r);
+}
+
+static void s_on_error(s_http_t *h, const msg_error_t *e) {
+    s_req_t *r = e->id[0] ? zhashx_lookup(h->by_id, e->id) : NULL;
+    if (!r) {
+        if (e->code != MSG_CODE_NOT_FOUND) /* not_found: a cancel raced the end */
+            LOG_W(TAG, "frontend error for %s: %s", e->id[0] ? e->id : "(no id)", e->message);
+        return;
+    }
+    r->failed = true;
+    r->code = e->code;
+    snprintf(r->emsg, sizeof r->emsg, "%s", e->message);
+    if (r->state == S_RESPONDED && r->stream) { /* mid-stream: an error chunk, then the end */
+        const char *code = msg_code_name(e->code);
+        s_sse(r, s_error_obj(e->message, e->code == MSG_CODE_OVERLOADED ? "rate_limit_error"
+                                         : e->code == MSG_CODE_BAD_REQUEST
+                                             ? "invalid_request_error"
+                                             : "server_error",
+                             NULL, code ? code : "internal"));
+        s_append(&r->out, &r->out_len, &r->out_cap, "data: [DONE]\n\n", 14);
+    }
+    s_end(h, r);
+}
+
+/* Content reader of a stream: what is buffered, else suspend until there is more. */
+static ssize_t s_read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    s_req_t *r = cls;
+    if (r->peer_gone)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (r->out_off < r->out_len) {
+        size_t n = r->out_len - r->out_off;
+        if (n > max)
+            n = max;
+        memcpy(buf, r->out + r->out_off, n);
+        r->out_off += n;
+        if (r->out_off == r->out_len)
+            r->out_off = r->out_len = 0;
+        return (ssize_t)n;
+    }
+    if (r->finished)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    s_suspend(r);
+    return 0;
+}
+
+static enum MHD_Result s_respond_stream(s_req_t *r) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, s_read_stream, r, NULL);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result rc = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    r->state = S_RESPONDED;
+    s_count_status(r->h, 200);
+    return rc;
+}
+
+static enum MHD_Result s_respond_json(s_req_t *r) {
+    bool chat = r->route == S_CHAT;
+    cJSON *o = s_head(r, chat ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (chat) {
+        cJSON *m = cJSON_AddObjectToObject(c, "message");
+        cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddStringToObject(m, "content", r->text ? r->text : "");
+    } else {
+        cJSON_AddStringToObject(c, "text", r->text ? r->text : "");
+    }
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddStringToObject(c, "finish_reason", s_finish(r->finish));
+    cJSON_AddItemToObject(o, "usage", s_usage(&r->usage));
+    return s_queue_json(r, 200, o, NULL, NULL);
+}
+
+static enum MHD_Result s_respond_models(s_req_t *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
+    cJSON_AddItemToArray(data, m);
+    cJSON_AddStringToObject(m, "id", r->h->model);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "strata");
+    return s_queue_json(r, 200, o, NULL, NULL);
+}
+
+static enum MHD_Result s_respond_health(s_req_t *r) {
+    s_http_t *h = r->h;
+    bool fresh = h->health_us && base_now_us() - h->health_us < 2000000;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", fresh && h->healthy ? "ok"
+                                         : fresh             ? "starting"
+                                                             : "unavailable");
+    return s_queue_json(r, fresh && h->healthy ? 200 : 503, o, NULL, NULL);
+}
+
+/* ---- MHD callbacks */
+
+static bool s_route(const char *url, s_route_t *route) {
+    static const struct {
+        const char *path;
+        s_route_t route;
+    } paths[] = {{"/v1/chat/completions", S_CHAT}, {"/v1/completions", S_COMPLETIONS},
+                 {"/v1/models", S_MODELS},          {"/health", S_HEALTH},
+                 {"/chat/completions", S_CHAT},     {"/completions", S_COMPLETIONS},
+                 {"/models", S_MODELS}};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        if (!strcmp(url, paths[i].path)) {
+            *route = paths[i].route;
+            return true;
+        }
+    return false;
+}
+
+static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                    const char *method, const char *version,
+                                    const char *upload, size_t *upload_size, void **ctx) {
+    (void)version;
+    s_http_t *h = cls;
+    s_req_t *r = *ctx;
+    if (!r) { /* headers are in: route, method, key, declared size */
+        if (!(r = calloc(1, sizeof *r)))
+            return MHD_NO;
+        r->h = h;
+        r->conn = conn;
+        r->next = h->reqs;
+        if (h->reqs)
+            h->reqs->prev = r;
+        h->reqs = r;
+        *ctx = r;
+        actor_counters_add(h->counters, "requests", 1);
+        if (!s_route(url, &r->route))
+            return s_error(r, 404, NULL, "not_found", "no such path: %s", url);
+        bool get = r->route == S_MODELS || r->route == S_HEALTH;
+        if (strcmp(method, get ? "GET" : "POST"))
+            return s_error(r, 405, NULL, "method_not_allowed", "%s %s: use %s", method, url,
+                           get ? "GET" : "POST");
+        if (r->route != S_HEALTH && !s_authorized(h, conn))
+            return s_error(r, 401, NULL, "invalid_api_key",
+                           "a valid API key is needed: 'Authorization: Bearer KEY'");
+        const char *cl =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > h->max_body)
+            return s_error(r, 413, NULL, "body_too_large",
+                           "the body has %s bytes, more than the limit of %zu", cl, h->max_body);
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (r->state == S_READING && !r->too_big) {
+            if (r->body_len + *upload_size > h->max_body) {
+                r->too_big = true;
+            } else {
+                if (s_append(&r->body, &r->body_len, &r->body_cap, upload, *upload_size))
+                    return MHD_NO;
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    switch (r->state) {
+    case S_READING: {
+        if (r->route == S_MODELS)
+            return s_respond_models(r);
+        if (r->route == S_HEALTH)
+            return s_respond_health(r);
+        if (r->too_big)
+            return s_error(r, 413, NULL, "body_too_large", "the body is larger than %zu bytes",
+                           h->max_body);
+        s_bad_t b = {{0}, {0}};
+        unsigned status = s_submit(h, r, &b);
+        free(r->body);
+        r->body = NULL;
+        if (status)
+            return s_error(r, status, status == 400 ? b.param : NULL,
+                           status == 400 ? "invalid_request" : "overloaded", "%s", b.msg);
+        r->state = S_WAITING;
+        s_suspend(r);
+        return MHD_YES;
+    }
+    case S_WAITING: /* resumed: an event came, or the client left */
+        if (r->peer_gone)
+            return MHD_NO;
+        if (r->failed && !r->started)
+            return s_error_from_code(r);
+        if (r->stream && (r->started || r->finished))
+            return s_respond_stream(r);
+        if (!r->stream && r->finished)
+            return s_respond_json(r);
+        s_suspend(r); /* nothing to answer yet */
+        return MHD_YES;
+    case S_RESPONDED:
+        return MHD_YES;
+    }
+    return MHD_NO;
+}
+
+/* The request ended (answered, or the connection closed): cancel it if it still runs. */
+static void s_on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
+                           enum MHD_RequestTerminationCode why) {
+    (void)conn;
+    s_http_t *h = cls;
+    s_req_t *r = *ctx;
+    if (!r)
+        return;
+    if (r->in_flight) {
+        msg_cancel_t c;
+        msg_cancel_init(&c);
+        memcpy(c.id, r->id, sizeof c.id);
+        void *buf;
+        size_t len;
+        msg_err_t err;
+        if (!msg_encode(MSG_CANCEL, &c, &buf, &len, &err)) {
+            zmq_send(zsock_resolve(h->up), buf, len, ZMQ_DONTWAIT);
+            free(buf);
+        }
+        zhashx_delete(h->by_id, r->id);
+        actor_counters_add(h->counters, "cancelled", 1);
+        LOG_I(TAG, "%s: the client left (%d): cancelled", r->id, (int)why);
+    }
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        h->reqs = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    free(r->body);
+    free(r->out);
+    free(r->text);
+    free(r);
+    *ctx = NULL;
+}
+
+static void s_mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    if (n && line[n - 1] == '\n')
+        line[n - 1] = 0;
+    LOG_D(TAG, "libmicrohttpd: %s", line);
+}
+
+/* ---- the actor's loop */
+
+/* Every wakeup: let MHD do its work; wait at most until its next timeout. */
+static int s_idle(void *self) {
+    s_http_t *h = self;
+    MHD_run(h->d);
+    MHD_UNSIGNED_LONG_LONG to = 0;
+    if (MHD_get_timeout(h->d, &to) == MHD_YES)
+        return to < 100 ? (int)to : 100;
+    return 100;
+}
+
+static void s_on_epoll(void *self, int fd) {
+    (void)self;
+    (void)fd; /* s_idle runs MHD after this wakeup */
+}
+
+static void s_on_upstream(void *self, zsock_t *sock) {
+    s_http_t *h = self;
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    if (zmq_msg_recv(&frame, zsock_resolve(sock), ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&frame);
+        return;
+    }
+    msg_any_t m;
+    msg_err_t err;
+    if (zmq_msg_more(&frame) ||
+        msg_any_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &m, &err) < 0) {
+        actor_counters_add(h->counters, "upstream.malformed", 1);
+        zmq_msg_close(&frame);
+        return;
+    }
+    zmq_msg_close(&frame);
+    switch (m.type) {
+    case MSG_TOKEN:
+        s_on_token(h, &m.u.token);
+        break;
+    case MSG_DONE:
+        s_on_done(h, &m.u.done);
+        break;
+    case MSG_ERROR:
+        s_on_error(h, &m.u.error);
+        break;
+    case MSG_HEALTH_REPLY:
+        h->healthy = m.u.health_reply.ok;
+        h->health_us = base_now_us();
+        break;
+    default:
+        actor_counters_add(h->counters, "upstream.unexpected", 1);
+    }
+    msg_any_clear(&m);
+}
+
+/* Every 500 ms: ask the frontend's health; notice clients gone from suspended requests. */
+static void s_tick(void *self) {
+    s_http_t *h = self;
+    msg_health_t q;
+    msg_health_init(&q);
+    void *buf;
+    size_t len;
+    msg_err_t err;
+    if (!msg_encode(MSG_HEALTH, &q, &buf, &len, &err)) {
+        zmq_send(zsock_resolve(h->up), buf, len, ZMQ_DONTWAIT);
+        free(buf);
+    }
+    int active = 0;
+    for (s_req_t *r = h->reqs; r; r = r->next) {
+        active += r->in_flight;
+        if (!r->suspended)
+            continue;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        char c;
+        if (ci && recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+            r->peer_gone = true;
+            s_wake(r);
+        }
+    }
+    actor_counters_set(h->counters, "active", active);
+}
+
+/* The frontend's client endpoint as a place to connect to ("*" and 0.0.0.0: loopback). */
+static void s_upstream(const actor_env_t *env, char *ep, size_t len) {
+    const char *u = actor_env_str(env, "upstream");
+    if (!u)
+        u = actor_topology_opt(actor_env_topology(env), "frontend", "client",
+                               ACTOR_FRONTEND_DEFAULT_ENDPOINT);
+    const char *host = strstr(u, "://");
+    host = host ? host + 3 : u;
+    if (!strncmp(host, "*:", 2) || !strncmp(host, "0.0.0.0:", 8))
+        snprintf(ep, len, "%.*s127.0.0.1%s", (int)(host - u), u, strchr(host, ':'));
+    else
+        snprintf(ep, len, "%s", u);
+}
+
+/* Start MHD on listen ("HOST:PORT", "[V6]:PORT").  NULL with why. */
+static struct MHD_Daemon *s_start(s_http_t *h, const char *listen, int max_conn, int timeout_s,
+                                  char *why, size_t whylen) {
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    if (!colon || colon == listen || !colon[1]) {
+        snprintf(why, whylen, "listen=%s: expected HOST:PORT", listen);
+        return NULL;
+    }
+    const char *hs = listen, *he = colon;
+    if (*hs == '[' && he[-1] == ']')
+        hs++, he--;
+    snprintf(host, sizeof host, "%.*s", (int)(he - hs), hs);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE},
+                    *ai = NULL;
+    int rc = getaddrinfo(!strcmp(host, "*") ? NULL : host, colon + 1, &hints, &ai);
+    if (rc || !ai) {
+        snprintf(why, whylen, "listen=%s: %s", listen, gai_strerror(rc));
+        return NULL;
+    }
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, 0, NULL, NULL, s_on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)timeout_s, MHD_OPTION_NOTIFY_COMPLETED, s_on_completed, h,
+        MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+        MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!d)
+        snprintf(why, whylen, "cannot listen on %s (in use, or not an address of this host)",
+                 listen);
+    return d;
+}
+
+static void s_cleanup(s_http_t *h) {
+    if (h->d) { /* end the suspended requests, then stop */
+        for (s_req_t *r = h->reqs; r; r = r->next) {
+            r->peer_gone = true;
+            s_wake(r);
+        }
+        MHD_run(h->d);
+        MHD_stop_daemon(h->d);
+        h->d = NULL;
+    }
+    zhashx_destroy(&h->by_id);
+    for (int i = 0; i < h->n_keys; i++)
+        free(h->keys[i]);
+    zsock_destroy(&h->up);
+    zsock_destroy(&h->in);
+    zsock_destroy(&h->to_front);
+    actor_loop_destroy(&h->loop);
+}
+
+int actor_http_main(actor_env_t *env) {
+    const actor_topology_t *topo = actor_env_topology(env);
+    const char *me = actor_env_name(env);
+    s_http_t h = {0};
+    char why[512], ep[256];
+    h.env = env;
+    h.max_body = (size_t)actor_env_int(env, "max_body");
+    h.max_tokens = (int)actor_env_int(env, "max_tokens");
+    h.top_k = (int)actor_env_int(env, "top_k");
+    h.min_p = actor_env_double(env, "min_p");
+    uint32_t boot;
+    if (getrandom(&boot, sizeof boot, 0) != sizeof boot)
+        boot = (uint32_t)base_now_us();
+    snprintf(h.boot, sizeof h.boot, "%08x", boot);
+    const char *model = actor_env_str(env, "model_name");
+    if (!model) {
+        const char *path = actor_topology_opt(topo, "worker0", "model", NULL);
+        const char *slash = path ? strrchr(path, '/') : NULL;
+        model = slash ? slash + 1 : path ? path : "strata";
+    }
+    snprintf(h.model, sizeof h.model, "%s", model);
+    const char *keys = actor_env_str(env, "api_key_file");
+    if (keys && s_load_keys(&h, keys, why, sizeof why)) {
+        actor_env_fail(env, "%s: %s", me, why);
+        s_cleanup(&h);
+        return 1;
+    }
+    if (!actor_env_str(env, "upstream") &&
+        actor_topology_opt(topo, "frontend", "client_secret", NULL)) {
+        actor_env_fail(env, "%s: the frontend's client endpoint uses CURVE, which the http "
+                            "actor does not speak yet", me);
+        s_cleanup(&h);
+        return 1;
+    }
+    s_upstream(env, ep, sizeof ep);
+    h.loop = actor_loop_new(env, &h);
+    h.counters = h.loop ? actor_loop_counters(h.loop) : NULL;
+    h.by_id = zhashx_new();
+    h.in = actor_sock_inbound(topo, me, MSG_MAX_INTERNAL_FRAME + 4096, 1000);
+    h.to_front = actor_sock_outbound(topo, me, "frontend", 1000);
+    h.up = zsock_new(ZMQ_DEALER);
+    if (!h.loop || !h.by_id || !h.in || !h.to_front || !h.up) {
+        actor_env_fail(env, "%s: cannot set up (sockets or memory)", me);
+        s_cleanup(&h);
+        return 1;
+    }
+    zsock_set_linger(h.up, 0);
+    zsock_set_sndhwm(h.up, 100000);
+    zsock_set_rcvhwm(h.up, 100000);
+    zsock_set_maxmsgsize(h.up, MSG_MAX_INTERNAL_FRAME);
+    zsock_set_heartbeat_ivl(h.up, 1000);
+    zsock_set_heartbeat_timeout(h.up, 3000);
+    if (zsock_connect(h.up, "%s", ep) < 0) {
+        actor_env_fail(env, "%s: cannot connect to the frontend at %s", me, ep);
+        s_cleanup(&h);
+        return 1;
+    }
+    const char *listen = actor_env_str(env, "listen");
+    h.d = s_start(&h, listen, (int)actor_env_int(env, "max_connections"),
+                  (int)actor_env_int(env, "timeout_s"), why, sizeof why);
+    const union MHD_DaemonInfo *di =
+        h.d ? MHD_get_daemon_info(h.d, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
+    if (!h.d || !di) {
+        actor_env_fail(env, "%s: %s", me, h.d ? "no epoll fd from libmicrohttpd" : why);
+        s_cleanup(&h);
+        return 1;
+    }
+    actor_loop_inbox(h.loop, h.in, h.to_front, false, "");
+    actor_loop_reader(h.loop, h.up, s_on_upstream);
+    actor_loop_fd(h.loop, di->epoll_fd, s_on_epoll);
+    actor_loop_timer(h.loop, 500, s_tick);
+    actor_loop_idle(h.loop, s_idle);
+    LOG_I(TAG, "%s: OpenAI API on http://%s/v1 (model %s, frontend %s%s)", me, listen, h.model,
+          ep, h.n_keys ? ", API keys" : "");
+    actor_env_ready(env);
+    actor_loop_run(h.loop, 100);
+    s_cleanup(&h);
+    return 0;
+}

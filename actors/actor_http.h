@@ -1,0 +1,32 @@
+/* actor_http.h - the http gateway: an OpenAI-compatible HTTP API (libmicrohttpd,
+ * cJSON) in front of the frontend.  It is a client of the frontend like any
+ * other: one DEALER on the frontend's client endpoint, the client protocol
+ * (docs/PROTOCOL.md), requests of all HTTP connections multiplexed by id.
+ * docs/HTTP.md is the user's documentation.
+ *
+ * HTTP (listen=HOST:PORT):
+ *   POST /v1/chat/completions  -> generate {messages}; JSON or SSE (stream)
+ *   POST /v1/completions       -> generate {prompt};   JSON or SSE (stream)
+ *   GET  /v1/models            -> the one model (its file name as id)
+ *   GET  /health               -> 200 when the frontend says every actor is ready, else 503
+ *   an HTTP connection that ends before its generation did -> cancel {id}
+ *
+ * Command / reply table (inbound PULL socket):
+ *   ping / stats_query -> pong / stats_answer to the frontend
+ *   stop               -> ends the actor
+ * Upstream (DEALER to the frontend's client endpoint):
+ *   token / done / error -> the HTTP response of their request
+ *   health_reply         -> the state /health reports (asked every 500 ms)
+ *
+ * Options: actor_http_opts in actor_http.c (`strata actor --help`).
+ */
+#ifndef ACTOR_HTTP_H
+#define ACTOR_HTTP_H
+
+#include "actor_runtime.h"
+
+int actor_http_main(actor_env_t *env);
+/* Its options, declared once (name, type, default, range, help). */
+extern const actor_opt_t actor_http_opts[];
+
+#endif
