@@ -783,6 +783,7 @@ static void s_keep_logprob(s_req_t *r, const msg_text_event_t *te) {
     msg_logprob_t *lp = &r->lps[r->n_tokens - 1];
     lp->token = te->token;
     lp->logprob = te->logprob;
+    memcpy(lp->piece, te->piece, sizeof lp->piece);
     lp->top = te->n_top ? malloc((size_t)te->n_top * sizeof *lp->top) : NULL;
     if (lp->top) {
         memcpy(lp->top, te->top, (size_t)te->n_top * sizeof *lp->top);
@@ -904,6 +905,7 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
             t.has_logprob = te->has_logprob;
             t.top = te->top;
             t.n_top = te->n_top;
+            memcpy(t.piece, te->piece, sizeof t.piece);
             s_to_client(f, r, MSG_TOKEN, &t);
         }
         if (!r->stream && te->has_logprob)

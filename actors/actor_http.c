@@ -95,6 +95,8 @@ typedef struct s_req_t {
     bool peer_gone;     /* the client closed its side: end the connection */
     bool stream;        /* SSE */
     bool include_usage; /* stream_options.include_usage */
+    bool logprobs;      /* log-probabilities asked for (chat: logprobs; completions: an int) */
+    cJSON *lp;          /* non-stream: the choice's logprobs object, built from done */
     bool started;       /* the stream's first chunk (role) is in out */
     bool finished;      /* done / error seen: out holds all that is left */
     bool failed;        /* an error event: code and message below */
@@ -103,6 +105,7 @@ typedef struct s_req_t {
     char *out;     /* stream: SSE bytes not yet handed to MHD (from out_off) */
     size_t out_len, out_cap, out_off;
     char *text;    /* non-stream: the completion (done.text), malloc'd */
+    size_t out_text; /* stream: completion bytes sent so far (legacy text_offset) */
     int finish;    /* msg_finish_t of done */
     msg_usage_t usage;
     time_t created;
@@ -424,11 +427,27 @@ static int s_to_generate(s_http_t *h, s_req_t *r, const cJSON *root, msg_generat
     /* unsupported: n != 1, logprobs, best_of, echo, suffix, tools, penalties */
     if ((rc = s_number(root, "n", 1, 1, true, &v, b)) < 0)
         return s_bad(b, "n", "'n': only 1 choice per request is supported");
-    if ((f = s_field(root, "logprobs")) && !(cJSON_IsFalse(f) ||
-                                              (cJSON_IsNumber(f) && f->valuedouble == 0)))
-        return s_bad(b, "logprobs", "'logprobs' is not supported yet");
-    if ((f = s_field(root, "top_logprobs")) && !(cJSON_IsNumber(f) && f->valuedouble == 0))
-        return s_bad(b, "top_logprobs", "'top_logprobs' is not supported yet");
+    /* log-probabilities: chat has logprobs (bool) + top_logprobs (0..20); the legacy
+     * completions API has logprobs (int 0..5: the alternatives) */
+    if (r->route == S_CHAT) {
+        if ((rc = s_bool(root, "logprobs", &g->logprobs, b)) < 0)
+            return rc;
+        if ((rc = s_number(root, "top_logprobs", 0, MSG_MAX_TOP_LOGPROBS, true, &v, b)) < 0)
+            return rc;
+        if (rc && v > 0 && !g->logprobs)
+            return s_bad(b, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        if (rc)
+            g->top_logprobs = (int)v;
+    } else if ((f = s_field(root, "logprobs")) && !cJSON_IsNull(f)) {
+        if ((rc = s_number(root, "logprobs", 0, 5, true, &v, b)) < 0)
+            return rc;
+        g->logprobs = true;
+        g->top_logprobs = (int)v;
+    } else if (s_field(root, "top_logprobs")) {
+        return s_bad(b, "top_logprobs", "'top_logprobs' is a chat completions field; here "
+                                        "'logprobs' (0..5) asks for alternatives");
+    }
+    r->logprobs = g->logprobs;
     if ((rc = s_number(root, "best_of", 1, 1, true, &v, b)) < 0)
         return s_bad(b, "best_of", "'best_of': only 1 is supported");
     if ((f = s_field(root, "echo")) && !cJSON_IsFalse(f))
@@ -686,8 +705,63 @@ static void s_sse(s_req_t *r, cJSON *obj) {
     free(s);
 }
 
-/* One chunk: text (NULL: none), the role (first chunk), finish ("": none). */
+/* The UTF-8 bytes of s as a JSON array of numbers (OpenAI's "bytes"). */
+static cJSON *s_bytes(const char *s) {
+    cJSON *a = cJSON_CreateArray();
+    for (const unsigned char *p = (const unsigned char *)s; a && *p; p++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(*p));
+    return a;
+}
+
+/* Append one token's log-probabilities to a choice's logprobs object lp, in the shape of
+ * the route: chat {"content": [{token, logprob, bytes, top_logprobs}]}; completions
+ * {"tokens", "token_logprobs", "top_logprobs": [{text: logprob}], "text_offset"}. */
+static void s_lp_add(s_req_t *r, cJSON *lp, const char *piece, float logprob,
+                     const msg_top_t *top, int n_top, size_t offset) {
+    if (r->route == S_CHAT) {
+        cJSON *content = cJSON_GetObjectItem(lp, "content");
+        if (!content)
+            content = cJSON_AddArrayToObject(lp, "content");
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "token", piece);
+        cJSON_AddNumberToObject(e, "logprob", logprob);
+        cJSON_AddItemToObject(e, "bytes", s_bytes(piece));
+        cJSON *tl = cJSON_AddArrayToObject(e, "top_logprobs");
+        for (int i = 0; i < n_top; i++) {
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddStringToObject(x, "token", top[i].text);
+            cJSON_AddNumberToObject(x, "logprob", top[i].logprob);
+            cJSON_AddItemToObject(x, "bytes", s_bytes(top[i].text));
+            cJSON_AddItemToArray(tl, x);
+        }
+        cJSON_AddItemToArray(content, e);
+        return;
+    }
+    const char *keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    cJSON *arr[4];
+    for (int i = 0; i < 4; i++)
+        if (!(arr[i] = cJSON_GetObjectItem(lp, keys[i])))
+            arr[i] = cJSON_AddArrayToObject(lp, keys[i]);
+    cJSON_AddItemToArray(arr[0], cJSON_CreateString(piece));
+    cJSON_AddItemToArray(arr[1], cJSON_CreateNumber(logprob));
+    cJSON *alts = cJSON_CreateObject();
+    for (int i = 0; i < n_top; i++)
+        if (!cJSON_GetObjectItem(alts, top[i].text))
+            cJSON_AddNumberToObject(alts, top[i].text, top[i].logprob);
+    cJSON_AddItemToArray(arr[2], alts);
+    cJSON_AddItemToArray(arr[3], cJSON_CreateNumber((double)offset));
+}
+
+/* One chunk: text (NULL: none), the role (first chunk), finish ("": none); lp: its
+ * logprobs object (taken), or NULL. */
+static void s_chunk_lp(s_req_t *r, const char *text, size_t len, bool role, const char *finish,
+                       cJSON *lp);
 static void s_chunk(s_req_t *r, const char *text, size_t len, bool role, const char *finish) {
+    s_chunk_lp(r, text, len, role, finish, NULL);
+}
+
+static void s_chunk_lp(s_req_t *r, const char *text, size_t len, bool role, const char *finish,
+                       cJSON *lp) {
     bool chat = r->route == S_CHAT;
     cJSON *o = s_head(r, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
@@ -708,7 +782,10 @@ static void s_chunk(s_req_t *r, const char *text, size_t len, bool role, const c
         cJSON_AddStringToObject(c, "text", t ? t : "");
     }
     free(t);
-    cJSON_AddNullToObject(c, "logprobs");
+    if (lp)
+        cJSON_AddItemToObject(c, "logprobs", lp);
+    else
+        cJSON_AddNullToObject(c, "logprobs");
     if (*finish)
         cJSON_AddStringToObject(c, "finish_reason", finish);
     else
@@ -735,8 +812,14 @@ static void s_on_token(s_http_t *h, const msg_token_t *t) {
     if (!r->stream)
         return;
     s_open_stream(r);
-    if (t->text_len)
+    if (t->has_logprob) { /* every token gets its chunk, text or not */
+        cJSON *lp = cJSON_CreateObject();
+        s_lp_add(r, lp, t->piece, t->logprob, t->top, t->n_top, r->out_text);
+        s_chunk_lp(r, t->text, t->text_len, false, "", lp);
+    } else if (t->text_len) {
         s_chunk(r, t->text, t->text_len, false, "");
+    }
+    r->out_text += t->text_len;
     s_wake(r);
 }
 
@@ -771,6 +854,14 @@ static void s_on_done(s_http_t *h, msg_done_t *d) {
     } else {
         r->text = d->text ? d->text : strdup("");
         d->text = NULL; /* taken */
+        if (r->logprobs && (r->lp = cJSON_CreateObject())) {
+            size_t off = 0; /* text offsets: where each token's piece would start */
+            for (int i = 0; i < d->n_logprobs; i++) {
+                const msg_logprob_t *x = &d->logprobs[i];
+                s_lp_add(r, r->lp, x->piece, x->logprob, x->top, x->n_top, off);
+                off += strlen(x->piece);
+            }
+        }
     }
     s_end(h, r);
 }
@@ -846,7 +937,12 @@ static enum MHD_Result s_respond_json(s_req_t *r) {
     } else {
         cJSON_AddStringToObject(c, "text", r->text ? r->text : "");
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    if (r->lp) {
+        cJSON_AddItemToObject(c, "logprobs", r->lp);
+        r->lp = NULL; /* the response owns it */
+    } else {
+        cJSON_AddNullToObject(c, "logprobs");
+    }
     cJSON_AddStringToObject(c, "finish_reason", s_finish(r->finish));
     cJSON_AddItemToObject(o, "usage", s_usage(&r->usage));
     return s_queue_json(r, 200, o, NULL, NULL);
@@ -1006,6 +1102,7 @@ static void s_on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
     free(r->body);
     free(r->out);
     free(r->text);
+    cJSON_Delete(r->lp);
     free(r);
     *ctx = NULL;
 }

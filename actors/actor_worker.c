@@ -114,6 +114,7 @@ typedef struct {
     float lp;                       /* of the token */
     msg_top_t lp_top[MSG_MAX_TOP_LOGPROBS]; /* the most likely tokens */
     int lp_n_top;
+    char lp_piece[MSG_MAX_PIECE_BYTES + 1]; /* the token's own text */
     bool lp_valid;
     float *lp_rows;                 /* ((1 + MODEL_SPEC_MAX_K), n_vocab) log-softmax rows */
     actor_metrics_step_t *metrics;   /* per-step histograms (docs/METRICS.md) */
@@ -222,6 +223,7 @@ static void s_logprobs(s_worker_t *w, const s_req_t *r, const float *lsm, int32_
     if (!r->logprobs)
         return;
     w->lp = lsm[t] > -1e30f ? lsm[t] : -1e30f;
+    s_piece(w, t, w->lp_piece, sizeof w->lp_piece);
     int k = r->top_logprobs;
     w->lp_n_top = 0;
     for (int j = 0; j < k; j++) { /* k <= 20 passes over the row: fine for an opt-in */
@@ -377,6 +379,7 @@ static int s_event(s_worker_t *w, s_req_t *r, int index, int32_t token, int fini
         te.has_logprob = true;
         te.top = w->lp_n_top ? w->lp_top : NULL;
         te.n_top = w->lp_n_top;
+        memcpy(te.piece, w->lp_piece, sizeof te.piece);
     }
     w->lp_valid = false;
     if (te.finish && r->trace) {

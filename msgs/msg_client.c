@@ -149,6 +149,8 @@ static const msg_field_t s_token_fields[] = {
     {.key = "top", .kind = MSG_F_ARRAY, .flags = MSG_FF_OMIT_EMPTY,
      .off = offsetof(msg_token_t, top), .off2 = offsetof(msg_token_t, n_top),
      .max = MSG_MAX_TOP_LOGPROBS, .sub = &msg_schema_top},
+    {.key = "piece", .kind = MSG_F_STR_FIX, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_token_t, piece), .max = MSG_MAX_PIECE_BYTES},
 };
 const msg_schema_t msg_schema_token = {"token",      sizeof(msg_token_t), s_token_fields,
                                        MSG_NFIELDS(s_token_fields), NULL, NULL};
@@ -187,6 +189,8 @@ static const msg_field_t s_logprob_fields[] = {
     {.key = "top", .kind = MSG_F_ARRAY, .flags = MSG_FF_OMIT_EMPTY,
      .off = offsetof(msg_logprob_t, top), .off2 = offsetof(msg_logprob_t, n_top),
      .max = MSG_MAX_TOP_LOGPROBS, .sub = &msg_schema_top},
+    {.key = "piece", .kind = MSG_F_STR_FIX, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_logprob_t, piece), .max = MSG_MAX_PIECE_BYTES},
 };
 static const msg_schema_t s_logprob_schema = {"", sizeof(msg_logprob_t), s_logprob_fields,
                                               MSG_NFIELDS(s_logprob_fields), NULL, NULL};

@@ -63,6 +63,7 @@ typedef struct {
     bool has_logprob;
     msg_top_t *top;                /* (n_top) with top_logprobs: the most likely tokens */
     int n_top;
+    char piece[MSG_MAX_PIECE_BYTES + 1]; /* with logprobs: the token's own text (as in top) */
 } msg_token_t;
 
 /* A completion token with its log-probability (done.logprobs, stream false). */
@@ -71,6 +72,7 @@ typedef struct {
     float logprob;
     msg_top_t *top; /* (n_top) */
     int n_top;
+    char piece[MSG_MAX_PIECE_BYTES + 1]; /* the token's own text */
 } msg_logprob_t;
 
 /* A span of the completion copied from the input: completion bytes [out_start,

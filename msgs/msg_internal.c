@@ -148,6 +148,8 @@ static const msg_field_t s_text_event_fields[] = {
     {.key = "top", .kind = MSG_F_ARRAY, .flags = MSG_FF_OMIT_EMPTY,
      .off = offsetof(msg_text_event_t, top), .off2 = offsetof(msg_text_event_t, n_top),
      .max = MSG_MAX_TOP_LOGPROBS, .sub = &msg_schema_top},
+    {.key = "piece", .kind = MSG_F_STR_FIX, .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_text_event_t, piece), .max = MSG_MAX_PIECE_BYTES},
     {.key = "steps", .kind = MSG_F_ARRAY, .flags = MSG_FF_OMIT_EMPTY,
      .off = offsetof(msg_text_event_t, steps), .off2 = offsetof(msg_text_event_t, n_steps),
      .max = MSG_MAX_TRACE_STEPS, .sub = &msg_schema_trace_step},

@@ -86,6 +86,7 @@ typedef struct {
     bool has_logprob;
     msg_top_t *top;     /* (n_top) with top_logprobs */
     int n_top;
+    char piece[MSG_MAX_PIECE_BYTES + 1]; /* with logprobs: the token's own text */
     msg_trace_step_t *steps; /* (n_steps) with trace, on the final event: every decision */
     int n_steps;
 } msg_text_event_t;

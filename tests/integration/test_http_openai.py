@@ -1,7 +1,8 @@
 """test_http_openai.py - the OpenAI-compatible HTTP API (`strata serve --http`, the http
 actor, docs/HTTP.md) through the official `openai` Python package: chat and completions,
 streamed and not, give the text of `strata generate --greedy` at temperature 0, with the
-right usage; stop strings end the text; bad JSON, wrong types, n=2, logprobs, a huge body,
+right usage; logprobs (chat, streamed, legacy) consistent; stop strings end the text; bad JSON,
+wrong types, n=2, top_logprobs without logprobs, a huge body,
 a missing or wrong API key, an unknown path and a wrong method get OpenAI-shaped errors
 with the right status; a full queue is 429 with Retry-After; a client that disconnects
 mid-stream gets its request cancelled (stats); 1000 malformed requests leave the server
@@ -93,6 +94,43 @@ def test_completions(client):
     print("completions: %r" % ref)
 
 
+def test_logprobs(client):
+    """logprobs through the API: one entry per completion token, the greedy token first
+    among its alternatives, the pieces joining to the text (chat, streamed and not), and the
+    legacy completions shape."""
+    prompt = u.PROMPTS[2]
+    ref_ids = u.reference(prompt, N)
+    r = client.chat.completions.create(model="any", messages=[{"role": "user", "content": prompt}],
+                                       max_tokens=N, temperature=0, logprobs=True, top_logprobs=2)
+    lp = r.choices[0].logprobs.content
+    u.check(len(lp) == len(ref_ids), "chat logprobs: %d entries for %d tokens" % (len(lp), len(ref_ids)))
+    for e in lp:
+        u.check(e.logprob <= 0 and len(e.top_logprobs) == 2 and e.top_logprobs[0].token == e.token
+                and abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6 and
+                e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob, "chat logprob entry %r" % e)
+        u.check(bytes(e.bytes) == e.token.encode(), "bytes of %r" % e)
+    u.check("".join(e.token for e in lp).strip() == r.choices[0].message.content.strip(),
+            "pieces %r vs text %r" % ("".join(e.token for e in lp), r.choices[0].message.content))
+    streamed = []
+    for ch in client.chat.completions.create(
+            model="any", messages=[{"role": "user", "content": prompt}], max_tokens=N,
+            temperature=0, logprobs=True, stream=True):
+        for cc in ch.choices:
+            if cc.logprobs and cc.logprobs.content:
+                streamed += cc.logprobs.content
+    u.check([e.token for e in streamed] == [e.token for e in lp] and
+            all(abs(a.logprob - b.logprob) < 1e-5 for a, b in zip(streamed, lp)),
+            "streamed logprobs differ from the non-streamed ones")
+    c = client.completions.create(model="any", prompt="The capital of France is", max_tokens=4,
+                                  temperature=0, logprobs=2)
+    l2 = c.choices[0].logprobs
+    u.check(len(l2.tokens) == len(l2.token_logprobs) == len(l2.top_logprobs) ==
+            len(l2.text_offset) == c.usage.completion_tokens and
+            all(len(t) <= 2 for t in l2.top_logprobs), "legacy logprobs %r" % l2)
+    print("logprobs: %d chat entries (top 2), streamed the same; legacy %r" %
+          (len(lp), list(zip(l2.tokens, [round(x, 3) for x in l2.token_logprobs]))))
+
+
 def test_stop(client):
     prompt, stop = "Explain gravity to a child.", "."
     ref = gen_text(prompt, 40, stop=stop)
@@ -135,9 +173,9 @@ def test_errors(base, client):
         expect(x.post(chat, headers=h, json=dict(good, stop=5)), 400, "stop", "stop as a number")
         b = expect(x.post(chat, headers=h, json=dict(good, n=2)), 400, "n", "n=2")
         print("n=2:", b["error"]["message"])
-        b = expect(x.post(chat, headers=h, json=dict(good, logprobs=True)), 400, "logprobs",
-                   "logprobs")
-        print("logprobs:", b["error"]["message"])
+        b = expect(x.post(chat, headers=h, json=dict(good, top_logprobs=2)), 400,
+                   "top_logprobs", "top_logprobs without logprobs")
+        print("top_logprobs alone:", b["error"]["message"])
         expect(x.post(base + "/completions", headers=h,
                       json={"model": "m", "prompt": ["a", "b"]}), 400, "prompt", "two prompts")
         expect(x.post(chat, headers=h, content=b"{" + b" " * (2 << 20) + b"}"), 413,
@@ -166,7 +204,7 @@ def test_errors(base, client):
         u.check(False, "a wrong key was accepted")
     except openai.AuthenticationError:
         pass
-    print("errors: 400 bad JSON / types / n / logprobs / prompts, 413, 401, 404, 405 ok")
+    print("errors: 400 bad JSON / types / n / top_logprobs / prompts, 413, 401, 404, 405 ok")
 
 
 def test_overloaded(base):
@@ -288,6 +326,7 @@ def main():
         client = openai.OpenAI(base_url=base, api_key=KEY, max_retries=0, timeout=60)
         test_chat(client)
         test_completions(client)
+        test_logprobs(client)
         test_stop(client)
         test_errors(base, client)
         test_overloaded(base)
