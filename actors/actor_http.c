@@ -106,6 +106,11 @@ typedef struct s_req_t {
     size_t out_len, out_cap, out_off;
     char *text;    /* non-stream: the completion (done.text), malloc'd */
     size_t out_text; /* stream: completion bytes sent so far (legacy text_offset) */
+    /* what a resume needs after the frontend restarts (docs/PROTOCOL.md, resume) */
+    void *gen;       /* (gen_len) the generate frame as sent */
+    size_t gen_len;
+    int32_t *toks;   /* (n_toks, cap_toks) the token ids received, in index order */
+    int n_toks, cap_toks;
     int finish;    /* msg_finish_t of done */
     msg_usage_t usage;
     time_t created;
@@ -129,6 +134,8 @@ struct s_http_t {
     double min_p;
     uint64_t seq;     /* request ids */
     char boot[12];    /* a random prefix of the ids of this run */
+    zsock_t *mon;     /* PAIR: the upstream DEALER's connection events */
+    int connections;  /* handshakes with the frontend so far */
     bool healthy;     /* the last health_reply said ok */
     uint64_t health_us; /* when it came */
 };
@@ -650,7 +657,9 @@ static unsigned s_submit(s_http_t *h, s_req_t *r, s_bad_t *b) {
         goto out;
     }
     int sent = zmq_send(zsock_resolve(h->up), buf, len, ZMQ_DONTWAIT);
-    free(buf);
+    free(r->gen);
+    r->gen = buf; /* kept: a resume after a frontend restart sends it again */
+    r->gen_len = len;
     if (sent < 0) {
         s_bad(b, "", "the server is overloaded (its queue to the frontend is full)");
         status = 429;
@@ -809,6 +818,18 @@ static void s_on_token(s_http_t *h, const msg_token_t *t) {
         actor_counters_add(h->counters, "events.orphan", 1);
         return;
     }
+    if (t->index < r->n_toks) /* sent again after a resume: delivered already */
+        return;
+    if (r->n_toks == r->cap_toks) {
+        int cap = r->cap_toks ? 2 * r->cap_toks : 64;
+        int32_t *x = realloc(r->toks, (size_t)cap * sizeof *x);
+        if (x) {
+            r->toks = x;
+            r->cap_toks = cap;
+        }
+    }
+    if (r->n_toks < r->cap_toks && t->index == r->n_toks)
+        r->toks[r->n_toks++] = t->token;
     if (!r->stream)
         return;
     s_open_stream(r);
@@ -1102,6 +1123,8 @@ static void s_on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
     free(r->body);
     free(r->out);
     free(r->text);
+    free(r->gen);
+    free(r->toks);
     cJSON_Delete(r->lp);
     free(r);
     *ctx = NULL;
@@ -1132,6 +1155,51 @@ static int s_idle(void *self) {
 static void s_on_epoll(void *self, int fd) {
     (void)self;
     (void)fd; /* s_idle runs MHD after this wakeup */
+}
+
+/* The upstream connection came back (a new frontend, or the same one after a cut):
+ * every request in flight is sent again as `resume`, with the token events it has. */
+static void s_resume_all(s_http_t *h) {
+    for (s_req_t *r = h->reqs; r; r = r->next) {
+        if (!r->in_flight || !r->gen)
+            continue;
+        msg_resume_t q;
+        msg_resume_init(&q);
+        msg_err_t err;
+        if (msg_generate_decode(r->gen, r->gen_len, &q.gen, &err)) {
+            actor_counters_add(h->counters, "resume.failed", 1);
+            continue;
+        }
+        q.have = r->stream ? r->n_toks : 0;
+        q.tokens = q.have ? r->toks : NULL;
+        q.n_tokens = q.have;
+        void *buf = NULL;
+        size_t len = 0;
+        if (!msg_encode(MSG_RESUME, &q, &buf, &len, &err) &&
+            zmq_send(zsock_resolve(h->up), buf, len, ZMQ_DONTWAIT) >= 0)
+            actor_counters_add(h->counters, "resumed", 1);
+        else
+            actor_counters_add(h->counters, "resume.failed", 1);
+        free(buf);
+        q.tokens = NULL; /* borrowed */
+        q.n_tokens = 0;
+        msg_resume_clear(&q);
+    }
+}
+
+static void s_on_monitor(void *self, zsock_t *sock) {
+    s_http_t *h = self;
+    zmsg_t *msg = zmsg_recv(sock);
+    zframe_t *ev = msg ? zmsg_first(msg) : NULL;
+    if (ev && zframe_size(ev) >= 2) {
+        const uint8_t *d = zframe_data(ev);
+        if ((uint16_t)(d[0] | d[1] << 8) == ZMQ_EVENT_HANDSHAKE_SUCCEEDED &&
+            ++h->connections > 1) {
+            LOG_W(TAG, "the frontend connection came back: resuming the requests in flight");
+            s_resume_all(h);
+        }
+    }
+    zmsg_destroy(&msg);
 }
 
 static void s_on_upstream(void *self, zsock_t *sock) {
@@ -1263,6 +1331,7 @@ static void s_cleanup(s_http_t *h) {
     zhashx_destroy(&h->by_id);
     for (int i = 0; i < h->n_keys; i++)
         free(h->keys[i]);
+    zsock_destroy(&h->mon);
     zsock_destroy(&h->up);
     zsock_destroy(&h->in);
     zsock_destroy(&h->to_front);
@@ -1321,6 +1390,11 @@ int actor_http_main(actor_env_t *env) {
     zsock_set_maxmsgsize(h.up, MSG_MAX_INTERNAL_FRAME);
     zsock_set_heartbeat_ivl(h.up, 1000);
     zsock_set_heartbeat_timeout(h.up, 3000);
+    char mon[128]; /* watched before connect, so the first handshake is seen too */
+    snprintf(mon, sizeof mon, "inproc://strata-http-monitor-%p", (void *)h.up);
+    if (zmq_socket_monitor(zsock_resolve(h.up), mon, ZMQ_EVENT_HANDSHAKE_SUCCEEDED) == 0 &&
+        (h.mon = zsock_new(ZMQ_PAIR)) && zsock_connect(h.mon, "%s", mon) < 0)
+        zsock_destroy(&h.mon);
     if (zsock_connect(h.up, "%s", ep) < 0) {
         actor_env_fail(env, "%s: cannot connect to the frontend at %s", me, ep);
         s_cleanup(&h);
@@ -1338,6 +1412,10 @@ int actor_http_main(actor_env_t *env) {
     }
     actor_loop_inbox(h.loop, h.in, h.to_front, false, "");
     actor_loop_reader(h.loop, h.up, s_on_upstream);
+    if (h.mon)
+        actor_loop_reader(h.loop, h.mon, s_on_monitor);
+    else
+        LOG_W(TAG, "%s: no monitor on the frontend connection: no resume after it restarts", me);
     actor_loop_fd(h.loop, di->epoll_fd, s_on_epoll);
     actor_loop_timer(h.loop, 500, s_tick);
     actor_loop_idle(h.loop, s_idle);

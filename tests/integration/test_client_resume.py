@@ -71,6 +71,40 @@ class PyRequest(threading.Thread):
         return "".join(e[3] for e in self.events) + (self.done[1].get("text") or "")
 
 
+class HttpRequest(threading.Thread):
+    """A streamed chat completion through the http actor (the OpenAI API), read as SSE."""
+
+    def __init__(self, port, prompt):
+        super().__init__(daemon=True)
+        self.port, self.prompt = port, prompt
+        self.pieces, self.finish, self.error = [], None, None
+
+    def run(self):
+        import http.client
+        import json
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            c.request("POST", "/v1/chat/completions", json.dumps({
+                "messages": [{"role": "user", "content": self.prompt}], "stream": True,
+                "max_tokens": MAX_TOKENS, "temperature": 0}),
+                {"Content-Type": "application/json"})
+            resp = c.getresponse()
+            if resp.status != 200:
+                raise RuntimeError("HTTP %d: %s" % (resp.status, resp.read()[:200]))
+            for line in resp:
+                line = line.strip()
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                    continue
+                ev = json.loads(line[6:])
+                if "error" in ev:
+                    raise RuntimeError(ev["error"])
+                for ch in ev.get("choices", []):
+                    self.pieces.append(ch.get("delta", {}).get("content") or "")
+                    self.finish = ch.get("finish_reason") or self.finish
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            self.error = repr(e)
+
+
 class CliRequest(threading.Thread):
     """`strata client --chat --greedy` as a subprocess: stdout (time of the first byte),
     stderr, exit code."""
@@ -129,8 +163,9 @@ def check_resume_message(ep, ref):
 def main():
     t_start = time.time()
     d = tempfile.mkdtemp(prefix="strata-resume-")
-    port = u.free_port()
-    s = u.Server(["--topology", u.process_topology(d, port)])
+    port, hport = u.free_port(), u.free_port()
+    s = u.Server(["--topology", u.process_topology(
+        d, port, opts={"http": "listen=127.0.0.1:%d" % hport}, extra=("http",))])
     s.port, s.endpoint = port, "tcp://127.0.0.1:%d" % port
     ep = s.endpoint
     cli, pids = None, set()
@@ -140,7 +175,7 @@ def main():
         log = s.read_log()
         pids = set(u.actor_pids(log))
         front = pid_of(log, "frontend")
-        u.check(front and len(pids) == 5, "one process per actor: %s" % log)
+        u.check(front and len(pids) == 6, "one process per actor: %s" % log)
 
         refs = [u.reference(p, MAX_TOKENS) for p in GREEDY_PROMPTS]
         check_resume_message(ep, refs[0][:24])
@@ -161,7 +196,10 @@ def main():
             r.start()
         cli = CliRequest(ep, CLI_PROMPT)
         cli.start()
-        u.wait_for(lambda: all(r.events or r.error for r in reqs) and cli.first_byte, 30,
+        web = HttpRequest(hport, CLI_PROMPT)
+        web.start()
+        u.wait_for(lambda: all(r.events or r.error for r in reqs) and cli.first_byte and
+                   len(web.pieces) > 1, 30,
                    "the first tokens of every request")
         t_kill = time.time()
         os.kill(front, signal.SIGKILL)
@@ -169,6 +207,7 @@ def main():
         for r in reqs:
             r.join(max(1, DEADLINE_S - (time.time() - t_start)))
         cli.join(max(1, DEADLINE_S - (time.time() - t_start)))
+        web.join(max(1, DEADLINE_S - (time.time() - t_start)))
         new_front = pid_of(s.read_log(), "frontend")
         u.check(new_front and new_front != front, "the supervisor restarted the frontend")
         pids.add(new_front)
@@ -196,6 +235,12 @@ def main():
         u.check(re.search(rb"strata client: connection lost.* resumed after \d+ tokens", cli.err),
                 "strata client said it resumed: %r" % cli.err)
         print("strata client stderr: %s" % cli.err.decode(errors="replace").strip())
+        u.check(not web.is_alive() and web.error is None and web.finish,
+                "the HTTP stream through the gateway completed: %s" % web.error)
+        u.check("".join(web.pieces) == cli_text, "the HTTP stream's text equals the "
+                "uninterrupted run:\n%r\n%r" % ("".join(web.pieces), cli_text))
+        print("the OpenAI-API stream (http actor) resumed and completed (%d chunks)" %
+              len(web.pieces))
         u.check(after, "a request was running at the kill")
         print("kill -> next token at the client: min %.2f s, max %.2f s (%d requests)"
               % (min(after), max(after), len(after)))
