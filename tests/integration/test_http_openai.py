@@ -304,7 +304,11 @@ def test_malformed(base, port, pid):
     burst(1000)
     rss1 = rss_kb(pid)
     print("1000 malformed requests in %.1f s: RSS %d -> %d KiB" % (time.time() - t0, rss0, rss1))
-    u.check(rss1 - rss0 < 8192, "RSS grew by %d KiB over 1000 malformed requests" % (rss1 - rss0))
+    if u.TIMEOUT_SCALE == 1:
+        u.check(rss1 - rss0 < 8192, "RSS grew by %d KiB over 1000 malformed requests"
+                % (rss1 - rss0))
+    else:  # ASan keeps freed memory in its quarantine: RSS says nothing there; LeakSanitizer
+        print("  (sanitizer build: the RSS bound is not checked; leaks are, at exit)")
     c = openai.OpenAI(base_url=base, api_key=KEY, max_retries=0)
     r = c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
                                   max_tokens=4, temperature=0)
