@@ -24,6 +24,7 @@
  */
 #include "actor_http.h"
 
+#include "actor_curve.h"
 #include "actor_frontend.h"
 #include "base/base_log.h"
 
@@ -49,6 +50,9 @@ const actor_opt_t actor_http_opts[] = {
      "HOST:PORT of the OpenAI-compatible HTTP API (docs/HTTP.md)"},
     {"upstream", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
      "the frontend's client endpoint it connects to (default: the frontend's client option)"},
+    {"client_key", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
+     "CURVE key pair (zcert file) it connects to the frontend with when the frontend has "
+     "client_secret; its public key must be in client_allow"},
     {"api_key_file", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
      "API keys, one per line: requests need 'Authorization: Bearer KEY' (default: none needed)"},
     {"model_name", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
@@ -1365,13 +1369,6 @@ int actor_http_main(actor_env_t *env) {
         s_cleanup(&h);
         return 1;
     }
-    if (!actor_env_str(env, "upstream") &&
-        actor_topology_opt(topo, "frontend", "client_secret", NULL)) {
-        actor_env_fail(env, "%s: the frontend's client endpoint uses CURVE, which the http "
-                            "actor does not speak yet", me);
-        s_cleanup(&h);
-        return 1;
-    }
     s_upstream(env, ep, sizeof ep);
     h.loop = actor_loop_new(env, &h);
     h.counters = h.loop ? actor_loop_counters(h.loop) : NULL;
@@ -1390,6 +1387,21 @@ int actor_http_main(actor_env_t *env) {
     zsock_set_maxmsgsize(h.up, MSG_MAX_INTERNAL_FRAME);
     zsock_set_heartbeat_ivl(h.up, 1000);
     zsock_set_heartbeat_timeout(h.up, 3000);
+    /* CURVE when the frontend's client endpoint has it: this actor is then a client
+     * with its own key pair, on the frontend's client_allow list */
+    const char *server = actor_topology_opt(topo, "frontend", "client_secret", NULL);
+    const char *key = actor_env_str(env, "client_key");
+    if (server && !key) {
+        actor_env_fail(env, "%s: the frontend's client endpoint has CURVE (client_secret): "
+                            "client_key=FILE is needed (docs/HTTP.md)", me);
+        s_cleanup(&h);
+        return 1;
+    }
+    if (server && actor_curve_client(h.up, key, server, why, sizeof why)) {
+        actor_env_fail(env, "%s: %s", me, why);
+        s_cleanup(&h);
+        return 1;
+    }
     char mon[128]; /* watched before connect, so the first handshake is seen too */
     snprintf(mon, sizeof mon, "inproc://strata-http-monitor-%p", (void *)h.up);
     if (zmq_socket_monitor(zsock_resolve(h.up), mon, ZMQ_EVENT_HANDSHAKE_SUCCEEDED) == 0 &&

@@ -30,7 +30,7 @@ def keygen(*args):
                           timeout=30)
 
 
-def write_topology(d, keys, ports, client_port, extra=""):
+def write_topology(d, keys, ports, client_port, extra="", http_port=None):
     path = os.path.join(d, "topo.txt")
     ep = {n: "tcp://127.0.0.1:%d" % p for n, p in ports.items()}
     with open(path, "w") as f:
@@ -46,6 +46,9 @@ def write_topology(d, keys, ports, client_port, extra=""):
                 % (extra if extra else "security - keys=%s" % keys, ep["supervisor"],
                    ep["frontend"], client_port, os.path.join(d, "srv"), os.path.join(d, "clients"),
                    ep["tokenizer"], ep["router"], ep["worker0"]))
+        if http_port:  # the OpenAI gateway: a CURVE client of the frontend (alice's pair)
+            f.write("http       %s  listen=127.0.0.1:%d client_key=%s\n"
+                    % (ep["http"], http_port, os.path.join(d, "clients", "alice.key_secret")))
     return path
 
 
@@ -82,7 +85,7 @@ def run(d):
     # ---- strata keygen
     p = subprocess.run([u.BIN, "keygen", "--help"], capture_output=True, text=True, timeout=30)
     u.check(p.returncode == 0 and "key_secret" in p.stdout, "strata keygen --help")
-    names = ["supervisor", "frontend", "tokenizer", "router", "worker0"]
+    names = ["supervisor", "frontend", "tokenizer", "router", "worker0", "http"]
     u.check(keygen(keys, *names).returncode == 0, "keygen of the actors' pairs")
     pub, sec = zmq.auth.load_certificate(os.path.join(keys, "router.key_secret"))
     u.check(len(pub) == 40 and sec and len(sec) == 40, "zcert files with both keys")
@@ -118,7 +121,8 @@ def run(d):
     u.check(p.returncode != 0 and "strata keygen" in p.stderr, "a missing pair: %r" % p.stderr)
 
     # ---- CURVE everywhere
-    path = write_topology(d, keys, ports, client_port)
+    http_port = u.free_port()
+    path = write_topology(d, keys, ports, client_port, http_port=http_port)
     s = u.Server(["--topology", path])
     s.port, s.endpoint = client_port, "tcp://127.0.0.1:%d" % client_port
     srv_pub = os.path.join(d, "srv", "server.key")
@@ -133,6 +137,27 @@ def run(d):
         ref = u.reference(PROMPT, MAX_TOKENS)
         u.check(toks == ref, "greedy over CURVE equals strata generate: %r vs %r" % (toks, ref))
         print("ok   greedy output over CURVE (%d tokens)" % len(toks))
+        text = "".join(e["text"] for e in c.generate(
+            messages=[{"role": "user", "content": PROMPT}], max_tokens=MAX_TOKENS,
+            temperature=0) if e["type"] in ("token", "done") and e.get("text"))
+        # the http actor reaches the CURVE client endpoint with its own key pair
+        import http.client
+        import json
+        def over_http():
+            try:
+                h = http.client.HTTPConnection("127.0.0.1", http_port, timeout=60)
+                h.request("POST", "/v1/chat/completions", json.dumps({
+                    "messages": [{"role": "user", "content": PROMPT}],
+                    "max_tokens": MAX_TOKENS, "temperature": 0}),
+                    {"Content-Type": "application/json"})
+                r = h.getresponse()
+                return r.status, json.loads(r.read())
+            except OSError:
+                return None
+        got = u.wait_for(over_http, 20, "the http actor to answer")
+        u.check(got[0] == 200 and got[1]["choices"][0]["message"]["content"] == text,
+                "OpenAI API over a CURVE client endpoint: %r vs %r" % (got, text))
+        print("ok   the http actor is a CURVE client of the frontend (same text)")
 
         # the C client (strata client) with the same keys
         p = subprocess.run([u.BIN, "client", "-e", s.endpoint, "--server-key", srv_pub,
