@@ -15,6 +15,7 @@
 #include "audit/audit_log.h"
 #include "actor_metrics.h"
 #include "base/base_log.h"
+#include "base/base_map.h"
 #include "base/base_spans.h"
 
 #include <errno.h>
@@ -108,6 +109,7 @@ typedef struct {
     int n_peers;
     s_req_t *reqs; /* (max_requests) */
     int max_requests, n_reqs;
+    base_map_t by_rid;  /* rid -> index in reqs: every event is looked up by its rid */
     uint64_t next_rid; /* next server-side id (a random start: a restarted frontend
                           never reuses an id whose events may still be on the way) */
     uint64_t accept_us;  /* an attempt not accepted by a worker by then is resubmitted */
@@ -210,10 +212,8 @@ static void s_reply_error(s_front_t *f, const uint8_t *ident, size_t ident_len, 
 /* ---- the request table */
 
 static s_req_t *s_find_rid(s_front_t *f, uint64_t rid) {
-    for (int i = 0; i < f->max_requests; i++)
-        if (f->reqs[i].rid == rid)
-            return &f->reqs[i];
-    return NULL;
+    uint64_t slot;
+    return rid && base_map_get(&f->by_rid, rid, &slot) ? &f->reqs[slot] : NULL;
 }
 
 static s_req_t *s_find_client(s_front_t *f, const uint8_t *ident, size_t ident_len,
@@ -236,6 +236,7 @@ static void s_remove(s_front_t *f, s_req_t *r) {
         free(r->lps[i].top);
     free(r->lps);
     msg_generate_clear(&r->gen);
+    base_map_del(&f->by_rid, r->rid);
     memset(r, 0, sizeof *r);
     f->n_reqs--;
 }
@@ -360,9 +361,15 @@ static void s_end(s_front_t *f, s_req_t *r, int type, const void *m) {
 
 /* ---- attempts: submit, resubmit, give up */
 
-static uint64_t s_new_rid(s_front_t *f) {
-    uint64_t rid = f->next_rid++;
-    return rid ? rid : f->next_rid++;
+/* Give r (a new request, or a new attempt of it) a fresh rid, indexed. */
+static void s_new_rid(s_front_t *f, s_req_t *r) {
+    if (r->rid)
+        base_map_del(&f->by_rid, r->rid);
+    r->rid = f->next_rid++;
+    if (!r->rid)
+        r->rid = f->next_rid++;
+    /* sized for max_requests: never grows, so this cannot fail */
+    base_map_put(&f->by_rid, r->rid, (uint64_t)(r - f->reqs));
 }
 
 /* Send r's current attempt to the tokenizer: the client's generate and the
@@ -458,7 +465,7 @@ static void s_resubmit(s_front_t *f, s_req_t *r, const char *why, uint64_t delay
     snprintf(name, sizeof name, "resumed.%s", why);
     actor_counters_add(f->counters, name, 1);
     actor_counters_add(f->counters, "resumed", 1);
-    r->rid = s_new_rid(f);
+    s_new_rid(f, r);
     r->attempts++;
     r->worker = -1;
     if (delay_us) {
@@ -515,7 +522,7 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
         s_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_OVERLOADED, "out of memory");
         return;
     }
-    r->rid = s_new_rid(f);
+    s_new_rid(f, r);
     memcpy(r->ident, ident, ident_len);
     r->ident_len = ident_len;
     r->fd = fd;
@@ -1177,6 +1184,7 @@ static void s_cleanup(s_front_t *f) {
     zsock_destroy(&f->in);
     zsock_destroy(&f->to_tok);
     audit_log_destroy(&f->audit);
+    base_map_free(&f->by_rid);
     actor_loop_destroy(&f->loop);
     actor_metrics_req_destroy(&f->metrics);
 }
@@ -1195,6 +1203,10 @@ int actor_frontend_main(actor_env_t *env) {
     snprintf(f.endpoint, sizeof f.endpoint, "%s", actor_env_str(env, "client"));
     f.max_requests = (int)actor_env_int(env, "max_requests");
     f.reqs = calloc((size_t)f.max_requests, sizeof *f.reqs);
+    if (base_map_init(&f.by_rid, (size_t)f.max_requests)) { /* reported below with the rest */
+        free(f.reqs);
+        f.reqs = NULL;
+    }
     f.fd_gen = calloc(S_MAX_FD, sizeof *f.fd_gen);
     f.loop = actor_loop_new(env, &f);
     f.counters = f.loop ? actor_loop_counters(f.loop) : NULL;
