@@ -224,26 +224,21 @@ static void s_logprobs(s_worker_t *w, const s_req_t *r, const float *lsm, int32_
         return;
     w->lp = lsm[t] > -1e30f ? lsm[t] : -1e30f;
     s_piece(w, t, w->lp_piece, sizeof w->lp_piece);
-    int k = r->top_logprobs;
-    w->lp_n_top = 0;
-    for (int j = 0; j < k; j++) { /* k <= 20 passes over the row: fine for an opt-in */
-        int best = -1;
-        for (int i = 0; i < w->n_vocab; i++) {
-            if (best >= 0 && lsm[i] <= lsm[best])
-                continue;
-            bool taken = false;
-            for (int q = 0; q < w->lp_n_top && !taken; q++)
-                taken = w->lp_top[q].token == i;
-            if (!taken)
-                best = i;
-        }
-        if (best < 0 || lsm[best] <= -1e30f)
-            break;
-        msg_top_t *x = &w->lp_top[w->lp_n_top++];
-        x->token = best;
-        x->logprob = lsm[best];
-        s_piece(w, best, x->text, sizeof x->text);
+    /* one pass keeping the k best in order (k <= 20: an insertion into a short list) */
+    int k = r->top_logprobs, n = 0;
+    for (int i = 0; i < w->n_vocab && k > 0; i++) {
+        float v = lsm[i];
+        if (v <= -1e30f || (n == k && v <= w->lp_top[n - 1].logprob))
+            continue;
+        int j = n < k ? n++ : n - 1; /* ties keep the lower id first */
+        for (; j > 0 && w->lp_top[j - 1].logprob < v; j--)
+            w->lp_top[j] = w->lp_top[j - 1];
+        w->lp_top[j].token = i;
+        w->lp_top[j].logprob = v;
     }
+    for (int j = 0; j < n; j++)
+        s_piece(w, w->lp_top[j].token, w->lp_top[j].text, sizeof w->lp_top[j].text);
+    w->lp_n_top = n;
 }
 
 const actor_opt_t actor_worker_opts[] = {
