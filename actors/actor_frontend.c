@@ -445,17 +445,13 @@ static void s_resubmit(s_front_t *f, s_req_t *r, const char *why, uint64_t delay
         msg_trace_step_t *x = realloc(r->steps, (size_t)(r->n_steps + 1) * sizeof *x);
         if (x && r->n_steps < MSG_MAX_TRACE_STEPS / 2) {
             r->steps = x;
-            msg_trace_step_t *st = &r->steps[r->n_steps++];
-            memset(st, 0, sizeof *st);
-            msg_set_str(st->actor, sizeof st->actor, "frontend");
-            msg_set_str(st->what, sizeof st->what, "resume");
-            snprintf(st->why, sizeof st->why,
-                     "attempt %d lost (%s) on %s%d after %d tokens: submitted again from them",
-                     r->attempts, why, r->worker >= 0 ? "worker" : "no worker yet", r->worker,
-                     r->n_tokens);
             int64_t end = (int64_t)(now - r->t_arrival_us);
-            st->t_us = r->trace_end_us < end ? r->trace_end_us : end;
-            st->dur_us = end - st->t_us;
+            msg_trace_step_fill(&r->steps[r->n_steps++], "frontend", "resume",
+                                r->trace_end_us < end ? r->trace_end_us : end, end,
+                                "attempt %d lost (%s) on %s%d after %d tokens: submitted again "
+                                "from them", r->attempts, why,
+                                r->worker >= 0 ? "worker" : "no worker yet", r->worker,
+                                r->n_tokens);
             r->trace_end_us = end;
         } else if (x) {
             r->steps = x;
@@ -818,15 +814,9 @@ static void s_send_trace(s_front_t *f, s_req_t *r, const msg_text_event_t *te) {
         t.steps[k++] = r->steps[i];
     for (int i = 0; i < te->n_steps && k < n - 1; i++)
         t.steps[k++] = te->steps[i];
-    msg_trace_step_t *last = &t.steps[k++]; /* worker -> frontend -> client */
-    memset(last, 0, sizeof *last);
-    msg_set_str(last->actor, sizeof last->actor, "frontend");
-    msg_set_str(last->what, sizeof last->what, "deliver");
-    msg_set_str(last->why, sizeof last->why, "the final event reached the frontend");
-    last->t_us = k > 1 ? t.steps[k - 2].t_us + t.steps[k - 2].dur_us : 0;
-    if (last->t_us > total)
-        last->t_us = total;
-    last->dur_us = total - last->t_us;
+    int64_t from = k ? t.steps[k - 1].t_us + t.steps[k - 1].dur_us : 0; /* worker -> here */
+    msg_trace_step_fill(&t.steps[k++], "frontend", "deliver", from < total ? from : total, total,
+                        "the final event reached the frontend");
     t.n_steps = k;
     t.total_ms = (double)total / 1000.0;
     /* sources: spans of the completion (8+ bytes... 24: a phrase, not a word) in the input */

@@ -42,23 +42,17 @@ static void s_trace_dispatch(s_router_t *r, const msg_work_request_t *q, int w,
     if (!*steps || q->n_steps >= MSG_MAX_TRACE_STEPS)
         return;
     memcpy(*steps, q->steps, (size_t)q->n_steps * sizeof **steps);
-    msg_trace_step_t *st = &(*steps)[q->n_steps];
-    memset(st, 0, sizeof *st);
-    msg_set_str(st->actor, sizeof st->actor, "router");
-    msg_set_str(st->what, sizeof st->what, "dispatch");
-    int n = snprintf(st->why, sizeof st->why, "worker%d, the least loaded alive (tokens:", w);
-    for (int i = 0; i < r->n_workers && n > 0 && (size_t)n < sizeof st->why; i++)
-        n += snprintf(st->why + n, sizeof st->why - (size_t)n, " worker%d=%lld%s", i,
+    char loads[MSG_MAX_WHY_BYTES + 1] = "";
+    for (int i = 0, n = 0; i < r->n_workers && n >= 0 && (size_t)n < sizeof loads; i++)
+        n += snprintf(loads + n, sizeof loads - (size_t)n, " worker%d=%lld%s", i,
                       (long long)router_dispatch_load(r->dispatch, i),
                       router_dispatch_alive(r->dispatch, i) ? "" : " (down)");
-    if (n > 0 && (size_t)n < sizeof st->why - 1)
-        snprintf(st->why + n, sizeof st->why - (size_t)n, ")");
     uint64_t now = base_now_us();
     int64_t end = now > q->t_arrival_us ? (int64_t)(now - q->t_arrival_us) : 0;
-    st->t_us = q->n_steps ? q->steps[q->n_steps - 1].t_us + q->steps[q->n_steps - 1].dur_us : 0;
-    if (st->t_us > end)
-        st->t_us = end;
-    st->dur_us = end - st->t_us;
+    int64_t start =
+        q->n_steps ? q->steps[q->n_steps - 1].t_us + q->steps[q->n_steps - 1].dur_us : 0;
+    msg_trace_step_fill(&(*steps)[q->n_steps], "router", "dispatch", start < end ? start : end,
+                        end, "worker%d, the least loaded alive (tokens:%s)", w, loads);
     out->steps = *steps;
     out->n_steps = q->n_steps + 1;
 }

@@ -125,16 +125,14 @@ static void s_on_request(s_tok_t *t, msg_tok_request_t *q) {
     if (g->trace) { /* from where the chain ended (the arrival, or a resume) to now */
         uint64_t now = base_now_us();
         int64_t end = now > q->t_arrival_us ? (int64_t)(now - q->t_arrival_us) : 0;
-        memset(&step, 0, sizeof step);
-        msg_set_str(step.actor, sizeof step.actor, "tokenizer");
-        msg_set_str(step.what, sizeof step.what, "tokenize");
-        snprintf(step.why, sizeof step.why,
-                 chat ? "chat template over %d messages, then %d tokens (%d of them the system "
-                        "prompt, kept longer in the KV tiers)"
-                      : "raw prompt (%d messages), %d tokens (%d system prompt)",
-                 g->n_messages, w.n_tokens - w.n_gen, w.pin_tokens);
-        step.t_us = q->trace_t_us < end ? q->trace_t_us : end;
-        step.dur_us = end - step.t_us;
+        if (chat)
+            msg_trace_step_fill(&step, "tokenizer", "tokenize", q->trace_t_us, end,
+                                "chat template over %d messages, then %d tokens (%d of them the "
+                                "system prompt, kept longer in the KV tiers)",
+                                g->n_messages, w.n_tokens - w.n_gen, w.pin_tokens);
+        else
+            msg_trace_step_fill(&step, "tokenizer", "tokenize", q->trace_t_us, end,
+                                "raw prompt, %d tokens", w.n_tokens - w.n_gen);
         w.steps = &step;
         w.n_steps = 1;
     }

@@ -65,6 +65,7 @@ typedef struct s_req_t {
     msg_trace_step_t *steps;   /* (cap_steps) the chain: the tokenizer's and router's, then ours */
     int n_steps, cap_steps;
     int64_t trace_end_us;      /* where the chain ends, after the arrival */
+    int n_more;                /* steps summed up in the last one once the trace is full */
     int promoted;              /* blocks promoted for it while it waited */
     char spec_why[96];         /* how the depth of its last draft request was chosen */
 } s_req_t;
@@ -139,22 +140,13 @@ static void s_trace(s_worker_t *w, s_req_t *r, const char *what, const char *fmt
     int64_t end = now > r->t_arrival ? (int64_t)(now - r->t_arrival) : r->trace_end_us;
     if (end < r->trace_end_us)
         end = r->trace_end_us;
-    if (r->n_steps >= MSG_MAX_TRACE_STEPS - 8 && r->n_steps > 0) {
+    if (r->n_steps >= MSG_MAX_TRACE_STEPS - 8) {
+        /* full: the last step becomes a summary of it and every step after it */
         msg_trace_step_t *last = &r->steps[r->n_steps - 1];
-        if (strcmp(last->what, "more")) { /* from here on, one summary step */
-            r->n_steps--;
-            last = &r->steps[r->n_steps];
-            int64_t t = last->t_us;
-            memset(last, 0, sizeof *last);
-            msg_set_str(last->actor, sizeof last->actor, w->name);
-            msg_set_str(last->what, sizeof last->what, "more");
-            last->t_us = t;
-            r->n_steps++;
-        }
-        int n = atoi(last->why) + 1;
-        snprintf(last->why, sizeof last->why, "%d further steps (the trace holds %d)", n,
-                 MSG_MAX_TRACE_STEPS - 8);
-        last->dur_us = end - last->t_us;
+        r->n_more = r->n_more ? r->n_more + 1 : 2;
+        msg_trace_step_fill(last, w->name, "more", last->t_us, end,
+                            "%d further steps (the trace holds %d)", r->n_more,
+                            MSG_MAX_TRACE_STEPS - 8);
         r->trace_end_us = end;
         return;
     }
@@ -166,16 +158,10 @@ static void s_trace(s_worker_t *w, s_req_t *r, const char *what, const char *fmt
         r->steps = x;
         r->cap_steps = cap;
     }
-    msg_trace_step_t *st = &r->steps[r->n_steps++];
-    memset(st, 0, sizeof *st);
-    msg_set_str(st->actor, sizeof st->actor, w->name);
-    msg_set_str(st->what, sizeof st->what, what);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(st->why, sizeof st->why, fmt, ap);
+    msg_trace_step_vfill(&r->steps[r->n_steps++], w->name, what, r->trace_end_us, end, fmt, ap);
     va_end(ap);
-    st->t_us = r->trace_end_us;
-    st->dur_us = end - r->trace_end_us;
     r->trace_end_us = end;
 }
 

@@ -6,6 +6,7 @@
 #include "msg_types.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -257,4 +258,22 @@ msg_sampling_t msg_sampling_defaults(void) {
                             .repeat_penalty = 1.0f,
                             .repeat_last_n = 64,
                             .seed = 0};
+}
+
+void msg_trace_step_vfill(msg_trace_step_t *st, const char *actor, const char *what,
+                          int64_t start_us, int64_t end_us, const char *fmt, va_list ap) {
+    memset(st, 0, sizeof *st);
+    snprintf(st->actor, sizeof st->actor, "%s", actor);
+    snprintf(st->what, sizeof st->what, "%s", what);
+    vsnprintf(st->why, sizeof st->why, fmt, ap);
+    st->t_us = start_us > 0 ? start_us : 0;
+    st->dur_us = end_us > st->t_us ? end_us - st->t_us : 0;
+}
+
+void msg_trace_step_fill(msg_trace_step_t *st, const char *actor, const char *what,
+                         int64_t start_us, int64_t end_us, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    msg_trace_step_vfill(st, actor, what, start_us, end_us, fmt, ap);
+    va_end(ap);
 }

@@ -13,6 +13,7 @@
 #ifndef MSG_TYPES_H
 #define MSG_TYPES_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -249,6 +250,15 @@ typedef struct {
     int64_t t_us;                       /* start, after the arrival (>= 0) */
     int64_t dur_us;                     /* >= 0 */
 } msg_trace_step_t;
+
+/* Fill st (zeroed first): the decision what of actor, why printf'd (cut to fit), from
+ * start_us to end_us after the arrival (end_us below start_us counts as start_us). */
+void msg_trace_step_fill(msg_trace_step_t *st, const char *actor, const char *what,
+                         int64_t start_us, int64_t end_us, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* The same with a va_list (a caller that is itself variadic). */
+void msg_trace_step_vfill(msg_trace_step_t *st, const char *actor, const char *what,
+                          int64_t start_us, int64_t end_us, const char *fmt, va_list ap);
 
 /* An alternative token at one position, with its log-probability under the model. */
 typedef struct {
