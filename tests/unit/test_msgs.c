@@ -693,6 +693,83 @@ START_TEST(generate_errors) {
 }
 END_TEST
 
+/* resume's own rules (have against max_tokens and stream, tokens against have) and
+ * the explainability fields of generate, each refused naming its field */
+static int dec_resume(frame_t *f, msg_err_t *err, msg_resume_t *out) {
+    msg_resume_t r;
+    int rc = msg_resume_decode(f->sb.data, f->sb.size, &r, err);
+    if (out && !rc)
+        *out = r;
+    else
+        msg_resume_clear(&r);
+    msgpack_sbuffer_destroy(&f->sb);
+    return rc;
+}
+
+static void fr_tokens(frame_t *f, int n) {
+    int32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    fr_key(f, "tokens");
+    msgpack_pack_bin_with_body(&f->pk, t, (size_t)n * sizeof *t);
+}
+
+START_TEST(resume_and_explain_errors) {
+    frame_t f;
+    msg_err_t err;
+    msg_resume_t r;
+    fr_begin(&f, "resume", 4); /* good: have 2 with their ids */
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "hi");
+    fr_int(&f, "have", 2);
+    fr_tokens(&f, 2);
+    ck_assert_int_eq(dec_resume(&f, &err, &r), 0);
+    ck_assert_int_eq(r.have, 2);
+    ck_assert_int_eq(r.n_tokens, 2);
+    ck_assert_int_eq(r.tokens[1], 2);
+    msg_resume_clear(&r);
+    fr_begin(&f, "resume", 2); /* no have */
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "hi");
+    ck_assert_int_eq(dec_resume(&f, &err, NULL), -EPROTO);
+    ck_assert_int_eq(err.kind, MSG_E_MISSING);
+    ck_assert_str_eq(err.field, "have");
+    fr_begin(&f, "resume", 4); /* more events than max_tokens */
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "hi");
+    fr_int(&f, "max_tokens", 4);
+    fr_int(&f, "have", 5);
+    ck_assert_int_eq(dec_resume(&f, &err, NULL), -EPROTO);
+    ck_assert_str_eq(err.field, "have");
+    fr_begin(&f, "resume", 4); /* token events of a request that streams none */
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "hi");
+    fr_key(&f, "stream");
+    msgpack_pack_false(&f.pk);
+    fr_int(&f, "have", 2);
+    ck_assert_int_eq(dec_resume(&f, &err, NULL), -EPROTO);
+    ck_assert_str_eq(err.field, "have");
+    fr_begin(&f, "resume", 4); /* 3 ids for 2 events */
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "hi");
+    fr_int(&f, "have", 2);
+    fr_tokens(&f, 3);
+    ck_assert_int_eq(dec_resume(&f, &err, NULL), -EPROTO);
+    ck_assert_str_eq(err.field, "tokens");
+    fr_begin(&f, "generate", 3); /* top_logprobs past 20 */
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "hi");
+    fr_int(&f, "top_logprobs", MSG_MAX_TOP_LOGPROBS + 1);
+    ck_assert_int_eq(dec_gen(&f, &err), -ERANGE);
+    ck_assert_str_eq(err.field, "top_logprobs");
+    fr_begin(&f, "generate", 3); /* trace is a bool */
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "hi");
+    fr_str(&f, "trace", "yes");
+    ck_assert_int_eq(dec_gen(&f, &err), -EPROTO);
+    ck_assert_int_eq(err.kind, MSG_E_BAD_TYPE);
+    ck_assert_str_eq(err.field, "trace");
+}
+END_TEST
+
 START_TEST(envelope_errors) {
     frame_t f;
     msg_err_t err;
@@ -1209,6 +1286,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, missing_and_wrong_type_every_field);
     tcase_add_test(tc, required_fields_named);
     tcase_add_test(tc, generate_errors);
+    tcase_add_test(tc, resume_and_explain_errors);
     tcase_add_test(tc, envelope_errors);
     tcase_add_test(tc, truncated_every_prefix);
     tcase_add_test(tc, random_bytes_and_mutations);
