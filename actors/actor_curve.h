@@ -52,5 +52,12 @@ int actor_curve_server(zsock_t *sock, const char *cert, const char *domain, char
  * the server's public key from the zcert file server.  0 or -ENOENT with err. */
 int actor_curve_client(zsock_t *sock, const char *cert, const char *server, char *err,
                        size_t errlen);
+/* An actor that is a client of the frontend's client endpoint (http, metrics): when
+ * that endpoint has CURVE (the frontend's client_secret), make sock (not yet
+ * connected) a CURVE client with the key pair client_key (NULL: -EINVAL, err says it
+ * is needed; doc names the document that says how).  0 also when no CURVE is needed. */
+int actor_curve_frontend_client(zsock_t *sock, const actor_topology_t *topo,
+                                const char *client_key, const char *doc, char *err,
+                                size_t errlen);
 
 #endif

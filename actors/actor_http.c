@@ -1389,15 +1389,8 @@ int actor_http_main(actor_env_t *env) {
     zsock_set_heartbeat_timeout(h.up, 3000);
     /* CURVE when the frontend's client endpoint has it: this actor is then a client
      * with its own key pair, on the frontend's client_allow list */
-    const char *server = actor_topology_opt(topo, "frontend", "client_secret", NULL);
-    const char *key = actor_env_str(env, "client_key");
-    if (server && !key) {
-        actor_env_fail(env, "%s: the frontend's client endpoint has CURVE (client_secret): "
-                            "client_key=FILE is needed (docs/HTTP.md)", me);
-        s_cleanup(&h);
-        return 1;
-    }
-    if (server && actor_curve_client(h.up, key, server, why, sizeof why)) {
+    if (actor_curve_frontend_client(h.up, topo, actor_env_str(env, "client_key"),
+                                    "docs/HTTP.md", why, sizeof why)) {
         actor_env_fail(env, "%s: %s", me, why);
         s_cleanup(&h);
         return 1;

@@ -853,15 +853,8 @@ int actor_metrics_main(actor_env_t *env) {
     zsock_set_sndtimeo(m.pair, 200);
     /* the DEALER: CURVE when the client endpoint has it */
     s_client_endpoint(env, ep, sizeof ep);
-    const char *server = actor_topology_opt(topo, "frontend", "client_secret", NULL);
-    const char *key = actor_env_str(env, "client_key");
-    if (server && !key) {
-        actor_env_fail(env, "%s: the frontend's client endpoint has CURVE (client_secret): "
-                            "client_key=FILE is needed (docs/METRICS.md)", me);
-        s_cleanup(&m);
-        return 1;
-    }
-    if (server && actor_curve_client(m.dealer, key, server, why, sizeof why)) {
+    if (actor_curve_frontend_client(m.dealer, topo, actor_env_str(env, "client_key"),
+                                    "docs/METRICS.md", why, sizeof why)) {
         actor_env_fail(env, "%s: %s", me, why);
         s_cleanup(&m);
         return 1;
