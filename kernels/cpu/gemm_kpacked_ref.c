@@ -159,12 +159,14 @@ void kern_ref_gemm_kpacked(kern_type_t wt, int64_t k, int r0, int nr, int nc, co
                         }
                 int32_t isum = 0, msum = 0;
                 for (int u = 0; u < nsub; u++) {
-                    const int sc = wt == KERN_Q6_K ? (int8_t)o[sco + 16 * u + j] : o[sco + 16 * u + j];
+                    const int sc =
+                        wt == KERN_Q6_K ? (int8_t)o[sco + 16 * u + j] : o[sco + 16 * u + j];
                     isum += sc * t[u];
                     if (wt == KERN_Q6_K)
                         msum += sc * xb->bsums[u];
                     else
-                        msum += o[sco + 128 + 16 * u + j] * (xb->bsums[2 * u] + xb->bsums[2 * u + 1]);
+                        msum +=
+                            o[sco + 128 + 16 * u + j] * (xb->bsums[2 * u] + xb->bsums[2 * u + 1]);
                 }
                 const float dx = xb->d, d = F16(s_get16(o + dof + 2 * j));
                 if (wt == KERN_Q6_K) {

@@ -251,9 +251,9 @@ KP_INLINE void s_tile(kern_type_t T, const int C, int nbk, const uint8_t *rec, i
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++)
             isum[c] = v_zero();
-        for (int ch = 0; ch < 4; ch++) {            /* chunk: elements 64ch .. 64ch+63 */
-            for (int s0 = 0; s0 < 8; s0 += FL) {     /* a flush period of steps */
-                s_vi tl[KP_CT], th[KP_CT];           /* chains: low and high nibbles */
+        for (int ch = 0; ch < 4; ch++) {         /* chunk: elements 64ch .. 64ch+63 */
+            for (int s0 = 0; s0 < 8; s0 += FL) { /* a flush period of steps */
+                s_vi tl[KP_CT], th[KP_CT];       /* chains: low and high nibbles */
 #pragma GCC unroll 8
                 for (int c = 0; c < C; c++)
                     tl[c] = th[c] = v_zero();

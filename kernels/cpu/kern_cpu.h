@@ -126,9 +126,8 @@ size_t kern_ref_kpacked_size(kern_type_t wt, int64_t k, int nr);
 void kern_ref_kpack(kern_type_t wt, int64_t k, int nr, const void *w, size_t w_stride, void *dst);
 void kern_ref_gemm_kpacked(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
                            const void *x, size_t x_stride, float *out, size_t out_stride);
-void kern_gemm_kpacked_avx512(kern_type_t wt, int64_t k, int r0, int nr, int nc,
-                              const void *packed, const void *x, size_t x_stride, float *out,
-                              size_t out_stride);
+void kern_gemm_kpacked_avx512(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
+                              const void *x, size_t x_stride, float *out, size_t out_stride);
 /* AVX2/FMA: the AVX2 table's gemm_packed must send K types here. */
 void kern_gemm_kpacked_avx2(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
                             const void *x, size_t x_stride, float *out, size_t out_stride);

@@ -127,7 +127,8 @@ static void s_check(kern_type_t t, int64_t k, int nr, int nc, uint64_t seed) {
     const size_t xs = kern_row_size(KERN_Q8_K, k) + 4 * (seed & 2);
     const size_t os = (size_t)nr + (seed & 1);
     uint8_t *w = malloc(ws * nr), *x = malloc(xs * nc);
-    float *wf = malloc(sizeof(float) * (size_t)k * nr), *xf = malloc(sizeof(float) * (size_t)k * nc);
+    float *wf = malloc(sizeof(float) * (size_t)k * nr),
+          *xf = malloc(sizeof(float) * (size_t)k * nc);
     float *o_ref = malloc(sizeof(float) * os * nc), *o = malloc(sizeof(float) * os * nc);
     ck_assert(w && x && wf && xf && o_ref && o);
     float *mp = malloc(sizeof(float) * (size_t)k * nr);
@@ -252,8 +253,8 @@ END_TEST
 START_TEST(test_kpacked_layout) {
     kern_block_q4_K b[2];
     memset(b, 0, sizeof b);
-    b[1].qs[4 * 9 + 2] = 0xA5;           /* step 9, byte 2 */
-    b[1].scales[3] = 17 | (2 << 6);      /* sc[3] = 17, top bits of sc[7] = 2 */
+    b[1].qs[4 * 9 + 2] = 0xA5;             /* step 9, byte 2 */
+    b[1].scales[3] = 17 | (2 << 6);        /* sc[3] = 17, top bits of sc[7] = 2 */
     b[1].scales[8 + 3] = 0x4 | (0x9 << 4); /* sc[7] low 4 bits 4, m[7] low 4 bits 9 */
     b[1].d = kern_f32_to_f16(0.5f);
     b[1].dmin = kern_f32_to_f16(0.25f);
