@@ -443,8 +443,9 @@ int actor_expert_client_exec(void *user, const model_moe_call_t *call) {
                               c->cap, c->load, c->alive,      c->cap_min};
     int64_t *over = c->overflow;
     memset(over, 0, (size_t)c->E * sizeof *over);
-    int moved =
-        router_moe_assign(&view, n, call->token, call->expert, c->skip, c->actor, c->used, over);
+    const float *logits = call->n_expert == c->E ? call->logits : NULL;
+    int moved = router_moe_assign(&view, n, call->token, call->expert, logits, c->skip, c->actor,
+                                  c->used, over);
     actor_counters_add(c->counters, "moe.calls", 1);
     actor_counters_add(c->counters, "moe.rows", n);
     if (moved) {

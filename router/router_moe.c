@@ -115,8 +115,8 @@ static int s_pick(const router_moe_view_t *t, const uint8_t *skip, int e, int ca
 }
 
 int router_moe_assign(const router_moe_view_t *t, int n_rows, const int32_t *token,
-                      const int32_t *expert, const uint8_t *skip, int *actor, int32_t *used,
-                      int64_t *overflow) {
+                      const int32_t *expert, const float *logits, const uint8_t *skip,
+                      int *actor, int32_t *used, int64_t *overflow) {
     int E = t->n_expert, A = t->n_actors, moved = 0;
     int64_t *score = calloc((size_t)A, sizeof *score);
     int *taken = calloc((size_t)A * E, sizeof *taken);
@@ -160,13 +160,15 @@ int router_moe_assign(const router_moe_view_t *t, int n_rows, const int32_t *tok
             actor[r] = any ? -2 : -1;
         }
     }
-    /* pass 2 (load-aware): rows over every replica's capacity go to the least
-     * filled expert the token did not select that has room; when none has room
-     * they stay with their own expert, over its capacity */
+    /* pass 2 (load-aware): rows over every replica's capacity go to the token's
+     * next best expert (largest logit; without logits, least filled) among those
+     * it did not select (nor got as a substitute) that has room; when none has
+     * room they stay with their own expert, over its capacity */
     for (int r = 0; r < n_rows; r++) {
         if (actor[r] != -2)
             continue;
         int e = expert[r], best = -1, best_a = -1;
+        const float *lg = logits ? logits + (size_t)token[r] * E : NULL;
         for (int f = 0; f < E; f++) {
             bool selected = false;
             for (int q = 0; q < n_rows && !selected; q++)
@@ -174,7 +176,10 @@ int router_moe_assign(const router_moe_view_t *t, int n_rows, const int32_t *tok
             if (selected)
                 continue;
             int a = s_pick(t, skip, f, capv[f], score, taken);
-            if (a >= 0 && (best < 0 || fill[f] < fill[best])) {
+            if (a < 0)
+                continue;
+            bool better = best < 0 || (lg ? lg[f] > lg[best] : fill[f] < fill[best]);
+            if (better) { /* strict: a tie keeps the lower index */
                 best = f;
                 best_a = a;
             }

@@ -44,19 +44,23 @@ typedef struct {
 int router_moe_capacity(const router_moe_view_t *t, int e, int n_rows);
 
 /* Where one MoE layer's rows go.  Inputs: n_rows routed (token, expert) rows,
- * token[r] and expert[r] (grouped by expert ascending), skip (A bytes or NULL:
+ * token[r] and expert[r] (grouped by expert ascending), logits (the step's
+ * router logits, row token[r] of E floats, or NULL), skip (A bytes or NULL:
  * actors to avoid, e.g. one that timed out).  Outputs: actor[r] (-1: no actor
  * can take it; the worker computes it itself), used[r] (the expert that computes
  * row r: expert[r], or a substitute when the row overflowed the capacity of
- * every replica of its expert: then the least filled expert that this token did
- * not select and that has room; that changes the output), and overflow (E ints,
- * added to: rows of each expert moved to a substitute).  Static: each row to
- * the lowest alive owner not skipped.  Load-aware: each row to the replica with
- * the fewest rows (the table's backlog plus the rows given to it in this call)
- * that has room under the capacity.  Returns the rows substituted. */
+ * every replica of its expert: then the token's next best expert, the one with
+ * the largest logit among those it did not select that has room (a tie: the
+ * lower index; logits NULL: the least filled such expert); that changes the
+ * output), and overflow (E ints, added to: rows of each expert moved to a
+ * substitute).  Static: each row to the lowest alive owner not skipped.
+ * Load-aware: each row to the replica with the fewest rows (the table's backlog
+ * plus the rows given to it in this call) that has room under the capacity;
+ * overflowed rows are placed after every other row, in row order.  Returns the
+ * rows substituted. */
 int router_moe_assign(const router_moe_view_t *t, int n_rows, const int32_t *token,
-                      const int32_t *expert, const uint8_t *skip, int *actor, int32_t *used,
-                      int64_t *overflow);
+                      const int32_t *expert, const float *logits, const uint8_t *skip,
+                      int *actor, int32_t *used, int64_t *overflow);
 
 /* ---- the router's control plane */
 

@@ -165,14 +165,14 @@ START_TEST(assign_static) {
     int actor[6];
     int32_t used[6];
     int64_t over[4] = {0};
-    ck_assert_int_eq(router_moe_assign(&v, 6, token, expert, NULL, actor, used, over), 0);
+    ck_assert_int_eq(router_moe_assign(&v, 6, token, expert, NULL, NULL, actor, used, over), 0);
     int want[6] = {0, 0, 1, 0, 1, 1};
     for (int r = 0; r < 6; r++) {
         ck_assert_int_eq(actor[r], want[r]);
         ck_assert_int_eq(used[r], expert[r]);
     }
     uint8_t skip[2] = {0, 1}; /* actor 1 timed out: its experts have no one else: -1 (local) */
-    router_moe_assign(&v, 6, token, expert, skip, actor, used, over);
+    router_moe_assign(&v, 6, token, expert, NULL, skip, actor, used, over);
     ck_assert_int_eq(actor[2], -1);
     ck_assert_int_eq(actor[0], 0);
 }
@@ -191,7 +191,7 @@ START_TEST(assign_load_replicas_and_overflow) {
     int actor[8];
     int32_t used[8];
     int64_t over[4] = {0};
-    int moved = router_moe_assign(&v, 8, token, expert, NULL, actor, used, over);
+    int moved = router_moe_assign(&v, 8, token, expert, NULL, NULL, actor, used, over);
     int per[2] = {0}, per_expert[4] = {0};
     for (int r = 0; r < 8; r++) {
         ck_assert_int_ge(actor[r], 0);
@@ -208,7 +208,7 @@ START_TEST(assign_load_replicas_and_overflow) {
     int32_t nocap[4] = {0};
     v.cap = nocap;
     memset(over, 0, sizeof over);
-    ck_assert_int_eq(router_moe_assign(&v, 8, token, expert, NULL, actor, used, over), 0);
+    ck_assert_int_eq(router_moe_assign(&v, 8, token, expert, NULL, NULL, actor, used, over), 0);
     per[0] = per[1] = 0;
     for (int r = 0; r < 8; r++) {
         per[actor[r]]++;
@@ -218,7 +218,7 @@ START_TEST(assign_load_replicas_and_overflow) {
     ck_assert_int_eq(per[1], 4);
     /* a reported backlog steers rows to the other replica */
     load[0] = 100;
-    router_moe_assign(&v, 8, token, expert, NULL, actor, used, over);
+    router_moe_assign(&v, 8, token, expert, NULL, NULL, actor, used, over);
     for (int r = 0; r < 8; r++)
         ck_assert_int_eq(actor[r], 1);
 }
@@ -233,11 +233,48 @@ START_TEST(assign_never_picks_a_selected_expert) {
     int actor[8];
     int32_t used[8];
     int64_t over[4] = {0};
-    router_moe_assign(&v, 8, token, expert, NULL, actor, used, over);
-    for (int r = 0; r < 8; r++)
-        for (int q = 0; q < 8; q++)
-            if (q != r && token[q] == token[r])
-                ck_assert_int_ne(used[q], used[r]); /* a token never gets one expert twice */
+    /* by load (no logits), then by logit: the selected experts have the largest */
+    float logits[4 * 4] = {9, 8, 1, 2, 9, 8, 2, 1, 8, 9, 1, 1, 8, 9, 3, 3};
+    for (int pass = 0; pass < 2; pass++) {
+        router_moe_assign(&v, 8, token, expert, pass ? logits : NULL, NULL, actor, used, over);
+        for (int r = 0; r < 8; r++) {
+            ck_assert_int_ge(actor[r], 0);
+            for (int q = 0; q < 8; q++)
+                if (q != r && token[q] == token[r])
+                    ck_assert_int_ne(used[q], used[r]); /* a token never gets one expert twice */
+        }
+    }
+}
+END_TEST
+
+START_TEST(overflow_goes_to_the_next_best_expert) {
+    int32_t hosts[1 * 4] = {1, 1, 1, 1};
+    int32_t cap[4] = {1000, 1000, 1000, 1000}, load[1] = {0}, alive[1] = {1};
+    router_moe_view_t v = {4, 1, true, hosts, cap, load, alive, 1};
+    /* K = 1: 4 tokens all pick expert 0; capacity ceil(1.0 * 4 / 4) = 1 per expert */
+    int32_t token[4] = {0, 1, 2, 3}, expert[4] = {0, 0, 0, 0};
+    float logits[4 * 4] = {
+        9, 0, 0, 0, /* token 0 keeps expert 0 */
+        9, 2, 7, 7, /* experts 2 and 3 tie: the lower index, 2 */
+        9, 1, 5, 3, /* 2 is full: 3 */
+        9, 6, 8, 0, /* 2 and 3 are full: 1 */
+    };
+    int actor[4];
+    int32_t used[4];
+    int64_t over[4] = {0};
+    ck_assert_int_eq(router_moe_assign(&v, 4, token, expert, logits, NULL, actor, used, over), 3);
+    int want[4] = {0, 2, 3, 1};
+    for (int r = 0; r < 4; r++) {
+        ck_assert_int_eq(used[r], want[r]);
+        ck_assert_int_eq(actor[r], 0);
+    }
+    ck_assert_int_eq(over[0], 3);
+    /* without logits: the least filled expert (ties: the lower index) */
+    memset(over, 0, sizeof over);
+    ck_assert_int_eq(router_moe_assign(&v, 4, token, expert, NULL, NULL, actor, used, over), 3);
+    int by_fill[4] = {0, 1, 2, 3};
+    for (int r = 0; r < 4; r++)
+        ck_assert_int_eq(used[r], by_fill[r]);
 }
 END_TEST
 
@@ -334,6 +371,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, assign_static);
     tcase_add_test(tc, assign_load_replicas_and_overflow);
     tcase_add_test(tc, assign_never_picks_a_selected_expert);
+    tcase_add_test(tc, overflow_goes_to_the_next_best_expert);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("codecs");
     tcase_add_test(tm, codec_request_roundtrip);
