@@ -178,8 +178,8 @@ def failover(model, refs, d):
                     for k in ("timeouts", "resent", "local_rows"))
         down = c.get("router.moe.expert_down", 0)
         served = c.get("expert1.rows", 0)
-        print("ok   failover: %d of 8 requests done at the kill; %d rows resent/timeouts/local, "
-              "router saw %d expert_down, expert1 served %d rows"
+        print("ok   failover: %d of 8 requests done at the kill; %d timeouts + resends + "
+              "local rows, router saw %d expert_down, expert1 served %d rows"
               % (done_at_kill, moved, down, served))
         u.check(moved + down > 0, "the failover was exercised (a resend, a timeout or a "
                 "table without expert0)")
