@@ -294,6 +294,16 @@ static int remote_exec(void *user, const model_moe_call_t *call) {
     r->calls++;
     if (r->fail)
         return r->fail;
+    /* the router logits come with the rows: a row's expert is among its token's K
+     * largest (K = n_rows / n_tokens) */
+    ck_assert(call->logits && call->n_expert > 0 && call->n_rows % call->n_tokens == 0);
+    for (int i = 0; i < call->n_rows; i++) {
+        const float *lg = call->logits + (size_t)call->token[i] * call->n_expert;
+        int above = 0;
+        for (int f = 0; f < call->n_expert; f++)
+            above += lg[f] > lg[call->expert[i]];
+        ck_assert_int_lt(above, call->n_rows / call->n_tokens);
+    }
     /* rows come grouped by expert: run each group through model_moe_expert_rows */
     float *hb = malloc((size_t)(call->n_rows + 1) * call->d_model * sizeof(float));
     for (int i = 0; i < call->n_rows;) {
