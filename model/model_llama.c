@@ -367,6 +367,11 @@ struct model_ctx_t {
     const kern_kv_pool_t *kv;
     float *logits;
     int n_out;
+    /* hooks (model_llama.h), borrowed */
+    model_ffn_tap_fn tap;         /* FFN tap or NULL */
+    void *tap_user;
+    model_moe_exec_fn moe_exec;   /* remote experts or NULL (local) */
+    void *moe_user;
 };
 
 static size_t s_max_row_bytes(int64_t cols) {
@@ -669,6 +674,10 @@ static void s_forward_worker(void *arg, int ith, int nth) {
                       c->ff_u + (size_t)t * ff, ff);
         s_plan_fill(c, &P[S_PLAN_WD], c->ff_g, ff, t0, t1);
         base_pool_barrier(pool);
+        /* The tap reads h and ff_g, which nothing writes before the next barrier
+         * (Wdown writes tmp); the others wait for thread 0 there. */
+        if (c->tap && ith == 0)
+            c->tap(c->tap_user, l, n, c->h, d, c->ff_g, ff);
         s_matmul(c, &P[S_PLAN_WD], wd, &c->tmp, 1, n, ith, nth);
         base_pool_barrier(pool);
         for (int t = t0; t < t1; t++) {
@@ -722,4 +731,22 @@ int model_ctx_forward(model_ctx_t *c, const model_batch_t *b, const kern_kv_pool
     c->batch = NULL;
     c->kv = NULL;
     return n_out;
+}
+
+/* ------------------------------------------------------------------ hooks */
+
+void model_ctx_set_ffn_tap(model_ctx_t *c, model_ffn_tap_fn fn, void *user) {
+    c->tap = fn;
+    c->tap_user = user;
+}
+
+void model_ctx_set_moe_exec(model_ctx_t *c, model_moe_exec_fn fn, void *user) {
+    c->moe_exec = fn;
+    c->moe_user = user;
+}
+
+int model_moe_expert_rows(model_ctx_t *c, int layer, int expert, int n, const float *h,
+                          float *y) {
+    (void)c; (void)layer; (void)expert; (void)n; (void)h; (void)y;
+    return -EINVAL; /* no MoE layers yet */
 }
