@@ -5,9 +5,11 @@
  * permutation and router of every layer, and writes the Mixtral-layout GGUF.
  *
  * Per layer:
- *   1. clustering: neuron i's pattern is |a_i(t)| over calibration tokens t (each token
- *      scaled by the RMS of its activation row, each pattern then to unit length); a
- *      balanced spherical k-means puts the d_ff neurons into E groups of d_ff / E;
+ *   1. clustering: neuron i's pattern over the calibration tokens t marks where it is
+ *      strongly active (|a_i(t)| > 2 RMS of a(t)), normalized to unit length; a balanced
+ *      spherical k-means (best of MODEL_MOEFY_RESTARTS k-means++ starts, greedy
+ *      capacity-bounded assignment) puts the d_ff neurons into E groups of d_ff / E
+ *      that tend to fire together;
  *   2. target: group g's contribution at token t is the norm of its FFN output,
  *      y_g(t) = || sum_{i in g} a_i(t) Wdown[:, i] ||;
  *   3. router: ridge least squares W (d_model, E) from h(t) to y(t): top-K of h W picks
@@ -24,6 +26,7 @@
 #include <stdint.h>
 
 #define MODEL_MOEFY_MAX_EXPERTS 256
+#define MODEL_MOEFY_RESTARTS 4 /* k-means runs per layer; the best is kept */
 
 typedef struct {
     int n_experts;    /* E: groups per layer; must divide d_ff; 2 .. MODEL_MOEFY_MAX_EXPERTS */
@@ -41,7 +44,8 @@ typedef struct {
     float use_max_mean; /* max_e use[e] / mean: 1 balanced .. E all on one expert */
     float use_entropy;  /* -sum use[e] ln use[e] / ln E: 1 balanced .. 0 one expert */
     float recall;       /* mean over tokens of |router top-K & oracle top-K| / K */
-    float err_router;   /* sqrt(sum_t |y - y_S|^2 / sum_t |y|^2), S the router's top-K */
+    float err_router;   /* mean over tokens of |y - y_S| / |y|: y the dense FFN output, y_S
+                           the sum of the outputs of the router's top-K groups S */
     float err_oracle;   /* the same with S the K groups of largest output norm */
     const float *use;   /* (E) fraction of the routed (token, slot) pairs per expert;
                            borrowed from the moefy object */
