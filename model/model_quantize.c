@@ -63,6 +63,10 @@ static bool s_is_4_or_5_bit(kern_type_t t) {
 static kern_type_t s_pick_type(const model_gguf_tensor_t *t, kern_type_t target) {
     if (t->n_dims < 2)
         return KERN_F32; /* norms, biases: small and sensitive */
+    static const char router[] = "ffn_gate_inp.weight"; /* MoE router: small, picks experts */
+    if (t->name.len >= sizeof router - 1 &&
+        !memcmp(t->name.ptr + t->name.len - (sizeof router - 1), router, sizeof router - 1))
+        return KERN_F32;
     kern_type_t want = target;
     if ((model_gguf_str_eq(t->name, "token_embd.weight") ||
          model_gguf_str_eq(t->name, "output.weight")) &&

@@ -20,6 +20,7 @@ const char *model_quantize_type_names(void);
  * kernels and re-quantized with the best ones; a tensor already of its target type is
  * copied as it is.  Rules per tensor:
  *   - 1-D tensors (norms, biases) become F32;
+ *   - MoE routers (blk.N.ffn_gate_inp.weight) become F32 (small; they choose the experts);
  *   - token_embd.weight / output.weight become q8_0 when the target has 4 or 5 bits;
  *   - a row length that is not a multiple of the target's block falls back to q8_0
  *     (when a multiple of 32) or else f16, with a log line.
