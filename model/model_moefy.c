@@ -24,17 +24,17 @@
 #define TILE 64 /* tokens per tile of group outputs */
 
 struct model_moefy_t {
-    model_config_t cfg;     /* the dense model's configuration */
-    model_moefy_opts_t o;   /* options, defaults filled in */
-    int m;                  /* d_ff / E: one expert's width */
-    float *h;               /* (n_layer, max_tokens, d_model) recorded FFN inputs */
-    kern_f16_t *act;        /* (n_layer, max_tokens, d_ff) recorded activations, as F16 */
-    int *n_rec;             /* (n_layer) tokens recorded per layer */
-    bool bad;               /* a tap came with a shape other than the configuration's */
-    bool fitted;            /* perm and router hold a fit */
-    int32_t *perm;          /* (n_layer, d_ff) expert-major neuron order */
-    float *router;          /* (n_layer, E, d_model) */
-    float *use;             /* (n_layer, E) routed-slot fractions */
+    model_config_t cfg;      /* the dense model's configuration */
+    model_moefy_opts_t o;    /* options, defaults filled in */
+    int m;                   /* d_ff / E: one expert's width */
+    float *h;                /* (n_layer, max_tokens, d_model) recorded FFN inputs */
+    kern_f16_t *act;         /* (n_layer, max_tokens, d_ff) recorded activations, as F16 */
+    int *n_rec;              /* (n_layer) tokens recorded per layer */
+    bool bad;                /* a tap came with a shape other than the configuration's */
+    bool fitted;             /* perm and router hold a fit */
+    int32_t *perm;           /* (n_layer, d_ff) expert-major neuron order */
+    float *router;           /* (n_layer, E, d_model) */
+    float *use;              /* (n_layer, E) routed-slot fractions */
     model_moefy_stats_t *st; /* (n_layer) */
 };
 
@@ -78,16 +78,16 @@ int model_moefy_check(const model_gguf_t *g, int n_experts, int top_k, char *err
                      MODEL_MOEFY_MAX_EXPERTS, n_experts);
     if (cfg.d_ff % n_experts != 0)
         return s_err(err, errlen, -EINVAL,
-                     "%d experts do not divide the FFN width %d into equal groups",
-                     n_experts, cfg.d_ff);
+                     "%d experts do not divide the FFN width %d into equal groups", n_experts,
+                     cfg.d_ff);
     if (top_k < 1 || top_k > n_experts)
         return s_err(err, errlen, -EINVAL, "--top-k must be 1 .. %d (the expert count), not %d",
                      n_experts, top_k);
     return 0;
 }
 
-model_moefy_t *model_moefy_new(const model_config_t *cfg, const model_moefy_opts_t *opts,
-                               char *err, size_t errlen) {
+model_moefy_t *model_moefy_new(const model_config_t *cfg, const model_moefy_opts_t *opts, char *err,
+                               size_t errlen) {
     const model_moefy_opts_t *o = opts;
     int E = o->n_experts;
     if (E < 2 || E > MODEL_MOEFY_MAX_EXPERTS || cfg->d_ff % E != 0 || o->top_k < 1 ||
@@ -149,7 +149,7 @@ void model_moefy_tap(void *arg, int layer, int n_tokens, const float *h, int d_m
     model_moefy_t *self = arg;
     const model_config_t *c = &self->cfg;
     if (layer < 0 || layer >= c->n_layer || d_model != c->d_model || d_ff != c->d_ff ||
-        n_tokens < 0) {
+        n_tokens < 0 || !act) { /* act NULL: a MoE layer, no dense activations */
         self->bad = true;
         return;
     }
@@ -163,10 +163,6 @@ void model_moefy_tap(void *arg, int layer, int n_tokens, const float *h, int d_m
     memcpy(self->h + ((size_t)layer * N + (size_t)have) * (size_t)d_model, h,
            (size_t)take * (size_t)d_model * sizeof(float));
     kern_f16_t *dst = self->act + ((size_t)layer * N + (size_t)have) * (size_t)d_ff;
-    if (!act) { /* a MoE layer: no dense activations to record */
-        self->bad = true;
-        return;
-    }
     const kern_ops_t *k = kern_ops_best();
     for (int t = 0; t < take; t++)
         k->quant_row(KERN_F16, act + (size_t)t * (size_t)d_ff, dst + (size_t)t * (size_t)d_ff,
@@ -209,19 +205,19 @@ const float *model_moefy_router(const model_moefy_t *self, int l) {
 
 /* What a thread needs to fit or evaluate one layer at a time (N = recorded tokens). */
 typedef struct {
-    float *a;    /* (N, d_ff) activations, dense order */
-    float *ap;   /* (N, d_ff) activations, expert-major order */
-    float *f;    /* (d_ff, N) neuron patterns (fit only) */
-    float *cent; /* (E, N) centroids (fit only) */
-    float *sim;  /* (E, d_ff) pattern . centroid (fit only) */
-    float *wd;   /* (d_model, d_ff) ffn_down, dense order */
-    float *wp;   /* (d_model, d_ff) ffn_down, expert-major columns */
-    float *ht;   /* (d_model, N) h transposed (fit only) */
-    float *y;    /* (E, N) group output norms (fit only) */
-    float *out;  /* (E, TILE, d_model) group outputs of a tile */
-    float *gtmp;  /* (d_model + E, d_model) H^T H and H^T y as the gemm leaves them (fit only) */
-    double *gram; /* (d_model, d_model) H^T H + ridge, factored in place (fit only) */
-    double *rhs;  /* (E, d_model) H^T y, solved in place (fit only) */
+    float *a;        /* (N, d_ff) activations, dense order */
+    float *ap;       /* (N, d_ff) activations, expert-major order */
+    float *f;        /* (d_ff, N) neuron patterns (fit only) */
+    float *cent;     /* (E, N) centroids (fit only) */
+    float *sim;      /* (E, d_ff) pattern . centroid (fit only) */
+    float *wd;       /* (d_model, d_ff) ffn_down, dense order */
+    float *wp;       /* (d_model, d_ff) ffn_down, expert-major columns */
+    float *ht;       /* (d_model, N) h transposed (fit only) */
+    float *y;        /* (E, N) group output norms (fit only) */
+    float *out;      /* (E, TILE, d_model) group outputs of a tile */
+    float *gtmp;     /* (d_model + E, d_model) H^T H and H^T y as the gemm leaves them (fit only) */
+    double *gram;    /* (d_model, d_model) H^T H + ridge, factored in place (fit only) */
+    double *rhs;     /* (E, d_model) H^T y, solved in place (fit only) */
     int32_t *assign; /* (d_ff) group of each neuron (fit only) */
 } s_scratch_t;
 
@@ -263,7 +259,8 @@ static int s_scratch_alloc(s_scratch_t *s, const model_moefy_t *self, int N, boo
         s->gram = malloc(d * d * sizeof(double));
         s->rhs = malloc(E * d * sizeof(double));
         s->assign = malloc(ff * sizeof(int32_t));
-        ok = ok && s->f && s->cent && s->sim && s->ht && s->y && s->gtmp && s->gram && s->rhs && s->assign;
+        ok = ok && s->f && s->cent && s->sim && s->ht && s->y && s->gtmp && s->gram && s->rhs &&
+             s->assign;
     }
     if (!ok) {
         s_scratch_free(s);
@@ -425,7 +422,9 @@ static uint64_t s_rand(uint64_t *st) { /* xorshift64* */
     return x * 0x2545F4914F6CDD1DULL;
 }
 
-static double s_rand01(uint64_t *st) { return (double)(s_rand(st) >> 11) / 9007199254740992.0; }
+static double s_rand01(uint64_t *st) {
+    return (double)(s_rand(st) >> 11) / 9007199254740992.0;
+}
 
 /* Neuron patterns f (d_ff, N): f[i][t] = 1 when |a_i(t)| > ACTIVE_RMS * rms(a(t)) (neuron
  * i is strongly active at token t), else 0; each row then to unit length, so that the
@@ -483,8 +482,7 @@ static int s_pair_cmp(const void *pa, const void *pb) {
 
 /* Balanced assignment by similarity: take (neuron, group) pairs best first, each neuron
  * once, each group up to m neurons.  Returns how many neurons changed group. */
-static int s_assign(const model_moefy_t *self, const float *sim, int32_t *assign,
-                    s_pair_t *pairs) {
+static int s_assign(const model_moefy_t *self, const float *sim, int32_t *assign, s_pair_t *pairs) {
     const int ff = self->cfg.d_ff, E = self->o.n_experts, m = self->m;
     size_t np = 0;
     for (int g = 0; g < E; g++)
@@ -590,7 +588,7 @@ static int s_cluster(model_moefy_t *self, int l, int N, s_scratch_t *s, bool *co
     const int ff = self->cfg.d_ff, m = self->m;
     uint64_t rng = self->o.seed ^ (0x9E3779B97F4A7C15ULL * (uint64_t)(l + 1));
     s_pair_t *pairs = malloc((size_t)ff * self->o.n_experts * sizeof *pairs);
-    float *best = malloc((size_t)ff * sizeof(float)); /* max cos to a chosen centre */
+    float *best = malloc((size_t)ff * sizeof(float));     /* max cos to a chosen centre */
     int32_t *keep = malloc((size_t)ff * sizeof(int32_t)); /* the best run's groups */
     int rc = -ENOMEM, best_it = 0;
     double best_obj = -1;
@@ -714,11 +712,11 @@ static int s_fit_router(model_moefy_t *self, int l, int N, s_scratch_t *s) {
 typedef struct {
     model_moefy_t *self;
     const model_gguf_t *w;
-    int N;            /* recorded tokens used */
-    bool fit;         /* fit (else evaluate) */
-    atomic_int next;  /* next layer to take */
-    atomic_int done;  /* layers finished */
-    atomic_int rc;    /* first error */
+    int N;           /* recorded tokens used */
+    bool fit;        /* fit (else evaluate) */
+    atomic_int next; /* next layer to take */
+    atomic_int done; /* layers finished */
+    atomic_int rc;   /* first error */
 } s_job_t;
 
 static void *s_worker(void *arg) {
@@ -731,7 +729,8 @@ static void *s_worker(void *arg) {
         return NULL;
     }
     int l;
-    while (atomic_load(&job->rc) == 0 && (l = atomic_fetch_add(&job->next, 1)) < self->cfg.n_layer) {
+    while (atomic_load(&job->rc) == 0 &&
+           (l = atomic_fetch_add(&job->next, 1)) < self->cfg.n_layer) {
         if ((rc = s_load_down(self, job->w, l, s.wd)) < 0)
             break;
         s_load_act(self, l, job->N, s.a);
@@ -756,8 +755,8 @@ static void *s_worker(void *arg) {
               "[%d/%d] layer %2d: %s%s recall %.3f, output error router %.3f oracle %.3f, "
               "use max/mean %.2f entropy %.3f",
               n_done, self->cfg.n_layer, l, job->fit ? "fitted" : "evaluated",
-              conv ? "," : " (k-means not converged),",
-              st->recall, st->err_router, st->err_oracle, st->use_max_mean, st->use_entropy);
+              conv ? "," : " (k-means not converged),", st->recall, st->err_router, st->err_oracle,
+              st->use_max_mean, st->use_entropy);
     }
     if (rc < 0) {
         int zero = 0;
@@ -770,8 +769,9 @@ static void *s_worker(void *arg) {
 static int s_run(model_moefy_t *self, const model_gguf_t *w, int n_threads, bool fit, char *err,
                  size_t errlen) {
     if (self->bad)
-        return s_err(err, errlen, -EINVAL, "the calibration forward reported a shape other "
-                                           "than the model's");
+        return s_err(err, errlen, -EINVAL,
+                     "the calibration forward reported a shape other "
+                     "than the model's");
     int N = model_moefy_recorded(self);
     const int d = self->cfg.d_model;
     if (N < 1)
@@ -1005,8 +1005,8 @@ int model_moefy_write(const model_moefy_t *self, const model_gguf_t *src, const 
                 snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
                 int64_t rne[2] = {d, E};
                 char e2[256] = "";
-                int64_t idx = model_gguf_write_add_tensor(w, name, KERN_F32, 2, rne, NULL, e2,
-                                                          sizeof e2);
+                int64_t idx =
+                    model_gguf_write_add_tensor(w, name, KERN_F32, 2, rne, NULL, e2, sizeof e2);
                 if (idx < 0) {
                     rc = s_err(err, errlen, (int)idx, "%s", e2[0] ? e2 : strerror((int)-idx));
                     goto fail;
@@ -1014,8 +1014,9 @@ int model_moefy_write(const model_moefy_t *self, const model_gguf_t *src, const 
                 outs[n_out++] = (s_out_t){.kind = S_ROUTER, .layer = l, .type = KERN_F32};
             }
             snprintf(name, sizeof name, "blk.%d.%s.weight", l,
-                     kind == S_GATE ? "ffn_gate_exps" : kind == S_UP ? "ffn_up_exps"
-                                                                     : "ffn_down_exps");
+                     kind == S_GATE ? "ffn_gate_exps"
+                     : kind == S_UP ? "ffn_up_exps"
+                                    : "ffn_down_exps");
             if (down) {
                 o.type = model_moefy_down_type(t->type, m);
                 if (!logged_down && kern_type_traits((int)t->type)->block_size > 1) {

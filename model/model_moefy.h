@@ -62,15 +62,15 @@ int model_moefy_check(const model_gguf_t *g, int n_experts, int top_k, char *err
 /* An empty record for a model of configuration cfg (copied): reserves max_tokens tokens
  * of h (F32) and a (F16) for every layer.  NULL with a reason in err on bad options
  * (-EINVAL cases of model_moefy_check) or when out of memory. */
-model_moefy_t *model_moefy_new(const model_config_t *cfg, const model_moefy_opts_t *opts,
-                               char *err, size_t errlen);
+model_moefy_t *model_moefy_new(const model_config_t *cfg, const model_moefy_opts_t *opts, char *err,
+                               size_t errlen);
 /* Free everything; nulls *self_p; safe on NULL and twice. */
 void model_moefy_destroy(model_moefy_t **self_p);
 
 /* The FFN tap (model_ffn_tap_fn of model_llama.h, user = the moefy object): append the
  * n_tokens rows of h (n_tokens, d_model) and act (n_tokens, d_ff) of this layer to the
- * record, up to max_tokens per layer.  Shapes other than the configuration's mark the
- * record bad (fit then fails with -EINVAL). */
+ * record, up to max_tokens per layer.  Shapes other than the configuration's, or act
+ * NULL (an MoE layer), mark the record bad (fit then fails with -EINVAL). */
 void model_moefy_tap(void *self, int layer, int n_tokens, const float *h, int d_model,
                      const float *act, int d_ff);
 /* Tokens recorded in every layer (the minimum over layers). */

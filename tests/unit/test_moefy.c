@@ -200,7 +200,8 @@ static void s_check_written(const model_moefy_t *mf, const model_gguf_t *dense, 
             for (int rr = 0; rr < D_MODEL; rr++) {
                 ref->dequant_row(s->type, (const uint8_t *)s->data + (size_t)rr * srb, dense_row,
                                  D_FF);
-                ref->dequant_row(x->type, (const uint8_t *)x->data + ((size_t)e * D_MODEL + rr) * xrb,
+                ref->dequant_row(x->type,
+                                 (const uint8_t *)x->data + ((size_t)e * D_MODEL + rr) * xrb,
                                  exp_row, M);
                 float amax = 0;
                 for (int j = 0; j < D_FF; j++)
