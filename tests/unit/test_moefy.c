@@ -240,7 +240,7 @@ END_TEST
 START_TEST(test_write_q8_0_requantizes_down) {
     char err[256] = "", q8[320], out[320];
     snprintf(q8, sizeof q8, "%s/dense-q8.gguf", s_dir);
-    ck_assert_msg(model_quantize(s_dense, q8, "q8_0", 1, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(model_quantize(s_dense, q8, "q8_0", 1, NULL, err, sizeof err) == 0, "%s", err);
     model_gguf_t *g = model_gguf_open(q8, err, sizeof err);
     ck_assert_msg(g != NULL, "%s", err);
     model_moefy_t *mf = s_fitted(g, 1);
