@@ -398,6 +398,11 @@ KO_INLINE void s_attn8(const kern_attn_args_t *a, const int kt) {
  * through an offset table, so any block size and block order works; rows past
  * n_ctx repeat row 0 of the chunk with their scores set to -inf. */
 #define S_CH 32
+/* From this many positions on, each chunk prefetches the next one's rows:
+ * measured on the micro-benchmark of test_attention.c (30 layers x 3 KV
+ * heads, 16-token blocks), 25-30% faster at 1024-2048 positions and up to
+ * 20% slower at 128-512, where the hardware prefetchers already keep up. */
+#define S_PF_MIN 1024
 
 /* Keeps v in a register: a row chunk loaded once feeds every head's FMA,
  * rather than the compiler folding the load into each of them. */
@@ -515,6 +520,23 @@ KO_INLINE void s_chunk32(const kern_attn_args_t *a, const int kt, const int NQ, 
     }
 }
 
+/* Prefetch K and V of positions p0 .. p1-1 (into L1): a block's rows are
+ * contiguous, but the blocks of a sequence lie far apart (a block holds every
+ * layer and head), and the hardware prefetchers stop at page edges. */
+KO_INLINE void s_prefetch_rows(const kern_attn_args_t *a, size_t rowb, int p0, int p1) {
+    const int bs = a->block_size;
+    while (p0 < p1) {
+        const int b = p0 / bs, s0 = p0 % bs, s1 = p1 - p0 < bs - s0 ? s0 + p1 - p0 : bs;
+        const size_t o = (size_t)a->blocks[b] * a->block_stride;
+        const uint8_t *k = a->k_base + o, *v = a->v_base + o;
+        for (size_t i = (size_t)s0 * rowb; i < (size_t)s1 * rowb; i += 64) {
+            _mm_prefetch((const char *)(k + i), _MM_HINT_T1);
+            _mm_prefetch((const char *)(v + i), _MM_HINT_T1);
+        }
+        p0 += s1 - s0;
+    }
+}
+
 /* Heads h0 .. h0+NQ-1 over all positions. */
 KO_INLINE void s_group16(const kern_attn_args_t *a, const int kt, const int NQ, const int DB,
                          int h0) {
@@ -548,6 +570,8 @@ KO_INLINE void s_group16(const kern_attn_args_t *a, const int kt, const int NQ, 
             if (kt == S_KT_I8)
                 ks[j] = ks[0], vs[j] = vs[0];
         }
+        if (n >= S_PF_MIN && p + S_CH < n) /* the next chunk, while this one computes */
+            s_prefetch_rows(a, rowb, p + S_CH, n - p < 2 * S_CH ? n : p + 2 * S_CH);
         s_chunk32(a, kt, NQ, DB, q, out, rc, off, ks, vs, m, l);
     }
     for (int h = 0; h < NQ; h++) {
