@@ -470,7 +470,8 @@ KO_INLINE void s_chunk32(const kern_attn_args_t *a, const int kt, const int NQ, 
         __m256 mx = _mm256_load_ps(pb[h]);
         for (int t = 1; t < nt; t++)
             mx = _mm256_max_ps(mx, _mm256_load_ps(pb[h] + 8 * t));
-        if (_mm256_movemask_ps(_mm256_cmp_ps(mx, _mm256_set1_ps(m[h] + S_ATTN_SLACK), _CMP_GT_OQ))) {
+        const __m256 lim = _mm256_set1_ps(m[h] + S_ATTN_SLACK);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(mx, lim, _CMP_GT_OQ))) {
             float mt = s_hmax(mx);
             __m256 al = _mm256_set1_ps(expf(m[h] - mt)); /* 0 on the first chunk */
             float *oh = out + (size_t)h * D;

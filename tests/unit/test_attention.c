@@ -28,8 +28,8 @@ typedef struct {
     float *kf, *vf;
 } s_kv_t;
 
-static void s_kv_make(s_kv_t *kv, const kern_kv_shape_t *s, kern_type_t type, int n_ctx,
-                      bool keep, uint64_t seed) {
+static void s_kv_make(s_kv_t *kv, const kern_kv_shape_t *s, kern_type_t type, int n_ctx, bool keep,
+                      uint64_t seed) {
     memset(kv, 0, sizeof *kv);
     kv->s = *s, kv->n_ctx = n_ctx;
     const int nb = (n_ctx + s->block_size - 1) / s->block_size;
@@ -56,12 +56,12 @@ static void s_kv_make(s_kv_t *kv, const kern_kv_shape_t *s, kern_type_t type, in
         for (int h = 0; h < H; h++)
             for (int p = 0; p < n_ctx; p++)
                 for (int kvi = 0; kvi < 2; kvi++) {
-                    uint8_t *row = kv->pool.base + (size_t)kv->table[p / bs] * kv->pool.block_bytes +
-                                   ((size_t)(l * 2 + kvi) * H + h) * slab +
-                                   (size_t)(p % bs) * D * elt;
-                    float *dst = keep ? (kvi ? kv->vf : kv->kf) +
-                                            (((size_t)l * H + h) * n_ctx + p) * D
-                                      : NULL;
+                    uint8_t *row =
+                        kv->pool.base + (size_t)kv->table[p / bs] * kv->pool.block_bytes +
+                        ((size_t)(l * 2 + kvi) * H + h) * slab + (size_t)(p % bs) * D * elt;
+                    float *dst =
+                        keep ? (kvi ? kv->vf : kv->kf) + (((size_t)l * H + h) * n_ctx + p) * D
+                             : NULL;
                     for (int i = 0; i < D; i++) {
                         float x = kvi ? test_rand_f32(&rng, -1, 1) : test_rand_f32(&rng, -2, 2);
                         if (type == KERN_F16) {
@@ -84,8 +84,8 @@ static void s_kv_free(s_kv_t *kv) {
 
 /* The arguments of layer l, KV head h, the first n_ctx positions, as the forward pass
  * fills them (model_llama.c). */
-static kern_attn_args_t s_args(const s_kv_t *kv, int l, int h, int n_q, int n_ctx,
-                               const float *q, float *out, float *scratch) {
+static kern_attn_args_t s_args(const s_kv_t *kv, int l, int h, int n_q, int n_ctx, const float *q,
+                               float *out, float *scratch) {
     const int D = kv->s.head_dim, H = kv->s.n_head_kv;
     const size_t slab = kern_kv_slab_bytes(kv->pool.type, kv->s.block_size, D);
     return (kern_attn_args_t){
@@ -107,9 +107,12 @@ static kern_attn_args_t s_args(const s_kv_t *kv, int l, int h, int n_q, int n_ct
 
 static const kern_ops_t *s_table(int i) {
     switch (i) {
-    case 0: return kern_ops_ref();
-    case 1: return kern_ops_avx2();
-    default: return kern_ops_avx512();
+    case 0:
+        return kern_ops_ref();
+    case 1:
+        return kern_ops_avx2();
+    default:
+        return kern_ops_avx512();
     }
 }
 
@@ -165,8 +168,8 @@ static void s_check(kern_type_t type, int D, int n_q, int bs, int n_ctx, uint64_
                         ck_assert_msg(fabs(out[i] - want[i]) < 2e-6 * fmax(1, fabs(want[i])),
                                       "%s %s D %d n_q %d bs %d n_ctx %d layer %d head %d: "
                                       "out[%d] %.9g, want %.9g",
-                                      ops->name, type == KERN_F16 ? "f16" : "f32", D, n_q, bs,
-                                      n, l, h, i, out[i], want[i]);
+                                      ops->name, type == KERN_F16 ? "f16" : "f32", D, n_q, bs, n, l,
+                                      h, i, out[i], want[i]);
                 }
             }
         }
@@ -189,7 +192,7 @@ START_TEST(test_attention_pool) {
         s_check(types[t], 128, 4, 16, 66, seed++);
         s_check(types[t], 128, 7, 32, 75, seed++);
         s_check(types[t], 32, 6, 16, 41, seed++);
-        s_check(types[t], 64, 3, 5, 53, seed++); /* tiles across blocks */
+        s_check(types[t], 64, 3, 5, 53, seed++);  /* tiles across blocks */
         s_check(types[t], 80, 2, 16, 45, seed++); /* a head_dim of 8-multiples only */
     }
 }
