@@ -243,7 +243,7 @@ const actor_opt_t actor_worker_opts[] = {
      "tokens per forward step: decode tokens first, the rest prefill chunks"},
     {"max_ctx", ACTOR_OPT_INT, "2048", 2, 1 << 20, NULL,
      "positions per request (prompt + max_tokens)"},
-    {"kv_type", ACTOR_OPT_ENUM, "f32", 0, 0, "f32|f16|int8", "T0 KV format"},
+    {"kv_type", ACTOR_OPT_ENUM, "f16", 0, 0, "f32|f16|int8", "T0 KV format"},
     {"kv_policy", ACTOR_OPT_ENUM, "scored", 0, 0, "lru|lfu|scored", "T0 eviction order"},
     {"prefix_cache", ACTOR_OPT_BOOL, "1", 0, 0, NULL,
      "share cached prompt prefixes (0: every prompt computed)"},

@@ -10,6 +10,7 @@
 #include "actors/actor_runtime.h"
 #include "actors/actor_supervisor.h"
 #include "actors/actor_topology.h"
+#include "actors/actor_worker.h"
 
 #include <czmq.h>
 #include <getopt.h>
@@ -431,7 +432,9 @@ int cmd_serve(int argc, char **argv) {
     }
     /* serve's own defaults: T1 in the T0 format, T2 in the T1 format, no T2 files */
     if (!VAL("t1-type"))
-        s_set(vals, "t1-type", VAL("kv-type") ? VAL("kv-type") : "f32");
+        s_set(vals, "t1-type",
+              VAL("kv-type") ? VAL("kv-type")
+                             : actor_opts_find(actor_worker_opts, "kv_type")->def);
     if (!VAL("t2-type"))
         s_set(vals, "t2-type", VAL("t1-type"));
     if (!VAL("t2-dir"))
