@@ -104,12 +104,13 @@ def tokenize(binp, model, text, known):
     return ids
 
 
-def strata_logits(binp, model, ids, threads=2):
-    """(n_tokens, n_vocab) float32 from `strata logits`."""
+def strata_logits(binp, model, ids, threads=2, kv_type="f32"):
+    """(n_tokens, n_vocab) float32 from `strata logits`.  KV in float32 as the reference
+    keeps it (strata's default is f16; what F16/int8 KV cost is test_kv_quant_ppl's)."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "logits.bin")
         run([binp, "logits", "-m", model, "--ids", " ".join(map(str, ids)), "-o", out,
-             "--threads", str(threads)])
+             "--threads", str(threads), "--kv-type", kv_type])
         raw = open(out, "rb").read()
     hdr = np.frombuffer(raw[:8], dtype="<i4")
     n, v = int(hdr[0]), int(hdr[1])
@@ -119,9 +120,9 @@ def strata_logits(binp, model, ids, threads=2):
     return body.reshape(n, v)
 
 
-def strata_greedy(binp, model, ids, n, threads=2):
+def strata_greedy(binp, model, ids, n, threads=2, kv_type="f32"):
     out = run([binp, "generate", "-m", model, "--ids", " ".join(map(str, ids)), "-n", str(n),
-               "--greedy", "--print-ids", "--threads", str(threads)])
+               "--greedy", "--print-ids", "--threads", str(threads), "--kv-type", kv_type])
     lines = [ln for ln in out.strip().splitlines() if ln.strip()]
     if not lines:
         fail_exit("strata generate --print-ids printed nothing")
