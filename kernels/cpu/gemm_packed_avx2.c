@@ -33,7 +33,7 @@
 #endif
 
 #define PK_INLINE static inline __attribute__((always_inline))
-#define PK_CT 4      /* columns per register tile (8 rows each) at most */
+#define PK_CT 4      /* columns per register tile (8 rows each) */
 #define PK_PREP 4096 /* prepared (column, block) entries per pass: 32 KiB of stack */
 #define PK_BK 512    /* blocks per pass at most */
 #ifndef PK_PF
@@ -72,17 +72,6 @@ PK_INLINE __m256i s_bits5(const uint8_t *p) {
     __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), idx);
     v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
-
-/* Columns per register tile: without VNNI, Q5 and Q8_0 keep two int16 or
- * int32 sums per column, and 16 ymm registers hold three columns' worth. */
-PK_INLINE int s_ct(kern_type_t T) {
-#ifdef PK_AVXVNNI
-    (void)T;
-    return 4;
-#else
-    return T == KERN_Q4_0 || T == KERN_Q4_1 ? 4 : 3;
-#endif
 }
 
 /* One pass's activations, per (column, block) at [column * nbk + block]: the
@@ -142,33 +131,42 @@ PK_INLINE void s_isums(kern_type_t T, const int C, const uint8_t *o, int h,
     const bool FIVE = T == KERN_Q5_0 || T == KERN_Q5_1;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
 #ifdef PK_AVXVNNI
+    /* two sums per column (even / odd products) halve the dependent chains */
+    __m256i e[PK_CT];
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++)
-        isum[c] = _mm256_setzero_si256();
+        isum[c] = e[c] = _mm256_setzero_si256();
     if (T == KERN_Q8_0) {
 #pragma GCC unroll 8
-        for (int s = 0; s < 8; s++) {
-            const __m256i w = _mm256_loadu_si256((const __m256i *)(o + 64 * s + H));
+        for (int s = 0; s < 8; s += 2) {
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(o + 64 * s + H));
+            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(o + 64 * s + 64 + H));
 #pragma GCC unroll 4
-            for (int c = 0; c < C; c++)
-                isum[c] = s_dp(isum[c], w, xq[c] + 4 * s);
+            for (int c = 0; c < C; c++) {
+                isum[c] = s_dp(isum[c], w0, xq[c] + 4 * s);
+                e[c] = s_dp(e[c], w1, xq[c] + 4 * s + 4);
+            }
         }
-        return;
+    } else {
+#pragma GCC unroll 4
+        for (int s = 0; s < 4; s++) {
+            const __m256i z = _mm256_loadu_si256((const __m256i *)(o + 64 * s + H));
+            __m256i lo = _mm256_and_si256(z, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
+            if (FIVE) {
+                lo = _mm256_or_si256(lo, s_bits5(o + QHO + 16 * s + 4 * h));
+                hi = _mm256_or_si256(hi, s_bits5(o + QHO + 16 * s + 8 + 4 * h));
+            }
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                isum[c] = s_dp(isum[c], lo, xq[c] + 4 * s);
+                e[c] = s_dp(e[c], hi, xq[c] + 16 + 4 * s);
+            }
+        }
     }
 #pragma GCC unroll 4
-    for (int s = 0; s < 4; s++) {
-        const __m256i z = _mm256_loadu_si256((const __m256i *)(o + 64 * s + H));
-        __m256i lo = _mm256_and_si256(z, m4), hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
-        if (FIVE) {
-            lo = _mm256_or_si256(lo, s_bits5(o + QHO + 16 * s + 4 * h));
-            hi = _mm256_or_si256(hi, s_bits5(o + QHO + 16 * s + 8 + 4 * h));
-        }
-#pragma GCC unroll 4
-        for (int c = 0; c < C; c++) {
-            isum[c] = s_dp(isum[c], lo, xq[c] + 4 * s);
-            isum[c] = s_dp(isum[c], hi, xq[c] + 16 + 4 * s);
-        }
-    }
+    for (int c = 0; c < C; c++)
+        isum[c] = _mm256_add_epi32(isum[c], e[c]);
 #else
     const __m256i one = _mm256_set1_epi16(1);
     __m256i a[PK_CT], b[PK_CT]; /* int16 sums */
@@ -328,10 +326,9 @@ PK_INLINE void s_gemm_pk(kern_type_t T, int64_t k, int r0, int nr, int nc, const
                     continue;
                 }
                 for (int h = 0; h < 2 && 8 * h < rows; h++) {
-                    const int CT = s_ct(T);
                     int c = 0;
-                    for (; c + CT <= cn; c += CT)
-                        s_tile(T, 1, CT, h, nbk, rec, xc + (size_t)c * xs, xs, &prep, c,
+                    for (; c + PK_CT <= cn; c += PK_CT)
+                        s_tile(T, 1, PK_CT, h, nbk, rec, xc + (size_t)c * xs, xs, &prep, c,
                                o + (size_t)c * os, os, rows, b0 > 0, c == 0 && h == 0);
                     const uint8_t *xt = xc + (size_t)c * xs;
                     float *ot = o + (size_t)c * os;
