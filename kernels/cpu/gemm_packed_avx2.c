@@ -365,6 +365,23 @@ PK_FN(s_pk_q5_1, KERN_Q5_1)
 PK_FN(s_pk_q8_0, KERN_Q8_0)
 #undef PK_FN
 
+#ifndef PK_AVXVNNI
+/* The ymm tables' packed_size: the reference layout, for the types this file's
+ * gemm handles (and no other type the reference may pack). */
+size_t kern_packed_size_avx2(kern_type_t wt, int64_t k, int nr) {
+    switch (wt) {
+    case KERN_Q4_0:
+    case KERN_Q4_1:
+    case KERN_Q5_0:
+    case KERN_Q5_1:
+    case KERN_Q8_0:
+        return kern_ref_packed_size(wt, k, nr);
+    default:
+        return 0;
+    }
+}
+#endif
+
 void PK_NAME(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed, const void *x,
              size_t x_stride, float *out, size_t out_stride) {
     assert(kern_pk_type(wt) && r0 % KERN_PK_ROWS == 0 && nr >= 1 && nc >= 1);
