@@ -83,7 +83,9 @@ typedef struct {
                  const void *x, size_t x_stride, float *out, size_t out_stride);
 
     /* Packed weights: a layout for the 32-element block types (Q4_0, Q4_1, Q5_0,
-     * Q5_1, Q8_0) made once at model load, whose gemm needs no cross-lane sums.
+     * Q5_1, Q8_0) made once at model load, whose gemm needs no cross-lane sums;
+     * the K-quants (Q4_K, Q5_K, Q6_K) have their own, with super-block records
+     * and their own float sequence (both in kernels/cpu/kern_cpu.h).
      * Rows go in groups of 16 (the last group padded with zero rows); for each
      * block index b of a group, one record holds the b-th block of its 16 rows
      * with lane j (bytes 4j..4j+3 of each 64-byte step) from row j, then the 16

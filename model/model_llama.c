@@ -7,6 +7,12 @@
  *       x += attention(q, KV) Wo
  *       h = rmsnorm(x) ; x += (silu(h Wgate) * h Wup) Wdown
  *   logits = rmsnorm(x) Wout           (only for tokens that want them)
+ * In a Mixture-of-Experts model (Mixtral layout, docs/MOE.md) the feed-forward
+ * block routes each token to K of E experts, each a SwiGLU FFN of its own:
+ *       h = rmsnorm(x) ; r = h Wrouter ; (e_k, w_k) = topK(r)
+ *       x += sum_k w_k * (silu(h Wgate[e_k]) * h Wup[e_k]) Wdown[e_k]
+ * with the step's (token, expert) pairs grouped by expert so that each expert
+ * runs one matrix product over all its tokens.
  * The whole pass is one base_pool_run: every thread walks the same stages and
  * takes its share of each (rows of a matrix, or tokens), with a barrier where a
  * stage reads what another thread wrote.  Time goes to the matrix products
@@ -26,6 +32,7 @@
 
 #define S_TAG "model"
 #define S_MAX_QTYPES 3 /* distinct activation formats one input may need */
+#define S_MAX_EXPERTS 256 /* experts per layer we accept (Mixtral 8, DeepSeek-V3 256) */
 
 typedef struct {
     float *attn_norm;   /* (d_model) */
@@ -37,6 +44,11 @@ typedef struct {
     model_weight_t wg;  /* (d_ff, d_model) */
     model_weight_t wu;  /* (d_ff, d_model) */
     model_weight_t wd;  /* (d_model, d_ff) */
+    /* MoE layers (n_expert > 0) instead of wg, wu, wd: */
+    model_weight_t wr;  /* (n_expert, d_model) router */
+    model_weight_t *experts; /* (3 * n_expert): gate, up, down of each expert, slabs of
+                                the 3-D tensors: eg (d_ff, d_model), eu, ed (d_model, d_ff) */
+    model_weight_t *eg, *eu, *ed; /* (n_expert) views into experts */
 } s_layer_t;
 
 struct model_llama_t {
@@ -87,6 +99,34 @@ static int s_weight(model_llama_t *m, const char *name, int64_t cols, int64_t ro
     return 0;
 }
 
+/* The 3-D tensor `name` of E stacked matrices, shape [cols, rows, E] in GGUF
+ * order; ws[e] (E entries) becomes expert e's matrix, a contiguous slab of it. */
+static int s_experts(model_llama_t *m, const char *name, int64_t cols, int64_t rows, int E,
+                     const char *dims, model_weight_t *ws, char *err, size_t errlen) {
+    const model_gguf_tensor_t *t = model_gguf_tensor(m->gguf, name);
+    const char *path = model_gguf_path(m->gguf);
+    const char *a = m->cfg.arch;
+    if (!t)
+        return s_err(err, errlen, path, "missing tensor '%s' (an MoE model: %s.expert_count is %d)",
+                     name, a, E);
+    if (t->n_dims != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != E)
+        return s_err(err, errlen, path,
+                     "tensor '%s' has %d dims [%lld, %lld, %lld], expected [%lld, %lld, %d] (%s)",
+                     name, t->n_dims, (long long)t->ne[0], (long long)t->ne[1],
+                     (long long)t->ne[2], (long long)cols, (long long)rows, E, dims);
+    size_t row_bytes = kern_row_size(t->type, cols);
+    for (int e = 0; e < E; e++)
+        ws[e] = (model_weight_t){
+            .type = t->type,
+            .data = (const uint8_t *)t->data + (size_t)e * rows * row_bytes,
+            .rows = rows,
+            .cols = cols,
+            .row_bytes = row_bytes,
+        };
+    m->weight_bytes += t->nbytes;
+    return 0;
+}
+
 /* A 1-D tensor of n elements, converted to a malloc'd float array. */
 static int s_vector(model_llama_t *m, const char *name, int64_t n, float **out, char *err,
                     size_t errlen) {
@@ -115,6 +155,54 @@ static bool s_get_int(const model_gguf_t *g, const char *arch, const char *key, 
         return !required;
     *out = (int)v;
     return true;
+}
+
+/* The Mixture-of-Experts keys: <arch>.expert_count (E, absent or 0: dense),
+ * <arch>.expert_used_count (K, 1..E) and strata.expert_gating. */
+static int s_read_moe(const model_gguf_t *g, model_config_t *c, char *err, size_t errlen) {
+    const char *path = model_gguf_path(g), *a = c->arch;
+    char ke[160], ku[160];
+    snprintf(ke, sizeof ke, "%s.expert_count", a);
+    snprintf(ku, sizeof ku, "%s.expert_used_count", a);
+    int64_t E = 0, K = 0;
+    bool has_e = model_gguf_find(g, ke) != NULL, has_k = model_gguf_find(g, ku) != NULL;
+    if (has_e && (!model_gguf_get_i64(g, ke, &E) || E < 0 || E > S_MAX_EXPERTS))
+        return s_err(err, errlen, path, "%s must be an integer in 0..%d (0: dense)", ke,
+                     S_MAX_EXPERTS);
+    if (has_k && !model_gguf_get_i64(g, ku, &K))
+        return s_err(err, errlen, path, "%s must be an integer", ku);
+    if (E == 0 && K != 0)
+        return s_err(err, errlen, path, "%s is %lld but the model has no experts (%s %s)", ku,
+                     (long long)K, ke, has_e ? "is 0" : "is missing");
+    if (E > 0 && !has_k)
+        return s_err(err, errlen, path, "%s is missing, expected 1..%lld (%s)", ku, (long long)E,
+                     ke);
+    if (E > 0 && (K < 1 || K > E))
+        return s_err(err, errlen, path, "%s is %lld, expected 1..%lld (%s)", ku, (long long)K,
+                     (long long)E, ke);
+    c->n_expert = (int)E;
+    c->n_expert_used = (int)K;
+    c->gating = MODEL_GATING_SOFTMAX_TOPK;
+    if (model_gguf_find(g, "strata.expert_gating")) {
+        static const char *const names[] = {"softmax_topk", "softmax_all", "unit"};
+        char *v = NULL;
+        if (!model_gguf_get_str(g, "strata.expert_gating", &v))
+            return s_err(err, errlen, path, "strata.expert_gating must be a string "
+                         "(softmax_topk, softmax_all or unit)");
+        int found = -1;
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(v, names[i]))
+                found = i;
+        if (found < 0) {
+            s_err(err, errlen, path, "unknown strata.expert_gating '%.60s' (valid: softmax_topk, "
+                  "softmax_all, unit)", v);
+            free(v);
+            return -EINVAL;
+        }
+        free(v);
+        c->gating = (model_gating_t)found;
+    }
+    return 0;
 }
 
 int model_llama_read_config(const model_gguf_t *g, model_config_t *c, char *err, size_t errlen) {
@@ -180,7 +268,7 @@ int model_llama_read_config(const model_gguf_t *g, model_config_t *c, char *err,
     if (model_gguf_get_f64(g, k, &v) && v > 0)
         c->rms_eps = (float)v;
     c->rope_neox = false; /* GGUF llama stores Q/K permuted for the adjacent-pair layout */
-    return 0;
+    return s_read_moe(g, c, err, errlen);
 }
 
 /* Repack w into the kernels' row-interleaved layout when the kernel table has
@@ -207,9 +295,11 @@ static int s_pack_all(model_llama_t *m, char *err, size_t errlen) {
     int rc = 0;
     for (int l = 0; l < m->cfg.n_layer && !rc; l++) {
         s_layer_t *L = &m->layers[l];
-        model_weight_t *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+        model_weight_t *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->wr};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !rc; i++)
             rc = s_pack(m, ws[i], k);
+        for (int e = 0; L->experts && e < 3 * m->cfg.n_expert && !rc; e++)
+            rc = s_pack(m, &L->experts[e], k); /* each expert's slab on its own */
     }
     if (!rc)
         rc = s_pack(m, &m->out, k); /* a copy even when tied: the lookup reads embd.data */
@@ -219,6 +309,35 @@ static int s_pack_all(model_llama_t *m, char *err, size_t errlen) {
         LOG_I(S_TAG, "repacked %.1f MiB of weights for the %s kernels", m->packed_bytes / 1048576.0,
               k->name);
     return rc;
+}
+
+/* Layer l's router and experts (model_config_t.n_expert > 0). */
+static int s_load_moe_layer(model_llama_t *m, int l, char *err, size_t errlen) {
+    const model_config_t *c = &m->cfg;
+    s_layer_t *L = &m->layers[l];
+    int E = c->n_expert;
+    char n[4][64];
+    const char *suffix[4] = {"ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    for (int i = 0; i < 4; i++)
+        snprintf(n[i], sizeof n[i], "blk.%d.%s.weight", l, suffix[i]);
+    if (!model_gguf_tensor(m->gguf, n[0]))
+        return s_err(err, errlen, model_gguf_path(m->gguf),
+                     "missing tensor '%s' (an MoE model: %s.expert_count is %d)", n[0], c->arch, E);
+    L->experts = calloc((size_t)3 * E, sizeof *L->experts);
+    if (!L->experts)
+        return s_err(err, errlen, model_gguf_path(m->gguf), "out of memory");
+    L->eg = L->experts;
+    L->eu = L->experts + E;
+    L->ed = L->experts + 2 * E;
+    return s_weight(m, n[0], c->d_model, E, &L->wr, err, errlen) ||
+                   s_experts(m, n[1], c->d_model, c->d_ff, E, "d_model, d_ff, expert_count",
+                             L->eg, err, errlen) ||
+                   s_experts(m, n[2], c->d_model, c->d_ff, E, "d_model, d_ff, expert_count",
+                             L->eu, err, errlen) ||
+                   s_experts(m, n[3], c->d_ff, c->d_model, E, "d_ff, d_model, expert_count",
+                             L->ed, err, errlen)
+               ? -EINVAL
+               : 0;
 }
 
 model_llama_t *model_llama_load(const char *path, char *err, size_t errlen) {
@@ -284,8 +403,20 @@ model_llama_t *model_llama_load(const char *path, char *err, size_t errlen) {
             s_weight(m, n[2], c->d_model, kv_dim, &L->wk, err, errlen) ||
             s_weight(m, n[3], c->d_model, kv_dim, &L->wv, err, errlen) ||
             s_weight(m, n[4], q_dim, c->d_model, &L->wo, err, errlen) ||
-            s_vector(m, n[5], c->d_model, &L->ffn_norm, err, errlen) ||
-            s_weight(m, n[6], c->d_model, c->d_ff, &L->wg, err, errlen) ||
+            s_vector(m, n[5], c->d_model, &L->ffn_norm, err, errlen))
+            goto fail;
+        if (c->n_expert > 0) {
+            if (s_load_moe_layer(m, l, err, errlen))
+                goto fail;
+            continue;
+        }
+        snprintf(n[0], sizeof n[0], "blk.%d.ffn_gate_exps.weight", l);
+        if (model_gguf_tensor(m->gguf, n[0])) {
+            s_err(err, errlen, path, "tensor '%s' but no %s.expert_count: an MoE model needs "
+                  "%s.expert_count and %s.expert_used_count", n[0], c->arch, c->arch, c->arch);
+            goto fail;
+        }
+        if (s_weight(m, n[6], c->d_model, c->d_ff, &L->wg, err, errlen) ||
             s_weight(m, n[7], c->d_model, c->d_ff, &L->wu, err, errlen) ||
             s_weight(m, n[8], c->d_ff, c->d_model, &L->wd, err, errlen))
             goto fail;
@@ -307,9 +438,12 @@ void model_llama_destroy(model_llama_t **self_p) {
         s_layer_t *L = &m->layers[l];
         free(L->attn_norm);
         free(L->ffn_norm);
-        model_weight_t *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+        model_weight_t *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->wr};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             free(ws[i]->packed);
+        for (int e = 0; L->experts && e < 3 * m->cfg.n_expert; e++)
+            free(L->experts[e].packed);
+        free(L->experts);
     }
     free(m->out.packed);
     free(m->layers);
@@ -340,13 +474,14 @@ typedef struct {
     size_t row_bytes[S_MAX_QTYPES];   /* bytes per row in that format */
 } s_plan_t;
 
-enum { S_PLAN_QKV, S_PLAN_WO, S_PLAN_GU, S_PLAN_WD, S_PLANS_PER_LAYER };
+enum { S_PLAN_QKV, S_PLAN_WO, S_PLAN_GU, S_PLAN_WD, S_PLAN_ROUTER, S_PLANS_PER_LAYER };
 
 struct model_ctx_t {
     const model_llama_t *m;  /* borrowed */
     const kern_ops_t *k;     /* kernel table */
     base_pool_t *pool;       /* threads */
     int max_tokens;          /* batch capacity */
+    int max_rows;            /* FFN rows: max_tokens * n_expert_used (max_tokens when dense) */
     int max_ctx;             /* positions attended at most */
     float *x;        /* (max_tokens, d_model) residual stream */
     float *h;        /* (max_tokens, d_model) normed input of a sub-layer */
@@ -355,18 +490,38 @@ struct model_ctx_t {
     float *kv_v;     /* (max_tokens, n_head_kv*head_dim) new values */
     float *att;      /* (max_tokens, n_head*head_dim) attention output */
     float *tmp;      /* (max_tokens, d_model) sub-layer output before the residual add */
-    float *ff_g;     /* (max_tokens, d_ff) gate, then silu(gate)*up */
-    float *ff_u;     /* (max_tokens, d_ff) up */
+    float *ff_g;     /* (max_rows, d_ff) gate, then silu(gate)*up */
+    float *ff_u;     /* (max_rows, d_ff) up */
     float *cs;       /* (max_tokens, n_rot) cos/sin pairs per token */
     float *scratch;  /* (n_threads, n_head/n_head_kv * max_ctx) attention scores */
     int *out_rows;   /* (max_tokens) batch index of each wanted token */
-    uint8_t *qbuf[S_MAX_QTYPES]; /* (max_tokens, widest row) quantized activations */
+    uint8_t *qbuf[S_MAX_QTYPES]; /* (max_rows, widest row) quantized activations */
+    /* MoE routing of the step (NULL when dense); rows = routed (token, expert) pairs */
+    float *rlog;     /* (max_tokens, n_expert) router logits */
+    float *gw;       /* (max_tokens, K) gate weight of each token's k-th expert */
+    int32_t *row_of; /* (max_tokens, K) row of each token's k-th expert */
+    int32_t *row_tok; /* (max_rows) token of each row; rows grouped by expert ascending */
+    int32_t *row_exp; /* (max_rows) expert of each row */
+    int *off;        /* (n_expert + 1) rows [off[e], off[e+1]) are expert e's */
+    float *y;        /* (max_rows, d_model) expert outputs, before the gate weights */
+    int moe_rc;      /* the remote executor's error in this run, or 0 */
+    /* model_moe_expert_rows' job, read by its workers */
+    struct {
+        int layer, expert, n;
+        const float *h;
+        float *y;
+    } xr;
     s_plan_t *plans; /* (n_layer * S_PLANS_PER_LAYER + 1) formats per input, fixed at creation */
     /* per-run state, read by the workers */
     const model_batch_t *batch;
     const kern_kv_pool_t *kv;
     float *logits;
     int n_out;
+    /* hooks (model_llama.h), borrowed */
+    model_ffn_tap_fn tap;         /* FFN tap or NULL */
+    void *tap_user;
+    model_moe_exec_fn moe_exec;   /* remote experts or NULL (local) */
+    void *moe_user;
 };
 
 static size_t s_max_row_bytes(int64_t cols) {
@@ -429,7 +584,9 @@ model_ctx_t *model_ctx_new(const model_llama_t *m, int max_tokens, int max_ctx, 
     c->max_tokens = max_tokens;
     c->max_ctx = max_ctx;
     c->pool = base_pool_new(n_threads);
-    size_t T = (size_t)max_tokens;
+    size_t T = (size_t)max_tokens, E = (size_t)cfg->n_expert, K = (size_t)cfg->n_expert_used;
+    size_t R = E ? T * K : T; /* FFN rows */
+    c->max_rows = (int)R;
     int q_dim = cfg->n_head * cfg->head_dim, kv_dim = cfg->n_head_kv * cfg->head_dim;
     int widest = cfg->d_model > q_dim ? cfg->d_model : q_dim;
     if (cfg->d_ff > widest)
@@ -441,16 +598,26 @@ model_ctx_t *model_ctx_new(const model_llama_t *m, int max_tokens, int max_ctx, 
     c->kv_v = malloc(T * kv_dim * sizeof(float));
     c->att = malloc(T * q_dim * sizeof(float));
     c->tmp = malloc(T * cfg->d_model * sizeof(float));
-    c->ff_g = malloc(T * cfg->d_ff * sizeof(float));
-    c->ff_u = malloc(T * cfg->d_ff * sizeof(float));
+    c->ff_g = malloc(R * cfg->d_ff * sizeof(float));
+    c->ff_u = malloc(R * cfg->d_ff * sizeof(float));
     c->cs = malloc(T * cfg->n_rot * sizeof(float));
     c->scratch = malloc((size_t)n_threads * (cfg->n_head / cfg->n_head_kv) * max_ctx *
                         sizeof(float));
     c->out_rows = malloc(T * sizeof(int));
     bool ok = c->pool && c->x && c->h && c->q && c->kv_k && c->kv_v && c->att && c->tmp &&
               c->ff_g && c->ff_u && c->cs && c->scratch && c->out_rows;
+    if (ok && E) {
+        c->rlog = malloc(T * E * sizeof(float));
+        c->gw = malloc(T * K * sizeof(float));
+        c->row_of = malloc(T * K * sizeof(int32_t));
+        c->row_tok = malloc(R * sizeof(int32_t));
+        c->row_exp = malloc(R * sizeof(int32_t));
+        c->off = malloc((E + 1) * sizeof(int));
+        c->y = malloc(R * cfg->d_model * sizeof(float));
+        ok = c->rlog && c->gw && c->row_of && c->row_tok && c->row_exp && c->off && c->y;
+    }
     for (int i = 0; ok && i < S_MAX_QTYPES; i++) {
-        c->qbuf[i] = malloc(T * s_max_row_bytes(widest) + 64);
+        c->qbuf[i] = malloc(R * s_max_row_bytes(widest) + 64);
         ok = c->qbuf[i] != NULL;
     }
     c->plans = calloc((size_t)cfg->n_layer * S_PLANS_PER_LAYER + 1, sizeof *c->plans);
@@ -459,10 +626,17 @@ model_ctx_t *model_ctx_new(const model_llama_t *m, int max_tokens, int max_ctx, 
         const s_layer_t *L = &m->layers[l];
         s_plan_t *p = c->plans + (size_t)l * S_PLANS_PER_LAYER;
         const model_weight_t *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->wg, &L->wu};
+        const model_weight_t *wd = &L->wd;
+        if (E) { /* every expert of a layer has the types of expert 0 (one tensor each) */
+            gu[0] = &L->eg[0];
+            gu[1] = &L->eu[0];
+            wd = &L->ed[0];
+            s_plan_make(&p[S_PLAN_ROUTER], (const model_weight_t *[]){&L->wr}, 1);
+        }
         s_plan_make(&p[S_PLAN_QKV], qkv, 3);
         s_plan_make(&p[S_PLAN_WO], (const model_weight_t *[]){&L->wo}, 1);
         s_plan_make(&p[S_PLAN_GU], gu, 2);
-        s_plan_make(&p[S_PLAN_WD], (const model_weight_t *[]){&L->wd}, 1);
+        s_plan_make(&p[S_PLAN_WD], &wd, 1);
     }
     if (ok)
         s_plan_make(&c->plans[(size_t)cfg->n_layer * S_PLANS_PER_LAYER],
@@ -480,6 +654,8 @@ void model_ctx_destroy(model_ctx_t **self_p) {
     free(c->x); free(c->h); free(c->q); free(c->kv_k); free(c->kv_v); free(c->att);
     free(c->tmp); free(c->ff_g); free(c->ff_u); free(c->cs); free(c->scratch);
     free(c->out_rows);
+    free(c->rlog); free(c->gw); free(c->row_of); free(c->row_tok); free(c->row_exp);
+    free(c->off); free(c->y);
     for (int i = 0; i < S_MAX_QTYPES; i++)
         free(c->qbuf[i]);
     free(c->plans);
@@ -493,9 +669,10 @@ int model_ctx_threads(const model_ctx_t *self) { return base_pool_size(self->poo
 /* ------------------------------------------------------------------ stages */
 
 /* This thread's share of out = X W^T for each weight in ws (outputs outs, each
- * row-major (n, rows)).  Rows are split in multiples of 16 so SIMD tiles stay whole. */
+ * row-major (n, rows)), X the n quantized activation rows from row x0 of the
+ * plan's buffers.  Rows are split in multiples of 16 so SIMD tiles stay whole. */
 static void s_matmul(model_ctx_t *c, const s_plan_t *qi, const model_weight_t *const *ws,
-                     float *const *outs, int nw, int n, int ith, int nth) {
+                     float *const *outs, int nw, int x0, int n, int ith, int nth) {
     int total = 0;
     for (int i = 0; i < nw; i++)
         total += (int)ws[i]->rows;
@@ -510,6 +687,7 @@ static void s_matmul(model_ctx_t *c, const s_plan_t *qi, const model_weight_t *c
         if (r0 < r1) {
             size_t xs = 0;
             const uint8_t *xq = s_plan_get(c, qi, kern_type_traits(w->type)->vec_dot_type, &xs);
+            xq += (size_t)x0 * xs;
             if (w->packed && c->k->gemm_packed && r0 % 16 == 0)
                 c->k->gemm_packed(w->type, w->cols, r0, r1 - r0, n, w->packed, xq, xs,
                                   outs[i] + r0, (size_t)w->rows);
@@ -614,6 +792,159 @@ static void s_stage_attention(model_ctx_t *c, int layer, int n, int ith, int nth
     }
 }
 
+/* ------------------------------------------------------------------ MoE */
+
+/* Route every token of the step (one thread): its K experts by router logit,
+ * ties to the lower expert index, in rank order (largest first); their gate
+ * weights by the gating mode; then the (token, expert) rows grouped by expert
+ * ascending, each expert's rows in token order.  Cheap: n * K * E compares. */
+static void s_route(model_ctx_t *c, int n) {
+    const model_config_t *cfg = &c->m->cfg;
+    const int E = cfg->n_expert, K = cfg->n_expert_used;
+    int32_t sel[S_MAX_EXPERTS];
+    bool used[S_MAX_EXPERTS];
+    for (int e = 0; e <= E; e++)
+        c->off[e] = 0;
+    for (int t = 0; t < n; t++) {
+        const float *lg = c->rlog + (size_t)t * E;
+        float *w = c->gw + (size_t)t * K;
+        memset(used, 0, (size_t)E * sizeof *used);
+        for (int kk = 0; kk < K; kk++) { /* strict > : the lower index wins a tie */
+            int best = -1;
+            for (int e = 0; e < E; e++)
+                if (!used[e] && (best < 0 || lg[e] > lg[best]))
+                    best = e;
+            used[best] = true;
+            sel[kk] = best;
+        }
+        /* softmax over the K (or all E) logits, max subtracted, in double */
+        double mx = lg[sel[0]], sum = 0;
+        if (cfg->gating == MODEL_GATING_SOFTMAX_ALL)
+            for (int e = 0; e < E; e++)
+                sum += exp((double)lg[e] - mx);
+        else
+            for (int kk = 0; kk < K; kk++)
+                sum += exp((double)lg[sel[kk]] - mx);
+        for (int kk = 0; kk < K; kk++) {
+            w[kk] = cfg->gating == MODEL_GATING_UNIT ? 1.0f
+                                                    : (float)(exp((double)lg[sel[kk]] - mx) / sum);
+            c->row_of[(size_t)t * K + kk] = sel[kk]; /* the expert for now; its row below */
+            c->off[sel[kk] + 1]++;
+        }
+    }
+    for (int e = 0; e < E; e++)
+        c->off[e + 1] += c->off[e];
+    int fill[S_MAX_EXPERTS];
+    memcpy(fill, c->off, (size_t)E * sizeof *fill);
+    for (int t = 0; t < n; t++)
+        for (int kk = 0; kk < K; kk++) {
+            int32_t *r = &c->row_of[(size_t)t * K + kk];
+            int e = *r, row = fill[e]++;
+            c->row_tok[row] = t;
+            c->row_exp[row] = e;
+            *r = row;
+        }
+}
+
+/* This thread's share of y = down(swiglu(gate h, up h)) for every row of layer
+ * l's experts: rows [off[e], off[e+1]) go through expert e, row r reads
+ * h[tok[r]] (tok NULL: h[r]).  Each expert's rows are one matrix product; the
+ * rows of each matrix are split over the threads.  Ends with a barrier. */
+static void s_experts_run(model_ctx_t *c, int l, const float *h, const int32_t *tok,
+                          const int *off, float *y, int ith, int nth) {
+    const model_config_t *cfg = &c->m->cfg;
+    const s_layer_t *L = &c->m->layers[l];
+    const s_plan_t *P = c->plans + (size_t)l * S_PLANS_PER_LAYER;
+    const int d = cfg->d_model, ff = cfg->d_ff, E = cfg->n_expert, rows = off[E];
+    int r0, r1;
+    base_pool_split(rows, 1, ith, nth, &r0, &r1);
+    /* gather each row's input, quantized for gate/up (quantizing is per row, so
+     * a row's bytes do not depend on where it sits) */
+    for (int j = 0; j < P[S_PLAN_GU].n; j++)
+        for (int r = r0; r < r1; r++)
+            c->k->quant_row(P[S_PLAN_GU].type[j], h + (size_t)(tok ? tok[r] : r) * d,
+                            c->qbuf[j] + (size_t)r * P[S_PLAN_GU].row_bytes[j], d);
+    base_pool_barrier(c->pool);
+    for (int e = 0; e < E; e++) {
+        if (off[e + 1] == off[e])
+            continue;
+        const model_weight_t *gu[2] = {&L->eg[e], &L->eu[e]};
+        float *gu_out[2] = {c->ff_g + (size_t)off[e] * ff, c->ff_u + (size_t)off[e] * ff};
+        s_matmul(c, &P[S_PLAN_GU], gu, gu_out, 2, off[e], off[e + 1] - off[e], ith, nth);
+    }
+    base_pool_barrier(c->pool);
+    for (int r = r0; r < r1; r++)
+        c->k->swiglu(c->ff_g + (size_t)r * ff, c->ff_g + (size_t)r * ff,
+                     c->ff_u + (size_t)r * ff, ff);
+    s_plan_fill(c, &P[S_PLAN_WD], c->ff_g, ff, r0, r1);
+    base_pool_barrier(c->pool);
+    for (int e = 0; e < E; e++) {
+        if (off[e + 1] == off[e])
+            continue;
+        const model_weight_t *wd[1] = {&L->ed[e]};
+        float *out = y + (size_t)off[e] * d;
+        s_matmul(c, &P[S_PLAN_WD], wd, &out, 1, off[e], off[e + 1] - off[e], ith, nth);
+    }
+    base_pool_barrier(c->pool);
+}
+
+/* The MoE feed-forward of layer l, c->h holding rmsnorm(x) of this thread's
+ * tokens: route, run the experts (here, or through the remote executor), then
+ * x += sum_k w_k y_k for this thread's tokens, summed in rank order k so a
+ * token's result does not depend on the rest of the batch.  Returns 0, or the
+ * executor's error (the same in every thread). */
+static int s_stage_moe(model_ctx_t *c, int l, int n, int ith, int nth, int t0, int t1) {
+    const model_config_t *cfg = &c->m->cfg;
+    const s_layer_t *L = &c->m->layers[l];
+    const s_plan_t *P = c->plans + (size_t)l * S_PLANS_PER_LAYER;
+    const int d = cfg->d_model, K = cfg->n_expert_used;
+    const model_weight_t *wr[1] = {&L->wr};
+    s_plan_fill(c, &P[S_PLAN_ROUTER], c->h, d, t0, t1);
+    base_pool_barrier(c->pool);
+    s_matmul(c, &P[S_PLAN_ROUTER], wr, &c->rlog, 1, 0, n, ith, nth);
+    base_pool_barrier(c->pool);
+    if (ith == 0) {
+        s_route(c, n);
+        if (c->tap)
+            c->tap(c->tap_user, l, n, c->h, d, NULL, cfg->d_ff);
+        if (c->moe_exec) {
+            model_moe_call_t call = {
+                .layer = l,
+                .n_tokens = n,
+                .d_model = d,
+                .h = c->h,
+                .n_rows = c->off[cfg->n_expert],
+                .token = c->row_tok,
+                .expert = c->row_exp,
+                .y = c->y,
+            };
+            int rc = c->moe_exec(c->moe_user, &call);
+            c->moe_rc = rc < 0 ? rc : 0;
+        }
+    }
+    base_pool_barrier(c->pool);
+    if (c->moe_exec) {
+        if (c->moe_rc)
+            return c->moe_rc;
+    } else {
+        s_experts_run(c, l, c->h, c->row_tok, c->off, c->y, ith, nth);
+    }
+    for (int t = t0; t < t1; t++) {
+        float *x = c->x + (size_t)t * d, *acc = c->tmp + (size_t)t * d;
+        const float *w = c->gw + (size_t)t * K;
+        const int32_t *row = c->row_of + (size_t)t * K;
+        memset(acc, 0, (size_t)d * sizeof *acc);
+        for (int kk = 0; kk < K; kk++) {
+            const float *yr = c->y + (size_t)row[kk] * d;
+            for (int i = 0; i < d; i++)
+                acc[i] += w[kk] * yr[i];
+        }
+        for (int i = 0; i < d; i++)
+            x[i] += acc[i];
+    }
+    return 0;
+}
+
 static void s_forward_worker(void *arg, int ith, int nth) {
     model_ctx_t *c = arg;
     const model_llama_t *m = c->m;
@@ -637,7 +968,7 @@ static void s_forward_worker(void *arg, int ith, int nth) {
             k->rmsnorm(c->h + (size_t)t * d, c->x + (size_t)t * d, L->attn_norm, d, cfg->rms_eps);
         s_plan_fill(c, &P[S_PLAN_QKV], c->h, d, t0, t1);
         base_pool_barrier(pool);
-        s_matmul(c, &P[S_PLAN_QKV], qkv, qkv_out, 3, n, ith, nth);
+        s_matmul(c, &P[S_PLAN_QKV], qkv, qkv_out, 3, 0, n, ith, nth);
         base_pool_barrier(pool);
         s_stage_rope_store(c, l, t0, t1);
         base_pool_barrier(pool);
@@ -647,11 +978,9 @@ static void s_forward_worker(void *arg, int ith, int nth) {
         const model_weight_t *wo[1] = {&L->wo};
         s_plan_fill(c, &P[S_PLAN_WO], c->att, q_dim, t0, t1);
         base_pool_barrier(pool);
-        s_matmul(c, &P[S_PLAN_WO], wo, &c->tmp, 1, n, ith, nth);
+        s_matmul(c, &P[S_PLAN_WO], wo, &c->tmp, 1, 0, n, ith, nth);
         base_pool_barrier(pool);
         /* ---- feed-forward: h = rmsnorm(x); x += (silu(h Wg) * h Wu) Wd */
-        const model_weight_t *gu[2] = {&L->wg, &L->wu};
-        float *gu_out[2] = {c->ff_g, c->ff_u};
         for (int t = t0; t < t1; t++) {
             float *x = c->x + (size_t)t * d;
             const float *o = c->tmp + (size_t)t * d;
@@ -659,9 +988,16 @@ static void s_forward_worker(void *arg, int ith, int nth) {
                 x[i] += o[i];
             k->rmsnorm(c->h + (size_t)t * d, x, L->ffn_norm, d, cfg->rms_eps);
         }
+        if (cfg->n_expert) {
+            if (s_stage_moe(c, l, n, ith, nth, t0, t1))
+                return; /* the remote executor failed: every thread leaves here */
+            continue;
+        }
+        const model_weight_t *gu[2] = {&L->wg, &L->wu};
+        float *gu_out[2] = {c->ff_g, c->ff_u};
         s_plan_fill(c, &P[S_PLAN_GU], c->h, d, t0, t1);
         base_pool_barrier(pool);
-        s_matmul(c, &P[S_PLAN_GU], gu, gu_out, 2, n, ith, nth);
+        s_matmul(c, &P[S_PLAN_GU], gu, gu_out, 2, 0, n, ith, nth);
         base_pool_barrier(pool);
         const model_weight_t *wd[1] = {&L->wd};
         for (int t = t0; t < t1; t++)
@@ -669,7 +1005,11 @@ static void s_forward_worker(void *arg, int ith, int nth) {
                       c->ff_u + (size_t)t * ff, ff);
         s_plan_fill(c, &P[S_PLAN_WD], c->ff_g, ff, t0, t1);
         base_pool_barrier(pool);
-        s_matmul(c, &P[S_PLAN_WD], wd, &c->tmp, 1, n, ith, nth);
+        /* The tap reads h and ff_g, which nothing writes before the next barrier
+         * (Wdown writes tmp); the others wait for thread 0 there. */
+        if (c->tap && ith == 0)
+            c->tap(c->tap_user, l, n, c->h, d, c->ff_g, ff);
+        s_matmul(c, &P[S_PLAN_WD], wd, &c->tmp, 1, 0, n, ith, nth);
         base_pool_barrier(pool);
         for (int t = t0; t < t1; t++) {
             float *x = c->x + (size_t)t * d;
@@ -692,7 +1032,7 @@ static void s_forward_worker(void *arg, int ith, int nth) {
                    cfg->rms_eps);
     s_plan_fill(c, PO, c->h, d, o0, o1);
     base_pool_barrier(pool);
-    s_matmul(c, PO, wout, &c->logits, 1, c->n_out, ith, nth);
+    s_matmul(c, PO, wout, &c->logits, 1, 0, c->n_out, ith, nth);
 }
 
 int model_ctx_forward(model_ctx_t *c, const model_batch_t *b, const kern_kv_pool_t *kv,
@@ -718,8 +1058,47 @@ int model_ctx_forward(model_ctx_t *c, const model_batch_t *b, const kern_kv_pool
     c->kv = kv;
     c->logits = logits;
     c->n_out = n_out;
+    c->moe_rc = 0;
     base_pool_run(c->pool, s_forward_worker, c);
     c->batch = NULL;
     c->kv = NULL;
-    return n_out;
+    return c->moe_rc ? c->moe_rc : n_out;
+}
+
+/* ------------------------------------------------------------------ hooks */
+
+void model_ctx_set_ffn_tap(model_ctx_t *c, model_ffn_tap_fn fn, void *user) {
+    c->tap = fn;
+    c->tap_user = user;
+}
+
+void model_ctx_set_moe_exec(model_ctx_t *c, model_moe_exec_fn fn, void *user) {
+    c->moe_exec = fn;
+    c->moe_user = user;
+}
+
+static void s_expert_rows_worker(void *arg, int ith, int nth) {
+    model_ctx_t *c = arg;
+    int off[S_MAX_EXPERTS + 1], E = c->m->cfg.n_expert;
+    for (int e = 0; e <= E; e++)
+        off[e] = e <= c->xr.expert ? 0 : c->xr.n; /* every row is the one expert's */
+    s_experts_run(c, c->xr.layer, c->xr.h, NULL, off, c->xr.y, ith, nth);
+}
+
+int model_moe_expert_rows(model_ctx_t *c, int layer, int expert, int n, const float *h,
+                          float *y) {
+    const model_config_t *cfg = &c->m->cfg;
+    if (cfg->n_expert == 0 || layer < 0 || layer >= cfg->n_layer || expert < 0 ||
+        expert >= cfg->n_expert || n < 0 || (n && (!h || !y)))
+        return -EINVAL;
+    const int d = cfg->d_model;
+    for (int i = 0; i < n; i += c->max_rows) { /* the scratch holds max_rows rows */
+        c->xr.layer = layer;
+        c->xr.expert = expert;
+        c->xr.n = n - i < c->max_rows ? n - i : c->max_rows;
+        c->xr.h = h + (size_t)i * d;
+        c->xr.y = y + (size_t)i * d;
+        base_pool_run(c->pool, s_expert_rows_worker, c);
+    }
+    return 0;
 }

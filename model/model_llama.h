@@ -1,8 +1,9 @@
 /* model_llama.h - the llama-architecture model (SmolLM2, TinyLlama, Llama 2/3.x,
- * Mistral): configuration and weights from a GGUF, and the batched forward pass
- * over paged KV.  The forward pass takes a batch of tokens from any number of
- * sequences (continuous batching): each token carries its sequence and position,
- * each sequence a block table into a KV pool the caller owns.
+ * Mistral, and Mixtral-layout Mixture-of-Experts): configuration and weights from
+ * a GGUF, and the batched forward pass over paged KV.  The forward pass takes a
+ * batch of tokens from any number of sequences (continuous batching): each token
+ * carries its sequence and position, each sequence a block table into a KV pool
+ * the caller owns.
  */
 #ifndef MODEL_LLAMA_H
 #define MODEL_LLAMA_H
@@ -14,6 +15,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* How an MoE layer turns router logits into the weights of its K experts
+ * (GGUF key strata.expert_gating).  Top-K ties go to the lower expert index. */
+typedef enum {
+    MODEL_GATING_SOFTMAX_TOPK = 0, /* "softmax_topk" (default, Mixtral): the K largest logits,
+                                      weights = softmax over those K */
+    MODEL_GATING_SOFTMAX_ALL,      /* "softmax_all": softmax over all E, the top K keep their
+                                      probabilities (not renormalized) */
+    MODEL_GATING_UNIT,             /* "unit": the K largest logits, each weight 1.0 (moefy) */
+} model_gating_t;
+
 /* Hyper-parameters read from the GGUF (llama.* keys). */
 typedef struct {
     char arch[32];       /* general.architecture ("llama") */
@@ -23,7 +34,7 @@ typedef struct {
     int n_head;          /* query heads */
     int n_head_kv;       /* key/value heads (GQA when < n_head) */
     int head_dim;        /* per head */
-    int d_ff;            /* feed-forward width */
+    int d_ff;            /* feed-forward width (of ONE expert in an MoE model) */
     int n_vocab;         /* vocabulary size (rows of token_embd) */
     int n_ctx_train;     /* context length the model was trained for */
     int n_rot;           /* RoPE dimensions per head */
@@ -31,6 +42,9 @@ typedef struct {
     float rms_eps;       /* RMSNorm epsilon */
     bool rope_neox;      /* rotate halves (NeoX) instead of adjacent pairs */
     kern_type_t ftype;   /* type of most weight matrices (for display) */
+    int n_expert;        /* experts per FFN layer (llama.expert_count); 0: dense */
+    int n_expert_used;   /* experts per token, K (llama.expert_used_count); 0 when dense */
+    model_gating_t gating; /* router weights (strata.expert_gating) */
 } model_config_t;
 
 /* One weight matrix: rows of `cols` elements of `type`. */
@@ -100,5 +114,45 @@ int model_ctx_threads(const model_ctx_t *self);
  * large, a token id out of range, or a position beyond its block table. */
 int model_ctx_forward(model_ctx_t *self, const model_batch_t *batch, const kern_kv_pool_t *kv,
                       float *logits);
+
+/* ---- hooks */
+
+/* One MoE layer's expert work for a step, handed to a remote executor.  Rows are
+ * the routed (token, expert) pairs, grouped by expert ascending (within an
+ * expert, by token ascending). */
+typedef struct {
+    int layer;             /* MoE layer index */
+    int n_tokens;          /* tokens of the step */
+    int d_model;
+    const float *h;        /* (n_tokens, d_model) normed FFN input of each token */
+    int n_rows;            /* routed (token, expert) pairs, grouped by expert ascending */
+    const int32_t *token;  /* (n_rows) token index into h */
+    const int32_t *expert; /* (n_rows) expert id */
+    float *y;              /* (n_rows, d_model) out: expert(h[token]) WITHOUT the gate weight */
+} model_moe_call_t;
+/* Returns 0 or -errno.  Called from one pool thread while the others wait. */
+typedef int (*model_moe_exec_fn)(void *user, const model_moe_call_t *call);
+/* Run the experts of every MoE layer through fn instead of locally (NULL: local
+ * experts).  The forward calls fn once per MoE layer per step, then combines y
+ * with the gate weights in the fixed order; if fn fails, model_ctx_forward
+ * returns its error (the KV of the step's tokens is then partly written: the
+ * caller reruns the whole step).  user is borrowed. */
+void model_ctx_set_moe_exec(model_ctx_t *ctx, model_moe_exec_fn fn, void *user);
+/* The expert computation an expert actor runs: y (n, d_model) =
+ * down(swiglu(gate h, up h)) of expert `expert` of MoE layer `layer` for the n
+ * rows of h (n, d_model), on ctx's threads and kernels; bitwise what the local
+ * forward computes for those rows.  n may exceed ctx's max_tokens (done in
+ * chunks).  0, or -EINVAL for a dense layer or an index out of range. */
+int model_moe_expert_rows(model_ctx_t *ctx, int layer, int expert, int n, const float *h,
+                          float *y);
+
+/* FFN tap: called per layer per step (from one thread, after a barrier) with
+ * h = the normed FFN input (n_tokens, d_model) and, for dense layers, act =
+ * silu(h Wg) * (h Wu) (n_tokens, d_ff) before Wdown; act is NULL for MoE layers.
+ * The pointers are valid during the call only. */
+typedef void (*model_ffn_tap_fn)(void *user, int layer, int n_tokens, const float *h,
+                                 int d_model, const float *act, int d_ff);
+/* Set (fn NULL: clear) the tap.  No cost when unset.  user is borrowed. */
+void model_ctx_set_ffn_tap(model_ctx_t *ctx, model_ffn_tap_fn fn, void *user);
 
 #endif

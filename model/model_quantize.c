@@ -59,23 +59,74 @@ static bool s_is_4_or_5_bit(kern_type_t t) {
            t == KERN_Q5_K;
 }
 
-/* The type tensor t gets when the model goes to target. */
-static kern_type_t s_pick_type(const model_gguf_tensor_t *t, kern_type_t target) {
-    if (t->n_dims < 2)
-        return KERN_F32; /* norms, biases: small and sensitive */
+static bool s_is_k(kern_type_t t) {
+    return t == KERN_Q4_K || t == KERN_Q5_K || t == KERN_Q6_K;
+}
+
+/* What a K-quant falls back to when a row cannot hold its 256-element super-blocks
+ * (llama.cpp's choice in llama_tensor_get_type: the 32-element type of about the same
+ * quality). */
+static kern_type_t s_k_fallback(kern_type_t t) {
+    return t == KERN_Q4_K ? KERN_Q5_0 : t == KERN_Q5_K ? KERN_Q5_1 : KERN_Q8_0;
+}
+
+/* The type tensor t gets when the model goes to target (*want: the type the rules ask
+ * for before the row-length check; the result differs from it when t fell back).
+ * has_output: the model has its own output.weight (else token_embd is also the output). */
+static kern_type_t s_pick_type(const model_gguf_tensor_t *t, kern_type_t target, bool has_output,
+                               kern_type_t *want_out) {
     kern_type_t want = target;
-    if ((model_gguf_str_eq(t->name, "token_embd.weight") ||
-         model_gguf_str_eq(t->name, "output.weight")) &&
-        s_is_4_or_5_bit(target))
+    const bool embd = model_gguf_str_eq(t->name, "token_embd.weight");
+    const bool out = model_gguf_str_eq(t->name, "output.weight") || (embd && !has_output);
+    static const char router[] = "ffn_gate_inp.weight"; /* MoE router: small, picks experts */
+    if (t->n_dims < 2)
+        want = KERN_F32; /* norms, biases: small and sensitive */
+    else if (t->name.len >= sizeof router - 1 &&
+             !memcmp(t->name.ptr + t->name.len - (sizeof router - 1), router, sizeof router - 1))
+        want = KERN_F32; /* as llama.cpp: routing in full float */
+    else if (s_is_k(target) && out)
+        /* as llama.cpp: the output matrix takes Q6_K, or Q8_0 when its rows cannot hold
+         * super-blocks; a separate token_embd keeps the target */
+        want = t->ne[0] % KERN_QK_K == 0 ? KERN_Q6_K : KERN_Q8_0;
+    else if (!s_is_k(target) && (embd || out) && s_is_4_or_5_bit(target))
         want = KERN_Q8_0;
+    *want_out = want;
     int bs = kern_type_traits((int)want)->block_size;
     if (t->ne[0] % bs == 0)
         return want;
-    kern_type_t fb = t->ne[0] % KERN_QK == 0 ? KERN_Q8_0 : KERN_F16;
+    kern_type_t fb = s_is_k(want) ? s_k_fallback(want) : KERN_Q8_0;
+    if (t->ne[0] % kern_type_traits((int)fb)->block_size)
+        fb = KERN_F16;
     LOG_I(TAG, "%.*s: row of %lld is not a multiple of %s's block of %d: using %s",
           (int)t->name.len, t->name.ptr, (long long)t->ne[0], kern_type_traits((int)want)->name, bs,
           kern_type_traits((int)fb)->name);
     return fb;
+}
+
+void model_quantize_summary_clear(model_quantize_summary_t *s) {
+    if (!s)
+        return;
+    free(s->fallback);
+    memset(s, 0, sizeof *s);
+}
+
+/* Count tensor t (written as got, asked for as want) into s. */
+static int s_summary_add(model_quantize_summary_t *s, const model_gguf_tensor_t *t,
+                         kern_type_t want, kern_type_t got) {
+    s->n_tensors++;
+    s->count[got]++;
+    if (want == got)
+        return 0;
+    model_quantize_fallback_t *f = realloc(s->fallback, (size_t)(s->n_fallback + 1) * sizeof *f);
+    if (!f)
+        return -ENOMEM;
+    s->fallback = f;
+    f += s->n_fallback++;
+    snprintf(f->name, sizeof f->name, "%.*s", (int)t->name.len, t->name.ptr);
+    f->want = want;
+    f->got = got;
+    f->row = t->ne[0];
+    return 0;
 }
 
 /* ---- converting one tensor, rows split over threads --------------------------------- */
@@ -163,9 +214,10 @@ static int s_fill(void *arg, int64_t i, void *dst, size_t nbytes) {
 /* ---- the whole model ---------------------------------------------------------------- */
 
 int model_quantize(const char *in_path, const char *out_path, const char *type_name, int n_threads,
-                   char *err, size_t errlen) {
+                   model_quantize_summary_t *summary, char *err, size_t errlen) {
     if (err && errlen)
         err[0] = '\0';
+    model_quantize_summary_t sum = {0};
     const s_target_t *target = s_target(type_name);
     if (!target) {
         snprintf(err, errlen, "unknown type '%s'; valid types: %s", type_name ? type_name : "",
@@ -203,9 +255,16 @@ int model_quantize(const char *in_path, const char *out_path, const char *type_n
     }
 
     size_t in_bytes = 0, out_bytes = 0;
+    const bool has_output = model_gguf_tensor(src, "output.weight") != NULL;
     for (int64_t i = 0; i < n; i++) {
         const model_gguf_tensor_t *t = model_gguf_tensor_at(src, i);
-        types[i] = s_pick_type(t, target->type);
+        kern_type_t want;
+        types[i] = s_pick_type(t, target->type, has_output, &want);
+        if (s_summary_add(&sum, t, want, types[i]) < 0) {
+            rc = -ENOMEM;
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
         char name[512];
         snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
         char e2[256] = "";
@@ -229,6 +288,10 @@ int model_quantize(const char *in_path, const char *out_path, const char *type_n
         LOG_I(TAG, "wrote %s", out_path);
 
 fail:
+    if (rc == 0 && summary)
+        *summary = sum;
+    else
+        model_quantize_summary_clear(&sum);
     model_gguf_write_destroy(&w);
     free(types);
     model_gguf_destroy(&src);

@@ -228,6 +228,10 @@ PK_FN(s_pk_q8_0, KERN_Q8_0)
 
 void kern_gemm_packed_avx512(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
                              const void *x, size_t x_stride, float *out, size_t out_stride) {
+    if (kern_kpk_type(wt)) { /* K-quants: gemm_kpacked_avx512.c */
+        kern_gemm_kpacked_avx512(wt, k, r0, nr, nc, packed, x, x_stride, out, out_stride);
+        return;
+    }
     assert(kern_pk_type(wt) && r0 % KERN_PK_ROWS == 0 && nr >= 1 && nc >= 1);
     void (*fn)(int64_t, int, int, int, const uint8_t *, const uint8_t *, size_t, float *, size_t);
     switch (wt) {

@@ -1,6 +1,8 @@
 /* gemm_packed_ref.c - the packed weight layout of the 32-element block types
  * (kern_ops_t.pack, described in kern_cpu.h) and the scalar reference of its
- * gemm, which does the exact float operations the SIMD variants do.
+ * gemm, which does the exact float operations the SIMD variants do.  The
+ * K-quants' packed layout is in gemm_kpacked_ref.c; these entry points pass
+ * K types on to it.
  */
 #include "kern_cpu.h"
 
@@ -16,6 +18,8 @@ size_t kern_no_packed_size(kern_type_t wt, int64_t k, int nr) {
 }
 
 size_t kern_ref_packed_size(kern_type_t wt, int64_t k, int nr) {
+    if (kern_kpk_type(wt)) /* the K-quants: gemm_kpacked_ref.c */
+        return kern_ref_kpacked_size(wt, k, nr);
     if (!kern_pk_type(wt) || k <= 0 || k % KERN_QK || nr <= 0)
         return 0;
     size_t groups = ((size_t)nr + KERN_PK_ROWS - 1) / KERN_PK_ROWS;
@@ -58,6 +62,10 @@ static void s_put16(uint8_t *p, kern_f16_t v) {
 }
 
 void kern_ref_pack(kern_type_t wt, int64_t k, int nr, const void *w, size_t w_stride, void *dst) {
+    if (kern_kpk_type(wt)) {
+        kern_ref_kpack(wt, k, nr, w, w_stride, dst);
+        return;
+    }
     assert(kern_pk_type(wt) && k % KERN_QK == 0 && nr > 0);
     const int64_t nb = k / KERN_QK;
     const int rec = kern_pk_rec(wt), ns = kern_pk_steps(wt);
@@ -127,6 +135,10 @@ static int s_isum(kern_type_t t, const uint8_t *o, int j, const int8_t *xq) {
 
 void kern_ref_gemm_packed(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
                           const void *x, size_t x_stride, float *out, size_t out_stride) {
+    if (kern_kpk_type(wt)) {
+        kern_ref_gemm_kpacked(wt, k, r0, nr, nc, packed, x, x_stride, out, out_stride);
+        return;
+    }
     assert(kern_pk_type(wt) && r0 % KERN_PK_ROWS == 0);
     const int64_t nb = k / KERN_QK;
     const int rec = kern_pk_rec(wt), dof = kern_pk_d_off(wt);

@@ -70,6 +70,77 @@ static inline int kern_pk_rec(kern_type_t t) {
     return kern_pk_d_off(t) + (t == KERN_Q4_1 || t == KERN_Q5_1 ? 64 : 32);
 }
 
+/* ---- the packed K-quant layout (Q4_K, Q5_K, Q6_K against Q8_K) -----------
+ * The same 16-row groups: group g, super-block b (of nb = k / 256) is the
+ * record at packed + (g * nb + b) * kern_kpk_rec(wt), a multiple of 64 bytes.
+ * Every type's levels are unsigned (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63; Q6_K's
+ * value is level - 32) and laid out alike, so one kernel reads all three.
+ * Steps s = 0..31 cover chunk c = s / 8 (elements 64c .. 64c+63); in step s,
+ * byte i (0..3) of a row holds element e = 64c + 4(s % 8) + i in its low
+ * nibble and element e + 32 in its high nibble.  Row j of the group in lane j:
+ *   qs  at 0: 32 steps of 64 bytes; bytes 4j..4j+3 of step s are row j's
+ *       bytes of step s (for Q4_K / Q5_K the GGUF qs bytes 4s..4s+3; Q6_K
+ *       re-nibbled from its ql / qh).
+ *   qh  (Q5_K, Q6_K) at kern_kpk_qh_off: per step 16 bytes, two little-endian
+ *       uint64 masks (low nibbles, then high): bit 4j+i is bit 4 of the level
+ *       of byte i's element of row j.  Q6_K then has, 512 bytes further, the
+ *       same 32 x 16 bytes for bit 5.
+ *   sc  at kern_kpk_sc_off: kern_kpk_nsub(wt) x 16 bytes: byte 16t + j is the
+ *       scale of sub-block t of row j (Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit
+ *       unsigned, unpacked from GGUF's 12 bytes; Q6_K: 16 groups of 16, int8).
+ *   m   (Q4_K, Q5_K) at kern_kpk_sc_off + 128: 8 x 16 bytes: the 6-bit
+ *       minimum of sub-block t of row j at byte 16t + j.
+ *   d   at kern_kpk_d_off: 16 f16 super-block scales, row j at index j;
+ *   dmin (Q4_K, Q5_K) at kern_kpk_d_off + 32: 16 f16.
+ * Sizes: Q4_K 2368 bytes per record (16 rows of GGUF: 2304), Q5_K 2880
+ * (2816), Q6_K 3392 (3360).
+ *
+ * The float operations of kern_ops_t.gemm_packed for K types, per output
+ * (row, column), super-blocks b in order, acc starting at 0, with x the
+ * column's Q8_K block b (dx = x.d) and d, dmin the row's (f16 -> float):
+ *   t_u   = sum over sub-block u of level * x.qs       (exact int32)
+ *   Q4_K, Q5_K:  isum = sum_u sc_u * t_u,
+ *                msum = sum_u m_u * (x.bsums[2u] + x.bsums[2u + 1])
+ *                acc = fmaf((float)isum, d * dx, acc)
+ *                acc = fmaf(-(float)msum, dmin * dx, acc)
+ *   Q6_K:        isum = sum_u sc_u * t_u - 32 * sum_u sc_u * x.bsums[u]
+ *                acc = fmaf((float)isum, d * dx, acc)
+ * (products d * dx, dmin * dx rounded to float first).  The integer sums are
+ * exact for every Q8_K input with |q| <= 128, so every table agrees bitwise. */
+static inline bool kern_kpk_type(kern_type_t t) {
+    return t == KERN_Q4_K || t == KERN_Q5_K || t == KERN_Q6_K;
+}
+static inline int kern_kpk_nsub(kern_type_t t) {
+    return t == KERN_Q6_K ? 16 : 8;
+}
+static inline int kern_kpk_qh_off(kern_type_t t) {
+    (void)t;
+    return 32 * 64;
+}
+static inline int kern_kpk_sc_off(kern_type_t t) {
+    return kern_kpk_qh_off(t) + (t == KERN_Q5_K ? 512 : t == KERN_Q6_K ? 1024 : 0);
+}
+static inline int kern_kpk_d_off(kern_type_t t) {
+    return kern_kpk_sc_off(t) + 256; /* sc + m, or Q6_K's 16 x 16 scales */
+}
+static inline int kern_kpk_rec(kern_type_t t) {
+    return kern_kpk_d_off(t) + 64; /* d + dmin, or Q6_K's d and 32 bytes of padding */
+}
+
+/* The K-quant half of the packed layout (gemm_kpacked_ref.c), which
+ * kern_ref_packed_size / kern_ref_pack / kern_ref_gemm_packed call for K types,
+ * and its SIMD gemms (gemm_kpacked_avx512.c, gemm_kpacked_avx2.c); arguments
+ * as kern_ops_t's packed_size / pack / gemm_packed. */
+size_t kern_ref_kpacked_size(kern_type_t wt, int64_t k, int nr);
+void kern_ref_kpack(kern_type_t wt, int64_t k, int nr, const void *w, size_t w_stride, void *dst);
+void kern_ref_gemm_kpacked(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
+                           const void *x, size_t x_stride, float *out, size_t out_stride);
+void kern_gemm_kpacked_avx512(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
+                              const void *x, size_t x_stride, float *out, size_t out_stride);
+/* AVX2/FMA: the AVX2 table's gemm_packed must send K types here. */
+void kern_gemm_kpacked_avx2(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
+                            const void *x, size_t x_stride, float *out, size_t out_stride);
+
 /* The tables; kern_types.c hands them out after checking the CPU's features. */
 extern const kern_ops_t kern_ops_ref_tab;
 extern const kern_ops_t kern_ops_avx2_tab;

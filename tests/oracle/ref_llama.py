@@ -14,6 +14,10 @@ Conventions that matter:
 - The llama converter stores Q and K weights permuted so that RoPE rotates interleaved pairs
   (x[2i], x[2i+1]) (llama.cpp's rope mode 0 for arch llama); we rotate exactly those pairs.
 - With no output.weight the output head is tied to token_embd.weight.
+- Mixture of Experts (llama.expert_count > 0, Mixtral layout): per token, the router picks the K
+  experts with the largest logits (an exact tie goes to the lower expert index), weighted by
+  strata.expert_gating: "softmax_topk" (default: softmax over the K chosen logits),
+  "softmax_all" (softmax over all E, the chosen keep their probabilities) or "unit" (1.0 each).
 """
 
 import os
@@ -45,6 +49,9 @@ class Model:
         self.n_vocab = 0
         self.rope_base = 10000.0
         self.eps = 1e-5
+        self.n_expert = 0  # experts per FFN layer (0: dense)
+        self.n_expert_used = 0  # K
+        self.gating = "softmax_topk"
         self.w = {}  # name -> float32 ndarray ((n_out, n_in) for matrices)
         self.types = {}  # name -> GGML type name as stored in the file
         # When True, round each matmul input to 8 bits per block of 32 first, as llama.cpp-style
@@ -79,10 +86,20 @@ def load(path):
     m.eps = float(_field(r, f"{a}.attention.layer_norm_rms_epsilon", 1e-5))
     m.head_dim = m.d_model // m.n_heads
     m.n_rot = int(_field(r, f"{a}.rope.dimension_count", m.head_dim))
+    m.n_expert = int(_field(r, f"{a}.expert_count", 0))
+    m.n_expert_used = int(_field(r, f"{a}.expert_used_count", 0))
+    m.gating = str(_field(r, "strata.expert_gating", "softmax_topk"))
+    if m.n_expert and not 1 <= m.n_expert_used <= m.n_expert:
+        raise ValueError(f"{path}: expert_used_count {m.n_expert_used} of {m.n_expert} experts")
+    if m.gating not in ("softmax_topk", "softmax_all", "unit"):
+        raise ValueError(f"{path}: unknown strata.expert_gating {m.gating!r}")
 
     for t in r.tensors:
         # t.data is (ne1, ne0) for matrices; dequantize keeps that row layout.
         arr = dequantize(t.data, t.tensor_type)
+        ne = [int(x) for x in t.shape]  # GGUF order, ne[0] contiguous
+        if len(ne) == 3:  # stacked experts: (E, rows, cols)
+            arr = arr.reshape(ne[2], ne[1], ne[0])
         m.w[t.name] = np.ascontiguousarray(arr, dtype=np.float32)
         m.types[t.name] = t.tensor_type.name
     if "output.weight" not in m.w:
@@ -141,11 +158,43 @@ def q8_roundtrip(x):
     return (np.clip(q, -127, 127) * d).reshape(n, k).astype(np.float32)
 
 
-def matmul(m, x, name):
-    """x (n, n_in) @ W.T -> (n, n_out) for the weight called name."""
-    if m.act_q8 and x.shape[1] % 32 == 0:
+def matmul(m, x, name, expert=None):
+    """x (n, n_in) @ W.T -> (n, n_out) for the weight called name (expert e of a stacked one).
+    With act_q8, inputs of quantized weights are rounded first (float weights take floats)."""
+    if m.act_q8 and x.shape[1] % 32 == 0 and m.types.get(name) not in ("F32", "F16", "BF16"):
         x = q8_roundtrip(x)
-    return x @ m.w[name].T
+    w = m.w[name] if expert is None else m.w[name][expert]
+    return x @ w.T
+
+
+def route(m, logits):
+    """Experts and gate weights of one token from its router logits (E,): the K largest
+    logits in descending order (a tie goes to the lower index), weighted per m.gating."""
+    lg = logits.astype(np.float64)
+    chosen = np.argsort(-lg, kind="stable")[: m.n_expert_used]
+    if m.gating == "unit":
+        weights = np.ones(len(chosen))
+    elif m.gating == "softmax_all":
+        weights = softmax(lg)[chosen]
+    else:
+        weights = softmax(lg[chosen])
+    return chosen, weights
+
+
+def moe_ffn(m, h, p):
+    """The MoE feed-forward of layer prefix p for normed inputs h (n, d): sum over each token's
+    K experts of weight * down(silu(gate h) * up h)."""
+    r = matmul(m, h, p + "ffn_gate_inp.weight")  # (n, E) router logits
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        chosen, weights = route(m, r[t])
+        ht = h[t : t + 1]
+        for e, wk in zip(chosen, weights):
+            g = matmul(m, ht, p + "ffn_gate_exps.weight", e)
+            u = matmul(m, ht, p + "ffn_up_exps.weight", e)
+            y = matmul(m, silu(g) * u, p + "ffn_down_exps.weight", e)
+            out[t] += np.float32(wk) * y[0]
+    return out
 
 
 class Cache:
@@ -200,6 +249,9 @@ def _step(m, ids, cache):
         x = x + matmul(m, a, p + "attn_output.weight")
         # feed-forward block (SwiGLU)
         h = rmsnorm(x, m.w[p + "ffn_norm.weight"], m.eps)
+        if m.n_expert:
+            x = x + moe_ffn(m, h, p)
+            continue
         g = matmul(m, h, p + "ffn_gate.weight")
         u = matmul(m, h, p + "ffn_up.weight")
         x = x + matmul(m, silu(g) * u, p + "ffn_down.weight")

@@ -254,7 +254,7 @@ START_TEST(test_quantize_q8_0) {
     s_path(in, sizeof in, "tiny.gguf");
     s_path(out, sizeof out, "tiny-q8_0.gguf");
     s_write_tiny(in, 64);
-    int rc = model_quantize(in, out, "q8_0", 2, err, sizeof err);
+    int rc = model_quantize(in, out, "q8_0", 2, NULL, err, sizeof err);
     ck_assert_msg(rc == 0, "%s", err);
     model_gguf_t *src = model_gguf_open(in, err, sizeof err);
     model_gguf_t *g = model_gguf_open(out, err, sizeof err);
@@ -286,34 +286,112 @@ START_TEST(test_quantize_q8_0) {
 }
 END_TEST
 
+/* A model with its own output matrix: token_embd and output.weight, rows of row. */
+static void s_write_tiny_out(const char *path, int row) {
+    model_gguf_write_t *w = model_gguf_write_new();
+    ck_assert_int_eq(model_gguf_write_set_str(w, "general.architecture", "llama"), 0);
+    static float emb[8 * 256], out[8 * 256];
+    s_fill_rand(emb, 8 * row, 6);
+    s_fill_rand(out, 8 * row, 7);
+    char err[256];
+    int64_t ne[2] = {row, 8};
+    ck_assert_int_ge(
+        model_gguf_write_add_tensor(w, "token_embd.weight", KERN_F32, 2, ne, emb, err, sizeof err),
+        0);
+    ck_assert_int_ge(
+        model_gguf_write_add_tensor(w, "output.weight", KERN_F32, 2, ne, out, err, sizeof err), 0);
+    ck_assert_int_eq(model_gguf_write_save(w, path, err, sizeof err), 0);
+    model_gguf_write_destroy(&w);
+}
+
+/* The type model_quantize gave tensor name of the model at path. */
+static kern_type_t s_type_of(const char *path, const char *name) {
+    char err[256];
+    model_gguf_t *g = model_gguf_open(path, err, sizeof err);
+    ck_assert_msg(g != NULL, "%s", err);
+    const model_gguf_tensor_t *t = model_gguf_tensor(g, name);
+    ck_assert_msg(t != NULL, "%s: no %s", path, name);
+    kern_type_t ty = t->type;
+    model_gguf_destroy(&g);
+    return ty;
+}
+
+/* The K types follow llama.cpp's llama_tensor_get_type: rows that cannot hold
+ * 256-element super-blocks fall back (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0, then f16
+ * when not a multiple of 32), and the output matrix takes q6_k (q8_0 when its rows are
+ * not a multiple of 256); the summary counts each type and lists the fallbacks. */
 START_TEST(test_quantize_k_fallbacks) {
     char in[512], out[512], err[512] = "";
     s_path(in, sizeof in, "tiny64.gguf");
     s_path(out, sizeof out, "tiny-q4_k.gguf");
-    s_write_tiny(in, 64); /* rows of 64: not a multiple of 256 */
-    int rc = model_quantize(in, out, "Q4_K", 1, err, sizeof err);
+    s_write_tiny(in, 64); /* rows of 64: not a multiple of 256; token_embd is the output */
+    model_quantize_summary_t sum;
+    memset(&sum, 0xAB, sizeof sum); /* written on success */
+    int rc = model_quantize(in, out, "Q4_K", 1, &sum, err, sizeof err);
     ck_assert_msg(rc == 0, "%s", err);
-    model_gguf_t *g = model_gguf_open(out, err, sizeof err);
-    ck_assert_msg(g != NULL, "%s", err);
-    ck_assert_int_eq(model_gguf_tensor(g, "blk.0.attn_q.weight")->type, KERN_Q8_0);
-    ck_assert_int_eq(model_gguf_tensor(g, "blk.0.odd.weight")->type, KERN_F16); /* 48 % 32 */
-    ck_assert_int_eq(model_gguf_tensor(g, "blk.0.attn_norm.weight")->type, KERN_F32);
-    model_gguf_destroy(&g);
+    ck_assert_int_eq(s_type_of(out, "blk.0.attn_q.weight"), KERN_Q5_0);
+    ck_assert_int_eq(s_type_of(out, "blk.0.odd.weight"), KERN_F16); /* 48 % 32 */
+    ck_assert_int_eq(s_type_of(out, "blk.0.attn_norm.weight"), KERN_F32);
+    ck_assert_int_eq(s_type_of(out, "token_embd.weight"), KERN_Q8_0);
+    ck_assert_int_eq(sum.n_tensors, 4);
+    ck_assert_int_eq(sum.count[KERN_Q5_0], 1);
+    ck_assert_int_eq(sum.count[KERN_F16], 1);
+    ck_assert_int_eq(sum.count[KERN_F32], 1);
+    ck_assert_int_eq(sum.count[KERN_Q8_0], 1);
+    ck_assert_int_eq(sum.count[KERN_Q4_K], 0);
+    ck_assert_int_eq(sum.n_fallback, 2); /* token_embd's q8_0 is a rule, not a fallback */
+    ck_assert_str_eq(sum.fallback[0].name, "blk.0.attn_q.weight");
+    ck_assert_int_eq(sum.fallback[0].want, KERN_Q4_K);
+    ck_assert_int_eq(sum.fallback[0].got, KERN_Q5_0);
+    ck_assert_int_eq(sum.fallback[0].row, 64);
+    ck_assert_str_eq(sum.fallback[1].name, "blk.0.odd.weight");
+    ck_assert_int_eq(sum.fallback[1].got, KERN_F16);
+    model_quantize_summary_clear(&sum);
+    model_quantize_summary_clear(&sum); /* safe twice */
 
-    /* rows of 256: the K-quant itself, and q8_0 for the embedding under a 4-bit type */
+    /* the other K types' fallbacks */
+    ck_assert_int_eq(model_quantize(in, out, "q5_k", 1, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(s_type_of(out, "blk.0.attn_q.weight"), KERN_Q5_1);
+    ck_assert_int_eq(s_type_of(out, "token_embd.weight"), KERN_Q8_0);
+    ck_assert_int_eq(model_quantize(in, out, "q6_k", 1, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(s_type_of(out, "blk.0.attn_q.weight"), KERN_Q8_0);
+    ck_assert_int_eq(s_type_of(out, "blk.0.odd.weight"), KERN_F16);
+    /* a 32-element target keeps its rules: q8_0 embedding, f16 for rows of 48 */
+    ck_assert_int_eq(model_quantize(in, out, "q4_1", 1, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(s_type_of(out, "blk.0.attn_q.weight"), KERN_Q4_1);
+    ck_assert_int_eq(s_type_of(out, "token_embd.weight"), KERN_Q8_0);
+    ck_assert_int_eq(s_type_of(out, "blk.0.odd.weight"), KERN_F16);
+
+    /* rows of 256: the K-quant itself, and q6_k for the (tied) output matrix */
     s_path(in, sizeof in, "tiny256.gguf");
     s_write_tiny(in, 256);
-    rc = model_quantize(in, out, "q4_k", 2, err, sizeof err);
+    rc = model_quantize(in, out, "q4_k", 2, &sum, err, sizeof err);
     ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_int_eq(sum.count[KERN_Q4_K], 1);
+    ck_assert_int_eq(sum.count[KERN_Q6_K], 1);
+    ck_assert_int_eq(sum.n_fallback, 1); /* the odd rows of 48 */
+    model_quantize_summary_clear(&sum);
     model_gguf_t *src = model_gguf_open(in, err, sizeof err);
-    g = model_gguf_open(out, err, sizeof err);
+    model_gguf_t *g = model_gguf_open(out, err, sizeof err);
     ck_assert_int_eq(model_gguf_tensor(g, "blk.0.attn_q.weight")->type, KERN_Q4_K);
-    ck_assert_int_eq(model_gguf_tensor(g, "token_embd.weight")->type, KERN_Q8_0);
+    ck_assert_int_eq(model_gguf_tensor(g, "token_embd.weight")->type, KERN_Q6_K);
     float amax;
     float e = s_max_err(src, g, "blk.0.attn_q.weight", &amax);
     ck_assert_msg(e < amax / 8, "q4_k max err %g (amax %g)", e, amax); /* 4 bits: coarse */
+    e = s_max_err(src, g, "token_embd.weight", &amax);
+    ck_assert_msg(e < amax / 30, "q6_k max err %g (amax %g)", e, amax);
     model_gguf_destroy(&g);
     model_gguf_destroy(&src);
+
+    /* a separate output.weight: it takes q6_k (q8_0 for rows of 64), token_embd the target */
+    s_write_tiny_out(in, 256);
+    ck_assert_int_eq(model_quantize(in, out, "q5_k", 1, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(s_type_of(out, "token_embd.weight"), KERN_Q5_K);
+    ck_assert_int_eq(s_type_of(out, "output.weight"), KERN_Q6_K);
+    s_write_tiny_out(in, 64);
+    ck_assert_int_eq(model_quantize(in, out, "q4_k", 1, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(s_type_of(out, "token_embd.weight"), KERN_Q5_0);
+    ck_assert_int_eq(s_type_of(out, "output.weight"), KERN_Q8_0);
 }
 END_TEST
 
@@ -322,22 +400,22 @@ START_TEST(test_quantize_errors) {
     s_path(in, sizeof in, "tiny.gguf");
     s_path(out, sizeof out, "out.gguf");
     s_write_tiny(in, 64);
-    ck_assert_int_eq(model_quantize(in, out, "q3_k", 1, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(model_quantize(in, out, "q3_k", 1, NULL, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "q3_k"));
     ck_assert_ptr_nonnull(strstr(err, "q8_0")); /* lists the valid ones */
     char missing[512];
     s_path(missing, sizeof missing, "missing.gguf");
-    ck_assert_int_lt(model_quantize(missing, out, "q8_0", 1, err, sizeof err), 0);
+    ck_assert_int_lt(model_quantize(missing, out, "q8_0", 1, NULL, err, sizeof err), 0);
     ck_assert_ptr_nonnull(strstr(err, "missing.gguf"));
-    ck_assert_int_lt(model_quantize(in, "/nonexistent-dir/out.gguf", "q8_0", 1, err, sizeof err),
-                     0);
+    ck_assert_int_lt(
+        model_quantize(in, "/nonexistent-dir/out.gguf", "q8_0", 1, NULL, err, sizeof err), 0);
     ck_assert_ptr_nonnull(strstr(err, "nonexistent-dir"));
     ck_assert_int_ne(access(out, F_OK), 0);
     /* garbage input */
     FILE *f = fopen(missing, "wb");
     fputs("not a gguf file at all, just text", f);
     fclose(f);
-    ck_assert_int_lt(model_quantize(missing, out, "q8_0", 1, err, sizeof err), 0);
+    ck_assert_int_lt(model_quantize(missing, out, "q8_0", 1, NULL, err, sizeof err), 0);
     ck_assert(err[0] != '\0');
 }
 END_TEST

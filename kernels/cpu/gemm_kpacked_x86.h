@@ -1,0 +1,385 @@
+/* gemm_kpacked_x86.h - gemm of packed K-quant weights (Q4_K, Q5_K, Q6_K;
+ * layout and float contract in kern_cpu.h) against Q8_K activations, written
+ * once and compiled twice: by gemm_kpacked_avx512.c (KX_AVX512: a zmm lane is
+ * a row, VNNI dot products, 16 rows per tile) and by gemm_kpacked_avx2.c
+ * (a ymm lane is a row, maddubs + madd, 8 rows per tile).
+ * Within a tile every lane sums its own row, so no horizontal sums: per step
+ * (4 levels of each row) the activation bytes are broadcast and multiplied
+ * into a per-sub-block chain; at the end of a sub-block the chain is scaled
+ * by the row's integer scale into isum.  The minimums (Q4_K, Q5_K) and
+ * Q6_K's -32 offset come from the activation group sums (x.bsums) with one
+ * int16 pair product per pair of groups.  Then per (rows, column, super-block)
+ * the float operations of the contract, in order over the super-blocks.
+ * Integer arithmetic is exact (the bounds are beside each chain), so every
+ * output equals the scalar reference bitwise, whatever nc, r0 or the tile.
+ * KX(name) gives the exported name of this variant.
+ */
+#include "kern_cpu.h"
+
+#include <assert.h>
+#include <immintrin.h>
+#include <string.h>
+
+#define KP_INLINE static inline __attribute__((always_inline))
+#define KP_XB ((int)sizeof(kern_block_q8_K)) /* d at 0, qs at 4, bsums at 260 */
+#define KP_XQ 4
+#define KP_XS 260
+#define KP_BK 8 /* super-blocks per pass over k: a group's records stay in L1 */
+#ifndef KP_PF
+#define KP_PF 8192 /* bytes of weights to prefetch ahead (0: none) */
+#endif
+
+KP_INLINE int s_hbits(kern_type_t T) {
+    return T == KERN_Q4_K ? 0 : T == KERN_Q5_K ? 1 : 2;
+}
+
+#ifdef KX_AVX512
+/* ---- AVX-512 VNNI: 16 rows (zmm lanes) -------------------------------- */
+#define KP_CT 6 /* columns per register tile */
+#define KP_ROWS 16
+typedef __m512i s_vi;
+typedef __m512 s_vf;
+
+/* acc + VNNI dot of the unsigned bytes of w with the 4 signed bytes at p in
+ * every lane (one instruction with an embedded broadcast; GCC would emit a
+ * separate vpbroadcastd). */
+KP_INLINE __m512i s_dpb(__m512i acc, __m512i w, const uint8_t *p) {
+#if defined(__GNUC__) && !defined(KP_NO_ASM)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const char(*)[4])p));
+    return acc;
+#else
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(v));
+#endif
+}
+
+/* acc + per lane: int16 pair of w times the int16 pair at p (vpdpwssd). */
+KP_INLINE __m512i s_dpw(__m512i acc, __m512i w, const uint8_t *p) {
+#if defined(__GNUC__) && !defined(KP_NO_ASM)
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const char(*)[4])p));
+    return acc;
+#else
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_dpwssd_epi32(acc, w, _mm512_set1_epi32(v));
+#endif
+}
+
+/* Levels of step st for the tile's rows (h: row half, unused here): low
+ * nibbles to *lo, high to *hi, with the qh bits added. */
+KP_INLINE void s_levels(kern_type_t T, const uint8_t *o, int st, int h, s_vi *lo, s_vi *hi) {
+    (void)h;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i z = _mm512_loadu_si512((const void *)(o + 64 * st));
+    __m512i l = _mm512_and_si512(z, m4), u = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+    for (int b = 0; b < s_hbits(T); b++) {
+        const uint8_t *q = o + kern_kpk_qh_off(T) + 512 * b + 16 * st;
+        uint64_t ml, mh;
+        memcpy(&ml, q, 8);
+        memcpy(&mh, q + 8, 8);
+        const __m512i v = _mm512_set1_epi8((char)(0x10 << b));
+        l = _mm512_mask_add_epi8(l, (__mmask64)ml, l, v);
+        u = _mm512_mask_add_epi8(u, (__mmask64)mh, u, v);
+    }
+    *lo = l;
+    *hi = u;
+}
+
+/* The chain of a sub-block: a VNNI int32 sum per lane.  Its bound: 32 levels
+ * (Q4_K/Q5_K) or 16 (Q6_K) times 63 * 128, far inside int32. */
+#define KP_FLUSH(T) ((T) == KERN_Q6_K ? 4 : 8) /* steps per sub-block */
+KP_INLINE s_vi s_chain(s_vi acc, s_vi w, const uint8_t *p) {
+    return s_dpb(acc, w, p);
+}
+/* Scale of sub-block u for each row, ready for s_flush. */
+KP_INLINE s_vi s_scale(kern_type_t T, const uint8_t *o, int u, int h) {
+    (void)h;
+    const __m128i v = _mm_loadu_si128((const __m128i *)(o + kern_kpk_sc_off(T) + 16 * u));
+    return T == KERN_Q6_K ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
+}
+/* isum + chain * scale (exact: below 2^31 by the bounds above). */
+KP_INLINE s_vi s_flush(s_vi isum, s_vi chain, s_vi sc) {
+    return _mm512_add_epi32(isum, _mm512_mullo_epi32(chain, sc));
+}
+/* int16 pairs (a, b) per lane from two int32 vectors. */
+KP_INLINE s_vi s_pair(s_vi a, s_vi b) {
+    return _mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu, a, _mm512_slli_epi32(b, 16));
+}
+/* Correction coefficient pair u of the rows: (m_u, m_u) for Q4_K / Q5_K (times
+ * the bsums of sub-block u), (sc_2u, sc_2u+1) for Q6_K. */
+KP_INLINE s_vi s_corr_coef(kern_type_t T, const uint8_t *o, int u, int h) {
+    (void)h;
+    const uint8_t *p = o + kern_kpk_sc_off(T);
+    if (T == KERN_Q6_K)
+        return s_pair(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 32 * u))),
+                      _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 32 * u + 16))));
+    const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 128 + 16 * u)));
+    return s_pair(m, m);
+}
+KP_INLINE s_vf s_f16v(const uint8_t *p, int h) {
+    (void)h;
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+#define v_zero() _mm512_setzero_si512()
+#define v_add(a, b) _mm512_add_epi32(a, b)
+#define v_sub(a, b) _mm512_sub_epi32(a, b)
+#define v_shl5(a) _mm512_slli_epi32(a, 5)
+#define v_cvt(a) _mm512_cvtepi32_ps(a)
+#define v_fzero() _mm512_setzero_ps()
+#define v_fset1(f) _mm512_set1_ps(f)
+#define v_fmul(a, b) _mm512_mul_ps(a, b)
+#define v_fmadd(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define v_fnmadd(a, b, c) _mm512_fnmadd_ps(a, b, c)
+typedef __mmask16 s_rmask;
+#define v_fload(rm, p) _mm512_maskz_loadu_ps(rm, p)
+#define v_fstore(p, rm, v) _mm512_mask_storeu_ps(p, rm, v)
+KP_INLINE s_rmask s_rowmask(int rows) {
+    return rows >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rows) - 1);
+}
+
+#else
+/* ---- AVX2: 8 rows (ymm lanes), half h of a 16-row record -------------- */
+#define KP_CT 3
+#define KP_ROWS 8
+typedef __m256i s_vi;
+typedef __m256 s_vf;
+
+KP_INLINE __m256i s_bcast(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* 32 mask bits (bit p for byte p) -> bytes of `val` or 0. */
+KP_INLINE __m256i s_bits(const uint8_t *q, char val) {
+    uint32_t h;
+    memcpy(&h, q, 4);
+    const __m256i idx = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                          0x0101010101010101LL, 0x0000000000000000LL);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), idx);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(val));
+}
+
+KP_INLINE void s_levels(kern_type_t T, const uint8_t *o, int st, int h, s_vi *lo, s_vi *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i z = _mm256_loadu_si256((const __m256i *)(o + 64 * st + 32 * h));
+    __m256i l = _mm256_and_si256(z, m4), u = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
+    for (int b = 0; b < s_hbits(T); b++) {
+        const uint8_t *q = o + kern_kpk_qh_off(T) + 512 * b + 16 * st + 4 * h;
+        l = _mm256_or_si256(l, s_bits(q, (char)(0x10 << b)));
+        u = _mm256_or_si256(u, s_bits(q + 8, (char)(0x10 << b)));
+    }
+    *lo = l;
+    *hi = u;
+}
+
+/* The chain: int16 pair sums of maddubs (level * x, two per pair, exact).
+ * It must stay in int16: 2 * 15 * 128 * 8 steps (Q4_K), 2 * 31 * 128 * 4
+ * (Q5_K), 2 * 63 * 128 * 2 (Q6_K) are all below 32768, hence the flush
+ * periods, shorter than a sub-block for Q5_K and Q6_K. */
+#define KP_FLUSH(T) ((T) == KERN_Q4_K ? 8 : (T) == KERN_Q5_K ? 4 : 2)
+KP_INLINE s_vi s_chain(s_vi acc, s_vi w, const uint8_t *p) {
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, s_bcast(p)));
+}
+/* int16 pairs (a, b) per lane from two int32 vectors. */
+KP_INLINE s_vi s_pair(s_vi a, s_vi b) {
+    return _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xAA);
+}
+/* (sc_u, sc_u) per lane: madd with the chain's pair applies the scale. */
+KP_INLINE s_vi s_scale(kern_type_t T, const uint8_t *o, int u, int h) {
+    const __m128i v = _mm_loadl_epi64((const __m128i *)(o + kern_kpk_sc_off(T) + 16 * u + 8 * h));
+    const __m256i s = T == KERN_Q6_K ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+    return s_pair(s, s);
+}
+KP_INLINE s_vi s_flush(s_vi isum, s_vi chain, s_vi sc) {
+    return _mm256_add_epi32(isum, _mm256_madd_epi16(chain, sc));
+}
+KP_INLINE s_vi s_corr_coef(kern_type_t T, const uint8_t *o, int u, int h) {
+    const uint8_t *p = o + kern_kpk_sc_off(T) + 8 * h;
+    if (T == KERN_Q6_K)
+        return s_pair(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 32 * u))),
+                      _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 32 * u + 16))));
+    const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 128 + 16 * u)));
+    return s_pair(m, m);
+}
+KP_INLINE s_vi s_dpw(s_vi acc, s_vi w, const uint8_t *p) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(w, s_bcast(p)));
+}
+KP_INLINE s_vf s_f16v(const uint8_t *p, int h) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
+}
+#define v_zero() _mm256_setzero_si256()
+#define v_add(a, b) _mm256_add_epi32(a, b)
+#define v_sub(a, b) _mm256_sub_epi32(a, b)
+#define v_shl5(a) _mm256_slli_epi32(a, 5)
+#define v_cvt(a) _mm256_cvtepi32_ps(a)
+#define v_fzero() _mm256_setzero_ps()
+#define v_fset1(f) _mm256_set1_ps(f)
+#define v_fmul(a, b) _mm256_mul_ps(a, b)
+#define v_fmadd(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define v_fnmadd(a, b, c) _mm256_fnmadd_ps(a, b, c)
+typedef __m256i s_rmask;
+#define v_fload(rm, p) _mm256_maskload_ps(p, rm)
+#define v_fstore(p, rm, v) _mm256_maskstore_ps(p, rm, v)
+KP_INLINE s_rmask s_rowmask(int rows) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
+
+/* KP_ROWS rows (half h of the group's records, rows stored where rm says) x
+ * C columns over nbk super-blocks: rec is the first record, x column 0 at
+ * the first super-block.  add: continue from the values in out (a later
+ * pass over k); pf: prefetch the weights ahead (the first tile of a group). */
+KP_INLINE void s_tile(kern_type_t T, const int C, int nbk, const uint8_t *rec, int h,
+                      const uint8_t *x, size_t xs, float *out, size_t os, s_rmask rm, bool add,
+                      bool pf) {
+    const int REC = kern_kpk_rec(T), DOF = kern_kpk_d_off(T), FL = KP_FLUSH(T);
+    const bool MIN = T != KERN_Q6_K;
+    s_vf acc[KP_CT];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++)
+        acc[c] = add ? v_fload(rm, out + (size_t)c * os) : v_fzero();
+    for (int b = 0; b < nbk; b++) {
+        const uint8_t *o = rec + (size_t)b * REC;
+        if (KP_PF && pf) /* the hardware prefetcher stops at 4 KiB pages: fetch ahead */
+            for (int l = 32 * h; l < REC; l += 64)
+                _mm_prefetch((const char *)(o + KP_PF + l), _MM_HINT_T0);
+        s_vi isum[KP_CT];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++)
+            isum[c] = v_zero();
+        for (int ch = 0; ch < 4; ch++) {         /* chunk: elements 64ch .. 64ch+63 */
+            for (int s0 = 0; s0 < 8; s0 += FL) { /* a flush period of steps */
+                s_vi tl[KP_CT], th[KP_CT];       /* chains: low and high nibbles */
+#pragma GCC unroll 8
+                for (int c = 0; c < C; c++)
+                    tl[c] = th[c] = v_zero();
+#pragma GCC unroll 8
+                for (int s = s0; s < s0 + FL; s++) {
+                    s_vi lo, hi;
+                    s_levels(T, o, 8 * ch + s, h, &lo, &hi);
+#pragma GCC unroll 8
+                    for (int c = 0; c < C; c++) {
+                        const uint8_t *xq = x + (size_t)c * xs + (size_t)b * KP_XB + KP_XQ;
+                        tl[c] = s_chain(tl[c], lo, xq + 64 * ch + 4 * s);
+                        th[c] = s_chain(th[c], hi, xq + 64 * ch + 32 + 4 * s);
+                    }
+                }
+                /* sub-blocks of the low and high nibbles of these steps */
+                const int ul = T == KERN_Q6_K ? 4 * ch + s0 / 4 : 2 * ch;
+                const int uh = T == KERN_Q6_K ? 4 * ch + 2 + s0 / 4 : 2 * ch + 1;
+                const s_vi scl = s_scale(T, o, ul, h), sch = s_scale(T, o, uh, h);
+#pragma GCC unroll 8
+                for (int c = 0; c < C; c++)
+                    isum[c] = s_flush(s_flush(isum[c], tl[c], scl), th[c], sch);
+            }
+        }
+        /* minimums (Q4_K, Q5_K) or the -32 offset (Q6_K) from the group sums */
+        s_vi cv[8];
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++)
+            cv[u] = s_corr_coef(T, o, u, h);
+        const s_vf dw = s_f16v(o + DOF, h);
+        const s_vf mw = MIN ? s_f16v(o + DOF + 32, h) : v_fzero();
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) {
+            const uint8_t *xb = x + (size_t)c * xs + (size_t)b * KP_XB;
+            s_vi corr = v_zero();
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; u++)
+                corr = s_dpw(corr, cv[u], xb + KP_XS + 4 * u);
+            float dxf;
+            memcpy(&dxf, xb, 4);
+            const s_vf dx = v_fset1(dxf);
+            if (MIN) {
+                acc[c] = v_fmadd(v_cvt(isum[c]), v_fmul(dw, dx), acc[c]);
+                acc[c] = v_fnmadd(v_cvt(corr), v_fmul(mw, dx), acc[c]);
+            } else {
+                acc[c] = v_fmadd(v_cvt(v_sub(isum[c], v_shl5(corr))), v_fmul(dw, dx), acc[c]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++)
+        v_fstore(out + (size_t)c * os, rm, acc[c]);
+}
+
+/* Passes over k (KP_BK super-blocks), then row groups (and halves), then
+ * column tiles: a group's records stay in L1 while every column tile of the
+ * pass uses them.  Splitting k only stores and reloads the float
+ * accumulators, so it changes no result. */
+KP_INLINE void s_gemm_kpk(kern_type_t T, int64_t k, int r0, int nr, int nc, const uint8_t *packed,
+                          const uint8_t *x, size_t xs, float *out, size_t os) {
+    const int64_t nb = k / KERN_QK_K;
+    const int REC = kern_kpk_rec(T);
+    const int g0 = r0 / KERN_PK_ROWS, g1 = (r0 + nr - 1) / KERN_PK_ROWS;
+    for (int64_t b0 = 0; b0 < nb; b0 += KP_BK) {
+        const int nbk = (int)(nb - b0 < KP_BK ? nb - b0 : KP_BK);
+        const uint8_t *xb = x + (size_t)b0 * KP_XB;
+        for (int g = g0; g <= g1; g++) {
+            const uint8_t *rec = packed + ((size_t)g * nb + b0) * REC;
+            for (int h = 0; h < KERN_PK_ROWS / KP_ROWS; h++) {
+                const int rows = r0 + nr - (g * KERN_PK_ROWS + h * KP_ROWS);
+                if (rows <= 0)
+                    break;
+                const s_rmask rm = s_rowmask(rows);
+                float *o = out + (size_t)(g * KERN_PK_ROWS + h * KP_ROWS - r0);
+                int c = 0;
+                for (; c + KP_CT <= nc; c += KP_CT)
+                    s_tile(T, KP_CT, nbk, rec, h, xb + (size_t)c * xs, xs, o + (size_t)c * os, os,
+                           rm, b0 > 0, c == 0);
+                const uint8_t *xt = xb + (size_t)c * xs;
+                float *ot = o + (size_t)c * os;
+                switch (nc - c) {
+#define KP_CASE(n)                                                                                 \
+    case n:                                                                                        \
+        if (n < KP_CT)                                                                             \
+            s_tile(T, n, nbk, rec, h, xt, xs, ot, os, rm, b0 > 0, c == 0);                         \
+        break;
+                    KP_CASE(1)
+                    KP_CASE(2)
+                    KP_CASE(3)
+                    KP_CASE(4)
+                    KP_CASE(5)
+                    KP_CASE(6)
+                    KP_CASE(7)
+#undef KP_CASE
+                default:
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#define KP_FN(name, TT)                                                                            \
+    static __attribute__((noinline)) void name(int64_t k, int r0, int nr, int nc,                  \
+                                               const uint8_t *packed, const uint8_t *x, size_t xs, \
+                                               float *out, size_t os) {                            \
+        s_gemm_kpk(TT, k, r0, nr, nc, packed, x, xs, out, os);                                     \
+    }
+KP_FN(s_kpk_q4_K, KERN_Q4_K)
+KP_FN(s_kpk_q5_K, KERN_Q5_K)
+KP_FN(s_kpk_q6_K, KERN_Q6_K)
+#undef KP_FN
+
+void KX(kern_gemm_kpacked)(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
+                           const void *x, size_t x_stride, float *out, size_t out_stride) {
+    assert(kern_kpk_type(wt) && r0 % KERN_PK_ROWS == 0 && nr >= 1 && nc >= 1);
+    switch (wt) {
+    case KERN_Q4_K:
+        s_kpk_q4_K(k, r0, nr, nc, packed, x, x_stride, out, out_stride);
+        break;
+    case KERN_Q5_K:
+        s_kpk_q5_K(k, r0, nr, nc, packed, x, x_stride, out, out_stride);
+        break;
+    case KERN_Q6_K:
+        s_kpk_q6_K(k, r0, nr, nc, packed, x, x_stride, out, out_stride);
+        break;
+    default: /* not a packed K type: programmer error */
+        break;
+    }
+}
