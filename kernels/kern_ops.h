@@ -94,7 +94,7 @@ typedef struct {
      *
      * packed_size: bytes of the packed form of nr rows of k elements of type wt,
      *   or 0 when this table has no packed layout for wt (then pack and
-     *   gemm_packed must not be called).  Every table packs the five types above.
+     *   gemm_packed must not be called).  Every table packs the eight types above.
      * pack: write that form of the nr rows at w (row r at (char*)w + r * w_stride)
      *   to dst (packed_size bytes; 64-byte aligned for speed).  Done once.
      * gemm_packed: as gemm, for rows r0 .. r0+nr-1 of a packed matrix of k

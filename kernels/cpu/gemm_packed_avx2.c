@@ -17,7 +17,8 @@
  * (8, 16, 128) is removed through the activation sums, as in the AVX-512 code.
  * nc = 1 (decode) streams the weights once, both halves per block, fetching
  * ahead; nc > 1 runs register tiles of 8 rows x PK_CT columns, the columns
- * reusing each block's records from L1.
+ * reusing each block's records from L1.  The K-quants' packed gemm is
+ * gemm_kpacked_avx2.c's; the entry point passes them on.
  */
 #if defined(__x86_64__)
 #include "kern_cpu.h"
@@ -366,8 +367,8 @@ PK_FN(s_pk_q8_0, KERN_Q8_0)
 #undef PK_FN
 
 #ifndef PK_AVXVNNI
-/* The ymm tables' packed_size: the reference layout, for the types this file's
- * gemm handles (and no other type the reference may pack). */
+/* The ymm tables' packed_size: the reference layout, for the types their
+ * gemm_packed handles (and no other type the reference may pack). */
 size_t kern_packed_size_avx2(kern_type_t wt, int64_t k, int nr) {
     switch (wt) {
     case KERN_Q4_0:
@@ -375,6 +376,9 @@ size_t kern_packed_size_avx2(kern_type_t wt, int64_t k, int nr) {
     case KERN_Q5_0:
     case KERN_Q5_1:
     case KERN_Q8_0:
+    case KERN_Q4_K:
+    case KERN_Q5_K:
+    case KERN_Q6_K:
         return kern_ref_packed_size(wt, k, nr);
     default:
         return 0;
@@ -384,6 +388,10 @@ size_t kern_packed_size_avx2(kern_type_t wt, int64_t k, int nr) {
 
 void PK_NAME(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed, const void *x,
              size_t x_stride, float *out, size_t out_stride) {
+    if (kern_kpk_type(wt)) { /* K-quants: gemm_kpacked_avx2.c (AVX2 in both tables) */
+        kern_gemm_kpacked_avx2(wt, k, r0, nr, nc, packed, x, x_stride, out, out_stride);
+        return;
+    }
     assert(kern_pk_type(wt) && r0 % KERN_PK_ROWS == 0 && nr >= 1 && nc >= 1);
     void (*fn)(int64_t, int, int, int, const uint8_t *, const uint8_t *, size_t, float *, size_t);
     switch (wt) {

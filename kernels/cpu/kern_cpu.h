@@ -28,8 +28,9 @@ size_t kern_no_packed_size(kern_type_t wt, int64_t k, int nr);
 void kern_gemm_packed_avx512(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
                              const void *x, size_t x_stride, float *out, size_t out_stride);
 /* The ymm gemm of packed weights: AVX2 maddubs (gemm_packed_avx2.c) and the
- * same code with AVX-VNNI (gemm_packed_avxvnni.c); the packed_size of both
- * tables (kern_ref_packed_size for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, else 0). */
+ * same code with AVX-VNNI (gemm_packed_avxvnni.c), both sending K types to
+ * kern_gemm_kpacked_avx2; the packed_size of both tables (kern_ref_packed_size
+ * for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants, else 0). */
 size_t kern_packed_size_avx2(kern_type_t wt, int64_t k, int nr);
 void kern_gemm_packed_avx2(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
                            const void *x, size_t x_stride, float *out, size_t out_stride);
@@ -137,7 +138,7 @@ void kern_ref_gemm_kpacked(kern_type_t wt, int64_t k, int r0, int nr, int nc, co
                            const void *x, size_t x_stride, float *out, size_t out_stride);
 void kern_gemm_kpacked_avx512(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
                               const void *x, size_t x_stride, float *out, size_t out_stride);
-/* AVX2/FMA: the AVX2 table's gemm_packed must send K types here. */
+/* AVX2/FMA: the AVX2 and AVX-VNNI tables' gemm_packed send K types here. */
 void kern_gemm_kpacked_avx2(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
                             const void *x, size_t x_stride, float *out, size_t out_stride);
 

@@ -1038,6 +1038,52 @@ START_TEST(test_gemm_packed_batch_invariant) {
 }
 END_TEST
 
+/* The K-quants' packed layout through every table (test_kernels_kpacked.c
+ * tests the kernels themselves): bitwise the reference, for any r0 and nc. */
+START_TEST(test_gemm_kpacked_tables) {
+    static const kern_type_t kt[] = {KERN_Q4_K, KERN_Q5_K, KERN_Q6_K};
+    static const int shapes[][3] = {{256, 1, 1}, {256, 17, 5}, {768, 40, 37}, {1536, 33, 2}};
+    const kern_type_t t = kt[_i];
+    uint64_t rng = 4242 + (uint64_t)_i;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t k = shapes[si][0];
+        const int nr = shapes[si][1], nc = shapes[si][2];
+        size_t ws = kern_row_size(t, k), xs = kern_row_size(KERN_Q8_K, k);
+        uint8_t *w = malloc(ws * nr), *x = malloc(xs * nc);
+        float *tmp = malloc(sizeof(float) * k), *want = malloc(sizeof(float) * nr * nc),
+              *got = malloc(sizeof(float) * nr * nc);
+        s_make_w(&rng, t, W_RANDOM, k, nr, w, ws, tmp);
+        for (int c = 0; c < nc; c++) {
+            s_fill(&rng, tmp, k, -1, 1);
+            kern_ops_ref()->quant_row(KERN_Q8_K, tmp, x + (size_t)c * xs, k);
+        }
+        void *pr = s_pack(kern_ops_ref(), t, k, nr, w, ws);
+        ck_assert_ptr_nonnull(pr);
+        kern_ops_ref()->gemm_packed(t, k, 0, nr, nc, pr, x, xs, want, nr);
+        for (int ti = 1; ti < N_TABLES; ti++) {
+            const kern_ops_t *ops = s_all_tables(ti);
+            if (!ops)
+                continue;
+            void *pk = s_pack(ops, t, k, nr, w, ws);
+            ck_assert_msg(pk != NULL, "%s has no packed %s", ops->name,
+                          kern_type_traits((int)t)->name);
+            ops->gemm_packed(t, k, 0, nr, nc, pk, x, xs, got, nr);
+            ck_assert_msg(!memcmp(got, want, sizeof(float) * nr * nc),
+                          "%s packed %s k %lld nr %d nc %d: not bitwise the reference", ops->name,
+                          kern_type_traits((int)t)->name, (long long)k, nr, nc);
+            if (nr > 16) {
+                ops->gemm_packed(t, k, 16, nr - 16, nc, pk, x, xs, got, nr);
+                for (int c = 0; c < nc; c++)
+                    ck_assert(!memcmp(got + (size_t)c * nr, want + (size_t)c * nr + 16,
+                                      sizeof(float) * (nr - 16)));
+            }
+            free(pk);
+        }
+        free(pr), free(w), free(x), free(tmp), free(want), free(got);
+    }
+}
+END_TEST
+
 static Suite *s_suite(void) {
     Suite *s = suite_create("kernels");
     TCase *tc = tcase_create("core");
@@ -1053,6 +1099,7 @@ static Suite *s_suite(void) {
     tcase_add_loop_test(tc, test_gemm_batch_invariant, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_gemm_packed, 0, N_PTYPES);
     tcase_add_loop_test(tc, test_gemm_packed_batch_invariant, 0, N_PTYPES);
+    tcase_add_loop_test(tc, test_gemm_kpacked_tables, 0, 3);
     tcase_add_test(tc, test_rmsnorm_softmax_swiglu);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
