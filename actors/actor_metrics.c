@@ -94,6 +94,10 @@ static const char *const s_gauges[] = {
     "*total_blocks",   "*blocks_used",  "*blocks_cached", "*blocks_free",
     "t[0-9].blocks",   "t[0-9].bytes",  "*.t[0-9].bytes", "*.t[0-9].blocks",
     "last.*",
+    /* MoE (docs/MOE.md): the expert actors' and the router's dispatch table */
+    "hosted",          "table.version", "moe.table.version", "moe.alive.*",
+    "moe.hosted.*",    "moe.backlog.*", "moe.replicas.*",    "moe.capacity_permille.*",
+    "moe.load_rows_per_s.*",
 };
 
 /* One sample to write. */

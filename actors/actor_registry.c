@@ -3,6 +3,7 @@
 #include "actor_registry.h"
 
 #include "actor_draft.h"
+#include "actor_expert.h"
 #include "actor_frontend.h"
 #include "actor_http.h"
 #include "actor_kvtier.h"
@@ -25,6 +26,8 @@ static const actor_info_t s_actors[] = {
      "dispatches requests to the least-loaded target worker"},
     {"worker<N>", actor_worker_main, actor_worker_opts,
      "target worker: model, T0 KV cache, continuous batching, speculative verification"},
+    {"expert<N>", actor_expert_main, actor_expert_opts,
+     "MoE expert actor: computes the FFN of the experts it hosts for the target workers"},
     {"draft", actor_draft_main, actor_draft_opts,
      "draft worker: proposes tokens by n-gram lookup or a small draft model"},
     {"kvtier", actor_kvtier_main, actor_kvtier_opts,

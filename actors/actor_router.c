@@ -1,8 +1,10 @@
 /* actor_router.c - the router actor: decode, ask router_dispatch, forward. */
 #include "actor_router.h"
 
+#include "actor_expert.h"
 #include "base/base_log.h"
 #include "router/router_dispatch.h"
+#include "router/router_moe.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -20,9 +22,33 @@ typedef struct {
     router_dispatch_t *dispatch; /* load table + rid -> worker */
     actor_loop_t *loop;          /* polling, control messages, counters */
     actor_counters_t *counters;  /* the loop's */
+    /* MoE control plane (docs/MOE.md): with expert actors in the topology */
+    const actor_topology_t *topo;
+    int n_experts;               /* expert actors (A) */
+    zsock_t **to_expert;         /* (A) PUSH to each expert actor: expert_table */
+    router_moe_t *moe;           /* made at the first expert_load (it says E) */
+    router_moe_config_t moe_cfg; /* from the options */
 } s_router_t;
 
-const actor_opt_t actor_router_opts[] = {{NULL}}; /* none: it follows its workers' reports */
+const actor_opt_t actor_router_opts[] = {
+    {"moe_dispatch", ACTOR_OPT_ENUM, "load", 0, 0, "load|static",
+     "MoE expert dispatch: load (replicas of hot experts, capacity from the observed load) or "
+     "static (each expert on its own actor, no capacity: the baseline)"},
+    {"moe_capacity", ACTOR_OPT_DOUBLE, "1.25", 0, 1000, NULL,
+     "load dispatch: capacity factor; a replica takes factor x its expected rows of a step, "
+     "rows beyond every replica's capacity move to another expert (changes the output); 0: "
+     "no limit"},
+    {"moe_capacity_max", ACTOR_OPT_DOUBLE, "4", 0, 1000, NULL,
+     "load dispatch: the largest capacity factor relative to the mean expert"},
+    {"moe_capacity_min", ACTOR_OPT_INT, "4", 0, 65536, NULL,
+     "load dispatch: rows a replica always takes in a step"},
+    {"moe_hot", ACTOR_OPT_DOUBLE, "1.5", 1, 1000, NULL,
+     "load dispatch: an expert whose load per replica exceeds this x the mean gets a replica"},
+    {NULL},
+};
+
+#define S_MOE_PUBLISH_MS 200
+#define S_MOE_STALE_US (2000000ull * BASE_TIMEOUT_SCALE)
 
 static void s_fail(s_router_t *r, uint64_t rid, int code, const char *what) {
     msg_work_error_t e;
@@ -170,6 +196,103 @@ static void s_on_worker_down(void *self, msg_any_t *m, zmq_msg_t *raw) {
     s_on_down(self, m->u.worker_down.worker);
 }
 
+/* Send the dispatch table to every worker and expert actor (a lost one is
+ * replaced at the next publication). */
+static void s_moe_publish(s_router_t *r) {
+    router_moe_view_t v = router_moe_view(r->moe);
+    msg_expert_table_t m;
+    msg_expert_table_init(&m);
+    m.version = router_moe_version(r->moe);
+    m.n_expert = v.n_expert;
+    m.n_actors = v.n_actors;
+    m.load_aware = v.load_aware;
+    m.hosts = (int32_t *)v.hosts;
+    m.n_hosts = v.n_expert * v.n_actors;
+    m.cap = (int32_t *)v.cap;
+    m.n_cap = v.n_expert;
+    m.load = (int32_t *)v.load;
+    m.n_load = v.n_actors;
+    m.alive = (int32_t *)v.alive;
+    m.n_alive = v.n_actors;
+    m.cap_min = v.cap_min;
+    for (int i = 0; i < r->n_workers; i++)
+        if (actor_send(r->to_worker[i], MSG_EXPERT_TABLE, &m))
+            actor_counters_add(r->counters, "moe.table.dropped", 1);
+    for (int a = 0; a < r->n_experts; a++)
+        if (actor_send(r->to_expert[a], MSG_EXPERT_TABLE, &m))
+            actor_counters_add(r->counters, "moe.table.dropped", 1);
+    actor_counters_add(r->counters, "moe.table.published", 1);
+    actor_counters_set(r->counters, "moe.table.version", (int64_t)m.version);
+}
+
+static void s_on_expert_load(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_router_t *r = self;
+    const msg_expert_load_t *l = &m->u.expert_load;
+    if (l->expert >= r->n_experts) {
+        actor_counters_add(r->counters, "moe.load.bad", 1);
+        return;
+    }
+    if (!r->moe) {
+        char why[256];
+        uint8_t *owners = calloc((size_t)r->n_experts * l->n_expert, 1);
+        int *slots = calloc((size_t)r->n_experts, sizeof *slots);
+        r->moe_cfg.n_expert = l->n_expert;
+        for (int a = 0; slots && a < r->n_experts; a++)
+            slots[a] = actor_expert_slots(r->topo, a);
+        if (owners && slots && actor_expert_owners(r->topo, l->n_expert, owners, why, sizeof why))
+            LOG_E("router", "MoE placement: %s", why);
+        else if (owners && slots)
+            r->moe = router_moe_new(&r->moe_cfg, owners, slots);
+        free(owners);
+        free(slots);
+        if (!r->moe) {
+            actor_counters_add(r->counters, "moe.load.bad", 1);
+            return;
+        }
+        LOG_I("router", "MoE: %d experts on %d expert actors, %s dispatch", l->n_expert,
+              r->n_experts, r->moe_cfg.load_aware ? "load-aware" : "static");
+    }
+    if (l->n_expert != r->moe_cfg.n_expert) {
+        actor_counters_add(r->counters, "moe.load.bad", 1);
+        return;
+    }
+    bool was = router_moe_alive(r->moe, l->expert);
+    router_moe_report(r->moe, l->expert, l->rows, l->frames, l->queue, l->period_us,
+                      base_now_us());
+    actor_counters_add(r->counters, "moe.load.reports", 1);
+    if (!was) { /* back: publish at once */
+        LOG_I("router", "expert%d is back", l->expert);
+        router_moe_plan(r->moe);
+        s_moe_publish(r);
+    }
+}
+
+static void s_on_expert_down(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_router_t *r = self;
+    int a = m->u.expert_down.expert;
+    actor_counters_add(r->counters, "moe.expert_down", 1);
+    if (!r->moe || a >= r->n_experts)
+        return;
+    LOG_W("router", "expert%d is down: its experts go to the others", a);
+    router_moe_down(r->moe, a);
+    router_moe_plan(r->moe); /* publish at once: workers waiting on it resend */
+    s_moe_publish(r);
+}
+
+/* Every S_MOE_PUBLISH_MS: silent actors are down, the table follows the loads. */
+static void s_moe_tick(void *self) {
+    s_router_t *r = self;
+    if (!r->moe)
+        return;
+    int n = router_moe_expire(r->moe, base_now_us(), S_MOE_STALE_US);
+    if (n)
+        actor_counters_add(r->counters, "moe.expired", n);
+    router_moe_plan(r->moe);
+    s_moe_publish(r);
+}
+
 /* Before a stats answer: the load table as counters. */
 static void s_stats(void *self) {
     s_router_t *r = self;
@@ -179,6 +302,30 @@ static void s_stats(void *self) {
         actor_counters_set(r->counters, name, router_dispatch_load(r->dispatch, i));
         snprintf(name, sizeof name, "alive.worker%d", i);
         actor_counters_set(r->counters, name, router_dispatch_alive(r->dispatch, i));
+    }
+    if (!r->moe)
+        return;
+    router_moe_view_t v = router_moe_view(r->moe);
+    for (int a = 0; a < v.n_actors; a++) {
+        char name[64];
+        int hosted = 0;
+        for (int e = 0; e < v.n_expert; e++)
+            hosted += v.hosts[(size_t)a * v.n_expert + e];
+        snprintf(name, sizeof name, "moe.alive.expert%d", a);
+        actor_counters_set(r->counters, name, v.alive[a]);
+        snprintf(name, sizeof name, "moe.hosted.expert%d", a);
+        actor_counters_set(r->counters, name, hosted);
+        snprintf(name, sizeof name, "moe.backlog.expert%d", a);
+        actor_counters_set(r->counters, name, v.load[a]);
+    }
+    for (int e = 0; e < v.n_expert; e++) {
+        char name[64];
+        snprintf(name, sizeof name, "moe.replicas.e%d", e);
+        actor_counters_set(r->counters, name, router_moe_replicas(r->moe, e));
+        snprintf(name, sizeof name, "moe.capacity_permille.e%d", e);
+        actor_counters_set(r->counters, name, v.cap[e]);
+        snprintf(name, sizeof name, "moe.load_rows_per_s.e%d", e);
+        actor_counters_set(r->counters, name, (int64_t)router_moe_expert_load(r->moe, e));
     }
 }
 
@@ -190,6 +337,10 @@ static void s_cleanup(s_router_t *r) {
     zsock_destroy(&r->to_tok);
     zsock_destroy(&r->to_front);
     zsock_destroy(&r->to_prefetch);
+    for (int a = 0; r->to_expert && a < r->n_experts; a++)
+        zsock_destroy(&r->to_expert[a]);
+    free(r->to_expert);
+    router_moe_destroy(&r->moe);
     router_dispatch_destroy(&r->dispatch);
     actor_loop_destroy(&r->loop);
 }
@@ -218,6 +369,27 @@ int actor_router_main(actor_env_t *env) {
         r.to_worker[i] = actor_sock_outbound(t, "router", name, 10000);
         ok = r.to_worker[i] != NULL;
     }
+    r.topo = t;
+    r.n_experts = actor_expert_count(t);
+    if (r.n_experts > MSG_MAX_EXPERT_ACTORS)
+        r.n_experts = MSG_MAX_EXPERT_ACTORS;
+    if (ok && r.n_experts) {
+        const char *mode = actor_env_str(env, "moe_dispatch");
+        r.moe_cfg = (router_moe_config_t){
+            .n_actors = r.n_experts,
+            .load_aware = !mode || strcmp(mode, "static"),
+            .cf_permille = (int)(1000 * actor_env_double(env, "moe_capacity") + 0.5),
+            .cf_max_permille = (int)(1000 * actor_env_double(env, "moe_capacity_max") + 0.5),
+            .cap_min = (int)actor_env_int(env, "moe_capacity_min"),
+            .hot_ratio = actor_env_double(env, "moe_hot"),
+        };
+        ok = (r.to_expert = calloc((size_t)r.n_experts, sizeof *r.to_expert)) != NULL;
+        for (int a = 0; ok && a < r.n_experts; a++) {
+            char name[32];
+            snprintf(name, sizeof name, "expert%d", a);
+            ok = (r.to_expert[a] = actor_sock_outbound(t, "router", name, 1000)) != NULL;
+        }
+    }
     if (!ok) {
         actor_env_fail(env, "router: cannot set up (sockets or memory)");
         s_cleanup(&r);
@@ -230,6 +402,10 @@ int actor_router_main(actor_env_t *env) {
     actor_loop_on(r.loop, MSG_WORK_ERROR, s_on_error);
     actor_loop_on(r.loop, MSG_LOAD_REPORT, s_on_load);
     actor_loop_on(r.loop, MSG_WORKER_DOWN, s_on_worker_down);
+    actor_loop_on(r.loop, MSG_EXPERT_LOAD, s_on_expert_load);
+    actor_loop_on(r.loop, MSG_EXPERT_DOWN, s_on_expert_down);
+    if (r.n_experts)
+        actor_loop_timer(r.loop, S_MOE_PUBLISH_MS, s_moe_tick);
     actor_loop_on_stats(r.loop, s_stats);
     actor_env_ready(env);
     actor_loop_run(r.loop, 500);

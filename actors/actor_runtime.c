@@ -677,6 +677,14 @@ typedef struct {
     int fd;
 } s_sock_t;
 
+/* A message an actor read from its inbox itself and queued (actor_loop_defer). */
+typedef struct s_deferred_t {
+    msg_any_t m;               /* decoded, owned */
+    zmq_msg_t raw;             /* its raw frame (size 0: none), owned */
+    int sock;                  /* index of its inbox in socks */
+    struct s_deferred_t *next; /* FIFO */
+} s_deferred_t;
+
 typedef struct {
     uint64_t every_us; /* interval */
     uint64_t next_us;  /* when it is due next */
@@ -702,6 +710,8 @@ struct actor_loop_t {
     bool stop;                 /* end after the current message */
     zsock_t *beat;             /* process mode: PUSH to the supervisor, owned; else NULL */
     uint64_t beat_next_us;     /* when the next heartbeat is due */
+    s_deferred_t *deferred;    /* messages queued by actor_loop_defer (FIFO), or NULL */
+    s_deferred_t **deferred_tail;
 };
 
 actor_loop_t *actor_loop_new(actor_env_t *env, void *self) {
@@ -728,6 +738,13 @@ actor_loop_t *actor_loop_new(actor_env_t *env, void *self) {
 void actor_loop_destroy(actor_loop_t **self_p) {
     if (!self_p || !*self_p)
         return;
+    while ((*self_p)->deferred) {
+        s_deferred_t *d = (*self_p)->deferred;
+        (*self_p)->deferred = d->next;
+        msg_any_clear(&d->m);
+        zmq_msg_close(&d->raw);
+        free(d);
+    }
     for (int i = 0; i < (*self_p)->n_socks; i++)
         if ((*self_p)->socks[i].monitor)
             zsock_destroy(&(*self_p)->socks[i].sock);
@@ -896,6 +913,21 @@ static bool s_ctl(actor_loop_t *self, const msg_any_t *m, zsock_t *reply) {
     }
 }
 
+static void s_heartbeat(actor_loop_t *self, uint64_t now);
+
+/* Dispatch decoded message m of inbox s to its handler (or answer it here). */
+static void s_dispatch(actor_loop_t *self, s_sock_t *s, msg_any_t *m, zmq_msg_t *raw) {
+    actor_msg_fn fn = NULL;
+    for (int i = 0; i < self->n_on && !fn; i++)
+        if (self->on[i].type == m->type)
+            fn = self->on[i].fn;
+    if (fn)
+        fn(self->self, m, s->raw ? raw : NULL);
+    else if (!s_ctl(self, m, s->reply))
+        actor_counters_add(self->counters, s->unexpected, 1);
+    msg_any_clear(m);
+}
+
 /* Receive, decode and dispatch one message of inbox s.  false when none was waiting. */
 static bool s_inbox_one(actor_loop_t *self, s_sock_t *s) {
     msg_any_t m;
@@ -909,19 +941,61 @@ static bool s_inbox_one(actor_loop_t *self, s_sock_t *s) {
         if (rc == -EBADMSG)
             actor_counters_add(self->counters, s->checksum, 1);
     } else {
-        actor_msg_fn fn = NULL;
-        for (int i = 0; i < self->n_on && !fn; i++)
-            if (self->on[i].type == m.type)
-                fn = self->on[i].fn;
-        if (fn)
-            fn(self->self, &m, s->raw ? &raw : NULL);
-        else if (!s_ctl(self, &m, s->reply))
-            actor_counters_add(self->counters, s->unexpected, 1);
-        msg_any_clear(&m);
+        s_dispatch(self, s, &m, &raw);
     }
     if (s->raw)
         zmq_msg_close(&raw);
     return true;
+}
+
+int actor_loop_defer(actor_loop_t *self, zsock_t *inbox, msg_any_t *m, zmq_msg_t *raw) {
+    int k = -1;
+    for (int i = 0; i < self->n_socks && k < 0; i++)
+        if (self->socks[i].sock == inbox && !self->socks[i].fn && !self->socks[i].monitor)
+            k = i;
+    s_deferred_t *d = k >= 0 ? calloc(1, sizeof *d) : NULL;
+    if (!d) {
+        msg_any_clear(m);
+        if (raw) {
+            zmq_msg_close(raw);
+            zmq_msg_init(raw);
+        }
+        if (k >= 0)
+            actor_counters_add(self->counters, self->socks[k].malformed, 1);
+        return k >= 0 ? -ENOMEM : -EINVAL;
+    }
+    d->m = *m;
+    m->type = MSG_NONE;
+    zmq_msg_init(&d->raw);
+    if (raw) {
+        zmq_msg_move(&d->raw, raw);
+        zmq_msg_close(raw);
+        zmq_msg_init(raw);
+    }
+    d->sock = k;
+    if (!self->deferred)
+        self->deferred_tail = &self->deferred;
+    *self->deferred_tail = d;
+    self->deferred_tail = &d->next;
+    return 0;
+}
+
+/* Dispatch every deferred message, oldest first.  true when there were some. */
+static bool s_run_deferred(actor_loop_t *self) {
+    bool any = self->deferred != NULL;
+    while (self->deferred && !self->stop) {
+        s_deferred_t *d = self->deferred;
+        self->deferred = d->next;
+        s_dispatch(self, &self->socks[d->sock], &d->m, &d->raw);
+        zmq_msg_close(&d->raw);
+        free(d);
+    }
+    return any;
+}
+
+int actor_loop_pulse(actor_loop_t *self) {
+    s_heartbeat(self, base_now_us());
+    return s_faults ? actor_faults_flush(s_faults) : -1;
 }
 
 /* Drain s: at most budget messages, fewer when the loop stops.  true when it
@@ -985,13 +1059,15 @@ int actor_loop_run(actor_loop_t *self, int wait_ms) {
             if (ms < timeout)
                 timeout = ms;
         }
+        if (self->deferred)
+            timeout = 0;
         if (zmq_poll(items, 1 + self->n_socks, timeout) < 0 && zmq_errno() != EINTR)
             break; /* the context is terminating */
         if (items[0].revents & ZMQ_POLLIN)
             break; /* $TERM */
         if (s_faults)
             actor_faults_stall(s_faults); /* a hang, when the spec says so */
-        bool more = false;
+        bool more = s_run_deferred(self);
         for (int i = 0; i < self->n_socks && !self->stop; i++) {
             if (self->socks[i].fd_fn) {
                 if (items[1 + i].revents & ZMQ_POLLIN)

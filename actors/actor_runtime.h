@@ -216,6 +216,19 @@ void actor_loop_on_stats(actor_loop_t *self, actor_timer_fn fn);
 void actor_loop_budget(actor_loop_t *self, int budget);
 /* Make actor_loop_run return after the current message. */
 void actor_loop_stop(actor_loop_t *self);
+/* For an actor that reads its inbox itself while it waits inside a handler or
+ * the idle hook (the worker waiting for its expert replies in the middle of a
+ * forward pass): queue a message it read from inbox (registered with
+ * actor_loop_inbox) but cannot handle now.  The loop dispatches the queued
+ * messages in order, as if just read from inbox, at its next wakeup, before it
+ * reads any socket.  Takes m (m->type becomes MSG_NONE) and raw (NULL or a
+ * zmq_msg_t that is moved: it is left empty).  0, -ENOMEM (then m and raw are
+ * freed and the message counts as malformed) or -EINVAL (inbox unknown). */
+int actor_loop_defer(actor_loop_t *self, zsock_t *inbox, msg_any_t *m, zmq_msg_t *raw);
+/* For the same long waits: send the heartbeat when due (process mode) and the
+ * frames fault injection holds that are due.  Returns the ms until the next
+ * held frame is due, or -1 when none is held. */
+int actor_loop_pulse(actor_loop_t *self);
 /* Run until $TERM or stop.  wait_ms: the poll's wait when the idle hook does
  * not say (> 0).  Returns 0. */
 int actor_loop_run(actor_loop_t *self, int wait_ms);

@@ -110,7 +110,7 @@ actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const cha
     }
     /* the KV tiers and the draft worker first, then workers (they take
      * longest to load), frontend last */
-    const char *order[] = {"kvtier", "prefetcher", "draft", "worker", "router", "tokenizer",
+    const char *order[] = {"kvtier", "prefetcher", "draft", "expert", "worker", "router", "tokenizer",
                            "frontend"};
     const int n_order = (int)(sizeof order / sizeof order[0]);
     for (int o = 0; o <= n_order; o++)
@@ -258,6 +258,10 @@ static int s_reap(actor_supervisor_t *self) {
             if (actor_send(self->to_router, MSG_WORKER_DOWN, &d))
                 LOG_E(TAG, "cannot tell the router that %s is down", c->name);
             actor_send(self->to_front, MSG_WORKER_DOWN, &d);
+        } else if (!strncmp(c->name, "expert", 6)) { /* the router re-plans without it */
+            msg_expert_down_t d = {atoi(c->name + 6)};
+            if (actor_send(self->to_router, MSG_EXPERT_DOWN, &d))
+                LOG_E(TAG, "cannot tell the router that %s is down", c->name);
         }
     }
     return died;

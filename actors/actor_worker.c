@@ -5,6 +5,8 @@
  * it and takes in the blocks the prefetcher has it promote. */
 #include "actor_worker.h"
 
+#include "actor_expert.h"
+#include "actor_expert_client.h"
 #include "actor_metrics.h"
 
 #include "base/base_log.h"
@@ -119,6 +121,7 @@ typedef struct {
     bool lp_valid;
     float *lp_rows;                 /* ((1 + MODEL_SPEC_MAX_K), n_vocab) log-softmax rows */
     actor_metrics_step_t *metrics;   /* per-step histograms (docs/METRICS.md) */
+    actor_expert_client_t *experts;  /* MoE layers over expert actors, or NULL: in process */
 } s_worker_t;
 
 #define TAG "worker"
@@ -240,7 +243,7 @@ const actor_opt_t actor_worker_opts[] = {
      "tokens per forward step: decode tokens first, the rest prefill chunks"},
     {"max_ctx", ACTOR_OPT_INT, "2048", 2, 1 << 20, NULL,
      "positions per request (prompt + max_tokens)"},
-    {"kv_type", ACTOR_OPT_ENUM, "f32", 0, 0, "f32|f16|int8", "T0 KV format"},
+    {"kv_type", ACTOR_OPT_ENUM, "f16", 0, 0, "f32|f16|int8", "T0 KV format"},
     {"kv_policy", ACTOR_OPT_ENUM, "scored", 0, 0, "lru|lfu|scored", "T0 eviction order"},
     {"prefix_cache", ACTOR_OPT_BOOL, "1", 0, 0, NULL,
      "share cached prompt prefixes (0: every prompt computed)"},
@@ -256,6 +259,12 @@ const actor_opt_t actor_worker_opts[] = {
     {"spec_k_max", ACTOR_OPT_INT, "8", 1, MODEL_SPEC_MAX_K, NULL, "adaptive: the largest depth"},
     {"spec_wait_us", ACTOR_OPT_INT, "20000", 0, 60000000, NULL,
      "longest wait for a draft before a step runs without it"},
+    {"expert_dtype", ACTOR_OPT_ENUM, "f32", 0, 0, "f32|f16",
+     "with expert actors and an MoE model: the rows sent to them (f32: bitwise the local "
+     "forward; f16: half the bytes)"},
+    {"expert_timeout_ms", ACTOR_OPT_INT, "1000", 1, 600000, NULL,
+     "with expert actors: the wait for an expert actor's reply before its rows go to "
+     "another actor hosting the expert (or are computed here)"},
     {NULL},
 };
 
@@ -1082,6 +1091,13 @@ static void s_on_work_probe(void *self, msg_any_t *m, zmq_msg_t *raw) {
     s_status(w, m->u.work_probe.rid, s_holds(w, m->u.work_probe.rid));
 }
 
+static void s_on_expert_table(void *self, msg_any_t *m, zmq_msg_t *raw) {
+    (void)raw;
+    s_worker_t *w = self;
+    if (w->experts)
+        actor_expert_client_table(w->experts, &m->u.expert_table);
+}
+
 static void s_on_work_cancel(void *self, msg_any_t *m, zmq_msg_t *raw) {
     (void)raw;
     s_on_cancel(self, m->u.work_cancel.rid);
@@ -1114,6 +1130,7 @@ static void s_cleanup(s_worker_t *w) {
         s_req_free(w, &r);
     }
     kv_cache_destroy(&w->kv);
+    actor_expert_client_destroy(&w->experts);
     zsock_destroy(&w->to_tier);
     zsock_destroy(&w->to_draft);
     model_ctx_destroy(&w->ctx);
@@ -1238,6 +1255,24 @@ int actor_worker_main(actor_env_t *env) {
         s_cleanup(&w);
         return 1;
     }
+    if (actor_expert_count(t) > 0 && cfg->n_expert > 0) {
+        /* MoE: every MoE layer's experts run on the expert actors */
+        const char *dt = actor_env_str(env, "expert_dtype");
+        w.experts = actor_expert_client_new(
+            t, name, w.index, w.model, w.loop, w.in,
+            dt && !strcmp(dt, "f16") ? MSG_DTYPE_F16 : MSG_DTYPE_F32,
+            (int)actor_env_int(env, "expert_timeout_ms"), err, sizeof err);
+        if (!w.experts) {
+            actor_env_fail(env, "%s: expert actors: %s", name, err);
+            s_cleanup(&w);
+            return 1;
+        }
+        model_ctx_set_moe_exec(w.ctx, actor_expert_client_exec, w.experts);
+        LOG_I(name, "MoE: %d experts per layer on %d expert actors (%s rows)", cfg->n_expert,
+              actor_expert_count(t), dt ? dt : "f32");
+    } else if (actor_expert_count(t) > 0) {
+        LOG_W(name, "the topology has expert actors but the model is dense: they stay idle");
+    }
     actor_counters_set(w.counters, "kv.total_blocks", n_blocks);
     LOG_I(name, "ready: %d threads, batch %d, %d KV blocks of %d (%s, %s%s), queue %d, step %d "
           "tokens", threads, w.max_batch, n_blocks, bs, kv_fmt_name(kv_fmt), kv_policy_name(policy),
@@ -1252,6 +1287,7 @@ int actor_worker_main(actor_env_t *env) {
     actor_loop_on(w.loop, MSG_WORK_REQUEST, s_on_work_request);
     actor_loop_on(w.loop, MSG_WORK_CANCEL, s_on_work_cancel);
     actor_loop_on(w.loop, MSG_WORK_PROBE, s_on_work_probe);
+    actor_loop_on(w.loop, MSG_EXPERT_TABLE, s_on_expert_table);
     actor_loop_idle(w.loop, s_idle);
     actor_loop_on_stats(w.loop, s_on_stats);
     actor_loop_run(w.loop, 100);

@@ -35,7 +35,7 @@ static void s_logits_help(FILE *f) {
                "  -o, --out PATH      output file\n"
                "  -t, --threads N     threads (default %d)\n"
                "      --ubatch N      tokens per forward pass (default 512)\n"
-               "      --kv-type TYPE  KV cache: f32 (default), f16 or int8\n"
+               "      --kv-type TYPE  KV cache: f16 (default), f32 or int8\n"
                "  -h, --help\n",
                cli_default_model(), cli_default_threads());
 }
@@ -43,7 +43,7 @@ static void s_logits_help(FILE *f) {
 int cmd_logits(int argc, char **argv) {
     const char *C = "logits", *model = NULL, *ids_s = NULL, *prompt = NULL, *out = NULL;
     long threads = cli_default_threads(), ubatch = 512;
-    kern_type_t kv_type = KERN_F32;
+    kern_type_t kv_type = KERN_F16;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"ids", required_argument, 0, 1},
         {"prompt", required_argument, 0, 'p'}, {"out", required_argument, 0, 'o'},
@@ -134,7 +134,7 @@ static void s_ppl_help(FILE *f) {
                "  -c, --ctx N              tokens per chunk (default 512)\n"
                "      --chunks N           score at most N chunks (default: all)\n"
                "  -t, --threads N          threads (default %d)\n"
-               "      --kv-type TYPE       KV cache (T0) format: f32 (default), f16 or int8\n"
+               "      --kv-type TYPE       KV cache (T0) format: f16 (default), f32 or int8\n"
                "      --kv-tier-type TYPE  simulate KV blocks restored from a lower tier stored\n"
                "                           as f16, int8 or int4: each block of positions, once\n"
                "                           complete, is converted to TYPE and back in place, so\n"
@@ -220,7 +220,7 @@ static void s_ppl_kl(const float *p, const float *q, int nv, double *kl, double 
 int cmd_perplexity(int argc, char **argv) {
     const char *C = "perplexity", *model = NULL, *file = NULL, *kl_ref = NULL;
     long threads = cli_default_threads(), ctx = 512, max_chunks = 0;
-    kern_type_t kv_type = KERN_F32;
+    kern_type_t kv_type = KERN_F16;
     int tier = -1; /* kv_fmt_t of --kv-tier-type, or none */
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"file", required_argument, 0, 'f'},
@@ -421,7 +421,7 @@ static void s_bench_help(FILE *f) {
                "  -n, --n-gen N       generated tokens (default 128)\n"
                "  -r, --reps N        repetitions (default 5)\n"
                "  -t, --threads N     threads (default %d)\n"
-               "      --kv-type TYPE  KV cache: f32 (default), f16 or int8\n"
+               "      --kv-type TYPE  KV cache: f16 (default), f32 or int8\n"
                "  -d, --depth D       llama-bench's depth: before each run, fill the context\n"
                "                      with D tokens (not timed), then time -p tokens in one\n"
                "                      batch at positions D.. and, separately, -n tokens one\n"
@@ -519,7 +519,7 @@ out:
 int cmd_bench_model(int argc, char **argv) {
     const char *C = "bench-model", *model = NULL;
     long threads = cli_default_threads(), np = 512, ng = 128, reps = 5, batch = 1, depth = -1;
-    kern_type_t kv_type = KERN_F32;
+    kern_type_t kv_type = KERN_F16;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"n-prompt", required_argument, 0, 'p'},
         {"n-gen", required_argument, 0, 'n'}, {"reps", required_argument, 0, 'r'},

@@ -23,7 +23,7 @@ static void s_help(FILE *f) {
             "      --system TEXT       system message (with --chat)\n"
             "  -t, --threads N         threads (default: %d, the online CPUs)\n"
             "      --ctx N             context positions (default: prompt + n-predict)\n"
-            "      --kv-type TYPE      KV cache element type: f32 (default) or f16\n"
+            "      --kv-type TYPE      KV cache element type: f16 (default) or f32\n"
             "      --greedy            argmax decoding (same as --temp 0)\n"
             "      --temp X            temperature (default 0.8; 0 = greedy)\n"
             "      --top-k N           (default 40; 0 = off)\n"
@@ -47,7 +47,7 @@ int cmd_generate(int argc, char **argv) {
     int n_stops = 0;
     long n_predict = 256, threads = cli_default_threads(), ctx_n = 0;
     bool chat = false, print_ids = false, ignore_eos = false;
-    kern_type_t kv_type = KERN_F32;
+    kern_type_t kv_type = KERN_F16;
     model_sampler_params_t sp = model_sampler_defaults();
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},

@@ -10,6 +10,7 @@
 #include "actors/actor_runtime.h"
 #include "actors/actor_supervisor.h"
 #include "actors/actor_topology.h"
+#include "actors/actor_worker.h"
 
 #include <czmq.h>
 #include <getopt.h>
@@ -81,6 +82,15 @@ static const s_flag_t s_flags[] = {
      "every running request waits for its draft, up to 10x that, following the drafts' "
      "latency)",
      NULL},
+    {"experts", 0, NULL, NULL, "N", NULL, 0,
+     "MoE models: N expert actors (0..64, default 0: experts run inside the workers); "
+     "experts are placed round-robin (docs/MOE.md)",
+     "MoE expert actors:"},
+    {"expert-slots", 0, "expert<N>", "expert_slots", "N", NULL, 0, NULL, NULL},
+    {"expert-dtype", 0, "worker<N>", "expert_dtype", "T", NULL, 0, NULL, NULL},
+    {"expert-timeout-ms", 0, "worker<N>", "expert_timeout_ms", "N", NULL, 0, NULL, NULL},
+    {"moe-dispatch", 0, "router", "moe_dispatch", "MODE", NULL, 0, NULL, NULL},
+    {"moe-capacity", 0, "router", "moe_capacity", "F", NULL, 0, NULL, NULL},
     {"metrics", 0, "metrics", "listen", "HOST:PORT", NULL, 0,
      "serve Prometheus metrics (/metrics) and a status page (/) over HTTP on HOST:PORT "
      "(docs/METRICS.md)",
@@ -206,9 +216,9 @@ static void s_set(char (*vals)[ACTOR_TOPO_VALUE], const char *flag, const char *
 }
 
 /* The embedded default: every actor over inproc:// in this process. */
-static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoint) {
+static int s_thread_mode(actor_topology_t *topo, int workers, int experts, const char *endpoint) {
     const char *order_stop[] = {"frontend", "tokenizer", "router"};
-    actor_t **actors = calloc((size_t)workers + 7, sizeof *actors);
+    actor_t **actors = calloc((size_t)workers + (size_t)experts + 8, sizeof *actors);
     int n = 0, rc = 1;
     char err[512];
     if (!actors)
@@ -227,6 +237,12 @@ static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoi
         if (actor_topology_endpoint(topo, kv_actors[i]) &&
             !(actors[n++] = actor_new(kv_actors[i], topo, 0, err, sizeof err)))
             goto fail;
+    for (int i = 0; i < experts; i++) { /* before the workers that send them rows */
+        char name[32];
+        snprintf(name, sizeof name, "expert%d", i);
+        if (!(actors[n++] = actor_new(name, topo, 0, err, sizeof err)))
+            goto fail;
+    }
     for (int i = 0; i < workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "worker%d", i);
@@ -349,7 +365,7 @@ int cmd_serve(int argc, char **argv) {
         }
     }
     opts[n_opts] = (struct option){0, 0, 0, 0};
-    long workers = 1;
+    long workers = 1, experts = 0;
     const char *endpoint = ACTOR_FRONTEND_DEFAULT_ENDPOINT, *topo_path = NULL, *host = NULL;
     bool tiers = true;
     int o;
@@ -371,6 +387,9 @@ int cmd_serve(int argc, char **argv) {
             return 0;
         } else if (!strcmp(flag, "workers")) {
             if (!cli_int("serve", "--workers", optarg, 1, 64, &workers))
+                return 1;
+        } else if (!strcmp(flag, "experts")) {
+            if (!cli_int("serve", "--experts", optarg, 0, 64, &experts))
                 return 1;
         } else if (!strcmp(flag, "no-tiers")) {
             tiers = false;
@@ -413,7 +432,9 @@ int cmd_serve(int argc, char **argv) {
     }
     /* serve's own defaults: T1 in the T0 format, T2 in the T1 format, no T2 files */
     if (!VAL("t1-type"))
-        s_set(vals, "t1-type", VAL("kv-type") ? VAL("kv-type") : "f32");
+        s_set(vals, "t1-type",
+              VAL("kv-type") ? VAL("kv-type")
+                             : actor_opts_find(actor_worker_opts, "kv_type")->def);
     if (!VAL("t2-type"))
         s_set(vals, "t2-type", VAL("t1-type"));
     if (!VAL("t2-dir"))
@@ -504,7 +525,13 @@ int cmd_serve(int argc, char **argv) {
             snprintf(ep, sizeof ep, "inproc://strata-%d-%s", pid, name);
             actor_topology_add(topo, name, ep);
         }
-        rc = s_thread_mode(topo, (int)workers, endpoint);
+        for (int i = 0; i < experts; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "expert%d", i);
+            snprintf(ep, sizeof ep, "inproc://strata-%d-%s", pid, name);
+            actor_topology_add(topo, name, ep);
+        }
+        rc = s_thread_mode(topo, (int)workers, (int)experts, endpoint);
     }
 #undef VAL
     free(topo);

@@ -11,6 +11,7 @@ typedef struct {
 } s_cmd_t;
 
 int cmd_bench_kv_ssd(int argc, char **argv); /* bin/cmd_bench_kv.c */
+int cmd_moefy(int argc, char **argv);        /* bin/cmd_moefy.c */
 static const s_cmd_t s_cmds[] = {
     {"serve", cmd_serve, "run the inference service (ZeroMQ + MessagePack, continuous batching)"},
     {"actor", cmd_actor, "run one actor of a topology as its own process"},
@@ -20,6 +21,7 @@ static const s_cmd_t s_cmds[] = {
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
     {"bench-model", cmd_bench_model, "prompt-processing and generation speed (tokens/s)"},
     {"quantize", cmd_quantize, "rewrite a GGUF with another weight type"},
+    {"moefy", cmd_moefy, "split a dense model's FFNs into experts + routers (MoEfication)"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"detokenize", cmd_detokenize, "print the text of token ids read from stdin"},
     {"client", cmd_client, "send a request to a running strata server (stream the answer)"},

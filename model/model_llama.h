@@ -124,13 +124,19 @@ typedef struct {
     int layer;             /* MoE layer index */
     int n_tokens;          /* tokens of the step */
     int d_model;
+    int n_expert;          /* E */
     const float *h;        /* (n_tokens, d_model) normed FFN input of each token */
+    const float *logits;   /* (n_tokens, n_expert) router logits r = h W_router of each token
+                            * (the executor's choice of a substitute for an overflowed row) */
     int n_rows;            /* routed (token, expert) pairs, grouped by expert ascending */
     const int32_t *token;  /* (n_rows) token index into h */
     const int32_t *expert; /* (n_rows) expert id */
     float *y;              /* (n_rows, d_model) out: expert(h[token]) WITHOUT the gate weight */
 } model_moe_call_t;
-/* Returns 0 or -errno.  Called from one pool thread while the others wait. */
+/* Returns 0 or -errno.  Called on the thread that called model_ctx_forward (pool
+ * thread 0 is the caller), while the other pool threads wait at a barrier: fn may
+ * use sockets and other state that thread owns.  The pointers are valid during
+ * the call only. */
 typedef int (*model_moe_exec_fn)(void *user, const model_moe_call_t *call);
 /* Run the experts of every MoE layer through fn instead of locally (NULL: local
  * experts).  The forward calls fn once per MoE layer per step, then combines y

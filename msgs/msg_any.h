@@ -14,6 +14,7 @@
 #include "msg_ctl.h"
 #include "msg_internal.h"
 #include "msg_kv.h"
+#include "msg_moe.h"
 #include "msg_spec.h"
 #include "msg_types.h"
 

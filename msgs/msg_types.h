@@ -53,6 +53,12 @@
     X(draft_request, DRAFT_REQUEST, 32, 1, MSG_FAMILY_INTERNAL)                                    \
     X(draft_reply, DRAFT_REPLY, 33, 1, MSG_FAMILY_INTERNAL)                                        \
     X(draft_end, DRAFT_END, 34, 1, MSG_FAMILY_INTERNAL)                                            \
+    /* MoE experts (msg_moe.h) */                                                                  \
+    X(expert_request, EXPERT_REQUEST, 37, 1, MSG_FAMILY_INTERNAL)                                  \
+    X(expert_reply, EXPERT_REPLY, 38, 1, MSG_FAMILY_INTERNAL)                                      \
+    X(expert_load, EXPERT_LOAD, 39, 1, MSG_FAMILY_INTERNAL)                                        \
+    X(expert_table, EXPERT_TABLE, 47, 1, MSG_FAMILY_INTERNAL)                                      \
+    X(expert_down, EXPERT_DOWN, 48, 1, MSG_FAMILY_INTERNAL)                                        \
     /* control: supervisor/parent <-> actor */                                                     \
     X(ready, READY, 40, 1, MSG_FAMILY_CTL)                                                         \
     X(ping, PING, 41, 1, MSG_FAMILY_CTL)                                                           \

@@ -41,9 +41,10 @@ def main():
     p = run(["bench-model", "-m", MODEL, "-d", "-1"])
     check("bench-model bad --depth", p.returncode != 0 and "--depth" in p.stderr, repr(p.stderr))
 
-    # the model against itself (same F32 KV): KL exactly 0, same top token everywhere
+    # the model against itself (same F32 KV: the --kl-ref model always runs with F32 KV):
+    # KL exactly 0, same top token everywhere
     p = run(["perplexity", "-m", MODEL, "-f", TEXT, "-c", "64", "--chunks", "2", "-t", "2",
-             "--kl-ref", MODEL])
+             "--kv-type", "f32", "--kl-ref", MODEL])
     m = re.search(r"kl-divergence mean ([0-9.]+) .* max ([0-9.]+)", p.stdout)
     check("perplexity --kl-ref self: KL 0", p.returncode == 0 and m is not None
           and float(m.group(2)) == 0.0 and "same top token 100.000" in p.stdout, repr(p.stdout))

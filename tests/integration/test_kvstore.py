@@ -2,8 +2,9 @@
 
 Greedy output is the same whether a prompt's prefix is recomputed, hit in T0
 (the worker's prefix cache), restored from T1 (the tier manager's DRAM pool) or
-from T2 (SSD files over io_uring), with F32 and with F16 storage; the reference
-is `strata generate --greedy` (no cache at all).  The T2 index survives a
+from T2 (SSD files over io_uring), with F16 storage (the default, as `strata generate`'s)
+against the reference `strata generate --greedy` (no cache at all), and with F32 storage
+against itself (cold == T0 hit == restored).  The T2 index survives a
 restart; a corrupted T2 block fails its checksum and is recomputed with the
 same output; with the tier manager in its own process, SIGKILL loses no request
 and the supervisor restarts it.
@@ -91,13 +92,13 @@ def same(ep, rid, sys_key, q, what):
     return done
 
 
-def serve_args(t2_dir, kv_type="f32"):
+def serve_args(t2_dir, kv_type="f16"):
     return ["-t", "2", "--kv-blocks", "48", "--t1-blocks", "40", "--t2-blocks", "512",
             "--t2-dir", t2_dir, "--kv-type", kv_type, "--kv-policy", "lru"]
 
 
 def phase_tiers(t2_dir):
-    print("phase 1: cold, T0, T1, T2 (f32)")
+    print("phase 1: cold, T0, T1, T2 (f16)")
     with u.Server(serve_args(t2_dir)) as s:
         ep = s.endpoint
         same(ep, "a0", "astronomy", Q[0], "cold")
@@ -168,22 +169,22 @@ def phase_corrupt(t2_dir):
         u.check(st.get("kvtier.t2.checksum_failures", 0) > 0, "no checksum failure detected")
 
 
-def phase_f16(t2_dir):
-    print("phase 4: f16 storage in every tier")
-    with u.Server(serve_args(t2_dir, "f16")) as s:
+def phase_f32(t2_dir):
+    print("phase 4: f32 storage in every tier")
+    with u.Server(serve_args(t2_dir, "f32")) as s:
         ep = s.endpoint
         cold, _ = ask(ep, "f0", "astronomy", Q[0])
         hit, _ = ask(ep, "f1", "astronomy", Q[0])
-        u.check(hit == cold, "f16 T0 hit differs: %s vs %s" % (hit, cold))
+        u.check(hit == cold, "f32 T0 hit differs: %s vs %s" % (hit, cold))
         ask(ep, "f2", "gardening", Q[0])
         ask(ep, "f3", "cooking", Q[0])
         ask(ep, "f4", "sailing", Q[0])
         back, _ = ask(ep, "f5", "astronomy", Q[0])
         st = counters(ep)
-        u.check(back == cold, "f16 restored from T1/T2 differs: %s vs %s" % (back, cold))
+        u.check(back == cold, "f32 restored from T1/T2 differs: %s vs %s" % (back, cold))
         u.check(st.get("kvtier.t1.hits", 0) + st.get("kvtier.t2.hits", 0) > 0,
-                "f16: nothing restored from T1/T2")
-        print("  f16 cold == T0 == T1/T2:", cold == hit == back)
+                "f32: nothing restored from T1/T2")
+        print("  f32 cold == T0 == T1/T2:", cold == hit == back)
 
 
 def phase_kill(d):
@@ -265,7 +266,7 @@ def main():
         phase_tiers(t2)
         phase_restart(t2)
         phase_corrupt(t2)
-        phase_f16(os.path.join(d, "t2-f16"))
+        phase_f32(os.path.join(d, "t2-f32"))
         phase_kill(d)
     finally:
         shutil.rmtree(d, ignore_errors=True)

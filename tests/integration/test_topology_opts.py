@@ -17,7 +17,7 @@ BIN = os.environ.get("STRATA_BIN", "build/strata")
 SRC = os.environ.get("STRATA_SRC", ".")
 MODEL = testenv.model_candidate()
 ACTORS = ["frontend", "tokenizer", "router", "worker<N>", "draft", "kvtier", "prefetcher",
-          "metrics", "http"]
+          "metrics", "http", "expert<N>"]
 failures = []
 
 
@@ -128,8 +128,8 @@ def test_topology(d):
          ["worker0", "prefix_cache=maybe", "not a boolean"]),
         ("key of another actor", dict(kvtier="max_batch=4"),
          ["kvtier", "max_batch=4", "unknown option"]),
-        ("an actor without options", dict(router="threads=2"),
-         ["router", "threads=2", "takes none"]),
+        ("a key the router does not take", dict(router="threads=2"),
+         ["router", "threads=2", "unknown option", "moe_dispatch"]),
         ("defaults: bad value for an actor declaring it", dict(defaults="kv_type=int4"),
          ["line 3", "defaults", "kv_type=int4", "f32|f16|int8", "worker<N>"]),
         ("defaults: key nobody declares", dict(defaults="bogus=1"),

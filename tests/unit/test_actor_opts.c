@@ -56,7 +56,8 @@ END_TEST
  * pass their own checks. */
 START_TEST(registry) {
     const char *names[] = {"frontend", "tokenizer",  "router", "worker<N>",
-                           "draft",    "kvtier",     "prefetcher", "metrics", "http"};
+                           "draft",    "kvtier",     "prefetcher", "metrics", "http",
+                           "expert<N>"};
     const int n_names = (int)(sizeof names / sizeof names[0]);
     int n = 0;
     char why[256];

@@ -274,7 +274,7 @@ START_TEST(batch_invariant) {
     check_batch_invariance(f32);
     char q41[200], err[512];
     snprintf(q41, sizeof q41, "%s/topk_q4_1.gguf", DIR_);
-    ck_assert_msg(model_quantize(f32, q41, "q4_1", 1, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(model_quantize(f32, q41, "q4_1", 1, NULL, err, sizeof err) == 0, "%s", err);
     check_batch_invariance(q41); /* packed per-expert kernels (where the table has them) */
     const char *all = make_moe("all", &(moe_opts_t){.E = 8, .K = 2, .gating = "softmax_all"});
     check_batch_invariance(all);
@@ -294,6 +294,16 @@ static int remote_exec(void *user, const model_moe_call_t *call) {
     r->calls++;
     if (r->fail)
         return r->fail;
+    /* the router logits come with the rows: a row's expert is among its token's K
+     * largest (K = n_rows / n_tokens) */
+    ck_assert(call->logits && call->n_expert > 0 && call->n_rows % call->n_tokens == 0);
+    for (int i = 0; i < call->n_rows; i++) {
+        const float *lg = call->logits + (size_t)call->token[i] * call->n_expert;
+        int above = 0;
+        for (int f = 0; f < call->n_expert; f++)
+            above += lg[f] > lg[call->expert[i]];
+        ck_assert_int_lt(above, call->n_rows / call->n_tokens);
+    }
     /* rows come grouped by expert: run each group through model_moe_expert_rows */
     float *hb = malloc((size_t)(call->n_rows + 1) * call->d_model * sizeof(float));
     for (int i = 0; i < call->n_rows;) {
@@ -318,7 +328,7 @@ START_TEST(remote_experts_bitwise) {
     const char *f32 = make_moe("topk", &(moe_opts_t){.E = 4, .K = 2});
     char q41[200], err[512];
     snprintf(q41, sizeof q41, "%s/topk_q4_1.gguf", DIR_);
-    ck_assert_msg(model_quantize(f32, q41, "q4_1", 1, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(model_quantize(f32, q41, "q4_1", 1, NULL, err, sizeof err) == 0, "%s", err);
     model_llama_t *m = load(q41);
     int nv = model_llama_config(m)->n_vocab;
     model_ctx_t *local = model_ctx_new(m, 8, 64, 2, NULL), *c = model_ctx_new(m, 8, 64, 1, NULL);

@@ -184,6 +184,30 @@ static void fill(int type, msg_any_t *a) {
     case MSG_DRAFT_END:
         a->u.draft_end = (msg_draft_end_t){9, 1};
         break;
+    case MSG_EXPERT_REQUEST: {
+        static int32_t ex[3] = {0, 2, 255};
+        a->u.expert_request =
+            (msg_expert_request_t){77, 1, 3, 576, MSG_DTYPE_F16, ex, 3, 9};
+        break;
+    }
+    case MSG_EXPERT_REPLY:
+        a->u.expert_reply = (msg_expert_reply_t){77, 2, 3, 3, MSG_DTYPE_F16, MSG_EXPERT_OK, 1500};
+        break;
+    case MSG_EXPERT_LOAD: {
+        static int32_t rows[4] = {10, 0, 3, 2147483647};
+        a->u.expert_load = (msg_expert_load_t){1, 4, rows, 4, 12, 2, 4000, 150000, 9};
+        break;
+    }
+    case MSG_EXPERT_TABLE: {
+        static int32_t hosts[4] = {1, 0, 1, 1}, cap[2] = {1250, 4000}, load[2] = {0, 17},
+                       alive[2] = {1, 0};
+        a->u.expert_table =
+            (msg_expert_table_t){9, 2, 2, true, hosts, 4, cap, 2, load, 2, alive, 2, 4};
+        break;
+    }
+    case MSG_EXPERT_DOWN:
+        a->u.expert_down.expert = 3;
+        break;
     case MSG_READY:
         strcpy(a->u.ready.name, "tokenizer");
         a->u.ready.pid = 4242;
