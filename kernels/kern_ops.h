@@ -1,6 +1,6 @@
 /* kern_ops.h - the CPU compute kernels behind one table of function pointers.
  * Every op has a scalar reference (kernels/cpu/NAME_ref.c) and SIMD variants
- * (AVX2/FMA, AVX-512/VNNI); kern_ops_best() picks once from the CPU's features.
+ * (AVX2/FMA, AVX-VNNI, AVX-512/VNNI); kern_ops_best() picks once from the CPU's features.
  * Kernels do compute only: no allocation, no I/O, no threads (callers split work).
  */
 #ifndef KERN_OPS_H
@@ -65,7 +65,7 @@ typedef struct {
 } kern_attn_args_t;
 
 typedef struct {
-    const char *name; /* "scalar", "avx2", "avx512" */
+    const char *name; /* "scalar", "avx2", "avxvnni", "avx512" */
 
     /* dst[0..n) = values of the n elements at src (n a multiple of the block size). */
     void (*dequant_row)(kern_type_t t, const void *src, float *dst, int64_t n);
@@ -94,7 +94,7 @@ typedef struct {
      *
      * packed_size: bytes of the packed form of nr rows of k elements of type wt,
      *   or 0 when this table has no packed layout for wt (then pack and
-     *   gemm_packed must not be called; in the AVX2 table they are NULL).
+     *   gemm_packed must not be called).  Every table packs the eight types above.
      * pack: write that form of the nr rows at w (row r at (char*)w + r * w_stride)
      *   to dst (packed_size bytes; 64-byte aligned for speed).  Done once.
      * gemm_packed: as gemm, for rows r0 .. r0+nr-1 of a packed matrix of k
@@ -130,9 +130,13 @@ typedef struct {
 const kern_ops_t *kern_ops_ref(void);
 /* The AVX2/FMA table, or NULL if this build or this CPU lacks AVX2+FMA+F16C. */
 const kern_ops_t *kern_ops_avx2(void);
+/* The AVX2 table with an AVX-VNNI (VEX vpdpbusd) packed gemm, or NULL if this
+ * build or CPU lacks AVX-VNNI. */
+const kern_ops_t *kern_ops_avxvnni(void);
 /* The AVX-512 (F, BW, VL, VNNI) table, or NULL if this build or CPU lacks it. */
 const kern_ops_t *kern_ops_avx512(void);
-/* The fastest table this CPU runs; STRATA_KERNELS=scalar|avx2|avx512 overrides. */
+/* The fastest table this CPU runs (avx512, else avxvnni, else avx2, else scalar);
+ * STRATA_KERNELS=scalar|avx2|avxvnni|avx512 overrides. */
 const kern_ops_t *kern_ops_best(void);
 
 #endif

@@ -123,6 +123,14 @@ const kern_ops_t *kern_ops_avx2(void) {
     return NULL;
 }
 
+const kern_ops_t *kern_ops_avxvnni(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (kern_ops_avx2() != NULL && __builtin_cpu_supports("avxvnni"))
+        return &kern_ops_avxvnni_tab;
+#endif
+    return NULL;
+}
+
 const kern_ops_t *kern_ops_avx512(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (kern_ops_avx2() == NULL)
@@ -144,6 +152,8 @@ const kern_ops_t *kern_ops_best(void) {
             return kern_ops_ref();
         if (strcmp(e, "avx2") == 0)
             o = kern_ops_avx2();
+        else if (strcmp(e, "avxvnni") == 0)
+            o = kern_ops_avxvnni();
         else if (strcmp(e, "avx512") == 0)
             o = kern_ops_avx512();
         if (o)
@@ -151,6 +161,8 @@ const kern_ops_t *kern_ops_best(void) {
         /* unknown name or unsupported table: fall through to the best one */
     }
     const kern_ops_t *o = kern_ops_avx512();
+    if (o == NULL)
+        o = kern_ops_avxvnni();
     if (o == NULL)
         o = kern_ops_avx2();
     return o ? o : kern_ops_ref();

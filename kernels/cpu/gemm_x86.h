@@ -9,7 +9,8 @@
  *     in zmm, s_tile512; 4 x 2 in ymm, s_tile32) decode each weight block
  *     once for several columns, inside row/column panels sized for L2.
  * K-quants decode a super-block once per tile (s_kload) and dot it with each
- * column (s_kmac); float weights convert and FMA (s_ftile).
+ * column (s_kmac); float weights convert and FMA (s_ftile: KF_RT x KF_CT
+ * tiles, KF_RT1 rows for matrix x vector).
  * KX(name) gives the exported name of this variant.  No allocation: the
  * largest stack frame is about 40 KiB (prepared activation scales).
  */
@@ -1087,8 +1088,28 @@ KX_INLINE s_vf s_vload(kern_type_t T, const uint8_t *w, int64_t i) {
 #define s_vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define s_vzero() _mm256_setzero_ps()
 #define s_vsum(v) s_hsum256(v)
-#define KF_RT 4
-#define KF_CT 2
+/* 16 ymm: a 3 x 4 tile (12 sums, 3 weights, 1 activation) converts a weight
+ * vector once per 4 FMAs; matrix x vector takes 6 rows, so that 6 FMA chains
+ * hide the FMA latency, and fetches 8 KiB ahead (the weights come from L3 or
+ * memory, and the hardware prefetcher stops at 4 KiB pages). */
+#ifndef KF_RT
+#define KF_RT 3
+#endif
+#ifndef KF_CT
+#define KF_CT 4
+#endif
+#ifndef KF_RT1
+#define KF_RT1 6
+#endif
+#ifndef KF_PF
+#define KF_PF 8192
+#endif
+#endif
+#ifndef KF_PF
+#define KF_PF 1024 /* bytes of float weights fetched ahead by matrix x vector */
+#endif
+#ifndef KF_RT1
+#define KF_RT1 KF_RT /* rows of the matrix x vector tile */
 #endif
 
 KX_INLINE float s_fscalar(kern_type_t T, const uint8_t *w, int64_t i) {
@@ -1106,34 +1127,35 @@ KX_INLINE float s_fscalar(kern_type_t T, const uint8_t *w, int64_t i) {
 
 KX_INLINE void s_ftile(kern_type_t T, const int RT, const int CT, int64_t k, const uint8_t *w,
                        size_t ws, const uint8_t *x, size_t xs, float *out, size_t os) {
-    s_vf acc[4][4];
-#pragma GCC unroll 4
+    s_vf acc[8][4];
+#pragma GCC unroll 8
     for (int r = 0; r < RT; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int c = 0; c < CT; c++)
             acc[r][c] = s_vzero();
     int64_t i = 0;
     for (; i + VL <= k; i += VL) {
-        s_vf wv[4];
-#pragma GCC unroll 4
+        s_vf wv[8];
+#pragma GCC unroll 8
         for (int r = 0; r < RT; r++) {
-            if (CT == 1) /* matrix x vector streams the weights: fetch ahead */
+            if (CT == 1 && (i * (T == KERN_F32 ? 4 : 2)) % 64 == 0)
+                /* matrix x vector streams the weights: fetch ahead, once a line */
                 _mm_prefetch((const char *)(w + (size_t)r * ws) + (T == KERN_F32 ? 4 : 2) * i +
-                                 1024,
+                                 KF_PF,
                              _MM_HINT_T0);
             wv[r] = s_vload(T, w + (size_t)r * ws, i);
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int c = 0; c < CT; c++) {
             s_vf xv = s_vx((const float *)(x + (size_t)c * xs) + i);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int r = 0; r < RT; r++)
                 acc[r][c] = s_vfma(wv[r], xv, acc[r][c]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < RT; r++) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int c = 0; c < CT; c++) {
             float s = s_vsum(acc[r][c]);
             const float *xc = (const float *)(x + (size_t)c * xs);
@@ -1171,8 +1193,8 @@ KX_INLINE void s_gemm_f(kern_type_t T, int64_t k, int nr, int nc, const uint8_t 
                         const uint8_t *x, size_t xs, float *out, size_t os) {
     if (nc == 1) {
         int r = 0;
-        for (; r + KF_RT <= nr; r += KF_RT)
-            s_ftile(T, KF_RT, 1, k, w + (size_t)r * ws, ws, x, xs, out + r, os);
+        for (; r + KF_RT1 <= nr; r += KF_RT1)
+            s_ftile(T, KF_RT1, 1, k, w + (size_t)r * ws, ws, x, xs, out + r, os);
         for (; r < nr; r++)
             s_ftile(T, 1, 1, k, w + (size_t)r * ws, ws, x, xs, out + r, os);
         return;

@@ -22,11 +22,21 @@ size_t kern_ref_packed_size(kern_type_t wt, int64_t k, int nr);
 void kern_ref_pack(kern_type_t wt, int64_t k, int nr, const void *w, size_t w_stride, void *dst);
 void kern_ref_gemm_packed(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
                           const void *x, size_t x_stride, float *out, size_t out_stride);
-/* packed_size of a table without a packed layout: always 0. */
+/* packed_size of a table without a packed layout: always 0 (no table uses it now). */
 size_t kern_no_packed_size(kern_type_t wt, int64_t k, int nr);
 /* The AVX-512 VNNI gemm of packed weights (gemm_packed_avx512.c). */
 void kern_gemm_packed_avx512(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
                              const void *x, size_t x_stride, float *out, size_t out_stride);
+/* The ymm gemm of packed weights: AVX2 maddubs (gemm_packed_avx2.c) and the
+ * same code with AVX-VNNI (gemm_packed_avxvnni.c), both sending K types to
+ * kern_gemm_kpacked_avx2; the packed_size of both tables (kern_ref_packed_size
+ * for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants, else 0). */
+size_t kern_packed_size_avx2(kern_type_t wt, int64_t k, int nr);
+void kern_gemm_packed_avx2(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
+                           const void *x, size_t x_stride, float *out, size_t out_stride);
+void kern_gemm_packed_avxvnni(kern_type_t wt, int64_t k, int r0, int nr, int nc,
+                              const void *packed, const void *x, size_t x_stride, float *out,
+                              size_t out_stride);
 
 /* ---- the packed weight layout (kern_ops_t.pack) --------------------------
  * Rows in groups of KERN_PK_ROWS = 16, the last group padded with zero rows.
@@ -128,13 +138,14 @@ void kern_ref_gemm_kpacked(kern_type_t wt, int64_t k, int r0, int nr, int nc, co
                            const void *x, size_t x_stride, float *out, size_t out_stride);
 void kern_gemm_kpacked_avx512(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
                               const void *x, size_t x_stride, float *out, size_t out_stride);
-/* AVX2/FMA: the AVX2 table's gemm_packed must send K types here. */
+/* AVX2/FMA: the AVX2 and AVX-VNNI tables' gemm_packed send K types here. */
 void kern_gemm_kpacked_avx2(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
                             const void *x, size_t x_stride, float *out, size_t out_stride);
 
 /* The tables; kern_types.c hands them out after checking the CPU's features. */
 extern const kern_ops_t kern_ops_ref_tab;
 extern const kern_ops_t kern_ops_avx2_tab;
+extern const kern_ops_t kern_ops_avxvnni_tab;
 extern const kern_ops_t kern_ops_avx512_tab;
 
 /* Scale and minimum j (0..7) of a Q4_K / Q5_K super-block, 6 bits each. */

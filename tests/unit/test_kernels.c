@@ -16,14 +16,27 @@ static const kern_type_t s_wtypes[] = {KERN_F32,  KERN_F16,  KERN_BF16, KERN_Q4_
                                        KERN_Q4_K, KERN_Q5_K, KERN_Q6_K};
 #define N_WTYPES ((int)(sizeof s_wtypes / sizeof s_wtypes[0]))
 
-/* The SIMD tables this machine runs (the reference excluded). */
-static int s_simd_tables(const kern_ops_t *t[2]) {
+/* The SIMD tables this machine runs (the reference excluded): at most
+ * N_SIMD; s_all_tables(0 .. N_TABLES-1) adds the reference as table 0. */
+#define N_SIMD 3
+#define N_TABLES (1 + N_SIMD)
+static int s_simd_tables(const kern_ops_t *t[N_SIMD]) {
     int n = 0;
     if (kern_ops_avx2())
         t[n++] = kern_ops_avx2();
+    if (kern_ops_avxvnni())
+        t[n++] = kern_ops_avxvnni();
     if (kern_ops_avx512())
         t[n++] = kern_ops_avx512();
     return n;
+}
+
+static const kern_ops_t *s_all_tables(int i) {
+    const kern_ops_t *tabs[N_SIMD];
+    int nt = s_simd_tables(tabs);
+    if (i == 0)
+        return kern_ops_ref();
+    return i - 1 < nt ? tabs[i - 1] : NULL;
 }
 
 static void s_fill(uint64_t *rng, float *x, int64_t n, float lo, float hi) {
@@ -67,6 +80,10 @@ START_TEST(test_traits) {
     ck_assert_str_eq(kern_ops_best()->name, "scalar");
     setenv("STRATA_KERNELS", "avx2", 1);
     ck_assert_str_eq(kern_ops_best()->name, kern_ops_avx2() ? "avx2" : best->name);
+    setenv("STRATA_KERNELS", "avxvnni", 1);
+    ck_assert_str_eq(kern_ops_best()->name, kern_ops_avxvnni() ? "avxvnni" : best->name);
+    setenv("STRATA_KERNELS", "avx512", 1);
+    ck_assert_str_eq(kern_ops_best()->name, kern_ops_avx512() ? "avx512" : best->name);
     setenv("STRATA_KERNELS", "bogus", 1);
     ck_assert_ptr_eq(kern_ops_best(), best);
     unsetenv("STRATA_KERNELS");
@@ -74,6 +91,15 @@ START_TEST(test_traits) {
         setenv("STRATA_KERNELS", saved, 1);
     if (kern_ops_avx512())
         ck_assert_ptr_eq(best, kern_ops_avx512());
+    else if (kern_ops_avxvnni())
+        ck_assert_ptr_eq(best, kern_ops_avxvnni());
+    /* every table packs the 32-element block types */
+    for (int ti = 0; ti < N_TABLES; ti++) {
+        const kern_ops_t *ops = s_all_tables(ti);
+        if (ops)
+            ck_assert_msg(ops->packed_size(KERN_Q4_1, 64, 16) > 0 && ops->pack && ops->gemm_packed,
+                          "%s has no packed layout", ops->name);
+    }
 }
 END_TEST
 
@@ -258,7 +284,7 @@ END_TEST
 
 /* Every SIMD table quantizes and dequantizes exactly as the reference does. */
 START_TEST(test_quant_simd_exact) {
-    const kern_ops_t *tabs[2];
+    const kern_ops_t *tabs[N_SIMD];
     int nt = s_simd_tables(tabs);
     uint64_t rng = 7;
     const int64_t n = 1024;
@@ -291,7 +317,9 @@ END_TEST
 
 /* ---- gemm ------------------------------------------------------------- */
 
-typedef enum { W_RANDOM, W_ZERO, W_HUGE, W_TINY, W_NEG, W_RAWMAX, W_RAWRAND } s_wkind_t;
+/* W_RAWEXT: the levels at their extremes (nibbles and fifth bits all 1, Q8_0
+ * bytes +127 or -128 at random), for integer overflow in SIMD dot products. */
+typedef enum { W_RANDOM, W_ZERO, W_HUGE, W_TINY, W_NEG, W_RAWMAX, W_RAWRAND, W_RAWEXT } s_wkind_t;
 
 /* Fill nr rows of type t with k elements each (row stride ws bytes). */
 static void s_make_w(uint64_t *rng, kern_type_t t, s_wkind_t kind, int64_t k, int nr, uint8_t *w,
@@ -310,7 +338,7 @@ static void s_make_w(uint64_t *rng, kern_type_t t, s_wkind_t kind, int64_t k, in
         if (kind == W_ZERO)
             memset(tmp, 0, (size_t)k * 4);
         kern_ops_ref()->quant_row(t, tmp, row, k);
-        if ((kind == W_RAWMAX || kind == W_RAWRAND) && s_bs(t) > 1) {
+        if ((kind == W_RAWMAX || kind == W_RAWRAND || kind == W_RAWEXT) && s_bs(t) > 1) {
             /* raw level bytes: every nibble / bit at its maximum, or random; the
              * f16 scale fields are kept from the quantizer so values stay sane */
             size_t tsz = kern_type_traits((int)t)->type_size;
@@ -344,7 +372,10 @@ static void s_make_w(uint64_t *rng, kern_type_t t, s_wkind_t kind, int64_t k, in
                     break;
                 }
                 for (size_t j = s0; j < s1; j++)
-                    blk[j] = kind == W_RAWMAX ? 0xFF : (uint8_t)test_rand_u64(rng);
+                    blk[j] = kind == W_RAWRAND ? (uint8_t)test_rand_u64(rng) : 0xFF;
+                if (t == KERN_Q8_0 && kind == W_RAWEXT)
+                    for (size_t j = s0; j < s1; j++)
+                        blk[j] = (test_rand_u64(rng) & 1) ? 0x7F : 0x80; /* +127, -128 */
                 if (t == KERN_Q8_0 && kind == W_RAWMAX)
                     for (size_t j = s0; j < s1; j++)
                         blk[j] = (j & 1) ? 0x7F : 0x81; /* +127, -127 */
@@ -421,7 +452,7 @@ static void s_check_gemm(kern_type_t t, s_wkind_t kind, int64_t k, int nr, int n
     }
     /* Every SIMD table against the reference: the integer block sums are exact
      * in both, only the order of float additions differs (same bound). */
-    const kern_ops_t *tabs[2];
+    const kern_ops_t *tabs[N_SIMD];
     int nt = s_simd_tables(tabs);
     for (int ti = 0; ti < nt; ti++) {
         for (size_t i = 0; i < os * nc; i++)
@@ -456,7 +487,7 @@ START_TEST(test_gemm) {
     for (int ki = 0; ki < 4; ki++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             s_check_gemm(t, W_RANDOM, ks[ki], shapes[s][0], shapes[s][1], seed++);
-    for (int kind = W_ZERO; kind <= W_RAWRAND; kind++) {
+    for (int kind = W_ZERO; kind <= W_RAWEXT; kind++) {
         s_check_gemm(t, (s_wkind_t)kind, ks[1], 7, 5, seed++);
         s_check_gemm(t, (s_wkind_t)kind, ks[2], 5, 1, seed++);
         s_check_gemm(t, (s_wkind_t)kind, ks[0], 1, 3, seed++);
@@ -469,18 +500,10 @@ END_TEST
 static const int s_lens[] = {1, 3, 5, 7, 8, 17, 64, 576, 1000};
 #define N_LENS ((int)(sizeof s_lens / sizeof s_lens[0]))
 
-static const kern_ops_t *s_all_tables(int i) {
-    const kern_ops_t *tabs[2];
-    int nt = s_simd_tables(tabs);
-    if (i == 0)
-        return kern_ops_ref();
-    return i - 1 < nt ? tabs[i - 1] : NULL;
-}
-
 START_TEST(test_rmsnorm_softmax_swiglu) {
     uint64_t rng = 99;
     float x[1000], w[1000], o[1000], o2[1000], want[1000];
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < N_TABLES; ti++) {
         const kern_ops_t *ops = s_all_tables(ti);
         if (ops == NULL)
             continue;
@@ -541,7 +564,7 @@ END_TEST
 START_TEST(test_rope) {
     uint64_t rng = 5;
     const int dims[][2] = {{64, 64}, {64, 32}, {20, 20}, {128, 128}, {6, 2}}; /* head_dim, n_rot */
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < N_TABLES; ti++) {
         const kern_ops_t *ops = s_all_tables(ti);
         if (ops == NULL)
             continue;
@@ -685,7 +708,7 @@ static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bs
                                 .scratch = sc};
         kern_ops_ref()->attention(&a32);
     }
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < N_TABLES; ti++) {
         const kern_ops_t *ops = s_all_tables(ti);
         if (ops == NULL)
             continue;
@@ -815,7 +838,7 @@ START_TEST(test_gemm_batch_invariant) {
     for (int r = 0; r < nr; r++)
         kern_ops_ref()->quant_row(t, wf + (size_t)r * k, w + (size_t)r * wb, k);
     float *alone = malloc(sizeof(float) * nr * ncmax), *batch = malloc(sizeof(float) * nr * ncmax);
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < N_TABLES; ti++) {
         const kern_ops_t *ops = s_all_tables(ti);
         if (!ops)
             continue;
@@ -878,6 +901,9 @@ static void s_check_packed(kern_type_t t, s_wkind_t kind, int64_t k, int nr, int
         if (c % 3 == 2)
             for (int64_t i = 0; i < k; i++)
                 tmp[i] *= (i == 5 ? 400.0f : 20.0f);
+        if (c % 4 == 1 || c % 4 == 3) /* every level +127 or every level -127 */
+            for (int64_t i = 0; i < k; i++)
+                tmp[i] = c % 4 == 1 ? 1.0f : -1.0f;
         kern_ops_ref()->quant_row(vt, tmp, x + (size_t)c * xs, k);
         kern_ops_ref()->dequant_row(vt, x + (size_t)c * xs, xf + (size_t)c * k, k);
     }
@@ -885,7 +911,7 @@ static void s_check_packed(kern_type_t t, s_wkind_t kind, int64_t k, int nr, int
         kern_ops_ref()->dequant_row(t, w + (size_t)r * ws, wf + (size_t)r * k, k);
     kern_ops_ref()->gemm(t, k, nr, nc, w, ws, x, xs, o_ref, os);
     const double rel = 1e-6 * sqrt((double)(k / s_bs(t) + 4));
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < N_TABLES; ti++) {
         const kern_ops_t *ops = s_all_tables(ti);
         if (!ops)
             continue;
@@ -941,10 +967,15 @@ START_TEST(test_gemm_packed) {
     for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             s_check_packed(t, W_RANDOM, ks[ki], shapes[s][0], shapes[s][1], seed++);
-    for (int kind = W_ZERO; kind <= W_RAWRAND; kind++) {
+    for (int kind = W_ZERO; kind <= W_RAWEXT; kind++) {
         s_check_packed(t, (s_wkind_t)kind, 96, 23, 5, seed++);
         s_check_packed(t, (s_wkind_t)kind, 576, 37, 1, seed++);
     }
+    /* every width 1..37 (all tile remainders), k from 32 to 1536, nr not a
+     * multiple of 16 (with the row ranges from 16 of s_check_packed) */
+    for (int nc = 1; nc <= 37; nc++)
+        s_check_packed(t, nc % 5 == 4 ? W_RAWEXT : W_RANDOM, 32 * (1 + (nc * 13) % 48),
+                       1 + (nc * 7) % 50, nc, seed++);
     /* more than one pass over k (512 blocks) and over columns */
     s_check_packed(t, W_RANDOM, 32 * 1100, 20, 3, seed++);
     s_check_packed(t, W_RANDOM, 32 * 600, 17, 12, seed++);
@@ -969,7 +1000,7 @@ START_TEST(test_gemm_packed_batch_invariant) {
     for (int r = 0; r < nr; r++)
         kern_ops_ref()->quant_row(t, wf + (size_t)r * k, w + (size_t)r * wb, k);
     float *alone = malloc(sizeof(float) * nr * ncmax), *batch = malloc(sizeof(float) * nr * ncmax);
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < N_TABLES; ti++) {
         const kern_ops_t *ops = s_all_tables(ti);
         if (!ops)
             continue;
@@ -1007,6 +1038,52 @@ START_TEST(test_gemm_packed_batch_invariant) {
 }
 END_TEST
 
+/* The K-quants' packed layout through every table (test_kernels_kpacked.c
+ * tests the kernels themselves): bitwise the reference, for any r0 and nc. */
+START_TEST(test_gemm_kpacked_tables) {
+    static const kern_type_t kt[] = {KERN_Q4_K, KERN_Q5_K, KERN_Q6_K};
+    static const int shapes[][3] = {{256, 1, 1}, {256, 17, 5}, {768, 40, 37}, {1536, 33, 2}};
+    const kern_type_t t = kt[_i];
+    uint64_t rng = 4242 + (uint64_t)_i;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t k = shapes[si][0];
+        const int nr = shapes[si][1], nc = shapes[si][2];
+        size_t ws = kern_row_size(t, k), xs = kern_row_size(KERN_Q8_K, k);
+        uint8_t *w = malloc(ws * nr), *x = malloc(xs * nc);
+        float *tmp = malloc(sizeof(float) * k), *want = malloc(sizeof(float) * nr * nc),
+              *got = malloc(sizeof(float) * nr * nc);
+        s_make_w(&rng, t, W_RANDOM, k, nr, w, ws, tmp);
+        for (int c = 0; c < nc; c++) {
+            s_fill(&rng, tmp, k, -1, 1);
+            kern_ops_ref()->quant_row(KERN_Q8_K, tmp, x + (size_t)c * xs, k);
+        }
+        void *pr = s_pack(kern_ops_ref(), t, k, nr, w, ws);
+        ck_assert_ptr_nonnull(pr);
+        kern_ops_ref()->gemm_packed(t, k, 0, nr, nc, pr, x, xs, want, nr);
+        for (int ti = 1; ti < N_TABLES; ti++) {
+            const kern_ops_t *ops = s_all_tables(ti);
+            if (!ops)
+                continue;
+            void *pk = s_pack(ops, t, k, nr, w, ws);
+            ck_assert_msg(pk != NULL, "%s has no packed %s", ops->name,
+                          kern_type_traits((int)t)->name);
+            ops->gemm_packed(t, k, 0, nr, nc, pk, x, xs, got, nr);
+            ck_assert_msg(!memcmp(got, want, sizeof(float) * nr * nc),
+                          "%s packed %s k %lld nr %d nc %d: not bitwise the reference", ops->name,
+                          kern_type_traits((int)t)->name, (long long)k, nr, nc);
+            if (nr > 16) {
+                ops->gemm_packed(t, k, 16, nr - 16, nc, pk, x, xs, got, nr);
+                for (int c = 0; c < nc; c++)
+                    ck_assert(!memcmp(got + (size_t)c * nr, want + (size_t)c * nr + 16,
+                                      sizeof(float) * (nr - 16)));
+            }
+            free(pk);
+        }
+        free(pr), free(w), free(x), free(tmp), free(want), free(got);
+    }
+}
+END_TEST
+
 static Suite *s_suite(void) {
     Suite *s = suite_create("kernels");
     TCase *tc = tcase_create("core");
@@ -1022,6 +1099,7 @@ static Suite *s_suite(void) {
     tcase_add_loop_test(tc, test_gemm_batch_invariant, 0, N_WTYPES);
     tcase_add_loop_test(tc, test_gemm_packed, 0, N_PTYPES);
     tcase_add_loop_test(tc, test_gemm_packed_batch_invariant, 0, N_PTYPES);
+    tcase_add_loop_test(tc, test_gemm_kpacked_tables, 0, 3);
     tcase_add_test(tc, test_rmsnorm_softmax_swiglu);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
