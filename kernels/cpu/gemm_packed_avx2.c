@@ -378,8 +378,11 @@ size_t kern_packed_size_avx2(kern_type_t wt, int64_t k, int nr) {
     case KERN_Q8_0:
     case KERN_Q4_K:
     case KERN_Q5_K:
-    case KERN_Q6_K:
         return kern_ref_packed_size(wt, k, nr);
+    /* Q6_K stays unpacked on AVX2: turning its two high-bit masks into bytes
+     * without VPSHUFBITQMB costs more than the layout saves (test_kernels_kpacked's
+     * bench, 2026-12-01: 0.95x at 576x1536 and 0.74x at 4096x4096 for nc = 1,
+     * 0.86x / 0.98x for nc = 64); the AVX-512 table packs it (1.1x to 2.6x). */
     default:
         return 0;
     }

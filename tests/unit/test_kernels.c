@@ -1064,6 +1064,9 @@ START_TEST(test_gemm_kpacked_tables) {
             const kern_ops_t *ops = s_all_tables(ti);
             if (!ops)
                 continue;
+            if (t == KERN_Q6_K && ops->packed_size(t, k, nr) == 0 &&
+                strcmp(ops->name, "avx512") != 0)
+                continue; /* the ymm tables keep Q6_K unpacked (gemm_packed_avx2.c) */
             void *pk = s_pack(ops, t, k, nr, w, ws);
             ck_assert_msg(pk != NULL, "%s has no packed %s", ops->name,
                           kern_type_traits((int)t)->name);
