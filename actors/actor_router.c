@@ -34,10 +34,10 @@ const actor_opt_t actor_router_opts[] = {
     {"moe_dispatch", ACTOR_OPT_ENUM, "load", 0, 0, "load|static",
      "MoE expert dispatch: load (replicas of hot experts, capacity from the observed load) or "
      "static (each expert on its own actor, no capacity: the baseline)"},
-    {"moe_capacity", ACTOR_OPT_DOUBLE, "1.25", 0, 1000, NULL,
+    {"moe_capacity", ACTOR_OPT_DOUBLE, "0", 0, 1000, NULL,
      "load dispatch: capacity factor; a replica takes factor x its expected rows of a step, "
-     "rows beyond every replica's capacity move to another expert (changes the output); 0: "
-     "no limit"},
+     "rows beyond every replica's capacity move to another expert (changes the output; "
+     "e.g. 1.25); 0 (the default): no limit, the output is the local forward's"},
     {"moe_capacity_max", ACTOR_OPT_DOUBLE, "4", 0, 1000, NULL,
      "load dispatch: the largest capacity factor relative to the mean expert"},
     {"moe_capacity_min", ACTOR_OPT_INT, "4", 0, 65536, NULL,
