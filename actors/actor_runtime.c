@@ -248,6 +248,13 @@ bool actor_exited(actor_t *self, int *rc) {
     return self->exited;
 }
 
+/* A SIGTERM or SIGINT waits for this process (strata actor blocks both in every
+ * thread and takes them here, see cmd_actor.c). */
+static bool s_stop_pending(void) {
+    sigset_t p;
+    return sigpending(&p) == 0 && (sigismember(&p, SIGTERM) == 1 || sigismember(&p, SIGINT) == 1);
+}
+
 int actor_process_run(const char *name, const actor_topology_t *topo) {
     char err[512];
     s_process_mode = true;
@@ -274,7 +281,7 @@ int actor_process_run(const char *name, const actor_topology_t *topo) {
     pid_t parent = getppid();
     int rc = 0;
     zpoller_t *poller = zpoller_new(actor_pipe(a), NULL);
-    while (!zsys_interrupted) {
+    while (!zsys_interrupted && !s_stop_pending()) {
         zpoller_wait(poller, 200);
         if (actor_exited(a, &rc))
             break;

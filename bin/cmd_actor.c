@@ -10,6 +10,8 @@
 
 #include <czmq.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +106,18 @@ int cmd_actor(int argc, char **argv) {
         free(topo);
         return 1;
     }
+    /* SIGTERM (the supervisor's stop) and SIGINT (a terminal's Ctrl-C reaches the
+     * whole process group) are taken synchronously: blocked here, before any thread
+     * exists, so every thread czmq and the actor start inherits the mask, and polled
+     * by actor_process_run's loop.  A second signal (Ctrl-C, then the supervisor's
+     * SIGTERM) then cannot interrupt the teardown halfway, where it used to make a
+     * zactor destroy its pipe while the actor thread still polled it (libzmq
+     * assertions at exit). */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
     zsys_init();
     int rc = actor_process_run(name, topo);
     free(topo);
