@@ -50,18 +50,6 @@ PK_INLINE __m256i s_bcast(const uint8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-/* 32 bits (bit i for byte i) -> 32 bytes of 0x10 or 0. */
-PK_INLINE __m256i s_bits5(const uint8_t *p) {
-    uint32_t m;
-    memcpy(&m, p, 4);
-    const __m256i idx = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
-                                          0x0101010101010101LL, 0x0000000000000000LL);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), idx);
-    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
-
 #ifdef PK_AVXVNNI
 /* acc + per-lane dot of 4 unsigned bytes of w with the 4 signed bytes at p. */
 PK_INLINE __m256i s_dp(__m256i acc, __m256i w, const uint8_t *p) {
@@ -109,8 +97,8 @@ PK_INLINE void s_isums(kern_type_t T, const int C, const uint8_t *o, int h,
             __m256i lo = _mm256_and_si256(z, m4);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
             if (FIVE) {
-                lo = _mm256_or_si256(lo, s_bits5(o + QHO + 16 * s + 4 * h));
-                hi = _mm256_or_si256(hi, s_bits5(o + QHO + 16 * s + 8 + 4 * h));
+                lo = _mm256_or_si256(lo, kx86_bits5(o + QHO + 16 * s + 4 * h));
+                hi = _mm256_or_si256(hi, kx86_bits5(o + QHO + 16 * s + 8 + 4 * h));
             }
 #pragma GCC unroll 4
             for (int c = 0; c < C; c++) {
@@ -159,8 +147,8 @@ PK_INLINE void s_isums(kern_type_t T, const int C, const uint8_t *o, int h,
         const __m256i z = _mm256_loadu_si256((const __m256i *)(o + 64 * s + H));
         __m256i lo = _mm256_and_si256(z, m4), hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
         if (FIVE) {
-            lo = _mm256_or_si256(lo, s_bits5(o + QHO + 16 * s + 4 * h));
-            hi = _mm256_or_si256(hi, s_bits5(o + QHO + 16 * s + 8 + 4 * h));
+            lo = _mm256_or_si256(lo, kx86_bits5(o + QHO + 16 * s + 4 * h));
+            hi = _mm256_or_si256(hi, kx86_bits5(o + QHO + 16 * s + 8 + 4 * h));
         }
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {

@@ -8,6 +8,7 @@
 #define GEMM_PACKED_X86_H
 
 #include "kern_cpu.h"
+#include "simd_x86.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -19,12 +20,6 @@ PK_INLINE bool s_min(kern_type_t T) {
 /* The unsigned bias of the weight levels, removed through the activation sums. */
 PK_INLINE int s_off(kern_type_t T) {
     return T == KERN_Q4_0 ? 8 : T == KERN_Q5_0 ? 16 : T == KERN_Q8_0 ? 128 : 0;
-}
-
-PK_INLINE float s_f16(const void *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
 }
 
 /* One pass's activations, per (column, block) at [column * nbk + block]: the
@@ -44,9 +39,9 @@ PK_INLINE void s_prep(kern_type_t T, int cn, int nbk, const uint8_t *x, size_t x
         for (int b = 0; b < nbk; b++) {
             const uint8_t *xb = x + (size_t)c * xs + (size_t)b * XB;
             const int i = c * nbk + b;
-            p->dx[i] = s_f16(xb);
+            p->dx[i] = kx86_f16(xb);
             if (s_min(T)) {
-                p->u.sx[i] = s_f16(xb + 2);
+                p->u.sx[i] = kx86_f16(xb + 2);
             } else {
                 /* sum of the 32 signed levels: as unsigned (+128) with SAD */
                 __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xb + XQ)),

@@ -15,6 +15,7 @@
  * largest stack frame is about 40 KiB (prepared activation scales).
  */
 #include "kern_cpu.h"
+#include "simd_x86.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -26,12 +27,6 @@
 #endif
 
 /* ---- small helpers ------------------------------------------------------- */
-
-KX_INLINE float s_f16(const void *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
 
 KX_INLINE float s_hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -65,18 +60,6 @@ KX_INLINE __m256i s_nibbles(const uint8_t *p) {
     return _mm256_and_si256(w, _mm256_set1_epi8(0x0F));
 }
 
-/* 32 fifth bits (bit j for element j) -> 32 bytes of 0x10 or 0. */
-KX_INLINE __m256i s_bits5(const uint8_t *qh) {
-    uint32_t h;
-    memcpy(&h, qh, 4);
-    const __m256i idx = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
-                                          0x0101010101010101LL, 0x0000000000000000LL);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), idx);
-    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
-
 /* ---- 32-element block types against Q8_0 / Q8_1 ------------------------- */
 
 /* Weight block b of type T: levels u (as bytes), scale d, minimum m.
@@ -85,21 +68,21 @@ KX_INLINE __m256i s_bits5(const uint8_t *qh) {
 KX_INLINE __m256i s_wblock(kern_type_t T, const uint8_t *p, float *d, float *m) {
     switch (T) {
     case KERN_Q4_0:
-        *d = s_f16(p);
+        *d = kx86_f16(p);
         return s_nibbles(p + 2);
     case KERN_Q4_1:
-        *d = s_f16(p);
-        *m = s_f16(p + 2);
+        *d = kx86_f16(p);
+        *m = kx86_f16(p + 2);
         return s_nibbles(p + 4);
     case KERN_Q5_0:
-        *d = s_f16(p);
-        return _mm256_or_si256(s_nibbles(p + 6), s_bits5(p + 2));
+        *d = kx86_f16(p);
+        return _mm256_or_si256(s_nibbles(p + 6), kx86_bits5(p + 2));
     case KERN_Q5_1:
-        *d = s_f16(p);
-        *m = s_f16(p + 2);
-        return _mm256_or_si256(s_nibbles(p + 8), s_bits5(p + 4));
+        *d = kx86_f16(p);
+        *m = kx86_f16(p + 2);
+        return _mm256_or_si256(s_nibbles(p + 8), kx86_bits5(p + 4));
     default: /* KERN_Q8_0 */
-        *d = s_f16(p);
+        *d = kx86_f16(p);
         return _mm256_loadu_si256((const __m256i *)(p + 2));
     }
 }
@@ -161,9 +144,9 @@ KX_INLINE void s_tile32(kern_type_t T, const int RT, const int CT, int64_t nb, c
         for (int c = 0; c < CT; c++) {
             const uint8_t *xb = x + (size_t)c * xs + (size_t)b * XB;
             xq[c] = _mm256_loadu_si256((const __m256i *)(xb + XQ));
-            dx[c] = _mm256_set1_ps(s_f16(xb));
+            dx[c] = _mm256_set1_ps(kx86_f16(xb));
             if (MIN)
-                sx[c] = _mm256_set1_ps(s_f16(xb + 2) * 0.125f);
+                sx[c] = _mm256_set1_ps(kx86_f16(xb + 2) * 0.125f);
             if (OFF) {
                 __m256i z = _mm256_setzero_si256();
                 corr[c] = _mm256_sub_epi32(z, s_dot_us(z, _mm256_set1_epi8((char)OFF), xq[c]));
@@ -299,8 +282,8 @@ KX_INLINE void s_gemv_prep(kern_type_t T, int NX, int ng, const uint8_t *x, size
             }
             for (int j = 0; j < 16; j++) {
                 const uint8_t *xb = xc + (size_t)(16 * g + s_gperm(T)[j]) * XB;
-                p->dx[c][16 * g + j] = s_f16(xb);
-                p->sx[c][16 * g + j] = MIN ? s_f16(xb + 2) : 0.0f;
+                p->dx[c][16 * g + j] = kx86_f16(xb);
+                p->sx[c][16 * g + j] = MIN ? kx86_f16(xb + 2) : 0.0f;
                 int sum = 0;
                 if (OFF)
                     for (int i = 0; i < 32; i++)
@@ -650,9 +633,9 @@ KX_INLINE void s_block512(kern_type_t T, int64_t nb, int nr, int nc, const uint8
     for (int c = 0; c < nc; c++) {
         const uint8_t *xc = x + (size_t)c * xs;
         for (int64_t b = 0; b < nb; b++) {
-            dxf[(size_t)c * nb + b] = s_f16(xc + (size_t)b * XB);
+            dxf[(size_t)c * nb + b] = kx86_f16(xc + (size_t)b * XB);
             if (MIN)
-                sxf[(size_t)c * nb + b] = s_f16(xc + (size_t)b * XB + 2);
+                sxf[(size_t)c * nb + b] = kx86_f16(xc + (size_t)b * XB + 2);
         }
     }
     const float *sx = MIN ? sxf : NULL;
@@ -818,20 +801,20 @@ KX_INLINE void s_kload(kern_type_t T, const uint8_t *p, s_kblk_t *s) {
         __m128i s8 = _mm_loadu_si128((const __m128i *)b->scales);
         s->mc = _mm256_cvtepi8_epi16(s8);
         sc = _mm512_castsi256_si512(s->mc);
-        s->d = s_f16(&b->d);
+        s->d = kx86_f16(&b->d);
         s->dm = -32.0f * s->d;
     } else {
         const uint8_t *scales, *qs;
         if (T == KERN_Q4_K) {
             const kern_block_q4_K *b = (const kern_block_q4_K *)p;
             scales = b->scales, qs = b->qs;
-            s->d = s_f16(&b->d);
-            s->dm = -s_f16(&b->dmin);
+            s->d = kx86_f16(&b->d);
+            s->dm = -kx86_f16(&b->dmin);
         } else {
             const kern_block_q5_K *b = (const kern_block_q5_K *)p;
             scales = b->scales, qs = b->qs;
-            s->d = s_f16(&b->d);
-            s->dm = -s_f16(&b->dmin);
+            s->d = kx86_f16(&b->d);
+            s->dm = -kx86_f16(&b->dmin);
         }
         __m512i hz = _mm512_setzero_si512();
         if (T == KERN_Q5_K)
@@ -938,20 +921,20 @@ KX_INLINE void s_kload(kern_type_t T, const uint8_t *p, s_kblk_t *s) {
         sc2 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_cvtepi8_epi16(eo)),
                                       _mm_cvtepi8_epi16(_mm_srli_si128(eo, 8)), 1);
         s->mc = _mm256_cvtepi8_epi16(s8);
-        s->d = s_f16(&b->d);
+        s->d = kx86_f16(&b->d);
         s->dm = -32.0f * s->d;
     } else {
         const uint8_t *scales, *qs;
         if (T == KERN_Q4_K) {
             const kern_block_q4_K *b = (const kern_block_q4_K *)p;
             scales = b->scales, qs = b->qs;
-            s->d = s_f16(&b->d);
-            s->dm = -s_f16(&b->dmin);
+            s->d = kx86_f16(&b->d);
+            s->dm = -kx86_f16(&b->dmin);
         } else {
             const kern_block_q5_K *b = (const kern_block_q5_K *)p;
             scales = b->scales, qs = b->qs;
-            s->d = s_f16(&b->d);
-            s->dm = -s_f16(&b->dmin);
+            s->d = kx86_f16(&b->d);
+            s->dm = -kx86_f16(&b->dmin);
         }
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
@@ -1114,7 +1097,7 @@ KX_INLINE s_vf s_vload(kern_type_t T, const uint8_t *w, int64_t i) {
 
 KX_INLINE float s_fscalar(kern_type_t T, const uint8_t *w, int64_t i) {
     if (T == KERN_F16)
-        return s_f16(w + 2 * i);
+        return kx86_f16(w + 2 * i);
     if (T == KERN_BF16) {
         uint16_t h;
         memcpy(&h, w + 2 * i, 2);
