@@ -3,7 +3,7 @@
  * one list for every domain; strata needs two (actors, clients). */
 #include "actor_curve.h"
 
-#include "base/base_log.h"
+#include "base_log.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -3,11 +3,11 @@
  * target worker that asked. */
 #include "actor_draft.h"
 
-#include "base/base_log.h"
-#include "kvstore/kv_blocks.h"
-#include "model/model_llama.h"
-#include "model/model_spec.h"
-#include "model/model_tokenizer.h"
+#include "base_log.h"
+#include "kv_blocks.h"
+#include "model_llama.h"
+#include "model_spec.h"
+#include "model_tokenizer.h"
 
 #include <errno.h>
 #include <stdio.h>

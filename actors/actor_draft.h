@@ -29,7 +29,7 @@
 #define ACTOR_DRAFT_H
 
 #include "actor_runtime.h"
-#include "model/model_gguf.h"
+#include "model_gguf.h"
 
 #include <stdint.h>
 

@@ -3,10 +3,10 @@
  * rows; report the load per expert to the router; apply its dispatch tables. */
 #include "actor_expert.h"
 
-#include "base/base_log.h"
-#include "kernels/kern_ops.h"
-#include "model/model_llama.h"
-#include "router/router_moe.h"
+#include "base_log.h"
+#include "kern_ops.h"
+#include "model_llama.h"
+#include "router_moe.h"
 
 #include <errno.h>
 #include <stdio.h>

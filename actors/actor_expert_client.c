@@ -4,9 +4,9 @@
 #include "actor_expert_client.h"
 
 #include "actor_expert.h"
-#include "base/base_log.h"
-#include "kernels/kern_ops.h"
-#include "router/router_moe.h"
+#include "base_log.h"
+#include "kern_ops.h"
+#include "router_moe.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -16,7 +16,7 @@
 #define ACTOR_EXPERT_CLIENT_H
 
 #include "actor_runtime.h"
-#include "model/model_llama.h"
+#include "model_llama.h"
 
 typedef struct actor_expert_client_t actor_expert_client_t;
 

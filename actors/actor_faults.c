@@ -4,8 +4,8 @@
 #include "actor_faults.h"
 
 #include "actor_runtime.h"
-#include "base/base_clock.h"
-#include "base/base_log.h"
+#include "base_clock.h"
+#include "base_log.h"
 
 #include <assert.h>
 #include <errno.h>

@@ -12,11 +12,11 @@
 #include "actor_frontend.h"
 
 #include "actor_curve.h"
-#include "audit/audit_log.h"
+#include "audit_log.h"
 #include "actor_metrics.h"
-#include "base/base_log.h"
-#include "base/base_map.h"
-#include "base/base_spans.h"
+#include "base_log.h"
+#include "base_map.h"
+#include "base_spans.h"
 
 #include <errno.h>
 #include <stdio.h>

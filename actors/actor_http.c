@@ -26,7 +26,7 @@
 
 #include "actor_curve.h"
 #include "actor_frontend.h"
-#include "base/base_log.h"
+#include "base_log.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

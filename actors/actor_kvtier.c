@@ -3,10 +3,10 @@
  * kv_tiers and answered as they complete, so a slow disk never stalls puts. */
 #include "actor_kvtier.h"
 
-#include "base/base_log.h"
-#include "kvstore/kv_tiers.h"
-#include "model/model_gguf.h"
-#include "model/model_llama.h"
+#include "base_log.h"
+#include "kv_tiers.h"
+#include "model_gguf.h"
+#include "model_llama.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -32,8 +32,8 @@
 #define ACTOR_METRICS_H
 
 #include "actor_runtime.h"
-#include "base/base_hist.h"
-#include "msgs/msg_client.h"
+#include "base_hist.h"
+#include "msg_client.h"
 
 int actor_metrics_main(actor_env_t *env);
 /* Its options, declared once (name, type, default, range, help). */

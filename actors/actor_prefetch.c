@@ -2,7 +2,7 @@
  * an LRU table of chat sessions (id -> latest prompt) drives warming. */
 #include "actor_prefetch.h"
 
-#include "base/base_log.h"
+#include "base_log.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -2,9 +2,9 @@
 #include "actor_router.h"
 
 #include "actor_expert.h"
-#include "base/base_log.h"
-#include "router/router_dispatch.h"
-#include "router/router_moe.h"
+#include "base_log.h"
+#include "router_dispatch.h"
+#include "router_moe.h"
 
 #include <errno.h>
 #include <stdio.h>

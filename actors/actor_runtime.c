@@ -6,7 +6,7 @@
 
 #include "actor_curve.h"
 #include "actor_faults.h"
-#include "base/base_log.h"
+#include "base_log.h"
 
 #include <assert.h>
 #include <errno.h>

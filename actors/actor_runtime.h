@@ -20,11 +20,11 @@
 
 #include "actor_registry.h"
 #include "actor_topology.h"
-#include "base/base_clock.h"
-#include "msgs/msg_any.h"
+#include "base_clock.h"
+#include "msg_any.h"
 
 #include <czmq.h>
-#include "base/base_log.h"
+#include "base_log.h"
 #include <stdbool.h>
 #include <stdint.h>
 

@@ -5,7 +5,7 @@
 
 #include "actor_curve.h"
 #include "actor_runtime.h"
-#include "base/base_log.h"
+#include "base_log.h"
 
 #include <errno.h>
 #include <signal.h>

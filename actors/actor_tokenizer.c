@@ -4,10 +4,10 @@
  * instead of two), with the same library code (model_detok_t, model_stopper_t). */
 #include "actor_tokenizer.h"
 
-#include "base/base_log.h"
-#include "model/model_gguf.h"
-#include "model/model_sampler.h"
-#include "model/model_tokenizer.h"
+#include "base_log.h"
+#include "model_gguf.h"
+#include "model_sampler.h"
+#include "model_tokenizer.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -9,13 +9,13 @@
 #include "actor_expert_client.h"
 #include "actor_metrics.h"
 
-#include "base/base_log.h"
-#include "kvstore/kv_cache.h"
-#include "model/model_llama.h"
-#include "model/model_sampler.h"
-#include "model/model_spec.h"
-#include "model/model_tokenizer.h"
-#include "sched/sched_batch.h"
+#include "base_log.h"
+#include "kv_cache.h"
+#include "model_llama.h"
+#include "model_sampler.h"
+#include "model_spec.h"
+#include "model_tokenizer.h"
+#include "sched_batch.h"
 
 #include <errno.h>
 #include <math.h>

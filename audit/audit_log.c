@@ -3,8 +3,8 @@
  * audit_log.h and docs/AUDIT.md). */
 #include "audit_log.h"
 
-#include "base/base_clock.h"
-#include "base/base_log.h"
+#include "base_clock.h"
+#include "base_log.h"
 
 #include <cJSON.h>
 #include <dirent.h>

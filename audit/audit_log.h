@@ -51,7 +51,7 @@
 #ifndef AUDIT_LOG_H
 #define AUDIT_LOG_H
 
-#include "msgs/msg_client.h"
+#include "msg_client.h"
 
 #include <sodium.h>
 #include <stdbool.h>

@@ -4,9 +4,9 @@
  * `--help` and `--list-options` print the actor registry and option tables. */
 #include "cli.h"
 
-#include "actors/actor_registry.h"
-#include "actors/actor_runtime.h"
-#include "actors/actor_topology.h"
+#include "actor_registry.h"
+#include "actor_runtime.h"
+#include "actor_topology.h"
 
 #include <czmq.h>
 #include <getopt.h>

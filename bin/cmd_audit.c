@@ -2,7 +2,7 @@
  * (show) for an end user, a developer or an auditor (docs/AUDIT.md). */
 #include "cli.h"
 
-#include "audit/audit_log.h"
+#include "audit_log.h"
 
 #include <cJSON.h>
 #include <errno.h>

@@ -4,13 +4,13 @@
  * restarts the ones that die.  Its flags are a table mapped onto actor options. */
 #include "cli.h"
 
-#include "actors/actor_curve.h"
-#include "actors/actor_frontend.h"
-#include "actors/actor_registry.h"
-#include "actors/actor_runtime.h"
-#include "actors/actor_supervisor.h"
-#include "actors/actor_topology.h"
-#include "actors/actor_worker.h"
+#include "actor_curve.h"
+#include "actor_frontend.h"
+#include "actor_registry.h"
+#include "actor_runtime.h"
+#include "actor_supervisor.h"
+#include "actor_topology.h"
+#include "actor_worker.h"
 
 #include <czmq.h>
 #include <getopt.h>

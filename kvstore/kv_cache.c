@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define S_TAG "kv_cache"
+#define TAG "kv_cache"
 
 typedef enum { S_FREE = 0, S_USED = 1, S_CACHED = 2 } s_state_t;
 
@@ -269,7 +269,7 @@ static int s_take(kv_cache_t *self) {
 static void s_unref(kv_cache_t *self, int id, uint64_t now) {
     s_block_t *b = &self->blk[id];
     if (b->refs <= 0) {
-        LOG_W(S_TAG, "block %d released with no reference", id);
+        LOG_W(TAG, "block %d released with no reference", id);
         return;
     }
     if (--b->refs > 0)
@@ -518,7 +518,7 @@ int kv_cache_publish(kv_cache_t *self, kv_seq_t *seq, const int32_t *tokens, int
         if (b->published) {
             /* Attached (or published earlier): immutable, named by its own hash. */
             if (b->hash != h)
-                LOG_W(S_TAG, "publish: block %d of a table holds other tokens", i);
+                LOG_W(TAG, "publish: block %d of a table holds other tokens", i);
             continue;
         }
         /* Name the private block (truncate and a later publish chain from it). */

@@ -23,7 +23,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define S_TAG "kv_ssd"
+#define TAG "kv_ssd"
 #define S_MAGIC 0x31544f4c5353564bull /* "KVSSLOT1" little-endian */
 #define S_VERSION 1u
 #define S_MAX_RETRIES 64 /* -EAGAIN / short transfers resubmitted per request */
@@ -307,7 +307,7 @@ static void s_scan_done(kv_ssd_t *self, s_req_t *r) {
         if (h->seq >= self->next_seq)
             self->next_seq = h->seq + 1;
     } else if (r->status < 0) {
-        LOG_W(S_TAG, "reading the header of slot %d: %s", r->slot, strerror(-r->status));
+        LOG_W(TAG, "reading the header of slot %d: %s", r->slot, strerror(-r->status));
     }
 }
 
@@ -339,7 +339,7 @@ static void s_finish(kv_ssd_t *self, s_req_t *r) {
         return;
     case S_OP_ERASE:
         if (r->status < 0)
-            LOG_W(S_TAG, "erasing slot %d: %s", r->slot, strerror(-r->status));
+            LOG_W(TAG, "erasing slot %d: %s", r->slot, strerror(-r->status));
         s_req_release(self, r);
         s_slot_settle(self, r->slot);
         return;
@@ -347,13 +347,13 @@ static void s_finish(kv_ssd_t *self, s_req_t *r) {
         s->writing = false;
         s->valid = r->status == 0 && s->state == S_USED;
         if (r->status < 0)
-            LOG_W(S_TAG, "writing slot %d: %s", r->slot, strerror(-r->status));
+            LOG_W(TAG, "writing slot %d: %s", r->slot, strerror(-r->status));
         break;
     case KV_SSD_READ:
         if (r->status == 0)
             r->status = s_read_verify(self, r);
         if (r->status == -EBADMSG) {
-            LOG_W(S_TAG, "slot %d: checksum mismatch, block dropped", r->slot);
+            LOG_W(TAG, "slot %d: checksum mismatch, block dropped", r->slot);
             if (!s->erase_pending && s->state != S_FREE) {
                 s->erase_pending = true; /* the header goes when this request is released */
                 r->erase_after = true;
@@ -361,7 +361,7 @@ static void s_finish(kv_ssd_t *self, s_req_t *r) {
             if (s->state == S_USED)
                 s_slot_give_up(self, r->slot);
         } else if (r->status < 0) {
-            LOG_W(S_TAG, "reading slot %d: %s", r->slot, strerror(-r->status));
+            LOG_W(TAG, "reading slot %d: %s", r->slot, strerror(-r->status));
         }
         break;
     }
@@ -633,7 +633,7 @@ kv_ssd_t *kv_ssd_new(const kv_ssd_config_t *c, char *err, size_t errlen) {
         s_close_files(self);
         self->direct = false;
         if (!atomic_exchange(&s_warned_buffered, true))
-            LOG_W(S_TAG, "%s refuses O_DIRECT: using buffered I/O", c->dir);
+            LOG_W(TAG, "%s refuses O_DIRECT: using buffered I/O", c->dir);
         rc = s_open_files(self, c->dir, err, errlen);
     }
     if (rc < 0)
@@ -654,7 +654,7 @@ kv_ssd_t *kv_ssd_new(const kv_ssd_config_t *c, char *err, size_t errlen) {
     free(iov);
     self->fixed_bufs = rc == 0;
     if (rc < 0)
-        LOG_W(S_TAG, "io_uring_register_buffers: %s: plain reads and writes", strerror(-rc));
+        LOG_W(TAG, "io_uring_register_buffers: %s: plain reads and writes", strerror(-rc));
     self->fixed_files =
         io_uring_register_files(&self->ring, self->fds, (unsigned)self->n_files) == 0;
 
@@ -663,7 +663,7 @@ kv_ssd_t *kv_ssd_new(const kv_ssd_config_t *c, char *err, size_t errlen) {
         s_err(err, errlen, "kv_ssd: scanning %s: %s", c->dir, -rc);
         goto fail;
     }
-    LOG_I(S_TAG, "%s: %d slots of %zu bytes in %d file(s), %s, %d blocks found", c->dir,
+    LOG_I(TAG, "%s: %d slots of %zu bytes in %d file(s), %s, %d blocks found", c->dir,
           self->n_slots, self->slot_bytes, self->n_files, self->direct ? "O_DIRECT" : "buffered",
           self->recovered);
     return self;
@@ -689,7 +689,7 @@ void kv_ssd_destroy(kv_ssd_t **self_p) {
         s_release_returned(self);
         int rc = s_drain(self);
         if (rc < 0)
-            LOG_E(S_TAG, "waiting for I/O at close: %s", strerror(-rc));
+            LOG_E(TAG, "waiting for I/O at close: %s", strerror(-rc));
         if (self->fixed_files)
             io_uring_unregister_files(&self->ring);
         io_uring_queue_exit(&self->ring);

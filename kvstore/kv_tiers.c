@@ -28,7 +28,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#define S_TAG "kv_tiers"
+#define TAG "kv_tiers"
 #define S_POLL_BATCH 32 /* kv_ssd completions taken per kv_ssd_poll */
 
 /* ---- the index: block hash -> where the block lives.  A base_map whose
@@ -416,7 +416,7 @@ static void s_on_write(kv_tiers_t *self, const kv_ssd_done_t *d) {
         if (t->reading == 0)
             kv_policy_insert(self->t2_pol, d->slot, base_now_us(), t->pin, false);
     } else {
-        LOG_W(S_TAG, "T2 write failed: %d", d->status);
+        LOG_W(TAG, "T2 write failed: %d", d->status);
         self->st.io_errors++;
         self->st.t1_to_t2--;
         self->st.bytes_written -= (int64_t)self->t2_bb;
@@ -660,7 +660,7 @@ static void s_drain(kv_tiers_t *self) {
             return;
         s_process(self, d, n);
     }
-    LOG_E(S_TAG, "I/O still pending at close");
+    LOG_E(TAG, "I/O still pending at close");
 }
 
 static void s_rlist_free(s_rlist_t *l) {
@@ -805,7 +805,7 @@ int kv_tiers_poll(kv_tiers_t *self, kv_tiers_done_t *out, int max, int wait_us) 
             kv_ssd_done_t d[S_POLL_BATCH];
             int n = kv_ssd_poll(self->ssd, d, S_POLL_BATCH, wait);
             if (n < 0) {
-                LOG_E(S_TAG, "kv_ssd_poll: %d", n);
+                LOG_E(TAG, "kv_ssd_poll: %d", n);
                 self->st.io_errors++;
                 break;
             }

@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define S_TAG "model"
+#define TAG "model"
 #define S_MAX_QTYPES 3 /* distinct activation formats one input may need */
 #define S_MAX_EXPERTS 256 /* experts per layer we accept (Mixtral 8, DeepSeek-V3 256) */
 
@@ -306,7 +306,7 @@ static int s_pack_all(model_llama_t *m, char *err, size_t errlen) {
     if (rc)
         s_err(err, errlen, model_gguf_path(m->gguf), "out of memory repacking weights");
     else if (m->packed_bytes)
-        LOG_I(S_TAG, "repacked %.1f MiB of weights for the %s kernels", m->packed_bytes / 1048576.0,
+        LOG_I(TAG, "repacked %.1f MiB of weights for the %s kernels", m->packed_bytes / 1048576.0,
               k->name);
     return rc;
 }

@@ -7,7 +7,7 @@
  * Request i has id "req-i" and server rid 0x5000 + i; every 3rd is traced, every 4th comes
  * from a CURVE client, every 7th ends in an error; the text is kept with --store-text.
  * Exit 0, or 1 with a line on stderr. */
-#include "audit/audit_log.h"
+#include "audit_log.h"
 
 #include <stdio.h>
 #include <stdlib.h>

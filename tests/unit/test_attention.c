@@ -6,8 +6,8 @@
  * STRATA_ATTN_BENCH=1 also prints a micro-benchmark: one decode step's attention (all
  * layers and KV heads of SmolLM2-135M's shape, one thread) per table and pool type at
  * several depths, the minimum thread CPU time of many repetitions. */
-#include "kernels/kern_kv.h"
-#include "kernels/kern_ops.h"
+#include "kern_kv.h"
+#include "kern_ops.h"
 #include "test_util.h"
 
 #include <math.h>

@@ -3,7 +3,7 @@
  * swapped, a torn last record, whole records cut off the end, a deleted head or file) fails
  * verify at the right record; rotation keeps the chain across files; a torn tail is noted
  * by the writer when it reopens; the fsync policy decides when the head moves. */
-#include "audit/audit_log.h"
+#include "audit_log.h"
 #include "test_util.h"
 
 #include <check.h>

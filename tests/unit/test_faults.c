@@ -6,7 +6,7 @@
 #include "actor_faults.h"
 #include "actor_runtime.h"
 #include "actor_topology.h"
-#include "base/base_clock.h"
+#include "base_clock.h"
 
 #include "test_util.h"
 

@@ -2,8 +2,8 @@
  * the control plane (replicas within the slot budget, capacity factors,
  * failures), the per-step row assignment, and the msg_moe.h codecs (strict
  * decoding of every field and the rules across fields). */
-#include "msgs/msg_any.h"
-#include "router/router_moe.h"
+#include "msg_any.h"
+#include "router_moe.h"
 #include "test_util.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* test_spans.c - base_spans_find: copied spans of an output in its sources, against
  * spans planted by hand. */
-#include "base/base_spans.h"
+#include "base_spans.h"
 #include "test_util.h"
 
 #include <check.h>

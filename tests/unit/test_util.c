@@ -2,7 +2,7 @@
  * (test_util.h says what they mean), the default model, random numbers, a synthetic model. */
 #include "test_util.h"
 
-#include "actors/actor_runtime.h"
+#include "actor_runtime.h"
 #include "model_gguf_write.h"
 
 #include <errno.h>

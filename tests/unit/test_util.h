@@ -4,7 +4,7 @@
 #ifndef TEST_UTIL_H
 #define TEST_UTIL_H
 
-#include "msgs/msg_any.h"
+#include "msg_any.h"
 
 #include <check.h>
 #include <czmq.h>
