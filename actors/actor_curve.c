@@ -266,16 +266,16 @@ void actor_curve_destroy(actor_curve_t **self_p) {
     *self_p = NULL;
 }
 
-int actor_curve_frontend_client(zsock_t *sock, const actor_topology_t *topo,
-                                const char *client_key, const char *doc, char *err,
-                                size_t errlen) {
+int actor_curve_frontend_client(zsock_t *sock, const actor_topology_t *topo, const char *client_key,
+                                const char *doc, char *err, size_t errlen) {
     const char *server = actor_topology_opt(topo, "frontend", "client_secret", NULL);
     if (!server)
         return 0;
     if (!client_key) {
         snprintf(err, errlen,
                  "the frontend's client endpoint has CURVE (client_secret): client_key=FILE is "
-                 "needed (%s)", doc);
+                 "needed (%s)",
+                 doc);
         return -EINVAL;
     }
     return actor_curve_client(sock, client_key, server, err, errlen);

@@ -56,8 +56,7 @@ int actor_curve_client(zsock_t *sock, const char *cert, const char *server, char
  * that endpoint has CURVE (the frontend's client_secret), make sock (not yet
  * connected) a CURVE client with the key pair client_key (NULL: -EINVAL, err says it
  * is needed; doc names the document that says how).  0 also when no CURVE is needed. */
-int actor_curve_frontend_client(zsock_t *sock, const actor_topology_t *topo,
-                                const char *client_key, const char *doc, char *err,
-                                size_t errlen);
+int actor_curve_frontend_client(zsock_t *sock, const actor_topology_t *topo, const char *client_key,
+                                const char *doc, char *err, size_t errlen);
 
 #endif

@@ -650,8 +650,7 @@ int actor_draft_main(actor_env_t *env) {
         s_actor_cleanup(&a);
         return 1;
     }
-    a.in =
-        actor_sock_inbound(t, name, MSG_MAX_INTERNAL_FRAME + 4096, 100000);
+    a.in = actor_sock_inbound(t, name, MSG_MAX_INTERNAL_FRAME + 4096, 100000);
     const char *fe = actor_topology_endpoint(t, "frontend");
     a.to_front = fe ? actor_sock_outbound(t, name, "frontend", 1000) : NULL;
     if (!a.in || (fe && !a.to_front)) {

@@ -12,8 +12,8 @@
 #include "actor_frontend.h"
 
 #include "actor_curve.h"
-#include "audit_log.h"
 #include "actor_metrics.h"
+#include "audit_log.h"
 #include "base_log.h"
 #include "base_map.h"
 #include "base_spans.h"
@@ -29,9 +29,9 @@
 #define PING_US 250000
 #define UNHEALTHY_US 1000000
 #define MAX_IDENT 256
-#define S_RETRY0_US 100000    /* first backoff before an attempt is submitted again */
-#define S_RETRY_MAX_US 2000000 /* longest backoff */
-#define S_MAX_PROBES 3        /* unanswered probes before an attempt counts as lost */
+#define S_RETRY0_US 100000       /* first backoff before an attempt is submitted again */
+#define S_RETRY_MAX_US 2000000   /* longest backoff */
+#define S_MAX_PROBES 3           /* unanswered probes before an attempt counts as lost */
 #define S_FINAL_WAIT_US 60000000 /* how long a slow reader's final error waits for room */
 
 /* One accepted request. */
@@ -49,29 +49,29 @@ typedef struct {
     size_t text_len, text_cap;
     int n_tokens; /* completion tokens so far */
     /* what a new attempt needs, and how the current one is doing */
-    msg_generate_t gen;    /* the client's request (owned) */
-    int32_t *toks;         /* (gen.max_tokens) the completion tokens so far */
-    int skip;              /* events the client has already (a resume without token ids) */
-    uint64_t t_arrival_us; /* the first attempt's arrival */
-    int worker;            /* the worker that holds the current attempt, or -1 */
-    int attempts;          /* attempts so far (1 = never resumed) */
-    uint64_t t_sent_us;    /* when the current attempt was submitted */
-    uint64_t t_heard_us;   /* last event or status of the current attempt */
-    int probes;            /* probes sent since then */
-    uint64_t retry_at_us;  /* submit again then (0: not waiting to) */
+    msg_generate_t gen;     /* the client's request (owned) */
+    int32_t *toks;          /* (gen.max_tokens) the completion tokens so far */
+    int skip;               /* events the client has already (a resume without token ids) */
+    uint64_t t_arrival_us;  /* the first attempt's arrival */
+    int worker;             /* the worker that holds the current attempt, or -1 */
+    int attempts;           /* attempts so far (1 = never resumed) */
+    uint64_t t_sent_us;     /* when the current attempt was submitted */
+    uint64_t t_heard_us;    /* last event or status of the current attempt */
+    int probes;             /* probes sent since then */
+    uint64_t retry_at_us;   /* submit again then (0: not waiting to) */
     uint64_t retry_wait_us; /* the next backoff */
-    uint64_t give_up_us;   /* no token by then: the request fails */
-    bool slow;             /* an event found the client's queue full and was dropped */
-    uint64_t final_due_us; /* since then its final error waits for room (0: not) */
+    uint64_t give_up_us;    /* no token by then: the request fails */
+    bool slow;              /* an event found the client's queue full and was dropped */
+    uint64_t final_due_us;  /* since then its final error waits for room (0: not) */
     /* explainability */
     msg_trace_step_t *steps; /* (n_steps) with trace: the frontend's own steps (resumes) */
     int n_steps;
-    int64_t trace_end_us;    /* where the chain ends so far, after the arrival */
-    msg_logprob_t *lps;      /* (n_tokens) stream false with logprobs: per token */
+    int64_t trace_end_us; /* where the chain ends so far, after the arrival */
+    msg_logprob_t *lps;   /* (n_tokens) stream false with logprobs: per token */
     /* the audit record (docs/AUDIT.md) */
-    audit_digest_t out;      /* the completion text, as it came */
-    char client_key[41];     /* the client's CURVE key (Z85), or "" */
-    void *trace;             /* (trace_len) the trace event as sent, or NULL */
+    audit_digest_t out;  /* the completion text, as it came */
+    char client_key[41]; /* the client's CURVE key (Z85), or "" */
+    void *trace;         /* (trace_len) the trace event as sent, or NULL */
     size_t trace_len;
 } s_req_t;
 
@@ -109,17 +109,17 @@ typedef struct {
     int n_peers;
     s_req_t *reqs; /* (max_requests) */
     int max_requests, n_reqs;
-    base_map_t by_rid;  /* rid -> index in reqs: every event is looked up by its rid */
-    uint64_t next_rid; /* next server-side id (a random start: a restarted frontend
-                          never reuses an id whose events may still be on the way) */
+    base_map_t by_rid;   /* rid -> index in reqs: every event is looked up by its rid */
+    uint64_t next_rid;   /* next server-side id (a random start: a restarted frontend
+                            never reuses an id whose events may still be on the way) */
     uint64_t accept_us;  /* an attempt not accepted by a worker by then is resubmitted */
     uint64_t probe_us;   /* a silent attempt is probed after this */
     uint64_t give_up_us; /* a request without a new token for this long fails */
     uint64_t hang_us;    /* a peer silent this long is hung */
     audit_log_t *audit;  /* the audit log, or NULL (no audit_dir) */
     bool curve_clients;  /* the client endpoint uses CURVE: a client's key is its name */
-    char model_sha256[AUDIT_HASH_HEX]; /* the served model file's, for the audit records */
-    uint64_t ping_seq; /* heartbeat sequence */
+    char model_sha256[AUDIT_HASH_HEX];  /* the served model file's, for the audit records */
+    uint64_t ping_seq;                  /* heartbeat sequence */
     actor_loop_t *loop;                 /* polling, control messages, timers, counters */
     actor_counters_t *counters;         /* the loop's */
     actor_metrics_req_t *metrics;       /* per-request histograms (docs/METRICS.md) */
@@ -340,15 +340,22 @@ static void s_end(s_front_t *f, s_req_t *r, int type, const void *m) {
     if (f->audit) {
         const msg_done_t *d = type == MSG_DONE ? m : NULL;
         const msg_error_t *e = type == MSG_ERROR ? m : NULL;
-        audit_record_t a = {
-            .gen = &r->gen, .rid = r->rid, .client_ident = r->ident,
-            .client_ident_len = r->ident_len, .client_key = r->client_key[0] ? r->client_key : NULL,
-            .model_sha256 = f->model_sha256[0] ? f->model_sha256 : NULL, .output = &r->out,
-            .is_error = e != NULL, .finish = d ? d->finish_reason : 0,
-            .error_code = e ? e->code : 0, .error_message = e ? e->message : NULL,
-            .usage = d ? d->usage : (msg_usage_t){.completion_tokens = r->n_tokens},
-            .timings = d ? &d->timings : NULL, .trace = r->trace, .trace_len = r->trace_len,
-            .resumes = r->attempts - 1};
+        audit_record_t a = {.gen = &r->gen,
+                            .rid = r->rid,
+                            .client_ident = r->ident,
+                            .client_ident_len = r->ident_len,
+                            .client_key = r->client_key[0] ? r->client_key : NULL,
+                            .model_sha256 = f->model_sha256[0] ? f->model_sha256 : NULL,
+                            .output = &r->out,
+                            .is_error = e != NULL,
+                            .finish = d ? d->finish_reason : 0,
+                            .error_code = e ? e->code : 0,
+                            .error_message = e ? e->message : NULL,
+                            .usage = d ? d->usage : (msg_usage_t){.completion_tokens = r->n_tokens},
+                            .timings = d ? &d->timings : NULL,
+                            .trace = r->trace,
+                            .trace_len = r->trace_len,
+                            .resumes = r->attempts - 1};
         if (audit_log_append(f->audit, &a))
             actor_counters_add(f->counters, "audit.failed", 1);
         else
@@ -391,8 +398,8 @@ static void s_submit(s_front_t *f, s_req_t *r) {
     if (actor_send(f->to_tok, MSG_TOK_REQUEST, &q)) {
         actor_counters_add(f->counters, "submit.retried", 1);
         r->retry_at_us = now + r->retry_wait_us;
-        r->retry_wait_us = r->retry_wait_us * 2 < S_RETRY_MAX_US ? r->retry_wait_us * 2
-                                                                 : S_RETRY_MAX_US;
+        r->retry_wait_us =
+            r->retry_wait_us * 2 < S_RETRY_MAX_US ? r->retry_wait_us * 2 : S_RETRY_MAX_US;
     }
 }
 
@@ -441,7 +448,7 @@ static void s_resubmit(s_front_t *f, s_req_t *r, const char *why, uint64_t delay
         return;
     }
     s_cancel_rid(f, r->rid, r->worker); /* it may be alive after all (a lost frame) */
-    if (r->gen.trace) { /* the lost attempt's time, as one step */
+    if (r->gen.trace) {                 /* the lost attempt's time, as one step */
         msg_trace_step_t *x = realloc(r->steps, (size_t)(r->n_steps + 1) * sizeof *x);
         if (x && r->n_steps < MSG_MAX_TRACE_STEPS / 2) {
             r->steps = x;
@@ -449,9 +456,9 @@ static void s_resubmit(s_front_t *f, s_req_t *r, const char *why, uint64_t delay
             msg_trace_step_fill(&r->steps[r->n_steps++], "frontend", "resume",
                                 r->trace_end_us < end ? r->trace_end_us : end, end,
                                 "attempt %d lost (%s) on %s%d after %d tokens: submitted again "
-                                "from them", r->attempts, why,
-                                r->worker >= 0 ? "worker" : "no worker yet", r->worker,
-                                r->n_tokens);
+                                "from them",
+                                r->attempts, why, r->worker >= 0 ? "worker" : "no worker yet",
+                                r->worker, r->n_tokens);
             r->trace_end_us = end;
         } else if (x) {
             r->steps = x;
@@ -705,8 +712,7 @@ static void s_on_client(void *self, zsock_t *sock) {
             s_on_generate(f, ident, ident_len, fd, user_id, &m.u.generate, false, 0, NULL);
             break;
         case MSG_RESUME:
-            s_on_generate(f, ident, ident_len, fd, user_id, &m.u.resume.gen, true,
-                          m.u.resume.have,
+            s_on_generate(f, ident, ident_len, fd, user_id, &m.u.resume.gen, true, m.u.resume.have,
                           m.u.resume.n_tokens ? m.u.resume.tokens : NULL);
             break;
         case MSG_CANCEL: {
@@ -836,11 +842,10 @@ static void s_send_trace(s_front_t *f, s_req_t *r, const msg_text_event_t *te) {
                             MSG_MAX_SOURCES);
     t.sources = m > 0 ? calloc((size_t)m, sizeof *t.sources) : NULL;
     for (int i = 0; t.sources && i < m; i++) {
-        t.sources[i] = (msg_source_t){(int)spans[i].out_start, (int)spans[i].out_end,
-                                      r->gen.prompt ? -1 : spans[i].src,
-                                      (int)spans[i].src_start,
-                                      (int)(spans[i].src_start + spans[i].out_end -
-                                            spans[i].out_start)};
+        t.sources[i] =
+            (msg_source_t){(int)spans[i].out_start, (int)spans[i].out_end,
+                           r->gen.prompt ? -1 : spans[i].src, (int)spans[i].src_start,
+                           (int)(spans[i].src_start + spans[i].out_end - spans[i].out_start)};
         t.n_sources++;
     }
     s_to_client(f, r, MSG_TRACE, &t);
@@ -1002,7 +1007,7 @@ static void s_on_status(s_front_t *f, const msg_work_status_t *st) {
     r->t_heard_us = now;
     r->probes = 0;
     r->give_up_us = now + f->give_up_us; /* queued at a live worker is progress enough */
-    if (r->cancel_sent) /* the cancel was lost */
+    if (r->cancel_sent)                  /* the cancel was lost */
         s_cancel_rid(f, r->rid, r->worker);
 }
 
@@ -1203,8 +1208,7 @@ int actor_frontend_main(actor_env_t *env) {
     f.metrics = actor_metrics_req_new(); /* NULL (out of memory): no histograms */
     int nw = actor_topology_workers(t);
     f.peers = calloc((size_t)t->n + 2, sizeof *f.peers); /* at most every entry */
-    f.in = actor_sock_inbound(t, "frontend", MSG_MAX_INTERNAL_FRAME + 4096,
-                              100000);
+    f.in = actor_sock_inbound(t, "frontend", MSG_MAX_INTERNAL_FRAME + 4096, 100000);
     f.to_tok = actor_sock_outbound(t, "frontend", "tokenizer", 10000);
     if (!f.reqs || !f.fd_gen || !f.loop || !f.peers || !f.in || !f.to_tok) {
         actor_env_fail(env, "frontend: cannot set up (sockets or memory)");
@@ -1256,8 +1260,8 @@ int actor_frontend_main(actor_env_t *env) {
         zsock_set_heartbeat_timeout(f.clients, 3000);
         const char *secret = actor_env_str(env, "client_secret");
         char why[512];
-        if (secret && actor_curve_server(f.clients, secret, ACTOR_CURVE_CLIENT_DOMAIN, why,
-                                         sizeof why)) {
+        if (secret &&
+            actor_curve_server(f.clients, secret, ACTOR_CURVE_CLIENT_DOMAIN, why, sizeof why)) {
             actor_env_fail(env, "frontend: %s", why);
             s_cleanup(&f);
             return 1;
@@ -1290,8 +1294,10 @@ int actor_frontend_main(actor_env_t *env) {
         cfg.fsync = audit_fsync_parse(actor_env_str(env, "audit_fsync"));
         cfg.store_text = actor_env_bool(env, "audit_text");
         if (!(f.audit = audit_log_new(audit_dir, &cfg))) {
-            actor_env_fail(env, "frontend: cannot open the audit log in %s (strata audit verify "
-                                "%s says why)", audit_dir, audit_dir);
+            actor_env_fail(env,
+                           "frontend: cannot open the audit log in %s (strata audit verify "
+                           "%s says why)",
+                           audit_dir, audit_dir);
             s_cleanup(&f);
             return 1;
         }

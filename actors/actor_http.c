@@ -106,16 +106,16 @@ typedef struct s_req_t {
     bool failed;        /* an error event: code and message below */
     int code;           /* msg_code_t of the error */
     char emsg[MSG_MAX_ERRMSG_BYTES + 1];
-    char *out;     /* stream: SSE bytes not yet handed to MHD (from out_off) */
+    char *out; /* stream: SSE bytes not yet handed to MHD (from out_off) */
     size_t out_len, out_cap, out_off;
-    char *text;    /* non-stream: the completion (done.text), malloc'd */
+    char *text;      /* non-stream: the completion (done.text), malloc'd */
     size_t out_text; /* stream: completion bytes sent so far (legacy text_offset) */
     /* what a resume needs after the frontend restarts (docs/PROTOCOL.md, resume) */
-    void *gen;       /* (gen_len) the generate frame as sent */
+    void *gen; /* (gen_len) the generate frame as sent */
     size_t gen_len;
-    int32_t *toks;   /* (n_toks, cap_toks) the token ids received, in index order */
+    int32_t *toks; /* (n_toks, cap_toks) the token ids received, in index order */
     int n_toks, cap_toks;
-    int finish;    /* msg_finish_t of done */
+    int finish; /* msg_finish_t of done */
     msg_usage_t usage;
     time_t created;
 } s_req_t;
@@ -128,19 +128,19 @@ struct s_http_t {
     actor_loop_t *loop;
     actor_counters_t *counters; /* the loop's */
     struct MHD_Daemon *d;
-    zhashx_t *by_id;  /* id -> s_req_t (borrowed): requests in flight */
-    s_req_t *reqs;    /* every live request (list head) */
+    zhashx_t *by_id;        /* id -> s_req_t (borrowed): requests in flight */
+    s_req_t *reqs;          /* every live request (list head) */
     char *keys[S_MAX_KEYS]; /* API keys (owned); none: no key needed */
     int n_keys;
-    char model[256];  /* model id */
+    char model[256]; /* model id */
     size_t max_body;
     int max_tokens, top_k;
     double min_p;
-    uint64_t seq;     /* request ids */
-    char boot[12];    /* a random prefix of the ids of this run */
-    zsock_t *mon;     /* PAIR: the upstream DEALER's connection events */
-    int connections;  /* handshakes with the frontend so far */
-    bool healthy;     /* the last health_reply said ok */
+    uint64_t seq;       /* request ids */
+    char boot[12];      /* a random prefix of the ids of this run */
+    zsock_t *mon;       /* PAIR: the upstream DEALER's connection events */
+    int connections;    /* handshakes with the frontend so far */
+    bool healthy;       /* the last health_reply said ok */
     uint64_t health_us; /* when it came */
 };
 
@@ -201,9 +201,8 @@ static void s_count_status(s_http_t *h, unsigned status) {
 /* Queue body (malloc'd, taken) as r's response with status. */
 static enum MHD_Result s_queue(s_req_t *r, unsigned status, char *body, const char *ctype,
                                const char *hdr, const char *hdr_value) {
-    struct MHD_Response *resp = body ? MHD_create_response_from_buffer(
-                                           strlen(body), body, MHD_RESPMEM_MUST_FREE)
-                                     : NULL;
+    struct MHD_Response *resp =
+        body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE) : NULL;
     if (!resp) {
         free(body);
         return MHD_NO;
@@ -261,9 +260,8 @@ static enum MHD_Result s_error(s_req_t *r, unsigned status, const char *param, c
     else if (status == 401)
         hdr = MHD_HTTP_HEADER_WWW_AUTHENTICATE, val = "Bearer";
     else if (status == 405)
-        hdr = MHD_HTTP_HEADER_ALLOW, val = (r->route == S_MODELS || r->route == S_HEALTH)
-                                               ? "GET"
-                                               : "POST";
+        hdr = MHD_HTTP_HEADER_ALLOW,
+        val = (r->route == S_MODELS || r->route == S_HEALTH) ? "GET" : "POST";
     return s_queue_json(r, status, s_error_obj(msg, type, param, code), hdr, val);
 }
 
@@ -403,8 +401,8 @@ static int s_content(const cJSON *c, const char *param, const char **text, char 
         return 0;
     }
     if (!cJSON_IsArray(c))
-        return s_bad(b, param, "'%s': expected a string or an array of text parts, got %s",
-                     param, s_json_type(c));
+        return s_bad(b, param, "'%s': expected a string or an array of text parts, got %s", param,
+                     s_json_type(c));
     size_t len = 0, cap = 0;
     char *s = NULL;
     const cJSON *part;
@@ -413,8 +411,10 @@ static int s_content(const cJSON *c, const char *param, const char **text, char 
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(t)) {
             free(s);
-            return s_bad(b, param, "'%s': only parts {\"type\": \"text\", \"text\": ...} are "
-                                   "supported", param);
+            return s_bad(b, param,
+                         "'%s': only parts {\"type\": \"text\", \"text\": ...} are "
+                         "supported",
+                         param);
         }
         if (s_append(&s, &len, &cap, t->valuestring, strlen(t->valuestring))) {
             free(s);
@@ -455,8 +455,9 @@ static int s_to_generate(s_http_t *h, s_req_t *r, const cJSON *root, msg_generat
         g->logprobs = true;
         g->top_logprobs = (int)v;
     } else if (s_field(root, "top_logprobs")) {
-        return s_bad(b, "top_logprobs", "'top_logprobs' is a chat completions field; here "
-                                        "'logprobs' (0..5) asks for alternatives");
+        return s_bad(b, "top_logprobs",
+                     "'top_logprobs' is a chat completions field; here "
+                     "'logprobs' (0..5) asks for alternatives");
     }
     r->logprobs = g->logprobs;
     if ((rc = s_number(root, "best_of", 1, 1, true, &v, b)) < 0)
@@ -484,8 +485,7 @@ static int s_to_generate(s_http_t *h, s_req_t *r, const cJSON *root, msg_generat
         if (!ms)
             return s_bad(b, "messages", "'messages' is required");
         if (!cJSON_IsArray(ms))
-            return s_bad(b, "messages", "'messages': expected an array, got %s",
-                         s_json_type(ms));
+            return s_bad(b, "messages", "'messages': expected an array, got %s", s_json_type(ms));
         int n = cJSON_GetArraySize(ms);
         if (n < 1 || n > MSG_MAX_MESSAGES)
             return s_bad(b, "messages", "'messages': %d messages, expected 1..%d", n,
@@ -529,14 +529,17 @@ static int s_to_generate(s_http_t *h, s_req_t *r, const cJSON *root, msg_generat
             return s_bad(b, "prompt", "'prompt' is required");
         if (cJSON_IsArray(p)) {
             if (cJSON_GetArraySize(p) != 1)
-                return s_bad(b, "prompt", "'prompt': an array of %d prompts (only one "
-                                          "prompt per request is supported)",
+                return s_bad(b, "prompt",
+                             "'prompt': an array of %d prompts (only one "
+                             "prompt per request is supported)",
                              cJSON_GetArraySize(p));
             p = cJSON_GetArrayItem(p, 0);
         }
         if (!cJSON_IsString(p))
-            return s_bad(b, "prompt", "'prompt': expected a string (token ids are not "
-                                      "supported), got %s", s_json_type(p));
+            return s_bad(b, "prompt",
+                         "'prompt': expected a string (token ids are not "
+                         "supported), got %s",
+                         s_json_type(p));
         if (!*p->valuestring)
             return s_bad(b, "prompt", "'prompt' is empty");
         g->prompt = p->valuestring;
@@ -729,8 +732,8 @@ static cJSON *s_bytes(const char *s) {
 /* Append one token's log-probabilities to a choice's logprobs object lp, in the shape of
  * the route: chat {"content": [{token, logprob, bytes, top_logprobs}]}; completions
  * {"tokens", "token_logprobs", "top_logprobs": [{text: logprob}], "text_offset"}. */
-static void s_lp_add(s_req_t *r, cJSON *lp, const char *piece, float logprob,
-                     const msg_top_t *top, int n_top, size_t offset) {
+static void s_lp_add(s_req_t *r, cJSON *lp, const char *piece, float logprob, const msg_top_t *top,
+                     int n_top, size_t offset) {
     if (r->route == S_CHAT) {
         cJSON *content = cJSON_GetObjectItem(lp, "content");
         if (!content)
@@ -869,8 +872,7 @@ static void s_on_done(s_http_t *h, msg_done_t *d) {
             s_chunk(r, d->text, d->text_len, false, "");
         s_chunk(r, NULL, 0, false, s_finish(d->finish_reason));
         if (r->include_usage) {
-            cJSON *o = s_head(r, r->route == S_CHAT ? "chat.completion.chunk"
-                                                    : "text_completion");
+            cJSON *o = s_head(r, r->route == S_CHAT ? "chat.completion.chunk" : "text_completion");
             cJSON_AddArrayToObject(o, "choices");
             cJSON_AddItemToObject(o, "usage", s_usage(&d->usage));
             s_sse(r, o);
@@ -903,10 +905,10 @@ static void s_on_error(s_http_t *h, const msg_error_t *e) {
     snprintf(r->emsg, sizeof r->emsg, "%s", e->message);
     if (r->state == S_RESPONDED && r->stream) { /* mid-stream: an error chunk, then the end */
         const char *code = msg_code_name(e->code);
-        s_sse(r, s_error_obj(e->message, e->code == MSG_CODE_OVERLOADED ? "rate_limit_error"
-                                         : e->code == MSG_CODE_BAD_REQUEST
-                                             ? "invalid_request_error"
-                                             : "server_error",
+        s_sse(r, s_error_obj(e->message,
+                             e->code == MSG_CODE_OVERLOADED    ? "rate_limit_error"
+                             : e->code == MSG_CODE_BAD_REQUEST ? "invalid_request_error"
+                                                               : "server_error",
                              NULL, code ? code : "internal"));
         s_append(&r->out, &r->out_len, &r->out_cap, "data: [DONE]\n\n", 14);
     }
@@ -989,9 +991,10 @@ static enum MHD_Result s_respond_health(s_req_t *r) {
     s_http_t *h = r->h;
     bool fresh = h->health_us && base_now_us() - h->health_us < 2000000;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "status", fresh && h->healthy ? "ok"
-                                         : fresh             ? "starting"
-                                                             : "unavailable");
+    cJSON_AddStringToObject(o, "status",
+                            fresh && h->healthy ? "ok"
+                            : fresh             ? "starting"
+                                                : "unavailable");
     return s_queue_json(r, fresh && h->healthy ? 200 : 503, o, NULL, NULL);
 }
 
@@ -1001,9 +1004,12 @@ static bool s_route(const char *url, s_route_t *route) {
     static const struct {
         const char *path;
         s_route_t route;
-    } paths[] = {{"/v1/chat/completions", S_CHAT}, {"/v1/completions", S_COMPLETIONS},
-                 {"/v1/models", S_MODELS},          {"/health", S_HEALTH},
-                 {"/chat/completions", S_CHAT},     {"/completions", S_COMPLETIONS},
+    } paths[] = {{"/v1/chat/completions", S_CHAT},
+                 {"/v1/completions", S_COMPLETIONS},
+                 {"/v1/models", S_MODELS},
+                 {"/health", S_HEALTH},
+                 {"/chat/completions", S_CHAT},
+                 {"/completions", S_COMPLETIONS},
                  {"/models", S_MODELS}};
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
         if (!strcmp(url, paths[i].path)) {
@@ -1014,8 +1020,8 @@ static bool s_route(const char *url, s_route_t *route) {
 }
 
 static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                    const char *method, const char *version,
-                                    const char *upload, size_t *upload_size, void **ctx) {
+                                    const char *method, const char *version, const char *upload,
+                                    size_t *upload_size, void **ctx) {
     (void)version;
     s_http_t *h = cls;
     s_req_t *r = *ctx;
@@ -1197,8 +1203,7 @@ static void s_on_monitor(void *self, zsock_t *sock) {
     zframe_t *ev = msg ? zmsg_first(msg) : NULL;
     if (ev && zframe_size(ev) >= 2) {
         const uint8_t *d = zframe_data(ev);
-        if ((uint16_t)(d[0] | d[1] << 8) == ZMQ_EVENT_HANDSHAKE_SUCCEEDED &&
-            ++h->connections > 1) {
+        if ((uint16_t)(d[0] | d[1] << 8) == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && ++h->connections > 1) {
             LOG_W(TAG, "the frontend connection came back: resuming the requests in flight");
             s_resume_all(h);
         }
@@ -1298,7 +1303,8 @@ static struct MHD_Daemon *s_start(s_http_t *h, const char *listen, int max_conn,
     if (*hs == '[' && he[-1] == ']')
         hs++, he--;
     snprintf(host, sizeof host, "%.*s", (int)(he - hs), hs);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE},
                     *ai = NULL;
     int rc = getaddrinfo(!strcmp(host, "*") ? NULL : host, colon + 1, &hints, &ai);
@@ -1309,12 +1315,12 @@ static struct MHD_Daemon *s_start(s_http_t *h, const char *listen, int max_conn,
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    struct MHD_Daemon *d = MHD_start_daemon(
-        flags, 0, NULL, NULL, s_on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)timeout_s, MHD_OPTION_NOTIFY_COMPLETED, s_on_completed, h,
-        MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
-        MHD_OPTION_END);
+    struct MHD_Daemon *d =
+        MHD_start_daemon(flags, 0, NULL, NULL, s_on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conn,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)timeout_s,
+                         MHD_OPTION_NOTIFY_COMPLETED, s_on_completed, h, MHD_OPTION_EXTERNAL_LOGGER,
+                         s_mhd_log, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d)
         snprintf(why, whylen, "cannot listen on %s (in use, or not an address of this host)",
@@ -1389,8 +1395,8 @@ int actor_http_main(actor_env_t *env) {
     zsock_set_heartbeat_timeout(h.up, 3000);
     /* CURVE when the frontend's client endpoint has it: this actor is then a client
      * with its own key pair, on the frontend's client_allow list */
-    if (actor_curve_frontend_client(h.up, topo, actor_env_str(env, "client_key"),
-                                    "docs/HTTP.md", why, sizeof why)) {
+    if (actor_curve_frontend_client(h.up, topo, actor_env_str(env, "client_key"), "docs/HTTP.md",
+                                    why, sizeof why)) {
         actor_env_fail(env, "%s: %s", me, why);
         s_cleanup(&h);
         return 1;
@@ -1424,8 +1430,8 @@ int actor_http_main(actor_env_t *env) {
     actor_loop_fd(h.loop, di->epoll_fd, s_on_epoll);
     actor_loop_timer(h.loop, 500, s_tick);
     actor_loop_idle(h.loop, s_idle);
-    LOG_I(TAG, "%s: OpenAI API on http://%s/v1 (model %s, frontend %s%s)", me, listen, h.model,
-          ep, h.n_keys ? ", API keys" : "");
+    LOG_I(TAG, "%s: OpenAI API on http://%s/v1 (model %s, frontend %s%s)", me, listen, h.model, ep,
+          h.n_keys ? ", API keys" : "");
     actor_env_ready(env);
     actor_loop_run(h.loop, 100);
     s_cleanup(&h);

@@ -36,10 +36,10 @@ typedef struct {
     zsock_t *to_front;   /* PUSH to the frontend (pong, stats) */
     zsock_t **to_worker; /* (n_workers) PUSH to each worker, for promotions */
     int n_workers;
-    kv_tiers_t *tiers;   /* T1 + T2 */
-    kern_kv_shape_t shape;    /* block shape */
+    kv_tiers_t *tiers;     /* T1 + T2 */
+    kern_kv_shape_t shape; /* block shape */
     s_promo_t promos[S_MAX_PROMOS];
-    uint64_t *hashes;    /* (max_blocks) scratch: a prompt's chained hashes */
+    uint64_t *hashes; /* (max_blocks) scratch: a prompt's chained hashes */
     int max_blocks;
     actor_loop_t *loop;         /* polling, control messages, counters */
     actor_counters_t *counters; /* the loop's */
@@ -185,7 +185,7 @@ static void s_on_completions(s_kvtier_t *t, int wait_us) {
             } else {
                 p->missing++;
                 actor_counters_add(t->counters,
-                                   d->status == -EBADMSG ? "promote.checksum_failed"
+                                   d->status == -EBADMSG  ? "promote.checksum_failed"
                                    : d->status == -ENOENT ? "promote.gone"
                                                           : "promote.io_error",
                                    1);

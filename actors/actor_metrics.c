@@ -89,31 +89,50 @@ enum { S_PLAIN, S_BUCKET, S_COUNT, S_SUM }; /* sample order inside a histogram *
 /* Counters that go up and down, by the name after the actor ("worker0." stripped):
  * fnmatch patterns, '*' matching dots too. */
 static const char *const s_gauges[] = {
-    "running",         "waiting",       "*.running",      "*.waiting",
-    "*.active",        "load.*",        "alive.*",        "*free_blocks",
-    "*total_blocks",   "*blocks_used",  "*blocks_cached", "*blocks_free",
-    "t[0-9].blocks",   "t[0-9].bytes",  "*.t[0-9].bytes", "*.t[0-9].blocks",
+    "running",
+    "waiting",
+    "*.running",
+    "*.waiting",
+    "*.active",
+    "load.*",
+    "alive.*",
+    "*free_blocks",
+    "*total_blocks",
+    "*blocks_used",
+    "*blocks_cached",
+    "*blocks_free",
+    "t[0-9].blocks",
+    "t[0-9].bytes",
+    "*.t[0-9].bytes",
+    "*.t[0-9].blocks",
     "last.*",
     /* MoE (docs/MOE.md): the expert actors' and the router's dispatch table */
-    "hosted",          "table.version", "moe.table.version", "moe.alive.*",
-    "moe.hosted.*",    "moe.backlog.*", "moe.replicas.*",    "moe.capacity_permille.*",
+    "hosted",
+    "table.version",
+    "moe.table.version",
+    "moe.alive.*",
+    "moe.hosted.*",
+    "moe.backlog.*",
+    "moe.replicas.*",
+    "moe.capacity_permille.*",
     "moe.load_rows_per_s.*",
 };
 
 /* One sample to write. */
 typedef struct {
-    char family[160];    /* "strata_worker_kv_free_blocks" */
-    char help[128];      /* "worker<N>.kv.free_blocks": what it came from */
-    const char *actor;   /* the label (borrowed from the counter's name); "" for none */
-    int actor_len;       /* bytes of actor */
-    int type, part;      /* S_COUNTER..., S_PLAIN... */
-    int64_t le;          /* S_BUCKET: the bound, in the counter's unit */
-    int scale;           /* the unit: value / 10^scale is the exported value */
+    char family[160];  /* "strata_worker_kv_free_blocks" */
+    char help[128];    /* "worker<N>.kv.free_blocks": what it came from */
+    const char *actor; /* the label (borrowed from the counter's name); "" for none */
+    int actor_len;     /* bytes of actor */
+    int type, part;    /* S_COUNTER..., S_PLAIN... */
+    int64_t le;        /* S_BUCKET: the bound, in the counter's unit */
+    int scale;         /* the unit: value / 10^scale is the exported value */
     int64_t value;
 } s_rec_t;
 
 static int s_cmp_name(const void *a, const void *b) {
-    return strcmp((*(const msg_counter_t *const *)a)->name, (*(const msg_counter_t *const *)b)->name);
+    return strcmp((*(const msg_counter_t *const *)a)->name,
+                  (*(const msg_counter_t *const *)b)->name);
 }
 
 /* Is there a counter called name (exact), or starting with name (prefix)? */
@@ -154,8 +173,8 @@ static void s_sanitize_cat(char *dst, size_t cap, const char *src, size_t len) {
     size_t k = strlen(dst);
     for (size_t i = 0; i < len && k + 1 < cap; i++) {
         char c = src[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '_';
+        bool ok =
+            (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
         dst[k++] = ok ? c : '_';
     }
     dst[k] = 0;
@@ -286,8 +305,7 @@ int actor_metrics_render(const msg_counter_t *counters, int n, char **out, size_
             s_rec(&recs[nr++], c, (size_t)(bk - c->name), S_BUCKET, strtoll(bk + 11, NULL, 10));
         } else if (s_ends(c->name, len_c, ".sum") && s_is_hist(sorted, n, c->name, len_c - 4)) {
             s_rec(&recs[nr++], c, len_c - 4, S_SUM, 0);
-        } else if (s_ends(c->name, len_c, ".count") &&
-                   s_is_hist(sorted, n, c->name, len_c - 6)) {
+        } else if (s_ends(c->name, len_c, ".count") && s_is_hist(sorted, n, c->name, len_c - 6)) {
             s_rec(&recs[nr++], c, len_c - 6, S_COUNT, 0);
         } else {
             s_rec(&recs[nr++], c, len_c, S_PLAIN, 0);
@@ -357,26 +375,25 @@ fail:
 /* ---- histograms kept by other actors */
 
 struct actor_metrics_req_t {
-    base_hist_t *ttft;    /* ttft_us: arrival -> first token */
-    base_hist_t *tpot;    /* tpot_us: decode time / (completion tokens - 1) */
-    base_hist_t *queue;   /* queue_us: arrival -> start of prefill */
-    base_hist_t *e2e;     /* latency_us: arrival -> last token (ttft + decode) */
-    base_hist_t *cached;  /* cached_tokens: prompt tokens reused from the KV cache (T0..T2) */
-    base_hist_t *accept;  /* draft_accept_pct: accepted * 100 / proposed (with drafts only) */
+    base_hist_t *ttft;   /* ttft_us: arrival -> first token */
+    base_hist_t *tpot;   /* tpot_us: decode time / (completion tokens - 1) */
+    base_hist_t *queue;  /* queue_us: arrival -> start of prefill */
+    base_hist_t *e2e;    /* latency_us: arrival -> last token (ttft + decode) */
+    base_hist_t *cached; /* cached_tokens: prompt tokens reused from the KV cache (T0..T2) */
+    base_hist_t *accept; /* draft_accept_pct: accepted * 100 / proposed (with drafts only) */
 };
 
 actor_metrics_req_t *actor_metrics_req_new(void) {
     actor_metrics_req_t *self = calloc(1, sizeof *self);
     if (!self)
         return NULL;
-    self->ttft = base_hist_new("ttft_us", 1000, 100000000);  /* 1 ms .. 100 s */
-    self->tpot = base_hist_new("tpot_us", 100, 10000000);    /* 0.1 ms .. 10 s */
-    self->queue = base_hist_new("queue_us", 100, 100000000); /* 0.1 ms .. 100 s */
+    self->ttft = base_hist_new("ttft_us", 1000, 100000000);    /* 1 ms .. 100 s */
+    self->tpot = base_hist_new("tpot_us", 100, 10000000);      /* 0.1 ms .. 10 s */
+    self->queue = base_hist_new("queue_us", 100, 100000000);   /* 0.1 ms .. 100 s */
     self->e2e = base_hist_new("latency_us", 1000, 1000000000); /* 1 ms .. 1000 s */
     self->cached = base_hist_new("cached_tokens", 1, 100000);
     self->accept = base_hist_new("draft_accept_pct", 1, 100);
-    if (!self->ttft || !self->tpot || !self->queue || !self->e2e || !self->cached ||
-        !self->accept)
+    if (!self->ttft || !self->tpot || !self->queue || !self->e2e || !self->cached || !self->accept)
         actor_metrics_req_destroy(&self);
     return self;
 }
@@ -483,9 +500,9 @@ void actor_metrics_step_export(const actor_metrics_step_t *self, actor_counters_
 /* ---- the HTTP thread (libmicrohttpd's): it owns http_end of the pair and this struct */
 
 typedef struct {
-    zsock_t *pair;   /* PAIR to the actor's thread */
-    uint64_t seq;    /* of the last scrape asked for */
-    int wait_ms;     /* longest wait for the actor's answer */
+    zsock_t *pair; /* PAIR to the actor's thread */
+    uint64_t seq;  /* of the last scrape asked for */
+    int wait_ms;   /* longest wait for the actor's answer */
 } s_http_t;
 
 static void s_http_count(s_http_t *h, const char *name) {
@@ -613,13 +630,13 @@ typedef struct {
     struct MHD_Daemon *mhd;
     actor_loop_t *loop;
     actor_counters_t *counters; /* the loop's */
-    char *text;           /* the last rendered exposition (malloc'd), or NULL */
+    char *text;                 /* the last rendered exposition (malloc'd), or NULL */
     size_t text_len;
-    uint64_t text_us;     /* when its stats_reply arrived */
-    uint64_t asked_us;    /* when the outstanding stats was sent; 0: none */
-    char waiting[32];     /* the scrape waiting for it ("" none) */
+    uint64_t text_us;  /* when its stats_reply arrived */
+    uint64_t asked_us; /* when the outstanding stats was sent; 0: none */
+    char waiting[32];  /* the scrape waiting for it ("" none) */
     int cache_ms, timeout_ms;
-    base_hist_t *wait;    /* stats_wait_us: stats sent -> stats_reply read */
+    base_hist_t *wait; /* stats_wait_us: stats sent -> stats_reply read */
 } s_metrics_t;
 
 static void s_answer(s_metrics_t *m, const char *seq, const char *code, const char *body,
@@ -694,13 +711,11 @@ static void s_on_dealer(void *self, zsock_t *sock) {
     bool more = zmq_msg_more(&frame);
     msg_any_t a;
     msg_err_t err;
-    int rc = more ? -EPROTO
-                  : msg_any_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &a, &err);
+    int rc = more ? -EPROTO : msg_any_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &a, &err);
     zmq_msg_close(&frame);
     while (more) { /* not part of the protocol: drop the rest */
         zmq_msg_init(&frame);
-        more = zmq_msg_recv(&frame, zsock_resolve(sock), ZMQ_DONTWAIT) >= 0 &&
-               zmq_msg_more(&frame);
+        more = zmq_msg_recv(&frame, zsock_resolve(sock), ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&frame);
         zmq_msg_close(&frame);
     }
     if (rc < 0) {
@@ -715,8 +730,8 @@ static void s_on_dealer(void *self, zsock_t *sock) {
     char *text;
     size_t len;
     uint64_t t0 = base_now_us();
-    if (actor_metrics_render(a.u.stats_reply.counters, a.u.stats_reply.n_counters, &text,
-                             &len) == 0) {
+    if (actor_metrics_render(a.u.stats_reply.counters, a.u.stats_reply.n_counters, &text, &len) ==
+        0) {
         free(m->text);
         m->text = text;
         m->text_len = len;
@@ -876,10 +891,9 @@ int actor_metrics_main(actor_env_t *env) {
     m.http.wait_ms = m.timeout_ms + 1000;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG |
                      (v6 ? MHD_USE_IPv6 : 0);
-    m.mhd = MHD_start_daemon(flags, 0, NULL, NULL, s_on_http, &m.http,
-                             MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
-                             (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
-                             (unsigned)actor_env_int(env, "max_conns"),
+    m.mhd = MHD_start_daemon(flags, 0, NULL, NULL, s_on_http, &m.http, MHD_OPTION_EXTERNAL_LOGGER,
+                             s_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)actor_env_int(env, "max_conns"),
                              MHD_OPTION_CONNECTION_TIMEOUT,
                              (unsigned)actor_env_int(env, "conn_timeout_s"),
                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536, MHD_OPTION_END);

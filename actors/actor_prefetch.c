@@ -145,8 +145,7 @@ int actor_prefetch_main(actor_env_t *env) {
     p.sessions = calloc((size_t)p.n_sessions, sizeof *p.sessions);
     p.loop = actor_loop_new(env, &p);
     p.counters = p.loop ? actor_loop_counters(p.loop) : NULL;
-    p.in = actor_sock_inbound(topo, me, MSG_MAX_INTERNAL_FRAME + 4096,
-                              10000);
+    p.in = actor_sock_inbound(topo, me, MSG_MAX_INTERNAL_FRAME + 4096, 10000);
     p.to_tier = actor_sock_outbound(topo, me, "kvtier", 10000);
     p.to_front = actor_sock_outbound(topo, me, "frontend", 1000);
     if (!p.sessions || !p.loop || !p.in || !p.to_tier || !p.to_front) {

@@ -12,11 +12,11 @@
 #include <string.h>
 
 typedef struct {
-    actor_env_t *env;    /* runtime */
-    zsock_t *in;         /* inbound PULL */
-    zsock_t *to_tok;     /* PUSH to the tokenizer (errors) */
-    zsock_t *to_front;   /* PUSH to the frontend (pong, stats) */
-    zsock_t **to_worker; /* (n_workers) PUSH to each worker */
+    actor_env_t *env;     /* runtime */
+    zsock_t *in;          /* inbound PULL */
+    zsock_t *to_tok;      /* PUSH to the tokenizer (errors) */
+    zsock_t *to_front;    /* PUSH to the frontend (pong, stats) */
+    zsock_t **to_worker;  /* (n_workers) PUSH to each worker */
     zsock_t *to_prefetch; /* PUSH to the prefetcher, or NULL when the topology has none */
     int n_workers;
     router_dispatch_t *dispatch; /* load table + rid -> worker */
@@ -77,8 +77,8 @@ static void s_trace_dispatch(s_router_t *r, const msg_work_request_t *q, int w,
     int64_t end = now > q->t_arrival_us ? (int64_t)(now - q->t_arrival_us) : 0;
     int64_t start =
         q->n_steps ? q->steps[q->n_steps - 1].t_us + q->steps[q->n_steps - 1].dur_us : 0;
-    msg_trace_step_fill(&(*steps)[q->n_steps], "router", "dispatch", start < end ? start : end,
-                        end, "worker%d, the least loaded alive (tokens:%s)", w, loads);
+    msg_trace_step_fill(&(*steps)[q->n_steps], "router", "dispatch", start < end ? start : end, end,
+                        "worker%d, the least loaded alive (tokens:%s)", w, loads);
     out->steps = *steps;
     out->n_steps = q->n_steps + 1;
 }
@@ -258,8 +258,7 @@ static void s_on_expert_load(void *self, msg_any_t *m, zmq_msg_t *raw) {
         return;
     }
     bool was = router_moe_alive(r->moe, l->expert);
-    router_moe_report(r->moe, l->expert, l->rows, l->frames, l->queue, l->period_us,
-                      base_now_us());
+    router_moe_report(r->moe, l->expert, l->rows, l->frames, l->queue, l->period_us, base_now_us());
     actor_counters_add(r->counters, "moe.load.reports", 1);
     if (!was) { /* back: publish at once */
         LOG_I("router", "expert%d is back", l->expert);
@@ -354,8 +353,7 @@ int actor_router_main(actor_env_t *env) {
     r.loop = actor_loop_new(env, &r);
     r.counters = r.loop ? actor_loop_counters(r.loop) : NULL;
     r.to_worker = calloc((size_t)(r.n_workers > 0 ? r.n_workers : 1), sizeof *r.to_worker);
-    r.in = actor_sock_inbound(t, "router", MSG_MAX_INTERNAL_FRAME + 4096,
-                              100000);
+    r.in = actor_sock_inbound(t, "router", MSG_MAX_INTERNAL_FRAME + 4096, 100000);
     r.to_tok = actor_sock_outbound(t, "router", "tokenizer", 100000);
     r.to_front = actor_sock_outbound(t, "router", "frontend", 1000);
     if (actor_topology_endpoint(t, "prefetcher"))

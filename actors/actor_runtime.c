@@ -680,7 +680,7 @@ typedef struct {
     char malformed[48]; /* inbox: counter names, with the prefix */
     char checksum[48];  /* (a frame whose checksum failed counts both) */
     char unexpected[48];
-    actor_fd_fn fd_fn;  /* a plain fd (sock is NULL): called when it is readable */
+    actor_fd_fn fd_fn; /* a plain fd (sock is NULL): called when it is readable */
     int fd;
 } s_sock_t;
 

@@ -23,8 +23,8 @@
 #include "base_clock.h"
 #include "msg_any.h"
 
-#include <czmq.h>
 #include "base_log.h"
+#include <czmq.h>
 #include <stdbool.h>
 #include <stdint.h>
 

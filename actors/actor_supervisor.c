@@ -90,8 +90,8 @@ actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const cha
     snprintf(self->path, sizeof self->path, "%s", path);
     snprintf(self->exe, sizeof self->exe, "%s", exe);
     self->kids = calloc((size_t)topo->n, sizeof *self->kids);
-    self->hang_timeout_ms = (int)actor_opt_parse_int(actor_topology_opt(
-        topo, "supervisor", "hang_timeout_ms", ACTOR_TOPO_HANG_TIMEOUT_MS));
+    self->hang_timeout_ms = (int)actor_opt_parse_int(
+        actor_topology_opt(topo, "supervisor", "hang_timeout_ms", ACTOR_TOPO_HANG_TIMEOUT_MS));
     /* every actor's keys are checked here, so a missing one stops the start at
      * once; on one host of several only the supervisor's own (the others are
      * on their hosts: a child that lacks its pair fails before it is ready) */
@@ -110,8 +110,8 @@ actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const cha
     }
     /* the KV tiers and the draft worker first, then workers (they take
      * longest to load), frontend last */
-    const char *order[] = {"kvtier", "prefetcher", "draft", "expert", "worker", "router", "tokenizer",
-                           "frontend"};
+    const char *order[] = {"kvtier", "prefetcher", "draft",     "expert",
+                           "worker", "router",     "tokenizer", "frontend"};
     const int n_order = (int)(sizeof order / sizeof order[0]);
     for (int o = 0; o <= n_order; o++)
         for (int i = 0; i < topo->n; i++) {

@@ -15,12 +15,12 @@
 #include <string.h>
 
 typedef struct {
-    actor_env_t *env;       /* runtime */
-    zsock_t *in;            /* inbound PULL */
-    zsock_t *to_router;     /* PUSH to the router */
-    zsock_t *to_front;      /* PUSH to the frontend */
-    model_tokenizer_t *tok; /* vocabulary */
-    actor_loop_t *loop;     /* polling, control messages, counters */
+    actor_env_t *env;           /* runtime */
+    zsock_t *in;                /* inbound PULL */
+    zsock_t *to_router;         /* PUSH to the router */
+    zsock_t *to_front;          /* PUSH to the frontend */
+    model_tokenizer_t *tok;     /* vocabulary */
+    actor_loop_t *loop;         /* polling, control messages, counters */
     actor_counters_t *counters; /* the loop's */
 } s_tok_t;
 
@@ -194,8 +194,7 @@ int actor_tokenizer_main(actor_env_t *env) {
     }
     t.loop = actor_loop_new(env, &t);
     t.counters = t.loop ? actor_loop_counters(t.loop) : NULL;
-    t.in = actor_sock_inbound(topo, "tokenizer",
-                              MSG_MAX_INTERNAL_FRAME + 4096, 100000);
+    t.in = actor_sock_inbound(topo, "tokenizer", MSG_MAX_INTERNAL_FRAME + 4096, 100000);
     t.to_router = actor_sock_outbound(topo, "tokenizer", "router", 100000);
     t.to_front = actor_sock_outbound(topo, "tokenizer", "frontend", 100000);
     if (!t.loop || !t.in || !t.to_router || !t.to_front) {

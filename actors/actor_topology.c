@@ -32,8 +32,8 @@ const actor_opt_t actor_topology_supervisor_opts[] = {
  * its table.  0 or -EINVAL with "name: key=value: why" in err. */
 static int s_check_reserved(const char *name, const char *key, const char *value, char *err,
                             size_t errlen) {
-    const actor_opt_t *table = !strcmp(name, "security") ? actor_topology_security_opts
-                                                          : actor_topology_supervisor_opts;
+    const actor_opt_t *table =
+        !strcmp(name, "security") ? actor_topology_security_opts : actor_topology_supervisor_opts;
     const actor_opt_t *o = actor_opts_find(table, key);
     char why[128], known[128] = "";
     if (!o) {
@@ -221,8 +221,10 @@ int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_
                 val[vn] = 0;
                 if (!strcmp(key, "host") && !actor_topology_reserved(name)) {
                     if (!s_valid_name(val, strlen(val))) {
-                        snprintf(err, errlen, "topology line %d: %s: host=%s: not a name "
-                                 "(letters, digits, _ -)", line, name, val);
+                        snprintf(err, errlen,
+                                 "topology line %d: %s: host=%s: not a name "
+                                 "(letters, digits, _ -)",
+                                 line, name, val);
                         return -EINVAL;
                     }
                     strcpy(e->host, val); /* placement, not an option of the actor */

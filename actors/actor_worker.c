@@ -27,86 +27,86 @@
 
 /* One request the worker holds (waiting or running). */
 typedef struct s_req_t {
-    uint64_t rid;              /* server-side request id */
-    int32_t *hist;             /* (n_prompt + max_tokens) prompt then generated tokens */
-    int n_prompt;              /* positions prefilled: the prompt, then the n_carried
-                                  completion tokens a resumed request arrived with */
-    int n_carried;             /* completion tokens delivered before it came here */
-    int n_hist;                /* tokens in hist */
-    int max_tokens;            /* generation limit */
-    model_sampler_params_t sp; /* sampling */
-    kv_seq_t kv;               /* its blocks */
-    int n_cached;              /* prompt positions attached from the prefix cache */
-    int n_computed;            /* positions whose KV is computed (cached ones included) */
-    int pin_tokens;            /* leading tokens that are the system prompt */
-    bool parked;               /* waiting for promotions (not yet in the scheduler) */
-    bool fresh;                /* not run yet: its cached prefix is attached when it first runs */
-    int skip;                  /* positions of this step's item that came from the cache */
-    uint64_t park_deadline;    /* stop waiting then (us) */
+    uint64_t rid;                /* server-side request id */
+    int32_t *hist;               /* (n_prompt + max_tokens) prompt then generated tokens */
+    int n_prompt;                /* positions prefilled: the prompt, then the n_carried
+                                    completion tokens a resumed request arrived with */
+    int n_carried;               /* completion tokens delivered before it came here */
+    int n_hist;                  /* tokens in hist */
+    int max_tokens;              /* generation limit */
+    model_sampler_params_t sp;   /* sampling */
+    kv_seq_t kv;                 /* its blocks */
+    int n_cached;                /* prompt positions attached from the prefix cache */
+    int n_computed;              /* positions whose KV is computed (cached ones included) */
+    int pin_tokens;              /* leading tokens that are the system prompt */
+    bool parked;                 /* waiting for promotions (not yet in the scheduler) */
+    bool fresh;                  /* not run yet: its cached prefix is attached when it first runs */
+    int skip;                    /* positions of this step's item that came from the cache */
+    uint64_t park_deadline;      /* stop waiting then (us) */
     struct s_req_t *next_parked; /* parked list */
     /* speculative decoding */
-    model_spec_adapt_t adapt;  /* depth from observed acceptance */
-    uint64_t draft_seq;        /* last draft_request sent (0: none yet) */
-    bool draft_pending;        /* its reply has not arrived */
-    uint64_t draft_sent_us;    /* when it was sent */
-    int draft_k;               /* proposals it asked for */
+    model_spec_adapt_t adapt;        /* depth from observed acceptance */
+    uint64_t draft_seq;              /* last draft_request sent (0: none yet) */
+    bool draft_pending;              /* its reply has not arrived */
+    uint64_t draft_sent_us;          /* when it was sent */
+    int draft_k;                     /* proposals it asked for */
     int32_t draft[MODEL_SPEC_MAX_K]; /* proposals continuing hist[0..draft_base) */
     int n_draft;
     int draft_base;
-    int proposed, accepted;    /* totals for the final event */
-    uint64_t t_arrival;        /* frontend arrival (us) */
-    uint64_t t_prefill;        /* first prefill chunk started */
-    uint64_t t_first;          /* first token sampled */
-    uint64_t t_last;           /* last token sampled */
-    model_detok_t detok;       /* UTF-8-safe incremental decoding of its tokens */
-    model_stopper_t stopper;   /* its stop strings (n_stops may be 0) */
+    int proposed, accepted;  /* totals for the final event */
+    uint64_t t_arrival;      /* frontend arrival (us) */
+    uint64_t t_prefill;      /* first prefill chunk started */
+    uint64_t t_first;        /* first token sampled */
+    uint64_t t_last;         /* last token sampled */
+    model_detok_t detok;     /* UTF-8-safe incremental decoding of its tokens */
+    model_stopper_t stopper; /* its stop strings (n_stops may be 0) */
     /* explainability (docs/PROTOCOL.md, trace and logprobs) */
-    bool logprobs;             /* each token's log-probability */
-    int top_logprobs;          /* alternatives per token */
-    bool trace;                /* record the decisions */
-    msg_trace_step_t *steps;   /* (cap_steps) the chain: the tokenizer's and router's, then ours */
+    bool logprobs;           /* each token's log-probability */
+    int top_logprobs;        /* alternatives per token */
+    bool trace;              /* record the decisions */
+    msg_trace_step_t *steps; /* (cap_steps) the chain: the tokenizer's and router's, then ours */
     int n_steps, cap_steps;
-    int64_t trace_end_us;      /* where the chain ends, after the arrival */
-    int n_more;                /* steps summed up in the last one once the trace is full */
-    int promoted;              /* blocks promoted for it while it waited */
-    char spec_why[96];         /* how the depth of its last draft request was chosen */
+    int64_t trace_end_us; /* where the chain ends, after the arrival */
+    int n_more;           /* steps summed up in the last one once the trace is full */
+    int promoted;         /* blocks promoted for it while it waited */
+    char spec_why[96];    /* how the depth of its last draft request was chosen */
 } s_req_t;
 
 typedef struct {
-    actor_env_t *env;           /* runtime */
-    const char *name;           /* "worker0" */
-    int index;                  /* worker number */
-    zsock_t *in;                /* inbound PULL */
-    zsock_t *to_tok;            /* PUSH to the tokenizer */
-    zsock_t *to_router;         /* PUSH to the router */
-    zsock_t *to_front;          /* PUSH to the frontend (pong, stats) */
-    model_llama_t *model;       /* weights */
-    model_tokenizer_t *tok;     /* for end-of-generation tokens */
-    model_ctx_t *ctx;           /* forward scratch and threads */
-    kv_cache_t *kv;             /* T0: KV pool, prefix index, allocator */
-    zsock_t *to_tier;           /* PUSH to the KV tier manager, or NULL */
-    s_req_t *parked;            /* requests waiting for promotions */
-    int prefetch_wait_ms;       /* longest wait for promotions */
-    bool self_promote;          /* a tier manager but no prefetcher: ask for promotions */
-    bool write_through;         /* a tier manager, and full blocks go there at once */
-    zsock_t *to_draft;          /* PUSH to the draft worker, or NULL: no speculation */
-    int spec_k;                 /* fixed depth, or 0: adaptive */
-    int spec_k_max;             /* adaptive: the largest depth */
-    int spec_wait_us;           /* longest wait for a draft before a step runs without it */
-    int n_pending_drafts;       /* draft replies outstanding */
-    double step_us;             /* EMA of a forward step's wall time */
-    double draft_us_per_token;  /* EMA of a draft reply's latency per proposed token */
+    actor_env_t *env;          /* runtime */
+    const char *name;          /* "worker0" */
+    int index;                 /* worker number */
+    zsock_t *in;               /* inbound PULL */
+    zsock_t *to_tok;           /* PUSH to the tokenizer */
+    zsock_t *to_router;        /* PUSH to the router */
+    zsock_t *to_front;         /* PUSH to the frontend (pong, stats) */
+    model_llama_t *model;      /* weights */
+    model_tokenizer_t *tok;    /* for end-of-generation tokens */
+    model_ctx_t *ctx;          /* forward scratch and threads */
+    kv_cache_t *kv;            /* T0: KV pool, prefix index, allocator */
+    zsock_t *to_tier;          /* PUSH to the KV tier manager, or NULL */
+    s_req_t *parked;           /* requests waiting for promotions */
+    int prefetch_wait_ms;      /* longest wait for promotions */
+    bool self_promote;         /* a tier manager but no prefetcher: ask for promotions */
+    bool write_through;        /* a tier manager, and full blocks go there at once */
+    zsock_t *to_draft;         /* PUSH to the draft worker, or NULL: no speculation */
+    int spec_k;                /* fixed depth, or 0: adaptive */
+    int spec_k_max;            /* adaptive: the largest depth */
+    int spec_wait_us;          /* longest wait for a draft before a step runs without it */
+    int n_pending_drafts;      /* draft replies outstanding */
+    double step_us;            /* EMA of a forward step's wall time */
+    double draft_us_per_token; /* EMA of a draft reply's latency per proposed token */
     int block_size;
-    sched_batch_t *sched;      /* continuous batching policy */
+    sched_batch_t *sched;       /* continuous batching policy */
     model_sampler_t *sampler;   /* scratch shared by all requests (one thread) */
     actor_loop_t *loop;         /* polling, control messages, counters */
     actor_counters_t *counters; /* the loop's */
     int n_vocab;
-    char *piece;                /* (S_SCRATCH) one token's text */
-    char *text;                 /* (S_SCRATCH) text of one event */
+    char *piece; /* (S_SCRATCH) one token's text */
+    char *text;  /* (S_SCRATCH) text of one event */
     int max_batch, step_tokens;
     /* step buffers */
-    sched_batch_item_t *items;     /* (max_batch) */
+    sched_batch_item_t *items;      /* (max_batch) */
     int32_t *b_tok, *b_pos, *b_seq; /* (step_tokens) */
     bool *b_want;                   /* (step_tokens) */
     model_seq_view_t *b_seqs;       /* (max_batch) */
@@ -114,14 +114,14 @@ typedef struct {
     uint64_t last_report_us;        /* last load_report */
     bool dirty;                     /* state changed since the last report */
     /* the log-probabilities of the token s_event sends next (set by s_logprobs) */
-    float lp;                       /* of the token */
+    float lp;                               /* of the token */
     msg_top_t lp_top[MSG_MAX_TOP_LOGPROBS]; /* the most likely tokens */
     int lp_n_top;
     char lp_piece[MSG_MAX_PIECE_BYTES + 1]; /* the token's own text */
     bool lp_valid;
     float *lp_rows;                 /* ((1 + MODEL_SPEC_MAX_K), n_vocab) log-softmax rows */
-    actor_metrics_step_t *metrics;   /* per-step histograms (docs/METRICS.md) */
-    actor_expert_client_t *experts;  /* MoE layers over expert actors, or NULL: in process */
+    actor_metrics_step_t *metrics;  /* per-step histograms (docs/METRICS.md) */
+    actor_expert_client_t *experts; /* MoE layers over expert actors, or NULL: in process */
 } s_worker_t;
 
 #define TAG "worker"
@@ -469,10 +469,9 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
             return;
         }
     char why[128];
-    const model_sampler_params_t sp = {q->sampling.temperature, q->sampling.top_k,
-                                       q->sampling.top_p,       q->sampling.min_p,
-                                       q->sampling.repeat_penalty, q->sampling.repeat_last_n,
-                                       q->sampling.seed};
+    const model_sampler_params_t sp = {
+        q->sampling.temperature,    q->sampling.top_k,         q->sampling.top_p, q->sampling.min_p,
+        q->sampling.repeat_penalty, q->sampling.repeat_last_n, q->sampling.seed};
     if (model_sampler_check(&sp, why, sizeof why)) {
         s_error(w, q->rid, MSG_CODE_BAD_REQUEST, why);
         return;
@@ -496,7 +495,8 @@ static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
     const char *stops[MSG_MAX_STOP];
     for (int i = 0; i < q->n_stop && i < MSG_MAX_STOP; i++)
         stops[i] = q->stop[i];
-    if (model_stopper_init(&r->stopper, stops, q->n_stop < MSG_MAX_STOP ? q->n_stop : MSG_MAX_STOP)) {
+    if (model_stopper_init(&r->stopper, stops,
+                           q->n_stop < MSG_MAX_STOP ? q->n_stop : MSG_MAX_STOP)) {
         s_error(w, q->rid, MSG_CODE_BAD_REQUEST, "invalid stop strings");
         s_req_free(w, &r);
         return;
@@ -651,8 +651,8 @@ static void s_on_draft(s_worker_t *w, const msg_draft_reply_t *m) {
     r->draft_pending = false;
     w->n_pending_drafts--;
     double per = (double)(base_now_us() - r->draft_sent_us) / (r->draft_k > 0 ? r->draft_k : 1);
-    w->draft_us_per_token = w->draft_us_per_token > 0 ? 0.8 * w->draft_us_per_token + 0.2 * per
-                                                      : per;
+    w->draft_us_per_token =
+        w->draft_us_per_token > 0 ? 0.8 * w->draft_us_per_token + 0.2 * per : per;
     if (m->base != r->n_hist || m->n_tokens > MODEL_SPEC_MAX_K) {
         actor_counters_add(w->counters, "spec.reply_stale", 1);
         return;
@@ -721,10 +721,9 @@ static bool s_wait_drafts(s_worker_t *w) {
 static void s_emit_verified(s_worker_t *w, s_req_t *r, const sched_batch_item_t *it, float *lg,
                             int nd) {
     int32_t out[MODEL_SPEC_MAX_K + 1];
-    int h = r->n_hist; /* position of the first new token */
+    int h = r->n_hist;                           /* position of the first new token */
     for (int i = 0; r->logprobs && i <= nd; i++) /* before verify changes the rows */
-        s_log_softmax(lg + (size_t)i * w->n_vocab, w->lp_rows + (size_t)i * w->n_vocab,
-                      w->n_vocab);
+        s_log_softmax(lg + (size_t)i * w->n_vocab, w->lp_rows + (size_t)i * w->n_vocab, w->n_vocab);
     int e = model_spec_verify(w->sampler, &r->sp, lg, r->draft, nd, r->hist, r->n_hist, h, out);
     r->n_draft = 0;
     if (e < 1) {
@@ -1230,8 +1229,7 @@ int actor_worker_main(actor_env_t *env) {
         s_cleanup(&w);
         return 1;
     }
-    w.in =
-        actor_sock_inbound(t, name, MSG_MAX_INTERNAL_FRAME + 4096, 100000);
+    w.in = actor_sock_inbound(t, name, MSG_MAX_INTERNAL_FRAME + 4096, 100000);
     w.to_tok = actor_sock_outbound(t, name, "tokenizer", 100000);
     w.to_router = actor_sock_outbound(t, name, "router", 100000);
     w.to_front = actor_sock_outbound(t, name, "frontend", 1000);
@@ -1258,10 +1256,10 @@ int actor_worker_main(actor_env_t *env) {
     if (actor_expert_count(t) > 0 && cfg->n_expert > 0) {
         /* MoE: every MoE layer's experts run on the expert actors */
         const char *dt = actor_env_str(env, "expert_dtype");
-        w.experts = actor_expert_client_new(
-            t, name, w.index, w.model, w.loop, w.in,
-            dt && !strcmp(dt, "f16") ? MSG_DTYPE_F16 : MSG_DTYPE_F32,
-            (int)actor_env_int(env, "expert_timeout_ms"), err, sizeof err);
+        w.experts =
+            actor_expert_client_new(t, name, w.index, w.model, w.loop, w.in,
+                                    dt && !strcmp(dt, "f16") ? MSG_DTYPE_F16 : MSG_DTYPE_F32,
+                                    (int)actor_env_int(env, "expert_timeout_ms"), err, sizeof err);
         if (!w.experts) {
             actor_env_fail(env, "%s: expert actors: %s", name, err);
             s_cleanup(&w);
@@ -1274,8 +1272,10 @@ int actor_worker_main(actor_env_t *env) {
         LOG_W(name, "the topology has expert actors but the model is dense: they stay idle");
     }
     actor_counters_set(w.counters, "kv.total_blocks", n_blocks);
-    LOG_I(name, "ready: %d threads, batch %d, %d KV blocks of %d (%s, %s%s), queue %d, step %d "
-          "tokens", threads, w.max_batch, n_blocks, bs, kv_fmt_name(kv_fmt), kv_policy_name(policy),
+    LOG_I(name,
+          "ready: %d threads, batch %d, %d KV blocks of %d (%s, %s%s), queue %d, step %d "
+          "tokens",
+          threads, w.max_batch, n_blocks, bs, kv_fmt_name(kv_fmt), kv_policy_name(policy),
           sharing ? ", prefix cache" : "", queue, w.step_tokens);
     actor_env_ready(env);
     s_report(&w);

@@ -7,13 +7,13 @@
 #include <string.h>
 
 struct base_hist_t {
-    char name[BASE_HIST_NAME];             /* "ttft_us" */
-    int n;                                 /* bounds */
-    int64_t bound[BASE_HIST_MAX_BOUNDS];   /* (n) increasing */
-    int64_t in[BASE_HIST_MAX_BOUNDS + 1];  /* (n + 1) observations in (bound[i-1], bound[i]];
-                                              in[n]: above the last bound */
-    int64_t count;                         /* every observation */
-    int64_t sum;                           /* of the observations */
+    char name[BASE_HIST_NAME];            /* "ttft_us" */
+    int n;                                /* bounds */
+    int64_t bound[BASE_HIST_MAX_BOUNDS];  /* (n) increasing */
+    int64_t in[BASE_HIST_MAX_BOUNDS + 1]; /* (n + 1) observations in (bound[i-1], bound[i]];
+                                             in[n]: above the last bound */
+    int64_t count;                        /* every observation */
+    int64_t sum;                          /* of the observations */
 };
 
 base_hist_t *base_hist_new(const char *name, int64_t lo, int64_t hi) {

@@ -4,7 +4,12 @@
 #ifndef BASE_LOG_H
 #define BASE_LOG_H
 
-typedef enum { BASE_LOG_ERROR = 0, BASE_LOG_WARN = 1, BASE_LOG_INFO = 2, BASE_LOG_DEBUG = 3 } base_log_level_t;
+typedef enum {
+    BASE_LOG_ERROR = 0,
+    BASE_LOG_WARN = 1,
+    BASE_LOG_INFO = 2,
+    BASE_LOG_DEBUG = 3
+} base_log_level_t;
 
 void base_log_set_level(base_log_level_t level);
 base_log_level_t base_log_level(void);

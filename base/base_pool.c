@@ -6,17 +6,17 @@
 
 #include "base_clock.h"
 
-#include <pthread.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define S_PAUSE() _mm_pause()
@@ -38,21 +38,21 @@ typedef struct {
 } s_worker_t;
 
 struct base_pool_t {
-    int n;                  /* threads including the caller */
-    uint64_t spin_ns;       /* idle spin before sleeping */
-    pthread_t *threads;     /* (n - 1) workers */
-    s_worker_t *workers;    /* (n - 1) worker args */
-    base_pool_fn fn;        /* current run */
-    void *arg;              /* its argument */
-    atomic_uint gen;        /* bumped once per run */
-    atomic_int n_done;      /* workers finished with the current run */
-    atomic_int sleeping;    /* workers blocked on cv */
-    atomic_bool stop;       /* set by destroy */
-    atomic_int bar_count;   /* threads arrived at the barrier */
-    atomic_uint bar_gen;    /* barrier generation (also the futex word) */
+    int n;                   /* threads including the caller */
+    uint64_t spin_ns;        /* idle spin before sleeping */
+    pthread_t *threads;      /* (n - 1) workers */
+    s_worker_t *workers;     /* (n - 1) worker args */
+    base_pool_fn fn;         /* current run */
+    void *arg;               /* its argument */
+    atomic_uint gen;         /* bumped once per run */
+    atomic_int n_done;       /* workers finished with the current run */
+    atomic_int sleeping;     /* workers blocked on cv */
+    atomic_bool stop;        /* set by destroy */
+    atomic_int bar_count;    /* threads arrived at the barrier */
+    atomic_uint bar_gen;     /* barrier generation (also the futex word) */
     atomic_int bar_sleepers; /* threads asleep in the barrier */
-    pthread_mutex_t mu;     /* guards the cv wait */
-    pthread_cond_t cv;      /* wakes sleeping workers */
+    pthread_mutex_t mu;      /* guards the cv wait */
+    pthread_cond_t cv;       /* wakes sleeping workers */
 };
 
 /* Wait for a generation other than last.  The worker announces itself in

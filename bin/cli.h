@@ -34,13 +34,13 @@ typedef struct {
     model_tokenizer_t *tok;
     model_ctx_t *ctx;
     kern_kv_pool_t kv;
-    int32_t *blocks;  /* (kv.n_blocks) identity block table */
-    int max_ctx;      /* positions this runner holds */
-    int ubatch;       /* tokens per forward pass in prefill */
-    float *logits;    /* (ubatch, n_vocab) */
-    int32_t *pos;     /* (ubatch) batch positions */
-    int32_t *seq;     /* (ubatch) batch sequence ids (all 0) */
-    bool *want;       /* (ubatch) which tokens want logits */
+    int32_t *blocks; /* (kv.n_blocks) identity block table */
+    int max_ctx;     /* positions this runner holds */
+    int ubatch;      /* tokens per forward pass in prefill */
+    float *logits;   /* (ubatch, n_vocab) */
+    int32_t *pos;    /* (ubatch) batch positions */
+    int32_t *seq;    /* (ubatch) batch sequence ids (all 0) */
+    bool *want;      /* (ubatch) which tokens want logits */
 } cli_runner_t;
 
 /* Load model + tokenizer.  Prints one "strata CMD: ..." line and returns

@@ -72,12 +72,18 @@ int cmd_actor(int argc, char **argv) {
     optind = 1;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (o) {
-        case 1: topo_path = optarg; break;
+        case 1:
+            topo_path = optarg;
+            break;
         case 2:
             s_list_options(stdout);
             return 0;
-        case 'h': s_help(stdout); return 0;
-        default: s_help(stderr); return 2;
+        case 'h':
+            s_help(stdout);
+            return 0;
+        default:
+            s_help(stderr);
+            return 2;
         }
     }
     if (optind != argc - 1 || !topo_path) {

@@ -27,16 +27,16 @@ static const char *const s_prompts[] = {
 
 /* One client thread's job and results (owned by the thread while it runs). */
 typedef struct {
-    const char *endpoint;  /* server */
-    int index;             /* client number (picks prompts) */
-    int requests;          /* to send */
-    int max_tokens;        /* per request */
-    double *ttft;          /* (requests) seconds */
-    double *tpot;          /* (requests) seconds per token after the first; < 0: n/a */
-    long tokens;           /* generated, all requests */
-    int failed;            /* requests that ended in an error */
-    char err[256];         /* last error */
-    double t_first;        /* scratch: first token of the current request */
+    const char *endpoint; /* server */
+    int index;            /* client number (picks prompts) */
+    int requests;         /* to send */
+    int max_tokens;       /* per request */
+    double *ttft;         /* (requests) seconds */
+    double *tpot;         /* (requests) seconds per token after the first; < 0: n/a */
+    long tokens;          /* generated, all requests */
+    int failed;           /* requests that ended in an error */
+    char err[256];        /* last error */
+    double t_first;       /* scratch: first token of the current request */
     double t_sent;
 } s_job_t;
 
@@ -130,12 +130,26 @@ int cmd_bench_serve(int argc, char **argv) {
     optind = 1;
     while ((o = getopt_long(argc, argv, "c:r:n:h", opts, NULL)) != -1) {
         switch (o) {
-        case 1: endpoint = optarg; break;
-        case 'c': clients_s = optarg; break;
-        case 'r': if (!cli_int(C, "--requests", optarg, 1, 100000, &requests)) return 1; break;
-        case 'n': if (!cli_int(C, "--max-tokens", optarg, 1, 8192, &max_tokens)) return 1; break;
-        case 'h': s_help(stdout); return 0;
-        default: s_help(stderr); return 2;
+        case 1:
+            endpoint = optarg;
+            break;
+        case 'c':
+            clients_s = optarg;
+            break;
+        case 'r':
+            if (!cli_int(C, "--requests", optarg, 1, 100000, &requests))
+                return 1;
+            break;
+        case 'n':
+            if (!cli_int(C, "--max-tokens", optarg, 1, 8192, &max_tokens))
+                return 1;
+            break;
+        case 'h':
+            s_help(stdout);
+            return 0;
+        default:
+            s_help(stderr);
+            return 2;
         }
     }
     if (optind < argc) {
@@ -155,8 +169,8 @@ int cmd_bench_serve(int argc, char **argv) {
             free(levels);
             return 2;
         }
-    printf("strata bench serve: %s, %ld requests per client, %ld tokens each, greedy\n",
-           endpoint, requests, max_tokens);
+    printf("strata bench serve: %s, %ld requests per client, %ld tokens each, greedy\n", endpoint,
+           requests, max_tokens);
     printf("%8s %10s %12s %10s %10s %10s %10s %7s\n", "clients", "requests", "gen tok/s",
            "ttft p50", "ttft p99", "tpot p50", "tpot p99", "errors");
     int rc = 0;
@@ -174,8 +188,11 @@ int cmd_bench_serve(int argc, char **argv) {
         }
         double t0 = cli_now();
         for (int i = 0; i < nc; i++) {
-            jobs[i] = (s_job_t){.endpoint = endpoint, .index = i, .requests = (int)requests,
-                                .max_tokens = (int)max_tokens, .ttft = ttft + i * requests,
+            jobs[i] = (s_job_t){.endpoint = endpoint,
+                                .index = i,
+                                .requests = (int)requests,
+                                .max_tokens = (int)max_tokens,
+                                .ttft = ttft + i * requests,
                                 .tpot = tpot + i * requests};
             pthread_create(&th[i], NULL, s_client, &jobs[i]);
         }

@@ -12,36 +12,35 @@
 #include <unistd.h>
 
 static void s_help(FILE *f) {
-    fprintf(f,
-            "usage: strata client [-e ENDPOINT] [-p PROMPT | PROMPT... | < prompt] [options]\n"
-            "       strata client [-e ENDPOINT] --stats | --health\n"
-            "\n"
-            "Send a request to a running `strata serve` and stream the answer to stdout.\n"
-            "When the connection is lost (the server restarted) the request is resumed\n"
-            "once it is back, each token printed once; a note says so on stderr.\n"
-            "\n"
-            "  -e, --endpoint EP       server endpoint (default tcp://127.0.0.1:5555)\n"
-            "      --server-key FILE   CURVE: the server's public key (zcert file)\n"
-            "      --client-key FILE   CURVE: this client's key pair (NAME.key_secret)\n"
-            "  -p, --prompt TEXT       prompt (else the remaining arguments, else stdin)\n"
-            "      --chat              send the prompt as a user message (chat template)\n"
-            "      --system TEXT       system message (with --chat)\n"
-            "  -n, --n-predict N       tokens to generate at most (1..8192, default 256)\n"
-            "      --greedy            argmax decoding (same as --temp 0)\n"
-            "      --temp X            temperature (default 0.8; 0 = greedy)\n"
-            "      --top-k N           (default 40; 0 = off)\n"
-            "      --top-p X           (default 0.95; 1 = off)\n"
-            "      --min-p X           (default 0.05; 0 = off)\n"
-            "      --repeat-penalty X  (default 1.0 = off)\n"
-            "      --repeat-last-n N   tokens the penalty looks back (default 64)\n"
-            "      --seed N            sampling seed\n"
-            "      --stop TEXT         stop when TEXT appears (repeatable, up to 8)\n"
-            "      --no-stream         wait for the whole answer, then print it\n"
-            "      --timings           print usage and timings to stderr at the end\n"
-            "      --stats             print the server's counters (name value per line)\n"
-            "      --health            print the server's actors; exit 1 unless all ready\n"
-            "      --timeout S         seconds to wait for the server (default 30)\n"
-            "  -h, --help              this help\n");
+    fprintf(f, "usage: strata client [-e ENDPOINT] [-p PROMPT | PROMPT... | < prompt] [options]\n"
+               "       strata client [-e ENDPOINT] --stats | --health\n"
+               "\n"
+               "Send a request to a running `strata serve` and stream the answer to stdout.\n"
+               "When the connection is lost (the server restarted) the request is resumed\n"
+               "once it is back, each token printed once; a note says so on stderr.\n"
+               "\n"
+               "  -e, --endpoint EP       server endpoint (default tcp://127.0.0.1:5555)\n"
+               "      --server-key FILE   CURVE: the server's public key (zcert file)\n"
+               "      --client-key FILE   CURVE: this client's key pair (NAME.key_secret)\n"
+               "  -p, --prompt TEXT       prompt (else the remaining arguments, else stdin)\n"
+               "      --chat              send the prompt as a user message (chat template)\n"
+               "      --system TEXT       system message (with --chat)\n"
+               "  -n, --n-predict N       tokens to generate at most (1..8192, default 256)\n"
+               "      --greedy            argmax decoding (same as --temp 0)\n"
+               "      --temp X            temperature (default 0.8; 0 = greedy)\n"
+               "      --top-k N           (default 40; 0 = off)\n"
+               "      --top-p X           (default 0.95; 1 = off)\n"
+               "      --min-p X           (default 0.05; 0 = off)\n"
+               "      --repeat-penalty X  (default 1.0 = off)\n"
+               "      --repeat-last-n N   tokens the penalty looks back (default 64)\n"
+               "      --seed N            sampling seed\n"
+               "      --stop TEXT         stop when TEXT appears (repeatable, up to 8)\n"
+               "      --no-stream         wait for the whole answer, then print it\n"
+               "      --timings           print usage and timings to stderr at the end\n"
+               "      --stats             print the server's counters (name value per line)\n"
+               "      --health            print the server's actors; exit 1 unless all ready\n"
+               "      --timeout S         seconds to wait for the server (default 30)\n"
+               "  -h, --help              this help\n");
 }
 
 static int s_on_token(void *user, int index, int32_t token, const char *text, size_t len) {
@@ -82,36 +81,85 @@ int cmd_client(int argc, char **argv) {
     double timeout_s = 30;
     strata_gen_params_t p;
     strata_gen_params_default(&p);
-    static const struct option opts[] = {
-        {"endpoint", required_argument, 0, 'e'}, {"prompt", required_argument, 0, 'p'},
-        {"n-predict", required_argument, 0, 'n'}, {"chat", no_argument, 0, 2},
-        {"system", required_argument, 0, 3}, {"greedy", no_argument, 0, 6},
-        {"temp", required_argument, 0, 7}, {"top-k", required_argument, 0, 8},
-        {"top-p", required_argument, 0, 9}, {"min-p", required_argument, 0, 10},
-        {"repeat-penalty", required_argument, 0, 11}, {"repeat-last-n", required_argument, 0, 12},
-        {"seed", required_argument, 0, 13}, {"stop", required_argument, 0, 14},
-        {"no-stream", no_argument, 0, 15}, {"stats", no_argument, 0, 16},
-        {"health", no_argument, 0, 17}, {"timeout", required_argument, 0, 18},
-        {"timings", no_argument, 0, 19}, {"server-key", required_argument, 0, 20},
-        {"client-key", required_argument, 0, 21}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"endpoint", required_argument, 0, 'e'},
+                                         {"prompt", required_argument, 0, 'p'},
+                                         {"n-predict", required_argument, 0, 'n'},
+                                         {"chat", no_argument, 0, 2},
+                                         {"system", required_argument, 0, 3},
+                                         {"greedy", no_argument, 0, 6},
+                                         {"temp", required_argument, 0, 7},
+                                         {"top-k", required_argument, 0, 8},
+                                         {"top-p", required_argument, 0, 9},
+                                         {"min-p", required_argument, 0, 10},
+                                         {"repeat-penalty", required_argument, 0, 11},
+                                         {"repeat-last-n", required_argument, 0, 12},
+                                         {"seed", required_argument, 0, 13},
+                                         {"stop", required_argument, 0, 14},
+                                         {"no-stream", no_argument, 0, 15},
+                                         {"stats", no_argument, 0, 16},
+                                         {"health", no_argument, 0, 17},
+                                         {"timeout", required_argument, 0, 18},
+                                         {"timings", no_argument, 0, 19},
+                                         {"server-key", required_argument, 0, 20},
+                                         {"client-key", required_argument, 0, 21},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int o;
     long lv;
     double dv;
     optind = 1;
     while ((o = getopt_long(argc, argv, "e:p:n:h", opts, NULL)) != -1) {
         switch (o) {
-        case 'e': endpoint = optarg; break;
-        case 'p': prompt = optarg; break;
-        case 'n': if (!cli_int(C, "--n-predict", optarg, 1, 8192, &lv)) return 1; p.max_tokens = (int)lv; break;
-        case 2: chat = true; break;
-        case 3: system = optarg; break;
-        case 6: p.temperature = 0; break;
-        case 7: if (!cli_float(C, "--temp", optarg, 0, 100, &dv)) return 1; p.temperature = (float)dv; break;
-        case 8: if (!cli_int(C, "--top-k", optarg, 0, 1 << 24, &lv)) return 1; p.top_k = (int)lv; break;
-        case 9: if (!cli_float(C, "--top-p", optarg, 1e-6, 1, &dv)) return 1; p.top_p = (float)dv; break;
-        case 10: if (!cli_float(C, "--min-p", optarg, 0, 1, &dv)) return 1; p.min_p = (float)dv; break;
-        case 11: if (!cli_float(C, "--repeat-penalty", optarg, 1e-3, 10, &dv)) return 1; p.repeat_penalty = (float)dv; break;
-        case 12: if (!cli_int(C, "--repeat-last-n", optarg, 0, 65536, &lv)) return 1; p.repeat_last_n = (int)lv; break;
+        case 'e':
+            endpoint = optarg;
+            break;
+        case 'p':
+            prompt = optarg;
+            break;
+        case 'n':
+            if (!cli_int(C, "--n-predict", optarg, 1, 8192, &lv))
+                return 1;
+            p.max_tokens = (int)lv;
+            break;
+        case 2:
+            chat = true;
+            break;
+        case 3:
+            system = optarg;
+            break;
+        case 6:
+            p.temperature = 0;
+            break;
+        case 7:
+            if (!cli_float(C, "--temp", optarg, 0, 100, &dv))
+                return 1;
+            p.temperature = (float)dv;
+            break;
+        case 8:
+            if (!cli_int(C, "--top-k", optarg, 0, 1 << 24, &lv))
+                return 1;
+            p.top_k = (int)lv;
+            break;
+        case 9:
+            if (!cli_float(C, "--top-p", optarg, 1e-6, 1, &dv))
+                return 1;
+            p.top_p = (float)dv;
+            break;
+        case 10:
+            if (!cli_float(C, "--min-p", optarg, 0, 1, &dv))
+                return 1;
+            p.min_p = (float)dv;
+            break;
+        case 11:
+            if (!cli_float(C, "--repeat-penalty", optarg, 1e-3, 10, &dv))
+                return 1;
+            p.repeat_penalty = (float)dv;
+            break;
+        case 12:
+            if (!cli_int(C, "--repeat-last-n", optarg, 0, 65536, &lv))
+                return 1;
+            p.repeat_last_n = (int)lv;
+            break;
         case 13: {
             char *end;
             errno = 0;
@@ -130,15 +178,34 @@ int cmd_client(int argc, char **argv) {
             }
             stops[n_stops++] = optarg;
             break;
-        case 15: p.stream = false; break;
-        case 16: stats = true; break;
-        case 17: health = true; break;
-        case 18: if (!cli_float(C, "--timeout", optarg, 0.001, 86400, &timeout_s)) return 1; break;
-        case 19: timings = true; break;
-        case 20: server_key = optarg; break;
-        case 21: client_key = optarg; break;
-        case 'h': s_help(stdout); return 0;
-        default: s_help(stderr); return 2;
+        case 15:
+            p.stream = false;
+            break;
+        case 16:
+            stats = true;
+            break;
+        case 17:
+            health = true;
+            break;
+        case 18:
+            if (!cli_float(C, "--timeout", optarg, 0.001, 86400, &timeout_s))
+                return 1;
+            break;
+        case 19:
+            timings = true;
+            break;
+        case 20:
+            server_key = optarg;
+            break;
+        case 21:
+            client_key = optarg;
+            break;
+        case 'h':
+            s_help(stdout);
+            return 0;
+        default:
+            s_help(stderr);
+            return 2;
         }
     }
     p.stop = stops;
@@ -171,10 +238,9 @@ int cmd_client(int argc, char **argv) {
         fprintf(stderr, "strata client: CURVE needs both --server-key and --client-key\n");
         return 2;
     }
-    strata_client_t *c =
-        server_key
-            ? strata_client_new_curve(endpoint, (int)(timeout_s * 1000), server_key, client_key)
-            : strata_client_new(endpoint, (int)(timeout_s * 1000));
+    strata_client_t *c = server_key ? strata_client_new_curve(endpoint, (int)(timeout_s * 1000),
+                                                              server_key, client_key)
+                                    : strata_client_new(endpoint, (int)(timeout_s * 1000));
     if (!c) {
         fprintf(stderr, "strata client: cannot open endpoint '%s'\n",
                 endpoint ? endpoint : "tcp://127.0.0.1:5555");

@@ -24,44 +24,70 @@ static bool s_kv_type(const char *cmd, const char *val, kern_type_t *out) {
 /* ------------------------------------------------------------------ logits */
 
 static void s_logits_help(FILE *f) {
-    fprintf(f, "usage: strata logits [-m MODEL] (--ids LIST | -p PROMPT) -o OUT [options]\n"
-               "\n"
-               "Runs the prompt and writes the logits of every position to OUT as\n"
-               "little-endian int32 n_tokens, int32 n_vocab, then n_tokens x n_vocab float32.\n"
-               "\n"
-               "  -m, --model PATH    GGUF model (default: %s)\n"
-               "      --ids LIST      token ids (\"1 2 3\")\n"
-               "  -p, --prompt TEXT   text, tokenized without BOS unless the model asks for it\n"
-               "  -o, --out PATH      output file\n"
-               "  -t, --threads N     threads (default %d)\n"
-               "      --ubatch N      tokens per forward pass (default 512)\n"
-               "      --kv-type TYPE  KV cache: f16 (default), f32 or int8\n"
-               "  -h, --help\n",
-               cli_default_model(), cli_default_threads());
+    fprintf(f,
+            "usage: strata logits [-m MODEL] (--ids LIST | -p PROMPT) -o OUT [options]\n"
+            "\n"
+            "Runs the prompt and writes the logits of every position to OUT as\n"
+            "little-endian int32 n_tokens, int32 n_vocab, then n_tokens x n_vocab float32.\n"
+            "\n"
+            "  -m, --model PATH    GGUF model (default: %s)\n"
+            "      --ids LIST      token ids (\"1 2 3\")\n"
+            "  -p, --prompt TEXT   text, tokenized without BOS unless the model asks for it\n"
+            "  -o, --out PATH      output file\n"
+            "  -t, --threads N     threads (default %d)\n"
+            "      --ubatch N      tokens per forward pass (default 512)\n"
+            "      --kv-type TYPE  KV cache: f16 (default), f32 or int8\n"
+            "  -h, --help\n",
+            cli_default_model(), cli_default_threads());
 }
 
 int cmd_logits(int argc, char **argv) {
     const char *C = "logits", *model = NULL, *ids_s = NULL, *prompt = NULL, *out = NULL;
     long threads = cli_default_threads(), ubatch = 512;
     kern_type_t kv_type = KERN_F16;
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"ids", required_argument, 0, 1},
-        {"prompt", required_argument, 0, 'p'}, {"out", required_argument, 0, 'o'},
-        {"threads", required_argument, 0, 't'}, {"ubatch", required_argument, 0, 2},
-        {"kv-type", required_argument, 0, 3}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"ids", required_argument, 0, 1},
+                                         {"prompt", required_argument, 0, 'p'},
+                                         {"out", required_argument, 0, 'o'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"ubatch", required_argument, 0, 2},
+                                         {"kv-type", required_argument, 0, 3},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "m:p:o:t:h", opts, NULL)) != -1) {
         switch (o) {
-        case 'm': model = optarg; break;
-        case 1: ids_s = optarg; break;
-        case 'p': prompt = optarg; break;
-        case 'o': out = optarg; break;
-        case 't': if (!cli_int(C, "--threads", optarg, 1, 256, &threads)) return 1; break;
-        case 2: if (!cli_int(C, "--ubatch", optarg, 1, 8192, &ubatch)) return 1; break;
-        case 3: if (!s_kv_type(C, optarg, &kv_type)) return 1; break;
-        case 'h': s_logits_help(stdout); return 0;
-        default: s_logits_help(stderr); return 2;
+        case 'm':
+            model = optarg;
+            break;
+        case 1:
+            ids_s = optarg;
+            break;
+        case 'p':
+            prompt = optarg;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 't':
+            if (!cli_int(C, "--threads", optarg, 1, 256, &threads))
+                return 1;
+            break;
+        case 2:
+            if (!cli_int(C, "--ubatch", optarg, 1, 8192, &ubatch))
+                return 1;
+            break;
+        case 3:
+            if (!s_kv_type(C, optarg, &kv_type))
+                return 1;
+            break;
+        case 'h':
+            s_logits_help(stdout);
+            return 0;
+        default:
+            s_logits_help(stderr);
+            return 2;
         }
     }
     if (!!ids_s + !!prompt != 1 || !out) {
@@ -124,34 +150,35 @@ out:
 /* ------------------------------------------------------------------ perplexity */
 
 static void s_ppl_help(FILE *f) {
-    fprintf(f, "usage: strata perplexity [-m MODEL] -f FILE [options]\n"
-               "\n"
-               "Splits the tokenized file into chunks of --ctx tokens and scores the second\n"
-               "half of each chunk given the first (as llama.cpp's perplexity does).\n"
-               "\n"
-               "  -m, --model PATH         GGUF model (default: %s)\n"
-               "  -f, --file PATH          text file\n"
-               "  -c, --ctx N              tokens per chunk (default 512)\n"
-               "      --chunks N           score at most N chunks (default: all)\n"
-               "  -t, --threads N          threads (default %d)\n"
-               "      --kv-type TYPE       KV cache (T0) format: f16 (default), f32 or int8\n"
-               "      --kv-tier-type TYPE  simulate KV blocks restored from a lower tier stored\n"
-               "                           as f16, int8 or int4: each block of positions, once\n"
-               "                           complete, is converted to TYPE and back in place, so\n"
-               "                           later positions attend to the round-tripped values\n"
-               "                           (a chunk's last partial block stays exact; chunks\n"
-               "                           then run one block per forward pass)\n"
-               "      --kl-ref MODEL       also run MODEL (e.g. an F32 copy made with strata\n"
-               "                           quantize; F32 KV) on the same chunks and print the\n"
-               "                           KL divergence KL(ref || this) of the next-token\n"
-               "                           distributions over the scored positions (mean,\n"
-               "                           median, p99, max) and how often the top token agrees,\n"
-               "                           as llama-perplexity --kl-divergence does\n"
-               "  -h, --help\n"
-               "\n"
-               "Prints the perplexity and the KV bytes per token (K and V, all layers) of\n"
-               "the T0 format and of the tier format.\n",
-               cli_default_model(), cli_default_threads());
+    fprintf(f,
+            "usage: strata perplexity [-m MODEL] -f FILE [options]\n"
+            "\n"
+            "Splits the tokenized file into chunks of --ctx tokens and scores the second\n"
+            "half of each chunk given the first (as llama.cpp's perplexity does).\n"
+            "\n"
+            "  -m, --model PATH         GGUF model (default: %s)\n"
+            "  -f, --file PATH          text file\n"
+            "  -c, --ctx N              tokens per chunk (default 512)\n"
+            "      --chunks N           score at most N chunks (default: all)\n"
+            "  -t, --threads N          threads (default %d)\n"
+            "      --kv-type TYPE       KV cache (T0) format: f16 (default), f32 or int8\n"
+            "      --kv-tier-type TYPE  simulate KV blocks restored from a lower tier stored\n"
+            "                           as f16, int8 or int4: each block of positions, once\n"
+            "                           complete, is converted to TYPE and back in place, so\n"
+            "                           later positions attend to the round-tripped values\n"
+            "                           (a chunk's last partial block stays exact; chunks\n"
+            "                           then run one block per forward pass)\n"
+            "      --kl-ref MODEL       also run MODEL (e.g. an F32 copy made with strata\n"
+            "                           quantize; F32 KV) on the same chunks and print the\n"
+            "                           KL divergence KL(ref || this) of the next-token\n"
+            "                           distributions over the scored positions (mean,\n"
+            "                           median, p99, max) and how often the top token agrees,\n"
+            "                           as llama-perplexity --kl-divergence does\n"
+            "  -h, --help\n"
+            "\n"
+            "Prints the perplexity and the KV bytes per token (K and V, all layers) of\n"
+            "the T0 format and of the tier format.\n",
+            cli_default_model(), cli_default_threads());
 }
 
 /* Run one chunk of n tokens from position 0 and write the logits of
@@ -222,34 +249,61 @@ int cmd_perplexity(int argc, char **argv) {
     long threads = cli_default_threads(), ctx = 512, max_chunks = 0;
     kern_type_t kv_type = KERN_F16;
     int tier = -1; /* kv_fmt_t of --kv-tier-type, or none */
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"file", required_argument, 0, 'f'},
-        {"ctx", required_argument, 0, 'c'}, {"chunks", required_argument, 0, 1},
-        {"threads", required_argument, 0, 't'}, {"kv-type", required_argument, 0, 2},
-        {"kv-tier-type", required_argument, 0, 3}, {"kl-ref", required_argument, 0, 4},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"file", required_argument, 0, 'f'},
+                                         {"ctx", required_argument, 0, 'c'},
+                                         {"chunks", required_argument, 0, 1},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"kv-type", required_argument, 0, 2},
+                                         {"kv-tier-type", required_argument, 0, 3},
+                                         {"kl-ref", required_argument, 0, 4},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "m:f:c:t:h", opts, NULL)) != -1) {
         switch (o) {
-        case 'm': model = optarg; break;
-        case 'f': file = optarg; break;
-        case 'c': if (!cli_int(C, "--ctx", optarg, 8, 1 << 16, &ctx)) return 1; break;
-        case 1: if (!cli_int(C, "--chunks", optarg, 0, 1 << 30, &max_chunks)) return 1; break;
-        case 't': if (!cli_int(C, "--threads", optarg, 1, 256, &threads)) return 1; break;
-        case 2: if (!s_kv_type(C, optarg, &kv_type)) return 1; break;
+        case 'm':
+            model = optarg;
+            break;
+        case 'f':
+            file = optarg;
+            break;
+        case 'c':
+            if (!cli_int(C, "--ctx", optarg, 8, 1 << 16, &ctx))
+                return 1;
+            break;
+        case 1:
+            if (!cli_int(C, "--chunks", optarg, 0, 1 << 30, &max_chunks))
+                return 1;
+            break;
+        case 't':
+            if (!cli_int(C, "--threads", optarg, 1, 256, &threads))
+                return 1;
+            break;
+        case 2:
+            if (!s_kv_type(C, optarg, &kv_type))
+                return 1;
+            break;
         case 3:
             tier = kv_fmt_parse(optarg);
             if (tier != KV_FMT_F16 && tier != KV_FMT_I8 && tier != KV_FMT_I4) {
-                fprintf(stderr, "strata perplexity: --kv-tier-type must be f16, int8 or int4 "
-                                "(not '%s')\n", optarg);
+                fprintf(stderr,
+                        "strata perplexity: --kv-tier-type must be f16, int8 or int4 "
+                        "(not '%s')\n",
+                        optarg);
                 return 1;
             }
             break;
-        case 4: kl_ref = optarg; break;
-        case 'h': s_ppl_help(stdout); return 0;
-        default: s_ppl_help(stderr); return 2;
+        case 4:
+            kl_ref = optarg;
+            break;
+        case 'h':
+            s_ppl_help(stdout);
+            return 0;
+        default:
+            s_ppl_help(stderr);
+            return 2;
         }
     }
     if (!file) {
@@ -320,8 +374,8 @@ int cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "strata perplexity: out of memory\n");
         goto out;
     }
-    fprintf(stderr, "strata perplexity: %d tokens, %d chunks of %ld, kv %s%s%s\n", n, n_chunks,
-            ctx, kv_fmt_name(t0), tier >= 0 ? ", tier round trip " : "",
+    fprintf(stderr, "strata perplexity: %d tokens, %d chunks of %ld, kv %s%s%s\n", n, n_chunks, ctx,
+            kv_fmt_name(t0), tier >= 0 ? ", tier round trip " : "",
             tier >= 0 ? kv_fmt_name(tier) : "");
     double nll = 0;
     long count = 0;
@@ -382,8 +436,8 @@ int cmd_perplexity(int argc, char **argv) {
         double pt = (double)same_top / count;
         printf("kl-ref %s: perplexity %.4f\n", kl_ref, exp(ref_nll / count));
         printf("kl-divergence mean %.6f +/- %.6f  median %.6f  p99 %.6f  max %.6f\n", mean,
-               sqrt((var > 0 ? var : 0) / count), kld[count / 2],
-               kld[(long)(0.99 * (count - 1))], kld[count - 1]);
+               sqrt((var > 0 ? var : 0) / count), kld[count / 2], kld[(long)(0.99 * (count - 1))],
+               kld[count - 1]);
         printf("same top token %.3f +/- %.3f %%\n", 100 * pt, 100 * sqrt(pt * (1 - pt) / count));
     }
     rc = 0;
@@ -409,30 +463,31 @@ static int s_cmp_double(const void *a, const void *b) {
 }
 
 static void s_bench_help(FILE *f) {
-    fprintf(f, "usage: strata bench-model [-m MODEL] [options]\n"
-               "\n"
-               "Measures prompt processing (one batch of -p tokens) and generation (-n tokens,\n"
-               "one at a time after the prompt) and prints the median tokens/s of -r runs.\n"
-               "Decoding is greedy with the end-of-generation tokens banned (as generate\n"
-               "--ignore-eos), so every run decodes real text for all -n tokens.\n"
-               "\n"
-               "  -m, --model PATH    GGUF model (default: %s)\n"
-               "  -p, --n-prompt N    prompt tokens (default 512)\n"
-               "  -n, --n-gen N       generated tokens (default 128)\n"
-               "  -r, --reps N        repetitions (default 5)\n"
-               "  -t, --threads N     threads (default %d)\n"
-               "      --kv-type TYPE  KV cache: f16 (default), f32 or int8\n"
-               "  -d, --depth D       llama-bench's depth: before each run, fill the context\n"
-               "                      with D tokens (not timed), then time -p tokens in one\n"
-               "                      batch at positions D.. and, separately, -n tokens one\n"
-               "                      at a time at positions D.. (so -d 0 decodes from an\n"
-               "                      empty context, like llama-bench -d 0).  Without -d,\n"
-               "                      generation runs after the -p prompt tokens.\n"
-               "  -b, --batch B       decode B sequences at once (continuous batching): each\n"
-               "                      prefills its own -p tokens, then -n steps of B tokens;\n"
-               "                      prints the aggregate generation tokens/s (default 1)\n"
-               "  -h, --help\n",
-               cli_default_model(), cli_default_threads());
+    fprintf(f,
+            "usage: strata bench-model [-m MODEL] [options]\n"
+            "\n"
+            "Measures prompt processing (one batch of -p tokens) and generation (-n tokens,\n"
+            "one at a time after the prompt) and prints the median tokens/s of -r runs.\n"
+            "Decoding is greedy with the end-of-generation tokens banned (as generate\n"
+            "--ignore-eos), so every run decodes real text for all -n tokens.\n"
+            "\n"
+            "  -m, --model PATH    GGUF model (default: %s)\n"
+            "  -p, --n-prompt N    prompt tokens (default 512)\n"
+            "  -n, --n-gen N       generated tokens (default 128)\n"
+            "  -r, --reps N        repetitions (default 5)\n"
+            "  -t, --threads N     threads (default %d)\n"
+            "      --kv-type TYPE  KV cache: f16 (default), f32 or int8\n"
+            "  -d, --depth D       llama-bench's depth: before each run, fill the context\n"
+            "                      with D tokens (not timed), then time -p tokens in one\n"
+            "                      batch at positions D.. and, separately, -n tokens one\n"
+            "                      at a time at positions D.. (so -d 0 decodes from an\n"
+            "                      empty context, like llama-bench -d 0).  Without -d,\n"
+            "                      generation runs after the -p prompt tokens.\n"
+            "  -b, --batch B       decode B sequences at once (continuous batching): each\n"
+            "                      prefills its own -p tokens, then -n steps of B tokens;\n"
+            "                      prints the aggregate generation tokens/s (default 1)\n"
+            "  -h, --help\n",
+            cli_default_model(), cli_default_threads());
 }
 
 /* bench-model --batch B: B sequences, each prefilled separately, then decoded
@@ -521,25 +576,52 @@ int cmd_bench_model(int argc, char **argv) {
     long threads = cli_default_threads(), np = 512, ng = 128, reps = 5, batch = 1, depth = -1;
     kern_type_t kv_type = KERN_F16;
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"n-prompt", required_argument, 0, 'p'},
-        {"n-gen", required_argument, 0, 'n'}, {"reps", required_argument, 0, 'r'},
+        {"model", required_argument, 0, 'm'},   {"n-prompt", required_argument, 0, 'p'},
+        {"n-gen", required_argument, 0, 'n'},   {"reps", required_argument, 0, 'r'},
         {"threads", required_argument, 0, 't'}, {"kv-type", required_argument, 0, 1},
-        {"batch", required_argument, 0, 'b'}, {"depth", required_argument, 0, 'd'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"batch", required_argument, 0, 'b'},   {"depth", required_argument, 0, 'd'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "m:p:n:r:t:b:d:h", opts, NULL)) != -1) {
         switch (o) {
-        case 'm': model = optarg; break;
-        case 'b': if (!cli_int(C, "--batch", optarg, 1, 256, &batch)) return 1; break;
-        case 'd': if (!cli_int(C, "--depth", optarg, 0, 1 << 16, &depth)) return 1; break;
-        case 'p': if (!cli_int(C, "--n-prompt", optarg, 1, 8192, &np)) return 1; break;
-        case 'n': if (!cli_int(C, "--n-gen", optarg, 1, 8192, &ng)) return 1; break;
-        case 'r': if (!cli_int(C, "--reps", optarg, 1, 1000, &reps)) return 1; break;
-        case 't': if (!cli_int(C, "--threads", optarg, 1, 256, &threads)) return 1; break;
-        case 1: if (!s_kv_type(C, optarg, &kv_type)) return 1; break;
-        case 'h': s_bench_help(stdout); return 0;
-        default: s_bench_help(stderr); return 2;
+        case 'm':
+            model = optarg;
+            break;
+        case 'b':
+            if (!cli_int(C, "--batch", optarg, 1, 256, &batch))
+                return 1;
+            break;
+        case 'd':
+            if (!cli_int(C, "--depth", optarg, 0, 1 << 16, &depth))
+                return 1;
+            break;
+        case 'p':
+            if (!cli_int(C, "--n-prompt", optarg, 1, 8192, &np))
+                return 1;
+            break;
+        case 'n':
+            if (!cli_int(C, "--n-gen", optarg, 1, 8192, &ng))
+                return 1;
+            break;
+        case 'r':
+            if (!cli_int(C, "--reps", optarg, 1, 1000, &reps))
+                return 1;
+            break;
+        case 't':
+            if (!cli_int(C, "--threads", optarg, 1, 256, &threads))
+                return 1;
+            break;
+        case 1:
+            if (!s_kv_type(C, optarg, &kv_type))
+                return 1;
+            break;
+        case 'h':
+            s_bench_help(stdout);
+            return 0;
+        default:
+            s_bench_help(stderr);
+            return 2;
         }
     }
     if (depth >= 0 && batch > 1) {
@@ -598,8 +680,8 @@ int cmd_bench_model(int argc, char **argv) {
         double t2 = cli_now();
         pp[k] = np / (t1 - t0);
         tg[k] = ng / (t2 - t1);
-        fprintf(stderr, "run %d/%ld: pp%ld %.1f tok/s, tg%ld %.1f tok/s\n", k + 1, reps, np,
-                pp[k], ng, tg[k]);
+        fprintf(stderr, "run %d/%ld: pp%ld %.1f tok/s, tg%ld %.1f tok/s\n", k + 1, reps, np, pp[k],
+                ng, tg[k]);
     }
 report:
     qsort(pp, (size_t)reps, sizeof *pp, s_cmp_double);

@@ -49,62 +49,137 @@ int cmd_generate(int argc, char **argv) {
     bool chat = false, print_ids = false, ignore_eos = false;
     kern_type_t kv_type = KERN_F16;
     model_sampler_params_t sp = model_sampler_defaults();
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
-        {"file", required_argument, 0, 'f'}, {"ids", required_argument, 0, 1},
-        {"n-predict", required_argument, 0, 'n'}, {"chat", no_argument, 0, 2},
-        {"system", required_argument, 0, 3}, {"threads", required_argument, 0, 't'},
-        {"ctx", required_argument, 0, 4}, {"kv-type", required_argument, 0, 5},
-        {"greedy", no_argument, 0, 6}, {"temp", required_argument, 0, 7},
-        {"top-k", required_argument, 0, 8}, {"top-p", required_argument, 0, 9},
-        {"min-p", required_argument, 0, 10}, {"repeat-penalty", required_argument, 0, 11},
-        {"repeat-last-n", required_argument, 0, 12}, {"seed", required_argument, 0, 13},
-        {"stop", required_argument, 0, 14}, {"print-ids", no_argument, 0, 15},
-        {"ignore-eos", no_argument, 0, 16}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"prompt", required_argument, 0, 'p'},
+                                         {"file", required_argument, 0, 'f'},
+                                         {"ids", required_argument, 0, 1},
+                                         {"n-predict", required_argument, 0, 'n'},
+                                         {"chat", no_argument, 0, 2},
+                                         {"system", required_argument, 0, 3},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"ctx", required_argument, 0, 4},
+                                         {"kv-type", required_argument, 0, 5},
+                                         {"greedy", no_argument, 0, 6},
+                                         {"temp", required_argument, 0, 7},
+                                         {"top-k", required_argument, 0, 8},
+                                         {"top-p", required_argument, 0, 9},
+                                         {"min-p", required_argument, 0, 10},
+                                         {"repeat-penalty", required_argument, 0, 11},
+                                         {"repeat-last-n", required_argument, 0, 12},
+                                         {"seed", required_argument, 0, 13},
+                                         {"stop", required_argument, 0, 14},
+                                         {"print-ids", no_argument, 0, 15},
+                                         {"ignore-eos", no_argument, 0, 16},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int o;
     long lv;
     double dv;
     optind = 1;
     while ((o = getopt_long(argc, argv, "m:p:f:n:t:h", opts, NULL)) != -1) {
         switch (o) {
-        case 'm': model = optarg; break;
-        case 'p': prompt = optarg; break;
-        case 'f': file = optarg; break;
-        case 1: ids_s = optarg; break;
-        case 'n': if (!cli_int(C, "--n-predict", optarg, 0, 1 << 20, &n_predict)) return 1; break;
-        case 2: chat = true; break;
-        case 3: system = optarg; break;
-        case 't': if (!cli_int(C, "--threads", optarg, 1, 256, &threads)) return 1; break;
-        case 4: if (!cli_int(C, "--ctx", optarg, 1, 1 << 20, &ctx_n)) return 1; break;
-        case 5:
-            if (!strcmp(optarg, "f32")) kv_type = KERN_F32;
-            else if (!strcmp(optarg, "f16")) kv_type = KERN_F16;
-            else { fprintf(stderr, "strata generate: --kv-type must be f32 or f16\n"); return 1; }
+        case 'm':
+            model = optarg;
             break;
-        case 6: sp.temperature = 0; break;
-        case 7: if (!cli_float(C, "--temp", optarg, 0, 100, &dv)) return 1; sp.temperature = (float)dv; break;
-        case 8: if (!cli_int(C, "--top-k", optarg, 0, 1 << 30, &lv)) return 1; sp.top_k = (int)lv; break;
-        case 9: if (!cli_float(C, "--top-p", optarg, 1e-6, 1, &dv)) return 1; sp.top_p = (float)dv; break;
-        case 10: if (!cli_float(C, "--min-p", optarg, 0, 1, &dv)) return 1; sp.min_p = (float)dv; break;
-        case 11: if (!cli_float(C, "--repeat-penalty", optarg, 1e-3, 10, &dv)) return 1; sp.repeat_penalty = (float)dv; break;
-        case 12: if (!cli_int(C, "--repeat-last-n", optarg, 0, 1 << 20, &lv)) return 1; sp.repeat_last_n = (int)lv; break;
+        case 'p':
+            prompt = optarg;
+            break;
+        case 'f':
+            file = optarg;
+            break;
+        case 1:
+            ids_s = optarg;
+            break;
+        case 'n':
+            if (!cli_int(C, "--n-predict", optarg, 0, 1 << 20, &n_predict))
+                return 1;
+            break;
+        case 2:
+            chat = true;
+            break;
+        case 3:
+            system = optarg;
+            break;
+        case 't':
+            if (!cli_int(C, "--threads", optarg, 1, 256, &threads))
+                return 1;
+            break;
+        case 4:
+            if (!cli_int(C, "--ctx", optarg, 1, 1 << 20, &ctx_n))
+                return 1;
+            break;
+        case 5:
+            if (!strcmp(optarg, "f32"))
+                kv_type = KERN_F32;
+            else if (!strcmp(optarg, "f16"))
+                kv_type = KERN_F16;
+            else {
+                fprintf(stderr, "strata generate: --kv-type must be f32 or f16\n");
+                return 1;
+            }
+            break;
+        case 6:
+            sp.temperature = 0;
+            break;
+        case 7:
+            if (!cli_float(C, "--temp", optarg, 0, 100, &dv))
+                return 1;
+            sp.temperature = (float)dv;
+            break;
+        case 8:
+            if (!cli_int(C, "--top-k", optarg, 0, 1 << 30, &lv))
+                return 1;
+            sp.top_k = (int)lv;
+            break;
+        case 9:
+            if (!cli_float(C, "--top-p", optarg, 1e-6, 1, &dv))
+                return 1;
+            sp.top_p = (float)dv;
+            break;
+        case 10:
+            if (!cli_float(C, "--min-p", optarg, 0, 1, &dv))
+                return 1;
+            sp.min_p = (float)dv;
+            break;
+        case 11:
+            if (!cli_float(C, "--repeat-penalty", optarg, 1e-3, 10, &dv))
+                return 1;
+            sp.repeat_penalty = (float)dv;
+            break;
+        case 12:
+            if (!cli_int(C, "--repeat-last-n", optarg, 0, 1 << 20, &lv))
+                return 1;
+            sp.repeat_last_n = (int)lv;
+            break;
         case 13: {
             char *end;
             sp.seed = strtoull(optarg, &end, 10);
-            if (*end || end == optarg) { fprintf(stderr, "strata generate: bad --seed '%s'\n", optarg); return 1; }
+            if (*end || end == optarg) {
+                fprintf(stderr, "strata generate: bad --seed '%s'\n", optarg);
+                return 1;
+            }
             break;
         }
         case 14:
             if (n_stops == MODEL_MAX_STOP || !optarg[0]) {
-                fprintf(stderr, "strata generate: at most %d non-empty --stop strings\n", MODEL_MAX_STOP);
+                fprintf(stderr, "strata generate: at most %d non-empty --stop strings\n",
+                        MODEL_MAX_STOP);
                 return 1;
             }
             stops[n_stops++] = optarg;
             break;
-        case 15: print_ids = true; break;
-        case 16: ignore_eos = true; break;
-        case 'h': s_help(stdout); return 0;
-        default: s_help(stderr); return 2;
+        case 15:
+            print_ids = true;
+            break;
+        case 16:
+            ignore_eos = true;
+            break;
+        case 'h':
+            s_help(stdout);
+            return 0;
+        default:
+            s_help(stderr);
+            return 2;
         }
     }
     if (optind < argc) {
@@ -174,8 +249,8 @@ int cmd_generate(int argc, char **argv) {
     const model_config_t *cfg = model_llama_config(r.model);
     for (int i = 0; i < n_prompt; i++)
         if (toks[i] < 0 || toks[i] >= cfg->n_vocab) {
-            fprintf(stderr, "strata generate: token id %d out of range (vocabulary %d)\n",
-                    toks[i], cfg->n_vocab);
+            fprintf(stderr, "strata generate: token id %d out of range (vocabulary %d)\n", toks[i],
+                    cfg->n_vocab);
             goto out;
         }
     int max_ctx = ctx_n ? (int)ctx_n : n_prompt + (int)n_predict;
@@ -185,8 +260,10 @@ int cmd_generate(int argc, char **argv) {
         goto out;
     }
     if (max_ctx > cfg->n_ctx_train)
-        fprintf(stderr, "strata generate: warning: %d positions exceed the model's training "
-                        "context of %d\n", max_ctx, cfg->n_ctx_train);
+        fprintf(stderr,
+                "strata generate: warning: %d positions exceed the model's training "
+                "context of %d\n",
+                max_ctx, cfg->n_ctx_train);
     if (!cli_runner_reserve(&r, C, max_ctx, 512, (int)threads, kv_type))
         goto out;
     if (model_sampler_check(&sp, err, sizeof err)) {
@@ -197,8 +274,7 @@ int cmd_generate(int argc, char **argv) {
     hist = malloc(((size_t)n_prompt + n_predict + 1) * sizeof *hist);
     if (ignore_eos)
         eog = model_tokenizer_eog_ids(r.tok, cfg->n_vocab, &n_eog);
-    if (!sampler || !hist || (ignore_eos && !eog) ||
-        model_stopper_init(&stopper, stops, n_stops)) {
+    if (!sampler || !hist || (ignore_eos && !eog) || model_stopper_init(&stopper, stops, n_stops)) {
         fprintf(stderr, "strata generate: out of memory\n");
         goto out;
     }
@@ -262,8 +338,8 @@ int cmd_generate(int argc, char **argv) {
     fprintf(stderr,
             "strata generate: prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in "
             "%.3f s (%.1f tok/s), stop: %s, threads %ld, kernels %s\n",
-            n_prompt, t1 - t0, n_prompt / (t1 - t0), n_gen, t2 - t1, n_gen / (t2 - t1),
-            stop_reason, threads, kern_ops_best()->name);
+            n_prompt, t1 - t0, n_prompt / (t1 - t0), n_gen, t2 - t1, n_gen / (t2 - t1), stop_reason,
+            threads, kern_ops_best()->name);
     free(logits);
     rc = 0;
 out:

@@ -64,8 +64,8 @@ static int s_record(cli_runner_t *r, const char *path, int n_max, int ctx) {
     }
     int need = model_tokenizer_encode(r->tok, text, len, false, false, NULL, 0);
     int32_t *ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
-    int n = ids && need > 0 ? model_tokenizer_encode(r->tok, text, len, false, false, ids, need)
-                            : 0;
+    int n =
+        ids && need > 0 ? model_tokenizer_encode(r->tok, text, len, false, false, ids, need) : 0;
     free(text);
     if (n < 1) {
         fprintf(stderr, "strata moefy: '%s' has no tokens\n", path);
@@ -137,20 +137,56 @@ int cmd_moefy(int argc, char **argv) {
     optind = 1;
     while ((o = getopt_long(argc, argv, "E:k:c:t:qh", opts, NULL)) != -1) {
         switch (o) {
-        case 'E': if (!cli_int(C, "--experts", optarg, 2, MODEL_MOEFY_MAX_EXPERTS, &E)) return 1; break;
-        case 'k': if (!cli_int(C, "--top-k", optarg, 1, MODEL_MOEFY_MAX_EXPERTS, &K)) return 1; break;
-        case 1: calib = optarg; break;
-        case 2: if (!cli_int(C, "--calib-tokens", optarg, 1, 1 << 20, &n_tok)) return 1; break;
-        case 'c': if (!cli_int(C, "--ctx", optarg, 1, 1 << 16, &ctx)) return 1; break;
-        case 3: heldout = optarg; break;
-        case 4: stats = true; break;
-        case 5: if (!cli_int(C, "--kmeans-iters", optarg, 1, 10000, &iters)) return 1; break;
-        case 6: if (!cli_float(C, "--ridge", optarg, 1e-9, 1e3, &ridge)) return 1; break;
-        case 7: if (!cli_int(C, "--seed", optarg, 0, LONG_MAX, &seed)) return 1; break;
-        case 't': if (!cli_int(C, "--threads", optarg, 1, 256, &threads)) return 1; break;
-        case 'q': quiet = true; break;
-        case 'h': s_usage(stdout); return 0;
-        default: s_usage(stderr); return 2;
+        case 'E':
+            if (!cli_int(C, "--experts", optarg, 2, MODEL_MOEFY_MAX_EXPERTS, &E))
+                return 1;
+            break;
+        case 'k':
+            if (!cli_int(C, "--top-k", optarg, 1, MODEL_MOEFY_MAX_EXPERTS, &K))
+                return 1;
+            break;
+        case 1:
+            calib = optarg;
+            break;
+        case 2:
+            if (!cli_int(C, "--calib-tokens", optarg, 1, 1 << 20, &n_tok))
+                return 1;
+            break;
+        case 'c':
+            if (!cli_int(C, "--ctx", optarg, 1, 1 << 16, &ctx))
+                return 1;
+            break;
+        case 3:
+            heldout = optarg;
+            break;
+        case 4:
+            stats = true;
+            break;
+        case 5:
+            if (!cli_int(C, "--kmeans-iters", optarg, 1, 10000, &iters))
+                return 1;
+            break;
+        case 6:
+            if (!cli_float(C, "--ridge", optarg, 1e-9, 1e3, &ridge))
+                return 1;
+            break;
+        case 7:
+            if (!cli_int(C, "--seed", optarg, 0, LONG_MAX, &seed))
+                return 1;
+            break;
+        case 't':
+            if (!cli_int(C, "--threads", optarg, 1, 256, &threads))
+                return 1;
+            break;
+        case 'q':
+            quiet = true;
+            break;
+        case 'h':
+            s_usage(stdout);
+            return 0;
+        default:
+            s_usage(stderr);
+            return 2;
         }
     }
     if (argc - optind != 2) {
@@ -197,8 +233,11 @@ int cmd_moefy(int argc, char **argv) {
     const model_config_t *cfg = model_llama_config(r.model);
     if (!cli_runner_reserve(&r, C, (int)ctx, (int)ctx, (int)threads, KERN_F32))
         goto out;
-    model_moefy_opts_t mo = {.n_experts = (int)E, .top_k = (int)K, .max_tokens = (int)n_tok,
-                             .kmeans_iters = (int)iters, .ridge = (float)ridge,
+    model_moefy_opts_t mo = {.n_experts = (int)E,
+                             .top_k = (int)K,
+                             .max_tokens = (int)n_tok,
+                             .kmeans_iters = (int)iters,
+                             .ridge = (float)ridge,
                              .seed = (uint64_t)seed};
     mf = model_moefy_new(cfg, &mo, err, sizeof err);
     if (!mf) {
@@ -211,8 +250,9 @@ int cmd_moefy(int argc, char **argv) {
     if (n < 0)
         goto out;
     if (!quiet)
-        fprintf(stderr, "strata moefy: %s: %d calibration tokens recorded in %.1f s; fitting %d "
-                        "layers into %ld experts of %d\n",
+        fprintf(stderr,
+                "strata moefy: %s: %d calibration tokens recorded in %.1f s; fitting %d "
+                "layers into %ld experts of %d\n",
                 calib, n, cli_now() - t0, cfg->n_layer, E, cfg->d_ff / (int)E);
     t0 = cli_now();
     if (model_moefy_fit(mf, model_llama_gguf(r.model), (int)threads, err, sizeof err) < 0) {

@@ -126,10 +126,10 @@ static const s_flag_t s_flags[] = {
 /* The declaration of the option flag row r sets, scaled to the flag's unit
  * (spec-wait-ms: spec_wait_us / 1000). */
 static actor_opt_t s_flag_opt(const s_flag_t *r) {
-    const actor_opt_t *o =
-        !strcmp(r->actor, "all")          ? actor_opts_find(actor_runtime_opts, r->key)
-        : !strcmp(r->actor, "supervisor") ? actor_opts_find(actor_topology_supervisor_opts, r->key)
-                                          : actor_info_opt(actor_info_find(r->actor), r->key);
+    const actor_opt_t *o = !strcmp(r->actor, "all") ? actor_opts_find(actor_runtime_opts, r->key)
+                           : !strcmp(r->actor, "supervisor")
+                               ? actor_opts_find(actor_topology_supervisor_opts, r->key)
+                               : actor_info_opt(actor_info_find(r->actor), r->key);
     actor_opt_t x = *o;
     if (r->scale > 1) {
         x.min /= r->scale;
@@ -315,8 +315,7 @@ static int s_process_mode(actor_topology_t *topo, const char *path, const char *
                     actor_supervisor_count(sup), actor_supervisor_count(sup) == 1 ? "" : "s");
         else
             fprintf(stderr, "strata serve: ready on %s (%d worker%s, process mode)\n",
-                    actor_topology_opt(topo, "frontend", "client",
-                                       ACTOR_FRONTEND_DEFAULT_ENDPOINT),
+                    actor_topology_opt(topo, "frontend", "client", ACTOR_FRONTEND_DEFAULT_ENDPOINT),
                     workers, workers == 1 ? "" : "s");
         fflush(stderr);
         while (!zsys_interrupted)
@@ -433,8 +432,7 @@ int cmd_serve(int argc, char **argv) {
     /* serve's own defaults: T1 in the T0 format, T2 in the T1 format, no T2 files */
     if (!VAL("t1-type"))
         s_set(vals, "t1-type",
-              VAL("kv-type") ? VAL("kv-type")
-                             : actor_opts_find(actor_worker_opts, "kv_type")->def);
+              VAL("kv-type") ? VAL("kv-type") : actor_opts_find(actor_worker_opts, "kv_type")->def);
     if (!VAL("t2-type"))
         s_set(vals, "t2-type", VAL("t1-type"));
     if (!VAL("t2-dir"))

@@ -5,9 +5,9 @@
 #include <string.h>
 
 typedef struct {
-    const char *name;              /* subcommand */
+    const char *name; /* subcommand */
     int (*fn)(int argc, char **argv);
-    const char *help;              /* one line */
+    const char *help; /* one line */
 } s_cmd_t;
 
 int cmd_bench_kv_ssd(int argc, char **argv); /* bin/cmd_bench_kv.c */

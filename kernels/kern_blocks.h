@@ -36,13 +36,13 @@ typedef enum {
 typedef uint16_t kern_f16_t;  /* IEEE half, raw bits */
 typedef uint16_t kern_bf16_t; /* bfloat16, raw bits */
 
-#define KERN_QK 32   /* elements per block of the simple quants */
+#define KERN_QK 32    /* elements per block of the simple quants */
 #define KERN_QK_K 256 /* elements per super-block of the K-quants */
 #define KERN_K_SCALE_SIZE 12
 
 /* Q4_0: x = d * (q - 8), q in 0..15.  qs[j] holds element j (low nibble) and j+16 (high). */
 typedef struct {
-    kern_f16_t d;           /* scale */
+    kern_f16_t d;            /* scale */
     uint8_t qs[KERN_QK / 2]; /* nibbles */
 } kern_block_q4_0;
 KERN_STATIC_ASSERT(sizeof(kern_block_q4_0) == 18, "q4_0 block size");
@@ -74,15 +74,15 @@ KERN_STATIC_ASSERT(sizeof(kern_block_q5_1) == 24, "q5_1 block size");
 
 /* Q8_0: x = d * q, q in -127..127. */
 typedef struct {
-    kern_f16_t d;        /* scale */
+    kern_f16_t d;       /* scale */
     int8_t qs[KERN_QK]; /* values */
 } kern_block_q8_0;
 KERN_STATIC_ASSERT(sizeof(kern_block_q8_0) == 34, "q8_0 block size");
 
 /* Q8_1: x = d * q; s = d * sum(q), so a dot with an offset format needs no extra pass. */
 typedef struct {
-    kern_f16_t d;        /* scale */
-    kern_f16_t s;        /* d * sum(qs) */
+    kern_f16_t d;       /* scale */
+    kern_f16_t s;       /* d * sum(qs) */
     int8_t qs[KERN_QK]; /* values */
 } kern_block_q8_1;
 KERN_STATIC_ASSERT(sizeof(kern_block_q8_1) == 36, "q8_1 block size");
@@ -108,18 +108,18 @@ KERN_STATIC_ASSERT(sizeof(kern_block_q5_K) == 176, "q5_K block size");
 
 /* Q6_K: 16 sub-blocks of 16; x = d * scales[j] * (q - 32), q 6 bits from ql (4) + qh (2). */
 typedef struct {
-    uint8_t ql[KERN_QK_K / 2];      /* low 4 bits */
-    uint8_t qh[KERN_QK_K / 4];      /* high 2 bits */
-    int8_t scales[KERN_QK_K / 16];  /* 8-bit sub-block scales */
-    kern_f16_t d;                   /* super-block scale */
+    uint8_t ql[KERN_QK_K / 2];     /* low 4 bits */
+    uint8_t qh[KERN_QK_K / 4];     /* high 2 bits */
+    int8_t scales[KERN_QK_K / 16]; /* 8-bit sub-block scales */
+    kern_f16_t d;                  /* super-block scale */
 } kern_block_q6_K;
 KERN_STATIC_ASSERT(sizeof(kern_block_q6_K) == 210, "q6_K block size");
 
 /* Q8_K: activation partner of the K-quants; bsums[j] = sum of qs[16j .. 16j+15]. */
 typedef struct {
-    float d;                        /* scale */
-    int8_t qs[KERN_QK_K];           /* values */
-    int16_t bsums[KERN_QK_K / 16];  /* group sums */
+    float d;                       /* scale */
+    int8_t qs[KERN_QK_K];          /* values */
+    int16_t bsums[KERN_QK_K / 16]; /* group sums */
 } kern_block_q8_K;
 KERN_STATIC_ASSERT(sizeof(kern_block_q8_K) == 292, "q8_K block size");
 

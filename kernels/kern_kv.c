@@ -7,8 +7,7 @@
 #include <string.h>
 
 bool kern_kv_shape_ok(const kern_kv_shape_t *s) {
-    return s != NULL && s->n_layer > 0 && s->n_head_kv > 0 && s->head_dim > 0 &&
-           s->block_size > 0;
+    return s != NULL && s->n_layer > 0 && s->n_head_kv > 0 && s->head_dim > 0 && s->block_size > 0;
 }
 
 size_t kern_kv_slab_bytes(kern_type_t type, int block_size, int head_dim) {
@@ -16,10 +15,14 @@ size_t kern_kv_slab_bytes(kern_type_t type, int block_size, int head_dim) {
         return 0;
     size_t n = (size_t)block_size * (size_t)head_dim;
     switch (type) {
-    case KERN_F32: return 4 * n;
-    case KERN_F16: return 2 * n;
-    case KERN_I8: return n + 4 * (size_t)block_size;
-    default: return 0;
+    case KERN_F32:
+        return 4 * n;
+    case KERN_F16:
+        return 2 * n;
+    case KERN_I8:
+        return n + 4 * (size_t)block_size;
+    default:
+        return 0;
     }
 }
 

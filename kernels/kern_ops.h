@@ -14,11 +14,11 @@
 /* What a type is: name, elements per block, bytes per block, and the type the
  * activations must be quantized to before a dot product with a row of it. */
 typedef struct {
-    const char *name;          /* "q4_1", as GGUF tools spell it */
-    int block_size;            /* elements per block (1 for float types) */
-    size_t type_size;          /* bytes per block */
-    kern_type_t vec_dot_type;  /* activation format for kern_ops_t.gemm */
-    bool is_weight;            /* may appear as a weight tensor */
+    const char *name;         /* "q4_1", as GGUF tools spell it */
+    int block_size;           /* elements per block (1 for float types) */
+    size_t type_size;         /* bytes per block */
+    kern_type_t vec_dot_type; /* activation format for kern_ops_t.gemm */
+    bool is_weight;           /* may appear as a weight tensor */
 } kern_type_traits_t;
 
 /* Traits of type t, or NULL when t is not a type strata supports. */

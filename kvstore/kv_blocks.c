@@ -8,9 +8,9 @@
 
 struct kv_blocks_t {
     kern_kv_pool_t pool; /* the blocks themselves */
-    int32_t *free_ids;    /* (n_blocks) stack of free block ids; first n_free valid */
-    int n_free;           /* blocks on the stack */
-    bool *in_use;         /* (n_blocks) true while a table holds the block */
+    int32_t *free_ids;   /* (n_blocks) stack of free block ids; first n_free valid */
+    int n_free;          /* blocks on the stack */
+    bool *in_use;        /* (n_blocks) true while a table holds the block */
 };
 
 kv_blocks_t *kv_blocks_new(const kern_kv_shape_t *s, kern_type_t type, int n_blocks) {

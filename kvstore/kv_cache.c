@@ -47,8 +47,8 @@ typedef struct {
 
 struct kv_cache_t {
     kv_cache_config_t cfg;      /* as given */
-    kern_kv_shape_t shape;           /* block shape */
-    kern_kv_pool_t pool;       /* (n_blocks, block_bytes) the blocks' data, T0 format */
+    kern_kv_shape_t shape;      /* block shape */
+    kern_kv_pool_t pool;        /* (n_blocks, block_bytes) the blocks' data, T0 format */
     s_block_t *blk;             /* (n_blocks) */
     int32_t *tokens;            /* (n_blocks, block_size) tokens of each block's meta */
     int32_t *free_ids;          /* (n_blocks) stack of FREE blocks; first n_free valid */
@@ -316,8 +316,8 @@ static void s_publish_block(kv_cache_t *self, int id, int pin, uint64_t now) {
 /* ---- construction */
 
 kv_cache_t *kv_cache_new(const kern_kv_shape_t *s, const kv_cache_config_t *c) {
-    if (!kern_kv_shape_ok(s) || !c || s->block_size != c->block_size || c->block_size < 1 || c->block_size > KV_MAX_BLOCK_TOKENS || c->n_blocks < 1 ||
-        c->n_blocks > (1 << 28))
+    if (!kern_kv_shape_ok(s) || !c || s->block_size != c->block_size || c->block_size < 1 ||
+        c->block_size > KV_MAX_BLOCK_TOKENS || c->n_blocks < 1 || c->n_blocks > (1 << 28))
         return NULL;
     int type = kv_fmt_pool_type(c->fmt);
     if (type < 0)

@@ -43,11 +43,11 @@ typedef struct {
 
 /* A sequence's block table: plain data owned by the caller (zero-initialise it). */
 typedef struct {
-    int32_t *blocks; /* (cap) block ids in position order; first n valid */
-    int n;           /* blocks held */
-    int cap;         /* allocated entries */
-    int n_published; /* leading blocks already in the index (kv_cache_publish) */
-    int n_written;   /* leading blocks handed to a lower tier (kv_cache_write_through) */
+    int32_t *blocks;    /* (cap) block ids in position order; first n valid */
+    int n;              /* blocks held */
+    int cap;            /* allocated entries */
+    int n_published;    /* leading blocks already in the index (kv_cache_publish) */
+    int n_written;      /* leading blocks handed to a lower tier (kv_cache_write_through) */
     uint64_t tail_hash; /* hash of block n_published - 1 (0 if none) */
 } kv_seq_t;
 
@@ -57,21 +57,21 @@ typedef struct {
     int fmt;               /* format of data (the T0 format) */
     const void *data;      /* the block's bytes (valid during the callback only) */
     size_t bytes;
-    bool in_lower;         /* kv_cache_mark_lower was called: a lower tier has it already */
+    bool in_lower; /* kv_cache_mark_lower was called: a lower tier has it already */
 } kv_cache_evicted_t;
 typedef void (*kv_cache_evict_fn)(void *arg, const kv_cache_evicted_t *b);
 
 typedef struct {
-    int64_t lookups;       /* attach_prefix calls */
-    int64_t hit_blocks;    /* blocks attached from the cache (full + partial) */
-    int64_t hit_tokens;    /* positions attached */
-    int64_t miss_blocks;   /* blocks of looked-up prompts that were not cached */
-    int64_t cow_copies;    /* copy-on-write copies */
-    int64_t evictions;     /* cached blocks evicted */
-    int64_t inserted;      /* blocks inserted from lower tiers */
-    int n_free;            /* never-used or freed blocks */
-    int n_cached;          /* unreferenced published blocks (evictable) */
-    int n_used;            /* blocks referenced by sequences */
+    int64_t lookups;     /* attach_prefix calls */
+    int64_t hit_blocks;  /* blocks attached from the cache (full + partial) */
+    int64_t hit_tokens;  /* positions attached */
+    int64_t miss_blocks; /* blocks of looked-up prompts that were not cached */
+    int64_t cow_copies;  /* copy-on-write copies */
+    int64_t evictions;   /* cached blocks evicted */
+    int64_t inserted;    /* blocks inserted from lower tiers */
+    int n_free;          /* never-used or freed blocks */
+    int n_cached;        /* unreferenced published blocks (evictable) */
+    int n_used;          /* blocks referenced by sequences */
 } kv_cache_stats_t;
 
 /* A cache of blocks of shape s (kernels/kern_kv.h; s->block_size must equal
@@ -127,8 +127,7 @@ void kv_cache_release(kv_cache_t *self, kv_seq_t *seq);
  * once its ancestors are present too).  0; -EEXIST (already cached); -ENOSPC
  * (no free or evictable block: nothing evicted for it beyond cached blocks);
  * -EINVAL (bad format or size). */
-int kv_cache_insert(kv_cache_t *self, const kv_meta_t *meta, int fmt, const void *data,
-                    size_t len);
+int kv_cache_insert(kv_cache_t *self, const kv_meta_t *meta, int fmt, const void *data, size_t len);
 /* Write-through: hand each full published block of seq that no lower tier holds
  * yet to fn (as an eviction would, the data valid during the call), then mark it
  * as held by a lower tier (it is not sent again, on eviction either).  Blocks are

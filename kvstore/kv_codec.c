@@ -67,32 +67,44 @@ int kv_fmt_parse(const char *name) {
 
 int kv_fmt_pool_type(int fmt) {
     switch (fmt) {
-    case KV_FMT_F32: return KERN_F32;
-    case KV_FMT_F16: return KERN_F16;
-    case KV_FMT_I8: return KERN_I8;
-    default: return -1;
+    case KV_FMT_F32:
+        return KERN_F32;
+    case KV_FMT_F16:
+        return KERN_F16;
+    case KV_FMT_I8:
+        return KERN_I8;
+    default:
+        return -1;
     }
 }
 
 int kv_fmt_of_pool_type(int type) {
     switch (type) {
-    case KERN_F32: return KV_FMT_F32;
-    case KERN_F16: return KV_FMT_F16;
-    case KERN_I8: return KV_FMT_I8;
-    default: return -1;
+    case KERN_F32:
+        return KV_FMT_F32;
+    case KERN_F16:
+        return KV_FMT_F16;
+    case KERN_I8:
+        return KV_FMT_I8;
+    default:
+        return -1;
     }
 }
-
 
 /* Bytes of one slab (K if !is_v, else V) of fmt; 0 for an invalid fmt. */
 static size_t s_slab_bytes(const kern_kv_shape_t *s, int fmt, bool is_v) {
     size_t B = (size_t)s->block_size, D = (size_t)s->head_dim;
     switch (fmt) {
-    case KV_FMT_F32: return kern_kv_slab_bytes(KERN_F32, s->block_size, s->head_dim);
-    case KV_FMT_F16: return kern_kv_slab_bytes(KERN_F16, s->block_size, s->head_dim);
-    case KV_FMT_I8: return kern_kv_slab_bytes(KERN_I8, s->block_size, s->head_dim);
-    case KV_FMT_I4: return (B * D + 1) / 2 + 8 * (is_v ? B : D);
-    default: return 0;
+    case KV_FMT_F32:
+        return kern_kv_slab_bytes(KERN_F32, s->block_size, s->head_dim);
+    case KV_FMT_F16:
+        return kern_kv_slab_bytes(KERN_F16, s->block_size, s->head_dim);
+    case KV_FMT_I8:
+        return kern_kv_slab_bytes(KERN_I8, s->block_size, s->head_dim);
+    case KV_FMT_I4:
+        return (B * D + 1) / 2 + 8 * (is_v ? B : D);
+    default:
+        return 0;
     }
 }
 
@@ -147,7 +159,9 @@ static void s_slab_encode(const kern_ops_t *k, const kern_kv_shape_t *s, int fmt
     size_t nv = (size_t)n_valid * D; /* valid elements */
     memset(dst, 0, s_slab_bytes(s, fmt, is_v));
     switch (fmt) {
-    case KV_FMT_F32: memcpy(dst, x, nv * 4); break;
+    case KV_FMT_F32:
+        memcpy(dst, x, nv * 4);
+        break;
     case KV_FMT_F16: /* round to nearest even (the SIMD tables give kern_f32_to_f16's bits) */
         k->quant_row(KERN_F16, x, dst, (int64_t)nv);
         break;
@@ -195,8 +209,12 @@ static void s_slab_decode(const kern_ops_t *k, const kern_kv_shape_t *s, int fmt
     int B = s->block_size, D = s->head_dim;
     size_t nv = (size_t)n_valid * D, n = (size_t)B * D;
     switch (fmt) {
-    case KV_FMT_F32: memcpy(x, src, nv * 4); break;
-    case KV_FMT_F16: k->dequant_row(KERN_F16, src, x, (int64_t)nv); break;
+    case KV_FMT_F32:
+        memcpy(x, src, nv * 4);
+        break;
+    case KV_FMT_F16:
+        k->dequant_row(KERN_F16, src, x, (int64_t)nv);
+        break;
     case KV_FMT_I8: {
         const int8_t *q = (const int8_t *)src;
         const uint8_t *scales = src + n;
@@ -223,8 +241,8 @@ static void s_slab_decode(const kern_ops_t *k, const kern_kv_shape_t *s, int fmt
 
 /* Same format, partial block: keep the bytes of the valid slots, zero the
  * rest (src may equal dst). */
-static void s_slab_copy(const kern_kv_shape_t *s, int fmt, bool is_v, const uint8_t *src, uint8_t *dst,
-                        int n_valid) {
+static void s_slab_copy(const kern_kv_shape_t *s, int fmt, bool is_v, const uint8_t *src,
+                        uint8_t *dst, int n_valid) {
     size_t B = (size_t)s->block_size, D = (size_t)s->head_dim, nv = (size_t)n_valid * D;
     size_t nb = (size_t)n_valid;
     switch (fmt) {

@@ -14,11 +14,11 @@
 
 /* What travels with a block through the tiers besides its data. */
 typedef struct {
-    uint64_t hash;                         /* kv_hash_block(parent, tokens, n_tokens) */
-    uint64_t parent;                       /* hash of the block before it; 0 for the first */
-    int n_tokens;                          /* 1..block size (== block size: a full block) */
-    int pin;                               /* importance 0..255 (eviction keeps it longer) */
-    int32_t tokens[KV_MAX_BLOCK_TOKENS];   /* (n_tokens) */
+    uint64_t hash;                       /* kv_hash_block(parent, tokens, n_tokens) */
+    uint64_t parent;                     /* hash of the block before it; 0 for the first */
+    int n_tokens;                        /* 1..block size (== block size: a full block) */
+    int pin;                             /* importance 0..255 (eviction keeps it longer) */
+    int32_t tokens[KV_MAX_BLOCK_TOKENS]; /* (n_tokens) */
 } kv_meta_t;
 
 /* The hash of a block of n tokens whose parent block hashes to parent (0 for

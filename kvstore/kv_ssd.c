@@ -80,18 +80,18 @@ typedef struct s_req_t {
     int op;    /* KV_SSD_READ, KV_SSD_WRITE, S_OP_SCAN, S_OP_ERASE */
     int state; /* s_req_state_t */
     int slot;
-    uint64_t tag;         /* the caller's */
-    uint8_t *buf;         /* (slot_bytes) header then payload */
-    size_t len;           /* bytes to transfer */
-    size_t off;           /* bytes transferred so far (short transfers continue here) */
-    int retries;          /* resubmissions so far */
-    int status;           /* 0 or negative errno once finished */
-    bool sealed;          /* write: checksums computed */
-    bool erase_after;     /* read found a bad block: erase its header when released */
-    size_t bytes;         /* payload bytes */
-    int fmt;              /* payload format */
-    kv_meta_t meta;       /* read: from the header; write: what is written */
-    struct s_req_t *next; /* free stack link */
+    uint64_t tag;          /* the caller's */
+    uint8_t *buf;          /* (slot_bytes) header then payload */
+    size_t len;            /* bytes to transfer */
+    size_t off;            /* bytes transferred so far (short transfers continue here) */
+    int retries;           /* resubmissions so far */
+    int status;            /* 0 or negative errno once finished */
+    bool sealed;           /* write: checksums computed */
+    bool erase_after;      /* read found a bad block: erase its header when released */
+    size_t bytes;          /* payload bytes */
+    int fmt;               /* payload format */
+    kv_meta_t meta;        /* read: from the header; write: what is written */
+    struct s_req_t *next;  /* free stack link */
     base_fifo_link_t link; /* queued, done or returned list */
 } s_req_t;
 

@@ -68,26 +68,26 @@ typedef struct {
 
 /* A get (or a warm) not yet released. */
 typedef struct s_rec_t {
-    kv_tiers_done_t done; /* the answer */
-    kv_meta_t meta;       /* the block's meta when the answer is not in T1 */
-    void *copy;           /* the block's bytes when no T1 slot could take it */
-    int t1;               /* T1 slot held by the answer, or -1 */
-    int t2;               /* T2 slot to read (t2 wait list), or -1 */
-    bool warm;            /* a warm: promote, answer no one */
-    struct s_rec_t *next; /* free list link */
+    kv_tiers_done_t done;  /* the answer */
+    kv_meta_t meta;        /* the block's meta when the answer is not in T1 */
+    void *copy;            /* the block's bytes when no T1 slot could take it */
+    int t1;                /* T1 slot held by the answer, or -1 */
+    int t2;                /* T2 slot to read (t2 wait list), or -1 */
+    bool warm;             /* a warm: promote, answer no one */
+    struct s_rec_t *next;  /* free list link */
     base_fifo_link_t link; /* ready, delivered or t2_wait queue */
 } s_rec_t;
 
 typedef base_fifo_t s_rlist_t; /* of s_rec_t, through link */
 
 struct kv_tiers_t {
-    kern_kv_shape_t shape;    /* block shape */
-    int t1_fmt, t2_fmt;  /* storage formats */
-    size_t t1_bb, t2_bb; /* bytes of a block in each */
-    int t1_n;            /* T1 capacity */
-    uint8_t *t1_data;    /* (t1_n, t1_bb) */
-    s_t1_t *t1;          /* (t1_n) */
-    int *t1_free;        /* (t1_n) stack of free T1 slots */
+    kern_kv_shape_t shape; /* block shape */
+    int t1_fmt, t2_fmt;    /* storage formats */
+    size_t t1_bb, t2_bb;   /* bytes of a block in each */
+    int t1_n;              /* T1 capacity */
+    uint8_t *t1_data;      /* (t1_n, t1_bb) */
+    s_t1_t *t1;            /* (t1_n) */
+    int *t1_free;          /* (t1_n) stack of free T1 slots */
     int t1_n_free;
     int t1_reserve;      /* demote ahead until free + demoting >= this */
     int t1_demoting;     /* T1 slots being demoted */

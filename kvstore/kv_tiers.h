@@ -44,7 +44,7 @@
 typedef struct kv_tiers_t kv_tiers_t;
 
 typedef struct {
-    kern_kv_shape_t shape;        /* block shape */
+    kern_kv_shape_t shape;   /* block shape */
     int t1_blocks;           /* DRAM pool capacity in blocks (>= 1) */
     int t1_fmt;              /* T1 storage format (KV_FMT_*) */
     const char *t2_dir;      /* directory of the SSD files; NULL or "": no T2 */
@@ -56,31 +56,31 @@ typedef struct {
 
 /* One finished get. */
 typedef struct {
-    uint64_t tag;     /* as given to kv_tiers_get */
+    uint64_t tag; /* as given to kv_tiers_get */
     uint64_t hash;
-    int status;       /* 0; -ENOENT (not in T1/T2); -EBADMSG (checksum failed); -EIO */
-    int tier;         /* 1 or 2: where it was found */
+    int status;            /* 0; -ENOENT (not in T1/T2); -EBADMSG (checksum failed); -EIO */
+    int tier;              /* 1 or 2: where it was found */
     const kv_meta_t *meta; /* status 0: parent, tokens, pin */
-    int fmt;          /* format of data */
-    const void *data; /* status 0: the block; valid until the next kv_tiers_poll */
+    int fmt;               /* format of data */
+    const void *data;      /* status 0: the block; valid until the next kv_tiers_poll */
     size_t bytes;
 } kv_tiers_done_t;
 
 typedef struct {
-    int64_t t1_hits, t1_misses;       /* gets answered from T1 / not in T1 */
-    int64_t t2_hits, t2_misses;       /* gets read from T2 / in neither (or the read
-                                         failed: checksum or I/O error) */
-    int64_t puts, put_dups;           /* blocks put (accepted); of which already present */
-    int64_t t1_to_t2, t2_dropped;     /* demotions T1 -> T2 (T2 writes); blocks that left
-                                         the store: evicted out of T2, or T1 victims with
-                                         no T2 (or none free for them) */
-    int64_t t2_to_t1;                 /* promotions T2 -> T1 (get or warm) */
+    int64_t t1_hits, t1_misses;        /* gets answered from T1 / not in T1 */
+    int64_t t2_hits, t2_misses;        /* gets read from T2 / in neither (or the read
+                                          failed: checksum or I/O error) */
+    int64_t puts, put_dups;            /* blocks put (accepted); of which already present */
+    int64_t t1_to_t2, t2_dropped;      /* demotions T1 -> T2 (T2 writes); blocks that left
+                                          the store: evicted out of T2, or T1 victims with
+                                          no T2 (or none free for them) */
+    int64_t t2_to_t1;                  /* promotions T2 -> T1 (get or warm) */
     int64_t bytes_written, bytes_read; /* to / from T2 */
-    int64_t checksum_failures;        /* T2 blocks that failed their checksum */
+    int64_t checksum_failures;         /* T2 blocks that failed their checksum */
     int64_t io_errors;
-    int t1_used, t2_used;             /* blocks held */
-    int64_t t1_bytes, t2_bytes;       /* bytes held (payloads) */
-    int t2_recovered;                 /* blocks found in T2 files at start */
+    int t1_used, t2_used;       /* blocks held */
+    int64_t t1_bytes, t2_bytes; /* bytes held (payloads) */
+    int t2_recovered;           /* blocks found in T2 files at start */
 } kv_tiers_stats_t;
 
 /* Open (creating the T2 files, or finding the blocks already in them).  NULL

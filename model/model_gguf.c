@@ -67,7 +67,9 @@ static void s_fail(s_cursor_t *c, const void *at, const char *fmt, ...) {
                  (size_t)((const uint8_t *)at - c->base), msg);
 }
 
-static size_t s_left(const s_cursor_t *c) { return (size_t)(c->end - c->p); }
+static size_t s_left(const s_cursor_t *c) {
+    return (size_t)(c->end - c->p);
+}
 
 static bool s_take(s_cursor_t *c, void *dst, size_t n, const char *what) {
     if (c->failed)
@@ -100,29 +102,79 @@ static bool s_str(s_cursor_t *c, model_gguf_str_t *out, const char *what) {
 }
 static size_t s_vtype_size(model_gguf_vtype_t t) {
     switch (t) {
-    case GGUF_UINT8: case GGUF_INT8: case GGUF_BOOL: return 1;
-    case GGUF_UINT16: case GGUF_INT16: return 2;
-    case GGUF_UINT32: case GGUF_INT32: case GGUF_FLOAT32: return 4;
-    case GGUF_UINT64: case GGUF_INT64: case GGUF_FLOAT64: return 8;
-    default: return 0;
+    case GGUF_UINT8:
+    case GGUF_INT8:
+    case GGUF_BOOL:
+        return 1;
+    case GGUF_UINT16:
+    case GGUF_INT16:
+        return 2;
+    case GGUF_UINT32:
+    case GGUF_INT32:
+    case GGUF_FLOAT32:
+        return 4;
+    case GGUF_UINT64:
+    case GGUF_INT64:
+    case GGUF_FLOAT64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
 /* Decode one scalar of type t at p into kv->v. */
 static void s_scalar(model_gguf_vtype_t t, const uint8_t *p, model_gguf_kv_t *kv) {
     switch (t) {
-    case GGUF_UINT8: kv->v.u64 = p[0]; break;
-    case GGUF_BOOL: kv->v.u64 = p[0] != 0; break;
-    case GGUF_INT8: kv->v.i64 = (int8_t)p[0]; break;
-    case GGUF_UINT16: { uint16_t x; memcpy(&x, p, 2); kv->v.u64 = x; break; }
-    case GGUF_INT16: { int16_t x; memcpy(&x, p, 2); kv->v.i64 = x; break; }
-    case GGUF_UINT32: { uint32_t x; memcpy(&x, p, 4); kv->v.u64 = x; break; }
-    case GGUF_INT32: { int32_t x; memcpy(&x, p, 4); kv->v.i64 = x; break; }
-    case GGUF_FLOAT32: { float x; memcpy(&x, p, 4); kv->v.f64 = x; break; }
-    case GGUF_UINT64: memcpy(&kv->v.u64, p, 8); break;
-    case GGUF_INT64: memcpy(&kv->v.i64, p, 8); break;
-    case GGUF_FLOAT64: memcpy(&kv->v.f64, p, 8); break;
-    default: break;
+    case GGUF_UINT8:
+        kv->v.u64 = p[0];
+        break;
+    case GGUF_BOOL:
+        kv->v.u64 = p[0] != 0;
+        break;
+    case GGUF_INT8:
+        kv->v.i64 = (int8_t)p[0];
+        break;
+    case GGUF_UINT16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        kv->v.u64 = x;
+        break;
+    }
+    case GGUF_INT16: {
+        int16_t x;
+        memcpy(&x, p, 2);
+        kv->v.i64 = x;
+        break;
+    }
+    case GGUF_UINT32: {
+        uint32_t x;
+        memcpy(&x, p, 4);
+        kv->v.u64 = x;
+        break;
+    }
+    case GGUF_INT32: {
+        int32_t x;
+        memcpy(&x, p, 4);
+        kv->v.i64 = x;
+        break;
+    }
+    case GGUF_FLOAT32: {
+        float x;
+        memcpy(&x, p, 4);
+        kv->v.f64 = x;
+        break;
+    }
+    case GGUF_UINT64:
+        memcpy(&kv->v.u64, p, 8);
+        break;
+    case GGUF_INT64:
+        memcpy(&kv->v.i64, p, 8);
+        break;
+    case GGUF_FLOAT64:
+        memcpy(&kv->v.f64, p, 8);
+        break;
+    default:
+        break;
     }
 }
 
@@ -165,8 +217,8 @@ static bool s_read_kv(s_cursor_t *c, model_gguf_kv_t *kv, int64_t idx) {
     if (!s_take(c, &at_type, 4, "array element type") || !s_take(c, &len, 8, "array length"))
         return false;
     if (at_type >= GGUF_TYPE_COUNT || at_type == GGUF_ARRAY) {
-        s_fail(c, at_elt, "metadata '%.*s' has unsupported array element type %u",
-               (int)kv->key.len, kv->key.ptr, at_type);
+        s_fail(c, at_elt, "metadata '%.*s' has unsupported array element type %u", (int)kv->key.len,
+               kv->key.ptr, at_type);
         return false;
     }
     kv->arr_type = (model_gguf_vtype_t)at_type;
@@ -246,8 +298,9 @@ static bool s_read_tensor(s_cursor_t *c, model_gguf_t *self, int64_t idx) {
             return false;
         if (ne == 0 || ne > GGUF_MAX_NE || __builtin_mul_overflow(nel, ne, &nel) ||
             nel > GGUF_MAX_NEL) {
-            s_fail(c, at, "tensor '%.*s' has invalid dimension %d = %llu (at most 2^40 each, "
-                          "2^50 elements in all)",
+            s_fail(c, at,
+                   "tensor '%.*s' has invalid dimension %d = %llu (at most 2^40 each, "
+                   "2^50 elements in all)",
                    (int)t->name.len, t->name.ptr, i, (unsigned long long)ne);
             return false;
         }
@@ -259,13 +312,15 @@ static bool s_read_tensor(s_cursor_t *c, model_gguf_t *self, int64_t idx) {
         return false;
     const kern_type_traits_t *tr = kern_type_traits((int)type);
     if (!tr || !tr->is_weight) {
-        s_fail(c, at, "tensor '%.*s' has unsupported type %u (supported: f32 f16 bf16 q4_0 q4_1 "
-                      "q5_0 q5_1 q8_0 q4_K q5_K q6_K)",
+        s_fail(c, at,
+               "tensor '%.*s' has unsupported type %u (supported: f32 f16 bf16 q4_0 q4_1 "
+               "q5_0 q5_1 q8_0 q4_K q5_K q6_K)",
                (int)t->name.len, t->name.ptr, type);
         return false;
     }
     if (t->ne[0] % tr->block_size) {
-        s_fail(c, at_ne0, "tensor '%.*s': row length %lld is not a multiple of the %s block size %d",
+        s_fail(c, at_ne0,
+               "tensor '%.*s': row length %lld is not a multiple of the %s block size %d",
                (int)t->name.len, t->name.ptr, (long long)t->ne[0], tr->name, tr->block_size);
         return false;
     }
@@ -425,13 +480,27 @@ void model_gguf_destroy(model_gguf_t **self_p) {
     *self_p = NULL;
 }
 
-uint32_t model_gguf_version(const model_gguf_t *self) { return self->version; }
-const char *model_gguf_path(const model_gguf_t *self) { return self->path; }
-size_t model_gguf_file_size(const model_gguf_t *self) { return self->size; }
-uint64_t model_gguf_alignment(const model_gguf_t *self) { return self->alignment; }
-uint64_t model_gguf_data_offset(const model_gguf_t *self) { return self->data_offset; }
-int64_t model_gguf_kv_count(const model_gguf_t *self) { return self->n_kv; }
-int64_t model_gguf_tensor_count(const model_gguf_t *self) { return self->n_tensors; }
+uint32_t model_gguf_version(const model_gguf_t *self) {
+    return self->version;
+}
+const char *model_gguf_path(const model_gguf_t *self) {
+    return self->path;
+}
+size_t model_gguf_file_size(const model_gguf_t *self) {
+    return self->size;
+}
+uint64_t model_gguf_alignment(const model_gguf_t *self) {
+    return self->alignment;
+}
+uint64_t model_gguf_data_offset(const model_gguf_t *self) {
+    return self->data_offset;
+}
+int64_t model_gguf_kv_count(const model_gguf_t *self) {
+    return self->n_kv;
+}
+int64_t model_gguf_tensor_count(const model_gguf_t *self) {
+    return self->n_tensors;
+}
 
 const model_gguf_kv_t *model_gguf_kv_at(const model_gguf_t *self, int64_t i) {
     return i >= 0 && i < self->n_kv ? &self->kv[i] : NULL;

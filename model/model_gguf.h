@@ -13,9 +13,20 @@
 
 /* GGUF metadata value types, as stored in the file. */
 typedef enum {
-    GGUF_UINT8 = 0, GGUF_INT8 = 1, GGUF_UINT16 = 2, GGUF_INT16 = 3, GGUF_UINT32 = 4,
-    GGUF_INT32 = 5, GGUF_FLOAT32 = 6, GGUF_BOOL = 7, GGUF_STRING = 8, GGUF_ARRAY = 9,
-    GGUF_UINT64 = 10, GGUF_INT64 = 11, GGUF_FLOAT64 = 12, GGUF_TYPE_COUNT = 13
+    GGUF_UINT8 = 0,
+    GGUF_INT8 = 1,
+    GGUF_UINT16 = 2,
+    GGUF_INT16 = 3,
+    GGUF_UINT32 = 4,
+    GGUF_INT32 = 5,
+    GGUF_FLOAT32 = 6,
+    GGUF_BOOL = 7,
+    GGUF_STRING = 8,
+    GGUF_ARRAY = 9,
+    GGUF_UINT64 = 10,
+    GGUF_INT64 = 11,
+    GGUF_FLOAT64 = 12,
+    GGUF_TYPE_COUNT = 13
 } model_gguf_vtype_t;
 
 /* A string inside the mapped file: not NUL-terminated. */
@@ -29,9 +40,9 @@ typedef struct {
     model_gguf_str_t key;    /* key name */
     model_gguf_vtype_t type; /* value type */
     union {
-        uint64_t u64;  /* any unsigned integer or bool */
-        int64_t i64;   /* any signed integer */
-        double f64;    /* float32 or float64 */
+        uint64_t u64; /* any unsigned integer or bool */
+        int64_t i64;  /* any signed integer */
+        double f64;   /* float32 or float64 */
         model_gguf_str_t str;
     } v;
     model_gguf_vtype_t arr_type; /* element type when type == GGUF_ARRAY */

@@ -24,44 +24,44 @@
 #include "base_pool.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TAG "model"
-#define S_MAX_QTYPES 3 /* distinct activation formats one input may need */
+#define S_MAX_QTYPES 3    /* distinct activation formats one input may need */
 #define S_MAX_EXPERTS 256 /* experts per layer we accept (Mixtral 8, DeepSeek-V3 256) */
 
 typedef struct {
-    float *attn_norm;   /* (d_model) */
-    model_weight_t wq;  /* (n_head*head_dim, d_model) */
-    model_weight_t wk;  /* (n_head_kv*head_dim, d_model) */
-    model_weight_t wv;  /* (n_head_kv*head_dim, d_model) */
-    model_weight_t wo;  /* (d_model, n_head*head_dim) */
-    float *ffn_norm;    /* (d_model) */
-    model_weight_t wg;  /* (d_ff, d_model) */
-    model_weight_t wu;  /* (d_ff, d_model) */
-    model_weight_t wd;  /* (d_model, d_ff) */
+    float *attn_norm;  /* (d_model) */
+    model_weight_t wq; /* (n_head*head_dim, d_model) */
+    model_weight_t wk; /* (n_head_kv*head_dim, d_model) */
+    model_weight_t wv; /* (n_head_kv*head_dim, d_model) */
+    model_weight_t wo; /* (d_model, n_head*head_dim) */
+    float *ffn_norm;   /* (d_model) */
+    model_weight_t wg; /* (d_ff, d_model) */
+    model_weight_t wu; /* (d_ff, d_model) */
+    model_weight_t wd; /* (d_model, d_ff) */
     /* MoE layers (n_expert > 0) instead of wg, wu, wd: */
-    model_weight_t wr;  /* (n_expert, d_model) router */
-    model_weight_t *experts; /* (3 * n_expert): gate, up, down of each expert, slabs of
-                                the 3-D tensors: eg (d_ff, d_model), eu, ed (d_model, d_ff) */
+    model_weight_t wr;            /* (n_expert, d_model) router */
+    model_weight_t *experts;      /* (3 * n_expert): gate, up, down of each expert, slabs of
+                                     the 3-D tensors: eg (d_ff, d_model), eu, ed (d_model, d_ff) */
     model_weight_t *eg, *eu, *ed; /* (n_expert) views into experts */
 } s_layer_t;
 
 struct model_llama_t {
-    model_gguf_t *gguf;     /* owns the mapping the weights point into */
-    model_config_t cfg;     /* hyper-parameters */
-    model_weight_t embd;    /* (n_vocab, d_model) token embeddings */
-    float *out_norm;        /* (d_model) */
-    model_weight_t out;     /* (n_vocab, d_model); token_embd when tied */
-    float *rope_freqs;      /* (n_rot/2) frequency divisors, or NULL */
-    double *rope_theta;     /* (n_rot/2) angle per position of each rotated pair */
-    s_layer_t *layers;      /* (n_layer) */
-    size_t weight_bytes;    /* sum of tensor sizes */
-    size_t packed_bytes;    /* sum of the packed copies */
+    model_gguf_t *gguf;  /* owns the mapping the weights point into */
+    model_config_t cfg;  /* hyper-parameters */
+    model_weight_t embd; /* (n_vocab, d_model) token embeddings */
+    float *out_norm;     /* (d_model) */
+    model_weight_t out;  /* (n_vocab, d_model); token_embd when tied */
+    float *rope_freqs;   /* (n_rot/2) frequency divisors, or NULL */
+    double *rope_theta;  /* (n_rot/2) angle per position of each rotated pair */
+    s_layer_t *layers;   /* (n_layer) */
+    size_t weight_bytes; /* sum of tensor sizes */
+    size_t packed_bytes; /* sum of the packed copies */
 };
 
 /* ------------------------------------------------------------------ loading */
@@ -112,8 +112,8 @@ static int s_experts(model_llama_t *m, const char *name, int64_t cols, int64_t r
     if (t->n_dims != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != E)
         return s_err(err, errlen, path,
                      "tensor '%s' has %d dims [%lld, %lld, %lld], expected [%lld, %lld, %d] (%s)",
-                     name, t->n_dims, (long long)t->ne[0], (long long)t->ne[1],
-                     (long long)t->ne[2], (long long)cols, (long long)rows, E, dims);
+                     name, t->n_dims, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                     (long long)cols, (long long)rows, E, dims);
     size_t row_bytes = kern_row_size(t->type, cols);
     for (int e = 0; e < E; e++)
         ws[e] = (model_weight_t){
@@ -187,15 +187,18 @@ static int s_read_moe(const model_gguf_t *g, model_config_t *c, char *err, size_
         static const char *const names[] = {"softmax_topk", "softmax_all", "unit"};
         char *v = NULL;
         if (!model_gguf_get_str(g, "strata.expert_gating", &v))
-            return s_err(err, errlen, path, "strata.expert_gating must be a string "
+            return s_err(err, errlen, path,
+                         "strata.expert_gating must be a string "
                          "(softmax_topk, softmax_all or unit)");
         int found = -1;
         for (int i = 0; i < 3; i++)
             if (!strcmp(v, names[i]))
                 found = i;
         if (found < 0) {
-            s_err(err, errlen, path, "unknown strata.expert_gating '%.60s' (valid: softmax_topk, "
-                  "softmax_all, unit)", v);
+            s_err(err, errlen, path,
+                  "unknown strata.expert_gating '%.60s' (valid: softmax_topk, "
+                  "softmax_all, unit)",
+                  v);
             free(v);
             return -EINVAL;
         }
@@ -245,8 +248,10 @@ int model_llama_read_config(const model_gguf_t *g, model_config_t *c, char *err,
     c->n_rot = c->head_dim;
     s_get_int(g, a, "rope.dimension_count", &c->n_rot, false);
     if (c->n_head % c->n_head_kv || c->n_rot > c->head_dim || c->n_rot % 2 || c->head_dim % 2)
-        return s_err(err, errlen, path, "inconsistent heads: %d query heads, %d KV heads, "
-                     "head_dim %d, rope dims %d", c->n_head, c->n_head_kv, c->head_dim, c->n_rot);
+        return s_err(err, errlen, path,
+                     "inconsistent heads: %d query heads, %d KV heads, "
+                     "head_dim %d, rope dims %d",
+                     c->n_head, c->n_head_kv, c->head_dim, c->n_rot);
     /* Every product of header values the model uses must fit in an int: query and
      * KV widths, and the KV elements one position takes over all layers. */
     int q_dim, kv_dim, kv_pos;
@@ -254,9 +259,10 @@ int model_llama_read_config(const model_gguf_t *g, model_config_t *c, char *err,
         __builtin_mul_overflow(c->n_head_kv, c->head_dim, &kv_dim) ||
         __builtin_mul_overflow(kv_dim, 2, &kv_pos) ||
         __builtin_mul_overflow(kv_pos, c->n_layer, &kv_pos))
-        return s_err(err, errlen, path, "attention too large: %d layers, %d query heads, %d KV "
-                     "heads of head_dim %d overflow", c->n_layer, c->n_head, c->n_head_kv,
-                     c->head_dim);
+        return s_err(err, errlen, path,
+                     "attention too large: %d layers, %d query heads, %d KV "
+                     "heads of head_dim %d overflow",
+                     c->n_layer, c->n_head, c->n_head_kv, c->head_dim);
     char k[160];
     double v;
     c->rope_base = 10000.0f;
@@ -330,12 +336,12 @@ static int s_load_moe_layer(model_llama_t *m, int l, char *err, size_t errlen) {
     L->eu = L->experts + E;
     L->ed = L->experts + 2 * E;
     return s_weight(m, n[0], c->d_model, E, &L->wr, err, errlen) ||
-                   s_experts(m, n[1], c->d_model, c->d_ff, E, "d_model, d_ff, expert_count",
-                             L->eg, err, errlen) ||
-                   s_experts(m, n[2], c->d_model, c->d_ff, E, "d_model, d_ff, expert_count",
-                             L->eu, err, errlen) ||
-                   s_experts(m, n[3], c->d_ff, c->d_model, E, "d_ff, d_model, expert_count",
-                             L->ed, err, errlen)
+                   s_experts(m, n[1], c->d_model, c->d_ff, E, "d_model, d_ff, expert_count", L->eg,
+                             err, errlen) ||
+                   s_experts(m, n[2], c->d_model, c->d_ff, E, "d_model, d_ff, expert_count", L->eu,
+                             err, errlen) ||
+                   s_experts(m, n[3], c->d_ff, c->d_model, E, "d_ff, d_model, expert_count", L->ed,
+                             err, errlen)
                ? -EINVAL
                : 0;
 }
@@ -394,8 +400,8 @@ model_llama_t *model_llama_load(const char *path, char *err, size_t errlen) {
     for (int l = 0; l < c->n_layer; l++) {
         s_layer_t *L = &m->layers[l];
         char n[9][64];
-        const char *suffix[9] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                                 "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
+        const char *suffix[9] = {"attn_norm", "attn_q",   "attn_k", "attn_v",  "attn_output",
+                                 "ffn_norm",  "ffn_gate", "ffn_up", "ffn_down"};
         for (int i = 0; i < 9; i++)
             snprintf(n[i], sizeof n[i], "blk.%d.%s.weight", l, suffix[i]);
         if (s_vector(m, n[0], c->d_model, &L->attn_norm, err, errlen) ||
@@ -412,8 +418,10 @@ model_llama_t *model_llama_load(const char *path, char *err, size_t errlen) {
         }
         snprintf(n[0], sizeof n[0], "blk.%d.ffn_gate_exps.weight", l);
         if (model_gguf_tensor(m->gguf, n[0])) {
-            s_err(err, errlen, path, "tensor '%s' but no %s.expert_count: an MoE model needs "
-                  "%s.expert_count and %s.expert_used_count", n[0], c->arch, c->arch, c->arch);
+            s_err(err, errlen, path,
+                  "tensor '%s' but no %s.expert_count: an MoE model needs "
+                  "%s.expert_count and %s.expert_used_count",
+                  n[0], c->arch, c->arch, c->arch);
             goto fail;
         }
         if (s_weight(m, n[6], c->d_model, c->d_ff, &L->wg, err, errlen) ||
@@ -455,9 +463,15 @@ void model_llama_destroy(model_llama_t **self_p) {
     *self_p = NULL;
 }
 
-const model_config_t *model_llama_config(const model_llama_t *self) { return &self->cfg; }
-const model_gguf_t *model_llama_gguf(const model_llama_t *self) { return self->gguf; }
-size_t model_llama_weight_bytes(const model_llama_t *self) { return self->weight_bytes; }
+const model_config_t *model_llama_config(const model_llama_t *self) {
+    return &self->cfg;
+}
+const model_gguf_t *model_llama_gguf(const model_llama_t *self) {
+    return self->gguf;
+}
+size_t model_llama_weight_bytes(const model_llama_t *self) {
+    return self->weight_bytes;
+}
 
 /* ------------------------------------------------------------------ KV pool */
 
@@ -469,42 +483,42 @@ kern_kv_shape_t model_kv_shape(const model_config_t *c, int block_size) {
 
 /* The activation formats one input must be quantized into for its consumers. */
 typedef struct {
-    int n;                            /* formats in use */
-    kern_type_t type[S_MAX_QTYPES];   /* format; slot j lives in ctx->qbuf[j] */
-    size_t row_bytes[S_MAX_QTYPES];   /* bytes per row in that format */
+    int n;                          /* formats in use */
+    kern_type_t type[S_MAX_QTYPES]; /* format; slot j lives in ctx->qbuf[j] */
+    size_t row_bytes[S_MAX_QTYPES]; /* bytes per row in that format */
 } s_plan_t;
 
 enum { S_PLAN_QKV, S_PLAN_WO, S_PLAN_GU, S_PLAN_WD, S_PLAN_ROUTER, S_PLANS_PER_LAYER };
 
 struct model_ctx_t {
-    const model_llama_t *m;  /* borrowed */
-    const kern_ops_t *k;     /* kernel table */
-    base_pool_t *pool;       /* threads */
-    int max_tokens;          /* batch capacity */
-    int max_rows;            /* FFN rows: max_tokens * n_expert_used (max_tokens when dense) */
-    int max_ctx;             /* positions attended at most */
-    float *x;        /* (max_tokens, d_model) residual stream */
-    float *h;        /* (max_tokens, d_model) normed input of a sub-layer */
-    float *q;        /* (max_tokens, n_head*head_dim) */
-    float *kv_k;     /* (max_tokens, n_head_kv*head_dim) new keys */
-    float *kv_v;     /* (max_tokens, n_head_kv*head_dim) new values */
-    float *att;      /* (max_tokens, n_head*head_dim) attention output */
-    float *tmp;      /* (max_tokens, d_model) sub-layer output before the residual add */
-    float *ff_g;     /* (max_rows, d_ff) gate, then silu(gate)*up */
-    float *ff_u;     /* (max_rows, d_ff) up */
-    float *cs;       /* (max_tokens, n_rot) cos/sin pairs per token */
-    float *scratch;  /* (n_threads, n_head/n_head_kv * max_ctx) attention scores */
-    int *out_rows;   /* (max_tokens) batch index of each wanted token */
+    const model_llama_t *m; /* borrowed */
+    const kern_ops_t *k;    /* kernel table */
+    base_pool_t *pool;      /* threads */
+    int max_tokens;         /* batch capacity */
+    int max_rows;           /* FFN rows: max_tokens * n_expert_used (max_tokens when dense) */
+    int max_ctx;            /* positions attended at most */
+    float *x;               /* (max_tokens, d_model) residual stream */
+    float *h;               /* (max_tokens, d_model) normed input of a sub-layer */
+    float *q;               /* (max_tokens, n_head*head_dim) */
+    float *kv_k;            /* (max_tokens, n_head_kv*head_dim) new keys */
+    float *kv_v;            /* (max_tokens, n_head_kv*head_dim) new values */
+    float *att;             /* (max_tokens, n_head*head_dim) attention output */
+    float *tmp;             /* (max_tokens, d_model) sub-layer output before the residual add */
+    float *ff_g;            /* (max_rows, d_ff) gate, then silu(gate)*up */
+    float *ff_u;            /* (max_rows, d_ff) up */
+    float *cs;              /* (max_tokens, n_rot) cos/sin pairs per token */
+    float *scratch;         /* (n_threads, n_head/n_head_kv * max_ctx) attention scores */
+    int *out_rows;          /* (max_tokens) batch index of each wanted token */
     uint8_t *qbuf[S_MAX_QTYPES]; /* (max_rows, widest row) quantized activations */
     /* MoE routing of the step (NULL when dense); rows = routed (token, expert) pairs */
-    float *rlog;     /* (max_tokens, n_expert) router logits */
-    float *gw;       /* (max_tokens, K) gate weight of each token's k-th expert */
-    int32_t *row_of; /* (max_tokens, K) row of each token's k-th expert */
+    float *rlog;      /* (max_tokens, n_expert) router logits */
+    float *gw;        /* (max_tokens, K) gate weight of each token's k-th expert */
+    int32_t *row_of;  /* (max_tokens, K) row of each token's k-th expert */
     int32_t *row_tok; /* (max_rows) token of each row; rows grouped by expert ascending */
     int32_t *row_exp; /* (max_rows) expert of each row */
-    int *off;        /* (n_expert + 1) rows [off[e], off[e+1]) are expert e's */
-    float *y;        /* (max_rows, d_model) expert outputs, before the gate weights */
-    int moe_rc;      /* the remote executor's error in this run, or 0 */
+    int *off;         /* (n_expert + 1) rows [off[e], off[e+1]) are expert e's */
+    float *y;         /* (max_rows, d_model) expert outputs, before the gate weights */
+    int moe_rc;       /* the remote executor's error in this run, or 0 */
     /* model_moe_expert_rows' job, read by its workers */
     struct {
         int layer, expert, n;
@@ -518,9 +532,9 @@ struct model_ctx_t {
     float *logits;
     int n_out;
     /* hooks (model_llama.h), borrowed */
-    model_ffn_tap_fn tap;         /* FFN tap or NULL */
+    model_ffn_tap_fn tap; /* FFN tap or NULL */
     void *tap_user;
-    model_moe_exec_fn moe_exec;   /* remote experts or NULL (local) */
+    model_moe_exec_fn moe_exec; /* remote experts or NULL (local) */
     void *moe_user;
 };
 
@@ -601,8 +615,8 @@ model_ctx_t *model_ctx_new(const model_llama_t *m, int max_tokens, int max_ctx, 
     c->ff_g = malloc(R * cfg->d_ff * sizeof(float));
     c->ff_u = malloc(R * cfg->d_ff * sizeof(float));
     c->cs = malloc(T * cfg->n_rot * sizeof(float));
-    c->scratch = malloc((size_t)n_threads * (cfg->n_head / cfg->n_head_kv) * max_ctx *
-                        sizeof(float));
+    c->scratch =
+        malloc((size_t)n_threads * (cfg->n_head / cfg->n_head_kv) * max_ctx * sizeof(float));
     c->out_rows = malloc(T * sizeof(int));
     bool ok = c->pool && c->x && c->h && c->q && c->kv_k && c->kv_v && c->att && c->tmp &&
               c->ff_g && c->ff_u && c->cs && c->scratch && c->out_rows;
@@ -651,11 +665,25 @@ void model_ctx_destroy(model_ctx_t **self_p) {
         return;
     model_ctx_t *c = *self_p;
     base_pool_destroy(&c->pool);
-    free(c->x); free(c->h); free(c->q); free(c->kv_k); free(c->kv_v); free(c->att);
-    free(c->tmp); free(c->ff_g); free(c->ff_u); free(c->cs); free(c->scratch);
+    free(c->x);
+    free(c->h);
+    free(c->q);
+    free(c->kv_k);
+    free(c->kv_v);
+    free(c->att);
+    free(c->tmp);
+    free(c->ff_g);
+    free(c->ff_u);
+    free(c->cs);
+    free(c->scratch);
     free(c->out_rows);
-    free(c->rlog); free(c->gw); free(c->row_of); free(c->row_tok); free(c->row_exp);
-    free(c->off); free(c->y);
+    free(c->rlog);
+    free(c->gw);
+    free(c->row_of);
+    free(c->row_tok);
+    free(c->row_exp);
+    free(c->off);
+    free(c->y);
     for (int i = 0; i < S_MAX_QTYPES; i++)
         free(c->qbuf[i]);
     free(c->plans);
@@ -663,8 +691,12 @@ void model_ctx_destroy(model_ctx_t **self_p) {
     *self_p = NULL;
 }
 
-int model_ctx_max_tokens(const model_ctx_t *self) { return self->max_tokens; }
-int model_ctx_threads(const model_ctx_t *self) { return base_pool_size(self->pool); }
+int model_ctx_max_tokens(const model_ctx_t *self) {
+    return self->max_tokens;
+}
+int model_ctx_threads(const model_ctx_t *self) {
+    return base_pool_size(self->pool);
+}
 
 /* ------------------------------------------------------------------ stages */
 
@@ -682,15 +714,17 @@ static void s_matmul(model_ctx_t *c, const s_plan_t *qi, const model_weight_t *c
     for (int i = 0; i < nw && lo < hi; i++) {
         const model_weight_t *w = ws[i];
         int r0 = lo - base, r1 = hi - base;
-        if (r0 < 0) r0 = 0;
-        if (r1 > w->rows) r1 = (int)w->rows;
+        if (r0 < 0)
+            r0 = 0;
+        if (r1 > w->rows)
+            r1 = (int)w->rows;
         if (r0 < r1) {
             size_t xs = 0;
             const uint8_t *xq = s_plan_get(c, qi, kern_type_traits(w->type)->vec_dot_type, &xs);
             xq += (size_t)x0 * xs;
             if (w->packed && c->k->gemm_packed && r0 % 16 == 0)
-                c->k->gemm_packed(w->type, w->cols, r0, r1 - r0, n, w->packed, xq, xs,
-                                  outs[i] + r0, (size_t)w->rows);
+                c->k->gemm_packed(w->type, w->cols, r0, r1 - r0, n, w->packed, xq, xs, outs[i] + r0,
+                                  (size_t)w->rows);
             else
                 c->k->gemm(w->type, w->cols, r1 - r0, n,
                            (const uint8_t *)w->data + r0 * w->row_bytes, w->row_bytes, xq, xs,
@@ -726,7 +760,8 @@ static void s_stage_rope_store(model_ctx_t *c, int layer, int t0, int t1) {
     const model_batch_t *b = c->batch;
     const kern_kv_pool_t *kv = c->kv;
     int D = cfg->head_dim, H = cfg->n_head, Hkv = cfg->n_head_kv;
-    size_t slab = kern_kv_slab_bytes(kv->type, kv->block_size, D); /* bytes of one (layer, K|V, head) */
+    size_t slab =
+        kern_kv_slab_bytes(kv->type, kv->block_size, D); /* bytes of one (layer, K|V, head) */
     size_t elt = kv->type == KERN_F32 ? 4 : kv->type == KERN_F16 ? 2 : 1;
     for (int t = t0; t < t1; t++) {
         const float *cs = c->cs + (size_t)t * cfg->n_rot;
@@ -827,7 +862,7 @@ static void s_route(model_ctx_t *c, int n) {
                 sum += exp((double)lg[sel[kk]] - mx);
         for (int kk = 0; kk < K; kk++) {
             w[kk] = cfg->gating == MODEL_GATING_UNIT ? 1.0f
-                                                    : (float)(exp((double)lg[sel[kk]] - mx) / sum);
+                                                     : (float)(exp((double)lg[sel[kk]] - mx) / sum);
             c->row_of[(size_t)t * K + kk] = sel[kk]; /* the expert for now; its row below */
             c->off[sel[kk] + 1]++;
         }
@@ -850,8 +885,8 @@ static void s_route(model_ctx_t *c, int n) {
  * l's experts: rows [off[e], off[e+1]) go through expert e, row r reads
  * h[tok[r]] (tok NULL: h[r]).  Each expert's rows are one matrix product; the
  * rows of each matrix are split over the threads.  Ends with a barrier. */
-static void s_experts_run(model_ctx_t *c, int l, const float *h, const int32_t *tok,
-                          const int *off, float *y, int ith, int nth) {
+static void s_experts_run(model_ctx_t *c, int l, const float *h, const int32_t *tok, const int *off,
+                          float *y, int ith, int nth) {
     const model_config_t *cfg = &c->m->cfg;
     const s_layer_t *L = &c->m->layers[l];
     const s_plan_t *P = c->plans + (size_t)l * S_PLANS_PER_LAYER;
@@ -874,8 +909,8 @@ static void s_experts_run(model_ctx_t *c, int l, const float *h, const int32_t *
     }
     base_pool_barrier(c->pool);
     for (int r = r0; r < r1; r++)
-        c->k->swiglu(c->ff_g + (size_t)r * ff, c->ff_g + (size_t)r * ff,
-                     c->ff_u + (size_t)r * ff, ff);
+        c->k->swiglu(c->ff_g + (size_t)r * ff, c->ff_g + (size_t)r * ff, c->ff_u + (size_t)r * ff,
+                     ff);
     s_plan_fill(c, &P[S_PLAN_WD], c->ff_g, ff, r0, r1);
     base_pool_barrier(c->pool);
     for (int e = 0; e < E; e++) {
@@ -1003,8 +1038,8 @@ static void s_forward_worker(void *arg, int ith, int nth) {
         base_pool_barrier(pool);
         const model_weight_t *wd[1] = {&L->wd};
         for (int t = t0; t < t1; t++)
-            k->swiglu(c->ff_g + (size_t)t * ff, c->ff_g + (size_t)t * ff,
-                      c->ff_u + (size_t)t * ff, ff);
+            k->swiglu(c->ff_g + (size_t)t * ff, c->ff_g + (size_t)t * ff, c->ff_u + (size_t)t * ff,
+                      ff);
         s_plan_fill(c, &P[S_PLAN_WD], c->ff_g, ff, t0, t1);
         base_pool_barrier(pool);
         /* The tap reads h and ff_g, which nothing writes before the next barrier
@@ -1087,8 +1122,7 @@ static void s_expert_rows_worker(void *arg, int ith, int nth) {
     s_experts_run(c, c->xr.layer, c->xr.h, NULL, off, c->xr.y, ith, nth);
 }
 
-int model_moe_expert_rows(model_ctx_t *c, int layer, int expert, int n, const float *h,
-                          float *y) {
+int model_moe_expert_rows(model_ctx_t *c, int layer, int expert, int n, const float *h, float *y) {
     const model_config_t *cfg = &c->m->cfg;
     if (cfg->n_expert == 0 || layer < 0 || layer >= cfg->n_layer || expert < 0 ||
         expert >= cfg->n_expert || n < 0 || (n && (!h || !y)))

@@ -27,34 +27,34 @@ typedef enum {
 
 /* Hyper-parameters read from the GGUF (llama.* keys). */
 typedef struct {
-    char arch[32];       /* general.architecture ("llama") */
-    char name[128];      /* general.name, or the file name */
-    int n_layer;         /* transformer blocks */
-    int d_model;         /* embedding width */
-    int n_head;          /* query heads */
-    int n_head_kv;       /* key/value heads (GQA when < n_head) */
-    int head_dim;        /* per head */
-    int d_ff;            /* feed-forward width (of ONE expert in an MoE model) */
-    int n_vocab;         /* vocabulary size (rows of token_embd) */
-    int n_ctx_train;     /* context length the model was trained for */
-    int n_rot;           /* RoPE dimensions per head */
-    float rope_base;     /* RoPE frequency base */
-    float rms_eps;       /* RMSNorm epsilon */
-    bool rope_neox;      /* rotate halves (NeoX) instead of adjacent pairs */
-    kern_type_t ftype;   /* type of most weight matrices (for display) */
-    int n_expert;        /* experts per FFN layer (llama.expert_count); 0: dense */
-    int n_expert_used;   /* experts per token, K (llama.expert_used_count); 0 when dense */
+    char arch[32];         /* general.architecture ("llama") */
+    char name[128];        /* general.name, or the file name */
+    int n_layer;           /* transformer blocks */
+    int d_model;           /* embedding width */
+    int n_head;            /* query heads */
+    int n_head_kv;         /* key/value heads (GQA when < n_head) */
+    int head_dim;          /* per head */
+    int d_ff;              /* feed-forward width (of ONE expert in an MoE model) */
+    int n_vocab;           /* vocabulary size (rows of token_embd) */
+    int n_ctx_train;       /* context length the model was trained for */
+    int n_rot;             /* RoPE dimensions per head */
+    float rope_base;       /* RoPE frequency base */
+    float rms_eps;         /* RMSNorm epsilon */
+    bool rope_neox;        /* rotate halves (NeoX) instead of adjacent pairs */
+    kern_type_t ftype;     /* type of most weight matrices (for display) */
+    int n_expert;          /* experts per FFN layer (llama.expert_count); 0: dense */
+    int n_expert_used;     /* experts per token, K (llama.expert_used_count); 0 when dense */
     model_gating_t gating; /* router weights (strata.expert_gating) */
 } model_config_t;
 
 /* One weight matrix: rows of `cols` elements of `type`. */
 typedef struct {
-    kern_type_t type;  /* element type */
-    const void *data;  /* in the GGUF mapping */
-    int64_t rows;      /* output features */
-    int64_t cols;      /* input features (contiguous) */
-    size_t row_bytes;  /* bytes per row */
-    void *packed;      /* the kernels' packed (row-interleaved) copy, or NULL; owned by the model */
+    kern_type_t type; /* element type */
+    const void *data; /* in the GGUF mapping */
+    int64_t rows;     /* output features */
+    int64_t cols;     /* input features (contiguous) */
+    size_t row_bytes; /* bytes per row */
+    void *packed;     /* the kernels' packed (row-interleaved) copy, or NULL; owned by the model */
 } model_weight_t;
 
 typedef struct model_llama_t model_llama_t;
@@ -90,10 +90,10 @@ typedef struct {
  * batch).  want[i]: produce logits for token i (NULL: none). */
 typedef struct {
     int n_tokens;
-    const int32_t *tokens;       /* (n_tokens) */
-    const int32_t *pos;          /* (n_tokens) */
-    const int32_t *seq;          /* (n_tokens) index into seqs */
-    const bool *want;            /* (n_tokens) or NULL */
+    const int32_t *tokens; /* (n_tokens) */
+    const int32_t *pos;    /* (n_tokens) */
+    const int32_t *seq;    /* (n_tokens) index into seqs */
+    const bool *want;      /* (n_tokens) or NULL */
     int n_seqs;
     const model_seq_view_t *seqs; /* (n_seqs) */
 } model_batch_t;
@@ -121,8 +121,8 @@ int model_ctx_forward(model_ctx_t *self, const model_batch_t *batch, const kern_
  * the routed (token, expert) pairs, grouped by expert ascending (within an
  * expert, by token ascending). */
 typedef struct {
-    int layer;             /* MoE layer index */
-    int n_tokens;          /* tokens of the step */
+    int layer;    /* MoE layer index */
+    int n_tokens; /* tokens of the step */
     int d_model;
     int n_expert;          /* E */
     const float *h;        /* (n_tokens, d_model) normed FFN input of each token */
@@ -149,15 +149,14 @@ void model_ctx_set_moe_exec(model_ctx_t *ctx, model_moe_exec_fn fn, void *user);
  * rows of h (n, d_model), on ctx's threads and kernels; bitwise what the local
  * forward computes for those rows.  n may exceed ctx's max_tokens (done in
  * chunks).  0, or -EINVAL for a dense layer or an index out of range. */
-int model_moe_expert_rows(model_ctx_t *ctx, int layer, int expert, int n, const float *h,
-                          float *y);
+int model_moe_expert_rows(model_ctx_t *ctx, int layer, int expert, int n, const float *h, float *y);
 
 /* FFN tap: called per layer per step (from one thread, after a barrier) with
  * h = the normed FFN input (n_tokens, d_model) and, for dense layers, act =
  * silu(h Wg) * (h Wu) (n_tokens, d_ff) before Wdown; act is NULL for MoE layers.
  * The pointers are valid during the call only. */
-typedef void (*model_ffn_tap_fn)(void *user, int layer, int n_tokens, const float *h,
-                                 int d_model, const float *act, int d_ff);
+typedef void (*model_ffn_tap_fn)(void *user, int layer, int n_tokens, const float *h, int d_model,
+                                 const float *act, int d_ff);
 /* Set (fn NULL: clear) the tap.  No cost when unset.  user is borrowed. */
 void model_ctx_set_ffn_tap(model_ctx_t *ctx, model_ffn_tap_fn fn, void *user);
 

@@ -14,8 +14,8 @@ typedef struct {
 } s_cand_t;
 
 struct model_sampler_t {
-    int n_vocab;     /* logits per call */
-    s_cand_t *cand;  /* (n_vocab) candidates */
+    int n_vocab;    /* logits per call */
+    s_cand_t *cand; /* (n_vocab) candidates */
 };
 
 model_sampler_params_t model_sampler_defaults(void) {

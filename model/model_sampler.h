@@ -68,9 +68,9 @@ void model_logits_ban(float *logits, const int32_t *ids, int n);
 typedef struct {
     char *stops[MODEL_MAX_STOP]; /* owned copies */
     int n_stops;
-    char *held;                  /* text withheld: it may be the start of a stop string */
+    char *held; /* text withheld: it may be the start of a stop string */
     size_t n_held, cap_held;
-    bool stopped;                /* a stop string was seen */
+    bool stopped; /* a stop string was seen */
 } model_stopper_t;
 
 /* 0 or -EINVAL (too many or empty stop strings) / -ENOMEM. */

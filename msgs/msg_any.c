@@ -34,22 +34,24 @@ void msg_clear(int type, void *m) {
 int msg_encode(int type, const void *m, void **buf, size_t *len, msg_err_t *err) {
     const msg_schema_t *s = s_schema(type);
     if (!s || !m || !buf || !len)
-        return msg_err_set(err, -EINVAL, MSG_E_UNKNOWN_TYPE, NULL, "unknown message type %d",
-                           type);
+        return msg_err_set(err, -EINVAL, MSG_E_UNKNOWN_TYPE, NULL, "unknown message type %d", type);
     return msg_codec_encode(s, type, m, buf, len, err);
 }
 
 int msg_decode(int type, const void *buf, size_t len, void *m, msg_err_t *err) {
     const msg_schema_t *s = s_schema(type);
     if (!s || !m)
-        return msg_err_set(err, -EINVAL, MSG_E_UNKNOWN_TYPE, NULL, "unknown message type %d",
-                           type);
+        return msg_err_set(err, -EINVAL, MSG_E_UNKNOWN_TYPE, NULL, "unknown message type %d", type);
     return msg_codec_decode(s, type, buf, len, m, err);
 }
 
 #define MSG_X_WRAP(name, NAME, id, version, family)                                                \
-    void msg_##name##_init(msg_##name##_t *m) { msg_init(MSG_##NAME, m); }                         \
-    void msg_##name##_clear(msg_##name##_t *m) { msg_clear(MSG_##NAME, m); }                       \
+    void msg_##name##_init(msg_##name##_t *m) {                                                    \
+        msg_init(MSG_##NAME, m);                                                                   \
+    }                                                                                              \
+    void msg_##name##_clear(msg_##name##_t *m) {                                                   \
+        msg_clear(MSG_##NAME, m);                                                                  \
+    }                                                                                              \
     int msg_##name##_encode(const msg_##name##_t *m, void **buf, size_t *len, msg_err_t *err) {    \
         return msg_encode(MSG_##NAME, m, buf, len, err);                                           \
     }                                                                                              \

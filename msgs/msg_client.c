@@ -12,18 +12,24 @@
 
 #define REQ MSG_FF_REQUIRED
 
-
 /* ---- 1 generate */
 
 static const msg_field_t s_chat_fields[] = {
-    {.key = "role", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_chat_t, role),
-     .min = 1, .max = MSG_MAX_ROLE_BYTES},
-    {.key = "content", .kind = MSG_F_STR_HEAP, .flags = REQ,
-     .off = offsetof(msg_chat_t, content), .off2 = offsetof(msg_chat_t, content_len),
+    {.key = "role",
+     .kind = MSG_F_STR_FIX,
+     .flags = REQ,
+     .off = offsetof(msg_chat_t, role),
+     .min = 1,
+     .max = MSG_MAX_ROLE_BYTES},
+    {.key = "content",
+     .kind = MSG_F_STR_HEAP,
+     .flags = REQ,
+     .off = offsetof(msg_chat_t, content),
+     .off2 = offsetof(msg_chat_t, content_len),
      .max = MSG_MAX_PROMPT_BYTES},
 };
-static const msg_schema_t s_chat_schema = {"", sizeof(msg_chat_t), s_chat_fields,
-                                           MSG_NFIELDS(s_chat_fields), NULL, NULL};
+static const msg_schema_t s_chat_schema = {
+    "", sizeof(msg_chat_t), s_chat_fields, MSG_NFIELDS(s_chat_fields), NULL, NULL};
 
 static void s_generate_init(void *p) {
     msg_generate_t *m = p;
@@ -86,8 +92,11 @@ static const msg_field_t s_generate_fields[] = {
      .max = MSG_MAX_SESSION_BYTES},
     {.key = "trace", .kind = MSG_F_BOOL, .off = offsetof(msg_generate_t, trace)},
     {.key = "logprobs", .kind = MSG_F_BOOL, .off = offsetof(msg_generate_t, logprobs)},
-    {.key = "top_logprobs", .kind = MSG_F_INT, .off = offsetof(msg_generate_t, top_logprobs),
-     .lo = 0, .hi = MSG_MAX_TOP_LOGPROBS},
+    {.key = "top_logprobs",
+     .kind = MSG_F_INT,
+     .off = offsetof(msg_generate_t, top_logprobs),
+     .lo = 0,
+     .hi = MSG_MAX_TOP_LOGPROBS},
 };
 const msg_schema_t msg_schema_generate = {"generate",        sizeof(msg_generate_t),
                                           s_generate_fields, MSG_NFIELDS(s_generate_fields),
@@ -96,174 +105,324 @@ const msg_schema_t msg_schema_generate = {"generate",        sizeof(msg_generate
 /* ---- 2 cancel, 3 stats, 4 health */
 
 static const msg_field_t s_cancel_fields[] = {
-    {.key = "id", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_cancel_t, id),
-     .min = 1, .max = MSG_MAX_ID_BYTES},
+    {.key = "id",
+     .kind = MSG_F_STR_FIX,
+     .flags = REQ,
+     .off = offsetof(msg_cancel_t, id),
+     .min = 1,
+     .max = MSG_MAX_ID_BYTES},
 };
-const msg_schema_t msg_schema_cancel = {"cancel",    sizeof(msg_cancel_t), s_cancel_fields,
-                                        MSG_NFIELDS(s_cancel_fields), NULL, NULL};
+const msg_schema_t msg_schema_cancel = {
+    "cancel", sizeof(msg_cancel_t), s_cancel_fields, MSG_NFIELDS(s_cancel_fields), NULL, NULL};
 const msg_schema_t msg_schema_stats = {"stats", sizeof(msg_stats_t), NULL, 0, NULL, NULL};
 const msg_schema_t msg_schema_health = {"health", sizeof(msg_health_t), NULL, 0, NULL, NULL};
 
 /* ---- shared nested maps: a trace step, an alternative token */
 
 static const msg_field_t s_trace_step_fields[] = {
-    {.key = "actor", .kind = MSG_F_STR_FIX, .flags = REQ,
-     .off = offsetof(msg_trace_step_t, actor), .max = MSG_MAX_NAME_BYTES},
-    {.key = "what", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_trace_step_t, what),
+    {.key = "actor",
+     .kind = MSG_F_STR_FIX,
+     .flags = REQ,
+     .off = offsetof(msg_trace_step_t, actor),
+     .max = MSG_MAX_NAME_BYTES},
+    {.key = "what",
+     .kind = MSG_F_STR_FIX,
+     .flags = REQ,
+     .off = offsetof(msg_trace_step_t, what),
      .max = MSG_MAX_WHAT_BYTES},
-    {.key = "why", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_trace_step_t, why),
+    {.key = "why",
+     .kind = MSG_F_STR_FIX,
+     .flags = REQ,
+     .off = offsetof(msg_trace_step_t, why),
      .max = MSG_MAX_WHY_BYTES},
-    {.key = "t_us", .kind = MSG_F_I64, .flags = REQ, .off = offsetof(msg_trace_step_t, t_us),
-     .lo = 0, .hi = INT64_MAX},
-    {.key = "dur_us", .kind = MSG_F_I64, .flags = REQ, .off = offsetof(msg_trace_step_t, dur_us),
-     .lo = 0, .hi = INT64_MAX},
+    {.key = "t_us",
+     .kind = MSG_F_I64,
+     .flags = REQ,
+     .off = offsetof(msg_trace_step_t, t_us),
+     .lo = 0,
+     .hi = INT64_MAX},
+    {.key = "dur_us",
+     .kind = MSG_F_I64,
+     .flags = REQ,
+     .off = offsetof(msg_trace_step_t, dur_us),
+     .lo = 0,
+     .hi = INT64_MAX},
 };
-const msg_schema_t msg_schema_trace_step = {"", sizeof(msg_trace_step_t), s_trace_step_fields,
-                                            MSG_NFIELDS(s_trace_step_fields), NULL, NULL};
+const msg_schema_t msg_schema_trace_step = {
+    "",  sizeof(msg_trace_step_t), s_trace_step_fields, MSG_NFIELDS(s_trace_step_fields), NULL,
+    NULL};
 
 static const msg_field_t s_top_fields[] = {
-    {.key = "token", .kind = MSG_F_I32, .flags = REQ, .off = offsetof(msg_top_t, token), .lo = 0,
+    {.key = "token",
+     .kind = MSG_F_I32,
+     .flags = REQ,
+     .off = offsetof(msg_top_t, token),
+     .lo = 0,
      .hi = INT32_MAX},
-    {.key = "logprob", .kind = MSG_F_FLOAT, .flags = REQ, .off = offsetof(msg_top_t, logprob),
-     .flo = -1e30, .fhi = 0},
-    {.key = "text", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_top_t, text),
+    {.key = "logprob",
+     .kind = MSG_F_FLOAT,
+     .flags = REQ,
+     .off = offsetof(msg_top_t, logprob),
+     .flo = -1e30,
+     .fhi = 0},
+    {.key = "text",
+     .kind = MSG_F_STR_FIX,
+     .flags = REQ,
+     .off = offsetof(msg_top_t, text),
      .max = MSG_MAX_PIECE_BYTES},
 };
-const msg_schema_t msg_schema_top = {"", sizeof(msg_top_t), s_top_fields,
-                                     MSG_NFIELDS(s_top_fields), NULL, NULL};
+const msg_schema_t msg_schema_top = {
+    "", sizeof(msg_top_t), s_top_fields, MSG_NFIELDS(s_top_fields), NULL, NULL};
 
 /* ---- 5 token */
 
 static const msg_field_t s_token_fields[] = {
-    {.key = "id", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_token_t, id),
-     .min = 1, .max = MSG_MAX_ID_BYTES},
-    {.key = "index", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_token_t, index),
-     .lo = 0, .hi = INT32_MAX},
-    {.key = "token", .kind = MSG_F_I32, .flags = REQ, .off = offsetof(msg_token_t, token),
-     .lo = 0, .hi = INT32_MAX},
-    {.key = "text", .kind = MSG_F_STR_HEAP, .flags = REQ, .off = offsetof(msg_token_t, text),
-     .off2 = offsetof(msg_token_t, text_len), .max = MSG_MAX_TEXT_BYTES},
-    {.key = "logprob", .kind = MSG_F_FLOAT, .flags = MSG_FF_HAS,
-     .off = offsetof(msg_token_t, logprob), .off2 = offsetof(msg_token_t, has_logprob),
-     .flo = -1e30, .fhi = 0},
-    {.key = "top", .kind = MSG_F_ARRAY, .flags = MSG_FF_OMIT_EMPTY,
-     .off = offsetof(msg_token_t, top), .off2 = offsetof(msg_token_t, n_top),
-     .max = MSG_MAX_TOP_LOGPROBS, .sub = &msg_schema_top},
-    {.key = "piece", .kind = MSG_F_STR_FIX, .flags = MSG_FF_OMIT_EMPTY,
-     .off = offsetof(msg_token_t, piece), .max = MSG_MAX_PIECE_BYTES},
+    {.key = "id",
+     .kind = MSG_F_STR_FIX,
+     .flags = REQ,
+     .off = offsetof(msg_token_t, id),
+     .min = 1,
+     .max = MSG_MAX_ID_BYTES},
+    {.key = "index",
+     .kind = MSG_F_INT,
+     .flags = REQ,
+     .off = offsetof(msg_token_t, index),
+     .lo = 0,
+     .hi = INT32_MAX},
+    {.key = "token",
+     .kind = MSG_F_I32,
+     .flags = REQ,
+     .off = offsetof(msg_token_t, token),
+     .lo = 0,
+     .hi = INT32_MAX},
+    {.key = "text",
+     .kind = MSG_F_STR_HEAP,
+     .flags = REQ,
+     .off = offsetof(msg_token_t, text),
+     .off2 = offsetof(msg_token_t, text_len),
+     .max = MSG_MAX_TEXT_BYTES},
+    {.key = "logprob",
+     .kind = MSG_F_FLOAT,
+     .flags = MSG_FF_HAS,
+     .off = offsetof(msg_token_t, logprob),
+     .off2 = offsetof(msg_token_t, has_logprob),
+     .flo = -1e30,
+     .fhi = 0},
+    {.key = "top",
+     .kind = MSG_F_ARRAY,
+     .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_token_t, top),
+     .off2 = offsetof(msg_token_t, n_top),
+     .max = MSG_MAX_TOP_LOGPROBS,
+     .sub = &msg_schema_top},
+    {.key = "piece",
+     .kind = MSG_F_STR_FIX,
+     .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_token_t, piece),
+     .max = MSG_MAX_PIECE_BYTES},
 };
-const msg_schema_t msg_schema_token = {"token",      sizeof(msg_token_t), s_token_fields,
-                                       MSG_NFIELDS(s_token_fields), NULL, NULL};
+const msg_schema_t msg_schema_token = {
+    "token", sizeof(msg_token_t), s_token_fields, MSG_NFIELDS(s_token_fields), NULL, NULL};
 
 /* ---- 6 done */
 
 static const msg_field_t s_usage_fields[] = {
-    {.key = "prompt_tokens", .kind = MSG_F_INT, .flags = REQ,
-     .off = offsetof(msg_usage_t, prompt_tokens), .lo = 0, .hi = INT32_MAX},
-    {.key = "completion_tokens", .kind = MSG_F_INT, .flags = REQ,
-     .off = offsetof(msg_usage_t, completion_tokens), .lo = 0, .hi = INT32_MAX},
-    {.key = "cached_tokens", .kind = MSG_F_INT, .off = offsetof(msg_usage_t, cached_tokens),
-     .lo = 0, .hi = INT32_MAX},
-    {.key = "draft_proposed", .kind = MSG_F_INT, .off = offsetof(msg_usage_t, draft_proposed),
-     .lo = 0, .hi = INT32_MAX},
-    {.key = "draft_accepted", .kind = MSG_F_INT, .off = offsetof(msg_usage_t, draft_accepted),
-     .lo = 0, .hi = INT32_MAX},
+    {.key = "prompt_tokens",
+     .kind = MSG_F_INT,
+     .flags = REQ,
+     .off = offsetof(msg_usage_t, prompt_tokens),
+     .lo = 0,
+     .hi = INT32_MAX},
+    {.key = "completion_tokens",
+     .kind = MSG_F_INT,
+     .flags = REQ,
+     .off = offsetof(msg_usage_t, completion_tokens),
+     .lo = 0,
+     .hi = INT32_MAX},
+    {.key = "cached_tokens",
+     .kind = MSG_F_INT,
+     .off = offsetof(msg_usage_t, cached_tokens),
+     .lo = 0,
+     .hi = INT32_MAX},
+    {.key = "draft_proposed",
+     .kind = MSG_F_INT,
+     .off = offsetof(msg_usage_t, draft_proposed),
+     .lo = 0,
+     .hi = INT32_MAX},
+    {.key = "draft_accepted",
+     .kind = MSG_F_INT,
+     .off = offsetof(msg_usage_t, draft_accepted),
+     .lo = 0,
+     .hi = INT32_MAX},
 };
-static const msg_schema_t s_usage_schema = {"", sizeof(msg_usage_t), s_usage_fields,
-                                            MSG_NFIELDS(s_usage_fields), NULL, NULL};
+static const msg_schema_t s_usage_schema = {
+    "", sizeof(msg_usage_t), s_usage_fields, MSG_NFIELDS(s_usage_fields), NULL, NULL};
 
 #define S_MS(k)                                                                                    \
-    {.key = #k, .kind = MSG_F_DOUBLE, .flags = REQ, .off = offsetof(msg_timings_ms_t, k),         \
-     .flo = 0, .fhi = 1e12}
+    {                                                                                              \
+        .key = #k, .kind = MSG_F_DOUBLE, .flags = REQ, .off = offsetof(msg_timings_ms_t, k),       \
+        .flo = 0, .fhi = 1e12                                                                      \
+    }
 static const msg_field_t s_timings_ms_fields[] = {S_MS(queued_ms), S_MS(prefill_ms),
                                                   S_MS(decode_ms), S_MS(ttft_ms)};
-static const msg_schema_t s_timings_ms_schema = {"", sizeof(msg_timings_ms_t),
-                                                 s_timings_ms_fields,
-                                                 MSG_NFIELDS(s_timings_ms_fields), NULL, NULL};
+static const msg_schema_t s_timings_ms_schema = {
+    "",  sizeof(msg_timings_ms_t), s_timings_ms_fields, MSG_NFIELDS(s_timings_ms_fields), NULL,
+    NULL};
 
 static const msg_field_t s_logprob_fields[] = {
-    {.key = "token", .kind = MSG_F_I32, .flags = REQ, .off = offsetof(msg_logprob_t, token),
-     .lo = 0, .hi = INT32_MAX},
-    {.key = "logprob", .kind = MSG_F_FLOAT, .flags = REQ, .off = offsetof(msg_logprob_t, logprob),
-     .flo = -1e30, .fhi = 0},
-    {.key = "top", .kind = MSG_F_ARRAY, .flags = MSG_FF_OMIT_EMPTY,
-     .off = offsetof(msg_logprob_t, top), .off2 = offsetof(msg_logprob_t, n_top),
-     .max = MSG_MAX_TOP_LOGPROBS, .sub = &msg_schema_top},
-    {.key = "piece", .kind = MSG_F_STR_FIX, .flags = MSG_FF_OMIT_EMPTY,
-     .off = offsetof(msg_logprob_t, piece), .max = MSG_MAX_PIECE_BYTES},
+    {.key = "token",
+     .kind = MSG_F_I32,
+     .flags = REQ,
+     .off = offsetof(msg_logprob_t, token),
+     .lo = 0,
+     .hi = INT32_MAX},
+    {.key = "logprob",
+     .kind = MSG_F_FLOAT,
+     .flags = REQ,
+     .off = offsetof(msg_logprob_t, logprob),
+     .flo = -1e30,
+     .fhi = 0},
+    {.key = "top",
+     .kind = MSG_F_ARRAY,
+     .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_logprob_t, top),
+     .off2 = offsetof(msg_logprob_t, n_top),
+     .max = MSG_MAX_TOP_LOGPROBS,
+     .sub = &msg_schema_top},
+    {.key = "piece",
+     .kind = MSG_F_STR_FIX,
+     .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_logprob_t, piece),
+     .max = MSG_MAX_PIECE_BYTES},
 };
-static const msg_schema_t s_logprob_schema = {"", sizeof(msg_logprob_t), s_logprob_fields,
-                                              MSG_NFIELDS(s_logprob_fields), NULL, NULL};
+static const msg_schema_t s_logprob_schema = {
+    "", sizeof(msg_logprob_t), s_logprob_fields, MSG_NFIELDS(s_logprob_fields), NULL, NULL};
 
 static void s_done_init(void *p) {
     ((msg_done_t *)p)->finish_reason = MSG_FINISH_EOS;
 }
 
 static const msg_field_t s_done_fields[] = {
-    {.key = "id", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_done_t, id),
-     .min = 1, .max = MSG_MAX_ID_BYTES},
-    {.key = "finish_reason", .kind = MSG_F_ENUM, .flags = REQ,
-     .off = offsetof(msg_done_t, finish_reason), .names = msg_finish_names, .n_names = 5},
-    {.key = "text", .kind = MSG_F_STR_HEAP, .flags = MSG_FF_OMIT_EMPTY,
-     .off = offsetof(msg_done_t, text), .off2 = offsetof(msg_done_t, text_len),
+    {.key = "id",
+     .kind = MSG_F_STR_FIX,
+     .flags = REQ,
+     .off = offsetof(msg_done_t, id),
+     .min = 1,
+     .max = MSG_MAX_ID_BYTES},
+    {.key = "finish_reason",
+     .kind = MSG_F_ENUM,
+     .flags = REQ,
+     .off = offsetof(msg_done_t, finish_reason),
+     .names = msg_finish_names,
+     .n_names = 5},
+    {.key = "text",
+     .kind = MSG_F_STR_HEAP,
+     .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_done_t, text),
+     .off2 = offsetof(msg_done_t, text_len),
      .max = MSG_MAX_TEXT_BYTES},
-    {.key = "usage", .kind = MSG_F_STRUCT, .flags = REQ, .off = offsetof(msg_done_t, usage),
+    {.key = "usage",
+     .kind = MSG_F_STRUCT,
+     .flags = REQ,
+     .off = offsetof(msg_done_t, usage),
      .sub = &s_usage_schema},
-    {.key = "timings", .kind = MSG_F_STRUCT, .flags = REQ, .off = offsetof(msg_done_t, timings),
+    {.key = "timings",
+     .kind = MSG_F_STRUCT,
+     .flags = REQ,
+     .off = offsetof(msg_done_t, timings),
      .sub = &s_timings_ms_schema},
-    {.key = "logprobs", .kind = MSG_F_ARRAY, .flags = MSG_FF_OMIT_EMPTY,
-     .off = offsetof(msg_done_t, logprobs), .off2 = offsetof(msg_done_t, n_logprobs),
-     .max = MSG_MAX_TOKENS, .sub = &s_logprob_schema},
+    {.key = "logprobs",
+     .kind = MSG_F_ARRAY,
+     .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_done_t, logprobs),
+     .off2 = offsetof(msg_done_t, n_logprobs),
+     .max = MSG_MAX_TOKENS,
+     .sub = &s_logprob_schema},
 };
-const msg_schema_t msg_schema_done = {"done",      sizeof(msg_done_t), s_done_fields,
-                                      MSG_NFIELDS(s_done_fields), s_done_init, NULL};
+const msg_schema_t msg_schema_done = {
+    "done", sizeof(msg_done_t), s_done_fields, MSG_NFIELDS(s_done_fields), s_done_init, NULL};
 
 /* ---- 7 error */
 
 static const msg_field_t s_error_fields[] = {
-    {.key = "id", .kind = MSG_F_STR_FIX, .flags = REQ | MSG_FF_NIL_OK,
-     .off = offsetof(msg_error_t, id), .max = MSG_MAX_ID_BYTES},
-    {.key = "code", .kind = MSG_F_ENUM, .flags = REQ, .off = offsetof(msg_error_t, code),
-     .names = msg_code_names, .n_names = 4},
-    {.key = "message", .kind = MSG_F_STR_FIX, .flags = REQ,
-     .off = offsetof(msg_error_t, message), .max = MSG_MAX_ERRMSG_BYTES},
+    {.key = "id",
+     .kind = MSG_F_STR_FIX,
+     .flags = REQ | MSG_FF_NIL_OK,
+     .off = offsetof(msg_error_t, id),
+     .max = MSG_MAX_ID_BYTES},
+    {.key = "code",
+     .kind = MSG_F_ENUM,
+     .flags = REQ,
+     .off = offsetof(msg_error_t, code),
+     .names = msg_code_names,
+     .n_names = 4},
+    {.key = "message",
+     .kind = MSG_F_STR_FIX,
+     .flags = REQ,
+     .off = offsetof(msg_error_t, message),
+     .max = MSG_MAX_ERRMSG_BYTES},
 };
-const msg_schema_t msg_schema_error = {"error",      sizeof(msg_error_t), s_error_fields,
-                                       MSG_NFIELDS(s_error_fields), NULL, NULL};
+const msg_schema_t msg_schema_error = {
+    "error", sizeof(msg_error_t), s_error_fields, MSG_NFIELDS(s_error_fields), NULL, NULL};
 
 /* ---- 8 stats_reply */
 
 static const msg_field_t s_stats_reply_fields[] = {
-    {.key = "counters", .kind = MSG_F_COUNTERS, .flags = REQ,
-     .off = offsetof(msg_stats_reply_t, counters), .off2 = offsetof(msg_stats_reply_t, n_counters),
+    {.key = "counters",
+     .kind = MSG_F_COUNTERS,
+     .flags = REQ,
+     .off = offsetof(msg_stats_reply_t, counters),
+     .off2 = offsetof(msg_stats_reply_t, n_counters),
      .max = MSG_MAX_COUNTERS},
 };
-const msg_schema_t msg_schema_stats_reply = {"stats_reply", sizeof(msg_stats_reply_t),
+const msg_schema_t msg_schema_stats_reply = {"stats_reply",
+                                             sizeof(msg_stats_reply_t),
                                              s_stats_reply_fields,
-                                             MSG_NFIELDS(s_stats_reply_fields), NULL, NULL};
+                                             MSG_NFIELDS(s_stats_reply_fields),
+                                             NULL,
+                                             NULL};
 
 /* ---- 9 health_reply */
 
 static const msg_field_t s_actor_fields[] = {
-    {.key = "name", .kind = MSG_F_STR_FIX, .flags = REQ,
-     .off = offsetof(msg_actor_health_t, name), .min = 1, .max = MSG_MAX_NAME_BYTES},
-    {.key = "state", .kind = MSG_F_ENUM, .flags = REQ, .off = offsetof(msg_actor_health_t, state),
-     .names = msg_state_names, .n_names = 4},
-    {.key = "last_seen_ms", .kind = MSG_F_I64, .flags = REQ,
-     .off = offsetof(msg_actor_health_t, last_seen_ms), .lo = 0, .hi = INT64_MAX},
+    {.key = "name",
+     .kind = MSG_F_STR_FIX,
+     .flags = REQ,
+     .off = offsetof(msg_actor_health_t, name),
+     .min = 1,
+     .max = MSG_MAX_NAME_BYTES},
+    {.key = "state",
+     .kind = MSG_F_ENUM,
+     .flags = REQ,
+     .off = offsetof(msg_actor_health_t, state),
+     .names = msg_state_names,
+     .n_names = 4},
+    {.key = "last_seen_ms",
+     .kind = MSG_F_I64,
+     .flags = REQ,
+     .off = offsetof(msg_actor_health_t, last_seen_ms),
+     .lo = 0,
+     .hi = INT64_MAX},
 };
-static const msg_schema_t s_actor_schema = {"", sizeof(msg_actor_health_t), s_actor_fields,
-                                            MSG_NFIELDS(s_actor_fields), NULL, NULL};
+static const msg_schema_t s_actor_schema = {
+    "", sizeof(msg_actor_health_t), s_actor_fields, MSG_NFIELDS(s_actor_fields), NULL, NULL};
 
 static const msg_field_t s_health_reply_fields[] = {
     {.key = "ok", .kind = MSG_F_BOOL, .flags = REQ, .off = offsetof(msg_health_reply_t, ok)},
-    {.key = "actors", .kind = MSG_F_ARRAY, .flags = REQ,
-     .off = offsetof(msg_health_reply_t, actors), .off2 = offsetof(msg_health_reply_t, n_actors),
-     .max = MSG_MAX_ACTORS, .sub = &s_actor_schema},
+    {.key = "actors",
+     .kind = MSG_F_ARRAY,
+     .flags = REQ,
+     .off = offsetof(msg_health_reply_t, actors),
+     .off2 = offsetof(msg_health_reply_t, n_actors),
+     .max = MSG_MAX_ACTORS,
+     .sub = &s_actor_schema},
 };
-const msg_schema_t msg_schema_health_reply = {"health_reply", sizeof(msg_health_reply_t),
+const msg_schema_t msg_schema_health_reply = {"health_reply",
+                                              sizeof(msg_health_reply_t),
                                               s_health_reply_fields,
-                                              MSG_NFIELDS(s_health_reply_fields), NULL, NULL};
+                                              MSG_NFIELDS(s_health_reply_fields),
+                                              NULL,
+                                              NULL};
 
 /* ---- 10 resume: the generate keys inline, plus have and tokens */
 
@@ -278,23 +437,33 @@ static int s_resume_check(const void *p, msg_err_t *err) {
                            "field 'have': a request with stream false has no token events");
     if (m->n_tokens && m->n_tokens != m->have)
         return msg_err_set(err, -EPROTO, MSG_E_INVALID, "tokens",
-                           "field 'tokens': %d ids for %d events ('have')", m->n_tokens,
-                           m->have);
+                           "field 'tokens': %d ids for %d events ('have')", m->n_tokens, m->have);
     return 0;
 }
 
 static const msg_field_t s_resume_fields[] = {
-    {.key = "", .kind = MSG_F_INLINE, .off = offsetof(msg_resume_t, gen),
+    {.key = "",
+     .kind = MSG_F_INLINE,
+     .off = offsetof(msg_resume_t, gen),
      .sub = &msg_schema_generate},
-    {.key = "have", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_resume_t, have),
-     .lo = 0, .hi = MSG_MAX_TOKENS},
-    {.key = "tokens", .kind = MSG_F_BIN_I32, .flags = MSG_FF_OMIT_EMPTY,
-     .off = offsetof(msg_resume_t, tokens), .off2 = offsetof(msg_resume_t, n_tokens),
-     .max = MSG_MAX_TOKENS, .lo = 0, .hi = INT32_MAX},
+    {.key = "have",
+     .kind = MSG_F_INT,
+     .flags = REQ,
+     .off = offsetof(msg_resume_t, have),
+     .lo = 0,
+     .hi = MSG_MAX_TOKENS},
+    {.key = "tokens",
+     .kind = MSG_F_BIN_I32,
+     .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_resume_t, tokens),
+     .off2 = offsetof(msg_resume_t, n_tokens),
+     .max = MSG_MAX_TOKENS,
+     .lo = 0,
+     .hi = INT32_MAX},
 };
-const msg_schema_t msg_schema_resume = {"resume",        sizeof(msg_resume_t),
-                                        s_resume_fields, MSG_NFIELDS(s_resume_fields),
-                                        NULL,            s_resume_check};
+const msg_schema_t msg_schema_resume = {
+    "resume", sizeof(msg_resume_t), s_resume_fields, MSG_NFIELDS(s_resume_fields),
+    NULL,     s_resume_check};
 
 /* ---- helpers */
 
@@ -326,30 +495,67 @@ int msg_counters_add(msg_counter_t **counters, int *n, const char *name, int64_t
 /* ---- 11 trace */
 
 static const msg_field_t s_source_fields[] = {
-    {.key = "out_start", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_source_t, out_start),
-     .lo = 0, .hi = INT32_MAX},
-    {.key = "out_end", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_source_t, out_end),
-     .lo = 0, .hi = INT32_MAX},
-    {.key = "msg", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_source_t, msg), .lo = -1,
+    {.key = "out_start",
+     .kind = MSG_F_INT,
+     .flags = REQ,
+     .off = offsetof(msg_source_t, out_start),
+     .lo = 0,
+     .hi = INT32_MAX},
+    {.key = "out_end",
+     .kind = MSG_F_INT,
+     .flags = REQ,
+     .off = offsetof(msg_source_t, out_end),
+     .lo = 0,
+     .hi = INT32_MAX},
+    {.key = "msg",
+     .kind = MSG_F_INT,
+     .flags = REQ,
+     .off = offsetof(msg_source_t, msg),
+     .lo = -1,
      .hi = MSG_MAX_MESSAGES},
-    {.key = "in_start", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_source_t, in_start),
-     .lo = 0, .hi = INT32_MAX},
-    {.key = "in_end", .kind = MSG_F_INT, .flags = REQ, .off = offsetof(msg_source_t, in_end),
-     .lo = 0, .hi = INT32_MAX},
+    {.key = "in_start",
+     .kind = MSG_F_INT,
+     .flags = REQ,
+     .off = offsetof(msg_source_t, in_start),
+     .lo = 0,
+     .hi = INT32_MAX},
+    {.key = "in_end",
+     .kind = MSG_F_INT,
+     .flags = REQ,
+     .off = offsetof(msg_source_t, in_end),
+     .lo = 0,
+     .hi = INT32_MAX},
 };
-static const msg_schema_t s_source_schema = {"", sizeof(msg_source_t), s_source_fields,
-                                             MSG_NFIELDS(s_source_fields), NULL, NULL};
+static const msg_schema_t s_source_schema = {
+    "", sizeof(msg_source_t), s_source_fields, MSG_NFIELDS(s_source_fields), NULL, NULL};
 
 static const msg_field_t s_trace_fields[] = {
-    {.key = "id", .kind = MSG_F_STR_FIX, .flags = REQ, .off = offsetof(msg_trace_t, id), .min = 1,
+    {.key = "id",
+     .kind = MSG_F_STR_FIX,
+     .flags = REQ,
+     .off = offsetof(msg_trace_t, id),
+     .min = 1,
      .max = MSG_MAX_ID_BYTES},
-    {.key = "steps", .kind = MSG_F_ARRAY, .flags = REQ, .off = offsetof(msg_trace_t, steps),
-     .off2 = offsetof(msg_trace_t, n_steps), .max = MSG_MAX_TRACE_STEPS,
+    {.key = "steps",
+     .kind = MSG_F_ARRAY,
+     .flags = REQ,
+     .off = offsetof(msg_trace_t, steps),
+     .off2 = offsetof(msg_trace_t, n_steps),
+     .max = MSG_MAX_TRACE_STEPS,
      .sub = &msg_schema_trace_step},
-    {.key = "total_ms", .kind = MSG_F_DOUBLE, .flags = REQ, .off = offsetof(msg_trace_t, total_ms),
-     .flo = 0, .fhi = 1e12},
-    {.key = "sources", .kind = MSG_F_ARRAY, .flags = REQ, .off = offsetof(msg_trace_t, sources),
-     .off2 = offsetof(msg_trace_t, n_sources), .max = MSG_MAX_SOURCES, .sub = &s_source_schema},
+    {.key = "total_ms",
+     .kind = MSG_F_DOUBLE,
+     .flags = REQ,
+     .off = offsetof(msg_trace_t, total_ms),
+     .flo = 0,
+     .fhi = 1e12},
+    {.key = "sources",
+     .kind = MSG_F_ARRAY,
+     .flags = REQ,
+     .off = offsetof(msg_trace_t, sources),
+     .off2 = offsetof(msg_trace_t, n_sources),
+     .max = MSG_MAX_SOURCES,
+     .sub = &s_source_schema},
 };
-const msg_schema_t msg_schema_trace = {"trace",        sizeof(msg_trace_t), s_trace_fields,
-                                       MSG_NFIELDS(s_trace_fields), NULL, NULL};
+const msg_schema_t msg_schema_trace = {
+    "trace", sizeof(msg_trace_t), s_trace_fields, MSG_NFIELDS(s_trace_fields), NULL, NULL};

@@ -20,14 +20,14 @@ typedef struct {
 
 /* 1 generate: start a generation.  Exactly one of prompt / messages. */
 typedef struct {
-    char id[MSG_MAX_ID_BYTES + 1];   /* required, 1..64 bytes: the client's request id */
-    char *prompt;                    /* NULL when messages are used; raw prompt text */
-    size_t prompt_len;               /* 1..MSG_MAX_PROMPT_BYTES (an empty prompt is refused) */
-    msg_chat_t *messages;            /* (n_messages) chat; NULL when prompt is used */
-    int n_messages;                  /* 1..MSG_MAX_MESSAGES when used */
-    int max_tokens;                  /* 1..MSG_MAX_TOKENS, default 256 */
-    msg_sampling_t sampling;         /* defaults: msg_sampling_defaults() */
-    bool has_seed;                   /* "seed" was given (else the server picks 0) */
+    char id[MSG_MAX_ID_BYTES + 1]; /* required, 1..64 bytes: the client's request id */
+    char *prompt;                  /* NULL when messages are used; raw prompt text */
+    size_t prompt_len;             /* 1..MSG_MAX_PROMPT_BYTES (an empty prompt is refused) */
+    msg_chat_t *messages;          /* (n_messages) chat; NULL when prompt is used */
+    int n_messages;                /* 1..MSG_MAX_MESSAGES when used */
+    int max_tokens;                /* 1..MSG_MAX_TOKENS, default 256 */
+    msg_sampling_t sampling;       /* defaults: msg_sampling_defaults() */
+    bool has_seed;                 /* "seed" was given (else the server picks 0) */
     char stop[MSG_MAX_STOP][MSG_MAX_STOP_BYTES + 1]; /* stop strings, each 1..64 bytes */
     int n_stop;                                      /* 0..MSG_MAX_STOP */
     bool stream;                                     /* default true: token events */
@@ -59,9 +59,9 @@ typedef struct {
     int32_t token;                 /* the token id (>= 0) */
     char *text;                    /* the text piece; "" while a UTF-8 char is incomplete */
     size_t text_len;
-    float logprob;                 /* with logprobs: of this token under the model */
+    float logprob; /* with logprobs: of this token under the model */
     bool has_logprob;
-    msg_top_t *top;                /* (n_top) with top_logprobs: the most likely tokens */
+    msg_top_t *top; /* (n_top) with top_logprobs: the most likely tokens */
     int n_top;
     char piece[MSG_MAX_PIECE_BYTES + 1]; /* with logprobs: the token's own text (as in top) */
 } msg_token_t;
@@ -88,8 +88,8 @@ typedef struct {
     char id[MSG_MAX_ID_BYTES + 1];
     msg_trace_step_t *steps; /* (n_steps) in order */
     int n_steps;
-    double total_ms;         /* arrival -> final event: what the steps account for */
-    msg_source_t *sources;   /* (n_sources) spans of the completion copied from the input */
+    double total_ms;       /* arrival -> final event: what the steps account for */
+    msg_source_t *sources; /* (n_sources) spans of the completion copied from the input */
     int n_sources;
 } msg_trace_t;
 
@@ -111,8 +111,8 @@ typedef struct {
 /* 6 done: the last event of every generate that was accepted */
 typedef struct {
     char id[MSG_MAX_ID_BYTES + 1];
-    int finish_reason;         /* msg_finish_t, never MSG_FINISH_NONE */
-    char *text;                /* the whole completion when stream = false; else NULL */
+    int finish_reason; /* msg_finish_t, never MSG_FINISH_NONE */
+    char *text;        /* the whole completion when stream = false; else NULL */
     size_t text_len;
     msg_usage_t usage;
     msg_timings_ms_t timings;

@@ -32,7 +32,7 @@ int msg_err_set(msg_err_t *err, int code, int kind, const char *field, const cha
 }
 
 const char *msg_vkind_name(int kind) {
-    static const char *const names[] = {"nil", "bool", "int", "float", "str",
+    static const char *const names[] = {"nil", "bool",  "int", "float", "str",
                                         "bin", "array", "map", "ext"};
     return kind >= 0 && kind <= MSG_V_EXT ? names[kind] : "?";
 }
@@ -453,15 +453,12 @@ static int s_bad_type(s_dec_t *d, const char *fname, const char *want, const msg
                        fname, want, msg_vkind_name(v->kind));
 }
 
-static int s_too_long(s_dec_t *d, const char *fname, const char *what, uint64_t n,
-                      uint64_t max) {
-    return msg_err_set(d->err, -EPROTO, MSG_E_TOO_LONG, fname,
-                       "field '%s': %llu %s, limit %llu", fname, (unsigned long long)n, what,
-                       (unsigned long long)max);
+static int s_too_long(s_dec_t *d, const char *fname, const char *what, uint64_t n, uint64_t max) {
+    return msg_err_set(d->err, -EPROTO, MSG_E_TOO_LONG, fname, "field '%s': %llu %s, limit %llu",
+                       fname, (unsigned long long)n, what, (unsigned long long)max);
 }
 
-static int s_range_int(s_dec_t *d, const char *fname, const msg_val_t *v, int64_t lo,
-                       int64_t hi) {
+static int s_range_int(s_dec_t *d, const char *fname, const msg_val_t *v, int64_t lo, int64_t hi) {
     char val[32];
     if (v->neg)
         snprintf(val, sizeof val, "%lld", (long long)v->i);
@@ -498,8 +495,8 @@ static int s_get_str(s_dec_t *d, const char *fname, const msg_val_t *v, size_t m
                                     : "field '%s': shorter than the minimum",
                            fname);
     if (no_nul && v->n && memchr(v->p, 0, v->n))
-        return msg_err_set(d->err, -EPROTO, MSG_E_INVALID, fname,
-                           "field '%s': contains a NUL byte", fname);
+        return msg_err_set(d->err, -EPROTO, MSG_E_INVALID, fname, "field '%s': contains a NUL byte",
+                           fname);
     return 0;
 }
 
@@ -520,8 +517,8 @@ static int s_decode_field(s_dec_t *d, const msg_field_t *f, void *m, const msg_v
         if (v->kind != MSG_V_INT)
             return s_bad_type(d, fname, "int", v);
         if (v->neg)
-            return msg_err_set(d->err, -ERANGE, MSG_E_RANGE, fname,
-                               "field '%s': %lld is negative", fname, (long long)v->i);
+            return msg_err_set(d->err, -ERANGE, MSG_E_RANGE, fname, "field '%s': %lld is negative",
+                               fname, (long long)v->i);
         *S_AT(m, f->off, uint64_t) = v->u;
         return 0;
     case MSG_F_I64:
@@ -610,8 +607,7 @@ static int s_decode_field(s_dec_t *d, const msg_field_t *f, void *m, const msg_v
             return s_bad_type(d, fname, "bin", v);
         if (v->n % 4)
             return msg_err_set(d->err, -EPROTO, MSG_E_INVALID, fname,
-                               "field '%s': %u bytes is not a whole number of int32", fname,
-                               v->n);
+                               "field '%s': %u bytes is not a whole number of int32", fname, v->n);
         size_t n = v->n / 4;
         if (n > f->max)
             return s_too_long(d, fname, "entries", n, f->max);
@@ -623,15 +619,15 @@ static int s_decode_field(s_dec_t *d, const msg_field_t *f, void *m, const msg_v
             return msg_err_set(d->err, -ENOMEM, MSG_E_NOMEM, fname, "out of memory");
         for (size_t i = 0; i < n; i++) {
             const uint8_t *q = v->p + 4 * i;
-            uint32_t u = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
-                         (uint32_t)q[3] << 24;
+            uint32_t u =
+                (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
             int32_t t;
             memcpy(&t, &u, sizeof t);
             if (t < f->lo || t > f->hi) {
                 free(a);
                 return msg_err_set(d->err, -ERANGE, MSG_E_RANGE, fname,
-                                   "field '%s': entry %zu = %d is out of range [%lld, %lld]",
-                                   fname, i, t, (long long)f->lo, (long long)f->hi);
+                                   "field '%s': entry %zu = %d is out of range [%lld, %lld]", fname,
+                                   i, t, (long long)f->lo, (long long)f->hi);
             }
             a[i] = t;
         }
@@ -702,8 +698,7 @@ static int s_decode_field(s_dec_t *d, const msg_field_t *f, void *m, const msg_v
             return s_too_long(d, fname, "entries", v->n, f->max);
         if (v->n < f->min)
             return msg_err_set(d->err, -ERANGE, MSG_E_RANGE, fname,
-                               "field '%s': %u entries, at least %zu needed", fname, v->n,
-                               f->min);
+                               "field '%s': %u entries, at least %zu needed", fname, v->n, f->min);
         if (depth + 1 >= MSG_MAX_DEPTH)
             return msg_err_set(d->err, -EBADMSG, MSG_E_MALFORMED, fname,
                                "MessagePack nested deeper than %d levels", MSG_MAX_DEPTH);
@@ -735,8 +730,7 @@ static int s_decode_field(s_dec_t *d, const msg_field_t *f, void *m, const msg_v
         return rc < 0 ? rc : 0;
     }
     default:
-        return msg_err_set(d->err, -EINVAL, MSG_E_INVALID, fname, "field '%s': bad schema",
-                           fname);
+        return msg_err_set(d->err, -EINVAL, MSG_E_INVALID, fname, "field '%s': bad schema", fname);
     }
 }
 
@@ -774,8 +768,8 @@ static int s_check_required(s_dec_t *d, const msg_schema_t *s, uint64_t seen, in
         if ((f->flags & MSG_FF_REQUIRED) && !(seen >> *idx & 1)) {
             char nb[96];
             const char *fname = s_fname(d, f->key, nb, sizeof nb);
-            return msg_err_set(d->err, -EPROTO, MSG_E_MISSING, fname,
-                               "missing required field '%s'", fname);
+            return msg_err_set(d->err, -EPROTO, MSG_E_MISSING, fname, "missing required field '%s'",
+                               fname);
         }
         (*idx)++;
     }
@@ -816,8 +810,8 @@ static int s_decode_map(s_dec_t *d, const msg_schema_t *s, void *m, const msg_va
         size_t base = 0;
         int idx = 0;
         const msg_field_t *f = NULL;
-        if (type != MSG_NONE && ((k.n == 4 && !memcmp(k.p, "type", 4)) ||
-                                 (k.n == 1 && k.p[0] == 'v')))
+        if (type != MSG_NONE &&
+            ((k.n == 4 && !memcmp(k.p, "type", 4)) || (k.n == 1 && k.p[0] == 'v')))
             f = NULL; /* envelope: checked by msg_peek_type */
         else
             f = s_find(s, k.p, k.n, &base, &idx);

@@ -29,14 +29,14 @@ typedef enum {
 
 /* one MessagePack value header (for str/bin/ext also its payload) */
 typedef struct {
-    int kind;        /* msg_vkind_t */
-    bool b;          /* BOOL */
-    bool neg;        /* INT: negative (then i is the value), else u is */
-    int64_t i;       /* INT when neg */
-    uint64_t u;      /* INT when !neg */
-    double f;        /* FLOAT (float32 widened) */
+    int kind;         /* msg_vkind_t */
+    bool b;           /* BOOL */
+    bool neg;         /* INT: negative (then i is the value), else u is */
+    int64_t i;        /* INT when neg */
+    uint64_t u;       /* INT when !neg */
+    double f;         /* FLOAT (float32 widened) */
     const uint8_t *p; /* STR/BIN/EXT payload */
-    uint32_t n;      /* STR/BIN/EXT bytes, ARRAY elements, MAP pairs */
+    uint32_t n;       /* STR/BIN/EXT bytes, ARRAY elements, MAP pairs */
 } msg_val_t;
 
 typedef struct {
@@ -92,25 +92,25 @@ typedef struct msg_schema_s msg_schema_t;
 
 typedef struct {
     const char *key;
-    int kind;             /* msg_fkind_t */
-    int flags;            /* MSG_FF_* */
-    size_t off;           /* offset of the value in the struct */
-    size_t off2;          /* offset of the length / count, where the kind has one */
-    int64_t lo, hi;       /* integer range (element range for BIN_I32) */
-    double flo, fhi;      /* float range */
-    size_t min, max;      /* bytes of a string, or entries of an array/bin/map */
-    size_t max_count;     /* STRS_FIX: entries */
+    int kind;                 /* msg_fkind_t */
+    int flags;                /* MSG_FF_* */
+    size_t off;               /* offset of the value in the struct */
+    size_t off2;              /* offset of the length / count, where the kind has one */
+    int64_t lo, hi;           /* integer range (element range for BIN_I32) */
+    double flo, fhi;          /* float range */
+    size_t min, max;          /* bytes of a string, or entries of an array/bin/map */
+    size_t max_count;         /* STRS_FIX: entries */
     const char *const *names; /* ENUM */
     int n_names;
     const msg_schema_t *sub; /* STRUCT / ARRAY / INLINE */
 } msg_field_t;
 
 struct msg_schema_s {
-    const char *name;         /* for messages; "" for nested maps */
-    size_t size;              /* sizeof the struct */
+    const char *name; /* for messages; "" for nested maps */
+    size_t size;      /* sizeof the struct */
     const msg_field_t *fields;
     int n_fields;
-    void (*init)(void *m);    /* defaults after zeroing; may be NULL */
+    void (*init)(void *m); /* defaults after zeroing; may be NULL */
     /* cross-field rules, after every field decoded; 0 or msg_err_set(...); may be NULL */
     int (*check)(const void *m, msg_err_t *err);
 };
@@ -137,25 +137,50 @@ extern const char *const msg_state_names[4];
 
 /* the sampling keys, shared by generate and work_request (struct T, member sampling) */
 #define MSG_SAMPLING_FIELDS(T)                                                                     \
-    {.key = "temperature", .kind = MSG_F_FLOAT, .off = offsetof(T, sampling.temperature),         \
-     .flo = 0, .fhi = 100},                                                                        \
-        {.key = "top_k", .kind = MSG_F_INT, .off = offsetof(T, sampling.top_k), .lo = 0,           \
+    {.key = "temperature",                                                                         \
+     .kind = MSG_F_FLOAT,                                                                          \
+     .off = offsetof(T, sampling.temperature),                                                     \
+     .flo = 0,                                                                                     \
+     .fhi = 100},                                                                                  \
+        {.key = "top_k",                                                                           \
+         .kind = MSG_F_INT,                                                                        \
+         .off = offsetof(T, sampling.top_k),                                                       \
+         .lo = 0,                                                                                  \
          .hi = MSG_MAX_TOP_K},                                                                     \
-        {.key = "top_p", .kind = MSG_F_FLOAT, .flags = MSG_FF_LO_OPEN,                             \
-         .off = offsetof(T, sampling.top_p), .flo = 0, .fhi = 1},                                  \
-        {.key = "min_p", .kind = MSG_F_FLOAT, .off = offsetof(T, sampling.min_p), .flo = 0,        \
+        {.key = "top_p",                                                                           \
+         .kind = MSG_F_FLOAT,                                                                      \
+         .flags = MSG_FF_LO_OPEN,                                                                  \
+         .off = offsetof(T, sampling.top_p),                                                       \
+         .flo = 0,                                                                                 \
          .fhi = 1},                                                                                \
-        {.key = "repeat_penalty", .kind = MSG_F_FLOAT, .flags = MSG_FF_LO_OPEN,                    \
-         .off = offsetof(T, sampling.repeat_penalty), .flo = 0, .fhi = 10},                        \
-        {.key = "repeat_last_n", .kind = MSG_F_INT, .off = offsetof(T, sampling.repeat_last_n),    \
-         .lo = 0, .hi = MSG_MAX_REPEAT_LAST_N},                                                    \
-        {.key = "stop", .kind = MSG_F_STRS_FIX, .flags = MSG_FF_OMIT_EMPTY,                        \
-         .off = offsetof(T, stop), .off2 = offsetof(T, n_stop), .min = 1,                          \
-         .max = MSG_MAX_STOP_BYTES, .max_count = MSG_MAX_STOP},                                    \
-        {.key = "stream", .kind = MSG_F_BOOL, .off = offsetof(T, stream)},                         \
-        {.key = "max_tokens", .kind = MSG_F_INT, .off = offsetof(T, max_tokens), .lo = 1,          \
-         .hi = MSG_MAX_TOKENS}
-
+        {.key = "min_p",                                                                           \
+         .kind = MSG_F_FLOAT,                                                                      \
+         .off = offsetof(T, sampling.min_p),                                                       \
+         .flo = 0,                                                                                 \
+         .fhi = 1},                                                                                \
+        {.key = "repeat_penalty",                                                                  \
+         .kind = MSG_F_FLOAT,                                                                      \
+         .flags = MSG_FF_LO_OPEN,                                                                  \
+         .off = offsetof(T, sampling.repeat_penalty),                                              \
+         .flo = 0,                                                                                 \
+         .fhi = 10},                                                                               \
+        {.key = "repeat_last_n",                                                                   \
+         .kind = MSG_F_INT,                                                                        \
+         .off = offsetof(T, sampling.repeat_last_n),                                               \
+         .lo = 0,                                                                                  \
+         .hi = MSG_MAX_REPEAT_LAST_N},                                                             \
+        {.key = "stop",                                                                            \
+         .kind = MSG_F_STRS_FIX,                                                                   \
+         .flags = MSG_FF_OMIT_EMPTY,                                                               \
+         .off = offsetof(T, stop),                                                                 \
+         .off2 = offsetof(T, n_stop),                                                              \
+         .min = 1,                                                                                 \
+         .max = MSG_MAX_STOP_BYTES,                                                                \
+         .max_count = MSG_MAX_STOP},                                                               \
+        {.key = "stream", .kind = MSG_F_BOOL, .off = offsetof(T, stream)}, {                       \
+        .key = "max_tokens", .kind = MSG_F_INT, .off = offsetof(T, max_tokens), .lo = 1,           \
+        .hi = MSG_MAX_TOKENS                                                                       \
+    }
 
 /* one schema per message type, defined in the family sources */
 #define MSG_X_SCHEMA(name, NAME, id, version, family) extern const msg_schema_t msg_schema_##name;

@@ -36,22 +36,22 @@ typedef struct {
  * worker computes their KV with the prompt's and goes on at completion index n_gen. */
 typedef struct {
     uint64_t rid;
-    int32_t *tokens;                 /* (n_tokens) prompt then n_gen completion token ids,
-                                        >= 0; "bin" int32 LE */
-    int n_tokens;                    /* 1..MSG_MAX_SEQ_TOKENS */
-    int n_gen;                       /* 0..min(n_tokens - 1, max_tokens) */
-    int max_tokens;                  /* 1..MSG_MAX_TOKENS */
-    msg_sampling_t sampling;         /* seed included */
+    int32_t *tokens;         /* (n_tokens) prompt then n_gen completion token ids,
+                                >= 0; "bin" int32 LE */
+    int n_tokens;            /* 1..MSG_MAX_SEQ_TOKENS */
+    int n_gen;               /* 0..min(n_tokens - 1, max_tokens) */
+    int max_tokens;          /* 1..MSG_MAX_TOKENS */
+    msg_sampling_t sampling; /* seed included */
     char stop[MSG_MAX_STOP][MSG_MAX_STOP_BYTES + 1];
     int n_stop;
     bool stream;
     uint64_t t_arrival_us;
     char session[MSG_MAX_SESSION_BYTES + 1]; /* chat session id, or "" */
-    int pin_tokens; /* leading tokens that are the system prompt (kept longer in the KV tiers) */
-    bool trace;               /* record the decisions (msg_trace_step_t) */
-    bool logprobs;            /* each token's log-probability */
-    int top_logprobs;         /* 0..MSG_MAX_TOP_LOGPROBS alternatives */
-    msg_trace_step_t *steps;  /* (n_steps) decisions so far (tokenizer, router) */
+    int pin_tokens;   /* leading tokens that are the system prompt (kept longer in the KV tiers) */
+    bool trace;       /* record the decisions (msg_trace_step_t) */
+    bool logprobs;    /* each token's log-probability */
+    int top_logprobs; /* 0..MSG_MAX_TOP_LOGPROBS alternatives */
+    msg_trace_step_t *steps; /* (n_steps) decisions so far (tokenizer, router) */
     int n_steps;
 } msg_work_request_t;
 
@@ -82,9 +82,9 @@ typedef struct {
     int cached_tokens;  /* with finish: prompt tokens served from the KV cache */
     int draft_proposed; /* with finish: speculative tokens proposed / accepted */
     int draft_accepted;
-    float logprob;      /* with logprobs and a token */
+    float logprob; /* with logprobs and a token */
     bool has_logprob;
-    msg_top_t *top;     /* (n_top) with top_logprobs */
+    msg_top_t *top; /* (n_top) with top_logprobs */
     int n_top;
     char piece[MSG_MAX_PIECE_BYTES + 1]; /* with logprobs: the token's own text */
     msg_trace_step_t *steps; /* (n_steps) with trace, on the final event: every decision */

@@ -17,7 +17,7 @@
 /* 28 kv_hint (router -> prefetcher): request rid with this prompt goes to worker. */
 typedef struct {
     uint64_t rid;
-    int worker;     /* target worker index */
+    int worker;      /* target worker index */
     int32_t *tokens; /* (n_tokens) prompt token ids */
     int n_tokens;
     char session[MSG_MAX_SESSION_BYTES + 1]; /* chat session id, or "" */
@@ -44,8 +44,8 @@ typedef struct {
     uint64_t parent; /* chained hash of the block before it (0 for the first) */
     int32_t *tokens; /* (n_tokens) the block's token ids, 1..MSG_MAX_BLOCK_TOKENS */
     int n_tokens;
-    int fmt;         /* kv_fmt_t of the raw frame */
-    int pin;         /* importance 0..255 (system prompt > 0): eviction keeps it longer */
+    int fmt; /* kv_fmt_t of the raw frame */
+    int pin; /* importance 0..255 (system prompt > 0): eviction keeps it longer */
 } msg_kv_block_t;
 
 /* 31 kv_promote_done (tier manager -> worker): all blocks found for rid were sent. */

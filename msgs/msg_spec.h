@@ -21,7 +21,7 @@ typedef struct {
     uint64_t seq;    /* echoed in the reply: the target ignores stale replies */
     int32_t *tokens; /* (n_tokens) history: prompt + accepted tokens */
     int n_tokens;
-    int k;           /* proposals wanted, 1..MSG_MAX_DRAFT */
+    int k; /* proposals wanted, 1..MSG_MAX_DRAFT */
 } msg_draft_request_t;
 
 /* 33 draft_reply (draft worker -> target worker) */

@@ -2,8 +2,8 @@
  * the enums that travel as strings, and the envelope readers msg_peek_type and
  * msg_peek_id that let a receiver dispatch before decoding.
  */
-#include "msg_codec.h"
 #include "msg_types.h"
+#include "msg_codec.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -160,8 +160,7 @@ int msg_peek_type(const void *buf, size_t len, int *type, msg_err_t *err) {
         if ((rc = msg_rd_skip_body(&rd, &top, 1, err)) < 0)
             return rc;
         return msg_err_set(err, -EPROTO, MSG_E_NOT_MAP, NULL,
-                           "a message must be a MessagePack map, got %s",
-                           msg_vkind_name(top.kind));
+                           "a message must be a MessagePack map, got %s", msg_vkind_name(top.kind));
     }
     msg_val_t tv = {0}, vv = {0};
     bool have_t = false, have_v = false;
@@ -180,8 +179,7 @@ int msg_peek_type(const void *buf, size_t len, int *type, msg_err_t *err) {
     }
     if (rd.p != rd.end)
         return msg_err_set(err, -EBADMSG, MSG_E_MALFORMED, NULL,
-                           "%zu trailing bytes after the message map",
-                           (size_t)(rd.end - rd.p));
+                           "%zu trailing bytes after the message map", (size_t)(rd.end - rd.p));
     if (!have_t)
         return msg_err_set(err, -EPROTO, MSG_E_UNKNOWN_TYPE, "type",
                            "missing required field 'type'");
@@ -192,8 +190,8 @@ int msg_peek_type(const void *buf, size_t len, int *type, msg_err_t *err) {
     if (t == MSG_NONE) {
         char shown[40];
         s_shown(shown, sizeof shown, tv.p, tv.n);
-        return msg_err_set(err, -EPROTO, MSG_E_UNKNOWN_TYPE, "type",
-                           "unknown message type '%s'", shown);
+        return msg_err_set(err, -EPROTO, MSG_E_UNKNOWN_TYPE, "type", "unknown message type '%s'",
+                           shown);
     }
     if (len > msg_type_max_frame(t))
         return msg_err_set(err, -EMSGSIZE, MSG_E_TOO_BIG, NULL,
@@ -204,12 +202,11 @@ int msg_peek_type(const void *buf, size_t len, int *type, msg_err_t *err) {
             return msg_err_set(err, -EPROTONOSUPPORT, MSG_E_VERSION, "v",
                                "field 'v': expected int, got %s", msg_vkind_name(vv.kind));
         if (vv.neg || vv.u != (uint64_t)msg_type_version(t))
-            return msg_err_set(err, -EPROTONOSUPPORT, MSG_E_VERSION, "v",
-                               "unsupported version %s%llu of '%s' (this build speaks %d)",
-                               vv.neg ? "-" : "",
-                               vv.neg ? (unsigned long long)(-(vv.i + 1)) + 1
-                                      : (unsigned long long)vv.u,
-                               msg_type_name(t), msg_type_version(t));
+            return msg_err_set(
+                err, -EPROTONOSUPPORT, MSG_E_VERSION, "v",
+                "unsupported version %s%llu of '%s' (this build speaks %d)", vv.neg ? "-" : "",
+                vv.neg ? (unsigned long long)(-(vv.i + 1)) + 1 : (unsigned long long)vv.u,
+                msg_type_name(t), msg_type_version(t));
     }
     *type = t;
     return 0;

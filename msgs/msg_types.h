@@ -22,7 +22,7 @@
  * X(name, NAME, id, version, family)
  * ids are stable; the enum value of MSG_<NAME> is the id. */
 #define MSG_TYPES(X)                                                                               \
-    /* client protocol: client DEALER <-> frontend ROUTER */                                      \
+    /* client protocol: client DEALER <-> frontend ROUTER */                                       \
     X(generate, GENERATE, 1, 1, MSG_FAMILY_CLIENT)                                                 \
     X(cancel, CANCEL, 2, 1, MSG_FAMILY_CLIENT)                                                     \
     X(stats, STATS, 3, 1, MSG_FAMILY_CLIENT)                                                       \
@@ -45,7 +45,7 @@
     X(worker_down, WORKER_DOWN, 27, 1, MSG_FAMILY_INTERNAL)                                        \
     X(work_status, WORK_STATUS, 35, 1, MSG_FAMILY_INTERNAL)                                        \
     X(work_probe, WORK_PROBE, 36, 1, MSG_FAMILY_INTERNAL)                                          \
-    /* KV store (msg_kv.h) and speculative decoding (msg_spec.h) */                              \
+    /* KV store (msg_kv.h) and speculative decoding (msg_spec.h) */                                \
     X(kv_hint, KV_HINT, 28, 1, MSG_FAMILY_INTERNAL)                                                \
     X(kv_promote, KV_PROMOTE, 29, 1, MSG_FAMILY_INTERNAL)                                          \
     X(kv_block, KV_BLOCK, 30, 1, MSG_FAMILY_INTERNAL)                                              \
@@ -73,7 +73,7 @@ typedef enum {
 #define MSG_X_ENUM(name, NAME, id, version, family) MSG_##NAME = id,
     MSG_TYPES(MSG_X_ENUM)
 #undef MSG_X_ENUM
-    MSG_TYPE_MAX = 64 /* every id is < MSG_TYPE_MAX */
+        MSG_TYPE_MAX = 64 /* every id is < MSG_TYPE_MAX */
 } msg_type_t;
 
 typedef enum { MSG_FAMILY_CLIENT = 1, MSG_FAMILY_INTERNAL = 2, MSG_FAMILY_CTL = 3 } msg_family_t;
@@ -98,22 +98,22 @@ size_t msg_type_max_frame(int type);
 #define MSG_MAX_ROLE_BYTES 32             /* "system", "user", "assistant", ... */
 #define MSG_MAX_TOKENS 8192               /* max_tokens per request */
 #define MSG_DEFAULT_MAX_TOKENS 256
-#define MSG_MAX_STOP 8                    /* stop strings per request */
-#define MSG_MAX_STOP_BYTES 64             /* bytes per stop string */
-#define MSG_MAX_TEXT_BYTES (512u << 10)   /* text of a token event or of done */
-#define MSG_MAX_ERRMSG_BYTES 512          /* error message text */
-#define MSG_MAX_SESSION_BYTES 64          /* chat session id (prefix warmth) */
-#define MSG_MAX_NAME_BYTES 32             /* actor names */
-#define MSG_MAX_COUNTERS 4096             /* entries in a counters map */
-#define MSG_MAX_COUNTER_NAME_BYTES 96     /* bytes per counter name */
-#define MSG_MAX_ACTORS 256                /* entries in health_reply.actors */
-#define MSG_MAX_SEQ_TOKENS (256 * 1024)   /* token ids in a work_request */
-#define MSG_MAX_TRACE_STEPS 2048          /* decisions in a trace */
-#define MSG_MAX_WHAT_BYTES 32             /* a decision's name */
-#define MSG_MAX_WHY_BYTES 240             /* a decision's inputs, one line */
-#define MSG_MAX_TOP_LOGPROBS 20           /* alternatives per token (top_logprobs) */
-#define MSG_MAX_PIECE_BYTES 48            /* text of one alternative token */
-#define MSG_MAX_SOURCES 256               /* copied spans in a trace */
+#define MSG_MAX_STOP 8                  /* stop strings per request */
+#define MSG_MAX_STOP_BYTES 64           /* bytes per stop string */
+#define MSG_MAX_TEXT_BYTES (512u << 10) /* text of a token event or of done */
+#define MSG_MAX_ERRMSG_BYTES 512        /* error message text */
+#define MSG_MAX_SESSION_BYTES 64        /* chat session id (prefix warmth) */
+#define MSG_MAX_NAME_BYTES 32           /* actor names */
+#define MSG_MAX_COUNTERS 4096           /* entries in a counters map */
+#define MSG_MAX_COUNTER_NAME_BYTES 96   /* bytes per counter name */
+#define MSG_MAX_ACTORS 256              /* entries in health_reply.actors */
+#define MSG_MAX_SEQ_TOKENS (256 * 1024) /* token ids in a work_request */
+#define MSG_MAX_TRACE_STEPS 2048        /* decisions in a trace */
+#define MSG_MAX_WHAT_BYTES 32           /* a decision's name */
+#define MSG_MAX_WHY_BYTES 240           /* a decision's inputs, one line */
+#define MSG_MAX_TOP_LOGPROBS 20         /* alternatives per token (top_logprobs) */
+#define MSG_MAX_PIECE_BYTES 48          /* text of one alternative token */
+#define MSG_MAX_SOURCES 256             /* copied spans in a trace */
 #define MSG_MAX_TOP_K (1 << 24)
 #define MSG_MAX_REPEAT_LAST_N 65536
 #define MSG_MAX_DEPTH 16 /* nesting depth a decoder walks (skipping unknown values too) */
@@ -172,10 +172,10 @@ typedef enum {
 } msg_err_kind_t;
 
 typedef struct {
-    int code;        /* the negative errno the call returned (0 when ok) */
-    int kind;        /* msg_err_kind_t */
-    char field[64];  /* dotted path of the offending field ("messages[2].role"), or "" */
-    char msg[192];   /* one line, e.g. "field 'max_tokens': expected int, got str" */
+    int code;       /* the negative errno the call returned (0 when ok) */
+    int kind;       /* msg_err_kind_t */
+    char field[64]; /* dotted path of the offending field ("messages[2].role"), or "" */
+    char msg[192];  /* one line, e.g. "field 'max_tokens': expected int, got str" */
 } msg_err_t;
 
 /* "bad_type" etc.; "ok" for MSG_E_OK; "?" out of range. */
@@ -204,10 +204,10 @@ const char *msg_code_name(int code); /* NULL if invalid */
 
 /* actor states in health_reply */
 typedef enum {
-    MSG_STATE_READY = 0,      /* "ready" */
-    MSG_STATE_STARTING = 1,   /* "starting" */
-    MSG_STATE_UNHEALTHY = 2,  /* "unhealthy" */
-    MSG_STATE_RESTARTING = 3  /* "restarting" */
+    MSG_STATE_READY = 0,     /* "ready" */
+    MSG_STATE_STARTING = 1,  /* "starting" */
+    MSG_STATE_UNHEALTHY = 2, /* "unhealthy" */
+    MSG_STATE_RESTARTING = 3 /* "restarting" */
 } msg_state_t;
 const char *msg_state_name(int state); /* NULL if invalid */
 
@@ -268,9 +268,9 @@ void msg_trace_step_vfill(msg_trace_step_t *st, const char *actor, const char *w
 
 /* An alternative token at one position, with its log-probability under the model. */
 typedef struct {
-    int32_t token;                           /* >= 0 */
-    float logprob;                           /* <= 0 */
-    char text[MSG_MAX_PIECE_BYTES + 1];      /* its text alone (invalid UTF-8 as U+FFFD) */
+    int32_t token;                      /* >= 0 */
+    float logprob;                      /* <= 0 */
+    char text[MSG_MAX_PIECE_BYTES + 1]; /* its text alone (invalid UTF-8 as U+FFFD) */
 } msg_top_t;
 
 #define MSG_DECLARE_CODEC(name)                                                                    \

@@ -115,8 +115,8 @@ static int s_pick(const router_moe_view_t *t, const uint8_t *skip, int e, int ca
 }
 
 int router_moe_assign(const router_moe_view_t *t, int n_rows, const int32_t *token,
-                      const int32_t *expert, const float *logits, const uint8_t *skip,
-                      int *actor, int32_t *used, int64_t *overflow) {
+                      const int32_t *expert, const float *logits, const uint8_t *skip, int *actor,
+                      int32_t *used, int64_t *overflow) {
     int E = t->n_expert, A = t->n_actors, moved = 0;
     int64_t *score = calloc((size_t)A, sizeof *score);
     int *taken = calloc((size_t)A * E, sizeof *taken);

@@ -59,8 +59,8 @@ int router_moe_capacity(const router_moe_view_t *t, int e, int n_rows);
  * overflowed rows are placed after every other row, in row order.  Returns the
  * rows substituted. */
 int router_moe_assign(const router_moe_view_t *t, int n_rows, const int32_t *token,
-                      const int32_t *expert, const float *logits, const uint8_t *skip,
-                      int *actor, int32_t *used, int64_t *overflow);
+                      const int32_t *expert, const float *logits, const uint8_t *skip, int *actor,
+                      int32_t *used, int64_t *overflow);
 
 /* ---- the router's control plane */
 

@@ -19,7 +19,7 @@ typedef struct {
 
 struct sched_batch_t {
     sched_batch_config_t cfg; /* limits */
-    s_req_t *waiting;          /* (max_queue) FIFO, oldest first; n_waiting valid */
+    s_req_t *waiting;         /* (max_queue) FIFO, oldest first; n_waiting valid */
     int n_waiting;
     s_req_t *running; /* (max_batch) admission order; n_running valid */
     int n_running;
@@ -85,7 +85,7 @@ bool sched_batch_has(const sched_batch_t *self, uint64_t rid) {
 }
 
 int sched_batch_submit(sched_batch_t *self, uint64_t rid, int n_prompt, int max_tokens,
-                        void *user) {
+                       void *user) {
     if (n_prompt < 1 || max_tokens < 1)
         return -EINVAL;
     if (sched_batch_has(self, rid))
@@ -192,8 +192,7 @@ int sched_batch_advance(sched_batch_t *self, uint64_t rid, int n, bool generated
     return 0;
 }
 
-int sched_batch_advance_spec(sched_batch_t *self, uint64_t rid, int n_computed,
-                              int n_generated) {
+int sched_batch_advance_spec(sched_batch_t *self, uint64_t rid, int n_computed, int n_generated) {
     int i = s_find(self->running, self->n_running, rid);
     if (i < 0)
         return -ENOENT;

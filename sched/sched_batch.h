@@ -65,8 +65,7 @@ const sched_batch_config_t *sched_batch_config(const sched_batch_t *self);
  * 0; -EINVAL (n_prompt < 1 or max_tokens < 1); -EEXIST (rid already known);
  * -E2BIG (it can never fit: more positions than max_ctx or more blocks than the
  * pool); -EAGAIN (the queue is full: answer "overloaded"). */
-int sched_batch_submit(sched_batch_t *self, uint64_t rid, int n_prompt, int max_tokens,
-                        void *user);
+int sched_batch_submit(sched_batch_t *self, uint64_t rid, int n_prompt, int max_tokens, void *user);
 /* Take a request out (finished or cancelled), waiting or running, releasing its
  * KV reservation.  Returns its user pointer, or NULL when rid is unknown. */
 void *sched_batch_remove(sched_batch_t *self, uint64_t rid);
@@ -92,8 +91,7 @@ int sched_batch_advance(sched_batch_t *self, uint64_t rid, int n, bool generated
  * n_generated tokens (1..) were accepted; n_computed positions (the last
  * known token plus the accepted drafts, = n_generated) keep their KV.
  * 0, or -ENOENT / -EINVAL (more than max_tokens, or positions not known). */
-int sched_batch_advance_spec(sched_batch_t *self, uint64_t rid, int n_computed,
-                              int n_generated);
+int sched_batch_advance_spec(sched_batch_t *self, uint64_t rid, int n_computed, int n_generated);
 /* Tokens rid has generated so far (-ENOENT if unknown). */
 int sched_batch_generated(const sched_batch_t *self, uint64_t rid);
 

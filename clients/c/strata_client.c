@@ -23,16 +23,16 @@
 #define S_HEARTBEAT_TIMEOUT_MS 3000
 
 struct strata_client_t {
-    void *ctx;             /* ZeroMQ context (owned) */
-    void *sock;            /* DEALER connected to the frontend */
-    void *mon;             /* PAIR reading the DEALER's monitor events */
-    bool up;               /* a handshake succeeded since the last disconnect */
-    unsigned conn;         /* handshakes so far: the number of the current connection */
-    int timeout_ms;        /* bound on every wait for the server */
-    unsigned long seq;     /* request ids: "c<pid>-<seq>" */
-    char cur_id[65];       /* the generation in progress, "" when none */
-    char error[256];       /* last failure, one line */
-    char error_code[16];   /* server error code of the last -EREMOTEIO */
+    void *ctx;           /* ZeroMQ context (owned) */
+    void *sock;          /* DEALER connected to the frontend */
+    void *mon;           /* PAIR reading the DEALER's monitor events */
+    bool up;             /* a handshake succeeded since the last disconnect */
+    unsigned conn;       /* handshakes so far: the number of the current connection */
+    int timeout_ms;      /* bound on every wait for the server */
+    unsigned long seq;   /* request ids: "c<pid>-<seq>" */
+    char cur_id[65];     /* the generation in progress, "" when none */
+    char error[256];     /* last failure, one line */
+    char error_code[16]; /* server error code of the last -EREMOTEIO */
 };
 
 static int s_fail(strata_client_t *c, int rc, const char *fmt, ...)
@@ -279,11 +279,10 @@ static int s_build_generate(strata_client_t *c, const strata_gen_params_t *p, ms
             return s_fail(c, -ENOMEM, "out of memory");
         g->n_messages = p->n_messages;
         for (int i = 0; i < p->n_messages; i++) {
-            if (msg_set_str(g->messages[i].role, sizeof g->messages[i].role,
-                            p->messages[i].role) < 0)
+            if (msg_set_str(g->messages[i].role, sizeof g->messages[i].role, p->messages[i].role) <
+                0)
                 return s_fail(c, -EINVAL, "message %d: role too long", i);
-            g->messages[i].content = (char *)(p->messages[i].content ? p->messages[i].content
-                                                                     : "");
+            g->messages[i].content = (char *)(p->messages[i].content ? p->messages[i].content : "");
             g->messages[i].content_len = strlen(g->messages[i].content);
         }
     } else {

@@ -43,7 +43,7 @@ typedef struct strata_client_t strata_client_t;
 
 /* One chat message. */
 typedef struct {
-    const char *role;    /* "system", "user", "assistant" */
+    const char *role; /* "system", "user", "assistant" */
     const char *content;
 } strata_chat_t;
 
@@ -52,18 +52,18 @@ typedef struct {
     const char *prompt;            /* raw prompt; or NULL and messages */
     const strata_chat_t *messages; /* chat messages (the server applies the chat template) */
     int n_messages;
-    int max_tokens;                /* 1..8192 (default 256) */
-    float temperature;             /* 0 = greedy (default 0.8) */
-    int top_k;                     /* default 40; 0 = off */
-    float top_p;                   /* default 0.95 */
-    float min_p;                   /* default 0.05 */
-    float repeat_penalty;          /* default 1.0 = off */
-    int repeat_last_n;             /* tokens the penalty looks back (default 64) */
-    uint64_t seed;                 /* used when has_seed */
+    int max_tokens;       /* 1..8192 (default 256) */
+    float temperature;    /* 0 = greedy (default 0.8) */
+    int top_k;            /* default 40; 0 = off */
+    float top_p;          /* default 0.95 */
+    float min_p;          /* default 0.05 */
+    float repeat_penalty; /* default 1.0 = off */
+    int repeat_last_n;    /* tokens the penalty looks back (default 64) */
+    uint64_t seed;        /* used when has_seed */
     bool has_seed;
-    const char *const *stop;       /* stop strings (<= 8, each <= 64 bytes) */
+    const char *const *stop; /* stop strings (<= 8, each <= 64 bytes) */
     int n_stop;
-    bool stream;                   /* default true: the callback sees every token */
+    bool stream; /* default true: the callback sees every token */
 } strata_gen_params_t;
 
 /* Fill p with the defaults above (no prompt). */
@@ -77,8 +77,8 @@ typedef struct {
     int prompt_tokens;
     int completion_tokens;
     double queued_ms, prefill_ms, decode_ms, ttft_ms; /* of the last attempt, when resumed */
-    int resumes;            /* times the connection was lost and the request resumed */
-    int resumed_after;      /* token events this client had at the last resume */
+    int resumes;       /* times the connection was lost and the request resumed */
+    int resumed_after; /* token events this client had at the last resume */
 } strata_done_t;
 
 /* Free done->text (safe twice). */
@@ -87,8 +87,7 @@ void strata_done_free(strata_done_t *done);
 /* Called for every token event (stream = true): text is the piece (len bytes, NUL-
  * terminated, may be empty while a UTF-8 character is incomplete).  Return 0 to go on,
  * nonzero to cancel the request (the call then ends with finish_reason "cancelled"). */
-typedef int (*strata_token_fn)(void *user, int index, int32_t token, const char *text,
-                               size_t len);
+typedef int (*strata_token_fn)(void *user, int index, int32_t token, const char *text, size_t len);
 
 /* A counter of the server's stats. */
 typedef struct {

@@ -173,9 +173,9 @@ PK_INLINE __m256i s_rowmask(int n) {
  * out row 0 of the group at column 0; rows of the group exist (1..16).
  * add: continue from the values in out (a later pass over k); pf: prefetch
  * the weights ahead (the first tile of a group; the others find them in L1). */
-PK_INLINE void s_tile(kern_type_t T, const int NH, const int C, int h0, int nbk,
-                      const uint8_t *rec, const uint8_t *x, size_t xs, const s_prep_t *p, int pc,
-                      float *out, size_t os, int rows, bool add, bool pf) {
+PK_INLINE void s_tile(kern_type_t T, const int NH, const int C, int h0, int nbk, const uint8_t *rec,
+                      const uint8_t *x, size_t xs, const s_prep_t *p, int pc, float *out, size_t os,
+                      int rows, bool add, bool pf) {
     const int REC = kern_pk_rec(T), DOF = kern_pk_d_off(T);
     const bool MIN = s_min(T);
     const int XB = MIN ? (int)sizeof(kern_block_q8_1) : (int)sizeof(kern_block_q8_0);
@@ -187,10 +187,10 @@ PK_INLINE void s_tile(kern_type_t T, const int NH, const int C, int h0, int nbk,
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
             float *q = out + (size_t)c * os + 8 * (h0 + hh);
-            acc[hh][c] = !add       ? _mm256_setzero_ps()
-                         : n >= 8   ? _mm256_loadu_ps(q)
-                         : n > 0    ? _mm256_maskload_ps(q, s_rowmask(n))
-                                    : _mm256_setzero_ps();
+            acc[hh][c] = !add     ? _mm256_setzero_ps()
+                         : n >= 8 ? _mm256_loadu_ps(q)
+                         : n > 0  ? _mm256_maskload_ps(q, s_rowmask(n))
+                                  : _mm256_setzero_ps();
         }
     }
     for (int b = 0; b < nbk; b++) {
@@ -219,9 +219,9 @@ PK_INLINE void s_tile(kern_type_t T, const int NH, const int C, int h0, int nbk,
                 if (OFF)
                     is[c] = _mm256_add_epi32(is[c], _mm256_set1_epi32(p->u.corr[pi[c]]));
                 /* the block sums are exact integers below 2^24: the conversion is exact */
-                acc[hh][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]),
-                                             _mm256_mul_ps(dw, _mm256_set1_ps(p->dx[pi[c]])),
-                                             acc[hh][c]);
+                acc[hh][c] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]),
+                                    _mm256_mul_ps(dw, _mm256_set1_ps(p->dx[pi[c]])), acc[hh][c]);
                 if (MIN)
                     acc[hh][c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(p->u.sx[pi[c]]), acc[hh][c]);
             }

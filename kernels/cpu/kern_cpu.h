@@ -34,9 +34,8 @@ void kern_gemm_packed_avx512(kern_type_t wt, int64_t k, int r0, int nr, int nc, 
 size_t kern_packed_size_avx2(kern_type_t wt, int64_t k, int nr);
 void kern_gemm_packed_avx2(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
                            const void *x, size_t x_stride, float *out, size_t out_stride);
-void kern_gemm_packed_avxvnni(kern_type_t wt, int64_t k, int r0, int nr, int nc,
-                              const void *packed, const void *x, size_t x_stride, float *out,
-                              size_t out_stride);
+void kern_gemm_packed_avxvnni(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
+                              const void *x, size_t x_stride, float *out, size_t out_stride);
 
 /* ---- the packed weight layout (kern_ops_t.pack) --------------------------
  * Rows in groups of KERN_PK_ROWS = 16, the last group padded with zero rows.

@@ -89,9 +89,12 @@ static const uint8_t *s_kv_row(const kern_attn_args_t *a, const uint8_t *base, i
 /* Element i of a row, dequantized exactly as kvstore/kv_codec.c does (q * scale). */
 static float s_kv_at(const kern_attn_args_t *a, const uint8_t *row, float row_scale, int i) {
     switch (a->kv_type) {
-    case KERN_F16: return kern_f16_to_f32(((const kern_f16_t *)row)[i]);
-    case KERN_I8: return (float)((const int8_t *)row)[i] * row_scale;
-    default: return ((const float *)row)[i];
+    case KERN_F16:
+        return kern_f16_to_f32(((const kern_f16_t *)row)[i]);
+    case KERN_I8:
+        return (float)((const int8_t *)row)[i] * row_scale;
+    default:
+        return ((const float *)row)[i];
     }
 }
 

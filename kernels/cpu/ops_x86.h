@@ -194,7 +194,8 @@ KO_INLINE float s_kv_scale(const kern_attn_args_t *a, const uint8_t *base, size_
 /* 8 elements of a K or V row as floats. */
 KO_INLINE __m256 s_kv8(const int kt, const uint8_t *row, int i) {
     if (kt == S_KT_I8)
-        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + i))));
+        return _mm256_cvtepi32_ps(
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + i))));
     if (kt == S_KT_F16)
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * i)));
     return _mm256_loadu_ps((const float *)row + i);
@@ -438,14 +439,14 @@ KO_INLINE void s_chunk32(const kern_attn_args_t *a, const int kt, const int NQ, 
                     S_IN_REG8(kv);
 #pragma GCC unroll 3
                     for (int h = 0; h < NQ; h++)
-                        acc[h][jj] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)h * D + 8 * d),
-                                                     kv, acc[h][jj]);
+                        acc[h][jj] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)h * D + 8 * d), kv,
+                                                     acc[h][jj]);
                 }
             }
 #pragma GCC unroll 3
             for (int h = 0; h < NQ; h++)
-                u[half][h] = s_sum4_8(s_sum2_8(acc[h][0], acc[h][1]),
-                                      s_sum2_8(acc[h][2], acc[h][3]));
+                u[half][h] =
+                    s_sum4_8(s_sum2_8(acc[h][0], acc[h][1]), s_sum2_8(acc[h][2], acc[h][3]));
         }
         const int r = rc - 8 * t; /* valid rows in this tile */
 #pragma GCC unroll 3
@@ -586,7 +587,7 @@ KO_INLINE void s_group16(const kern_attn_args_t *a, const int kt, const int NQ, 
 /* One function per (K/V type, group size): DB = 4 output ymm per head for
  * groups of 1 or 2 heads when DV allows, else 2. */
 #define KA2_FN(ty, kt, nq)                                                                         \
-    static __attribute__((noinline)) void s_g16_##ty##_##nq(const kern_attn_args_t *a, int h0) {  \
+    static __attribute__((noinline)) void s_g16_##ty##_##nq(const kern_attn_args_t *a, int h0) {   \
         if ((nq) <= 2 && a->head_dim % 32 == 0)                                                    \
             s_group16(a, kt, nq, 4, h0);                                                           \
         else                                                                                       \
@@ -633,7 +634,8 @@ static bool s_attention16(const kern_attn_args_t *a, int kt) {
 
 KO_INLINE __m512 s_kv16(const int kt, const uint8_t *row, int i) {
     if (kt == S_KT_I8)
-        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(row + i))));
+        return _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(row + i))));
     if (kt == S_KT_F16)
         return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * i)));
     return _mm512_loadu_ps((const float *)row + i);
@@ -683,8 +685,8 @@ KO_INLINE __m512 s_exp16(__m512 x) {
 }
 
 /* o[h] += p[h][j] * (row v) for the NQ heads; p[h] at pb + 64 h. */
-KO_INLINE void s_vrow16(const int kt, const int DV, const int NQ, const uint8_t *v,
-                        const float *pb, int j, __m512 (*o)[8]) {
+KO_INLINE void s_vrow16(const int kt, const int DV, const int NQ, const uint8_t *v, const float *pb,
+                        int j, __m512 (*o)[8]) {
 #pragma GCC unroll 8
     for (int d = 0; d < DV; d++) {
         __m512 vv = s_kv16(kt, v, 16 * d);
@@ -768,8 +770,7 @@ KO_INLINE void s_chunk64(const kern_attn_args_t *a, const int kt, const int DV, 
             s_scores16(kt, DV, NQ, true, a->k_base + tb[t], NULL, 16, q, D, a->scale, ks[t],
                        pb + 16 * t);
         else
-            s_scores16(kt, DV, NQ, false, a->k_base, off[t], r, q, D, a->scale, ks[t],
-                       pb + 16 * t);
+            s_scores16(kt, DV, NQ, false, a->k_base, off[t], r, q, D, a->scale, ks[t], pb + 16 * t);
     }
 #pragma GCC unroll 4
     for (int h = 0; h < NQ; h++) {
@@ -903,8 +904,8 @@ KO_INLINE void s_attn_group(const kern_attn_args_t *a, const int kt, const int D
                                                                   int h0) {                        \
         s_attn_group(a, S_KT_F16, dv, nqv, h0);                                                    \
     }                                                                                              \
-    static __attribute__((noinline)) void s_attn_i8_##dv##_##nqv(const kern_attn_args_t *a,        \
-                                                                 int h0) {                         \
+    static                                                                                         \
+        __attribute__((noinline)) void s_attn_i8_##dv##_##nqv(const kern_attn_args_t *a, int h0) { \
         s_attn_group(a, S_KT_I8, dv, nqv, h0);                                                     \
     }
 /* clang-format off */
@@ -915,11 +916,18 @@ KA_FN(8, 1) KA_FN(8, 2)
 /* clang-format on */
 #undef KA_FN
 
-typedef void (*s_attn_fn)(const kern_attn_args_t *, int);
+        typedef void (*s_attn_fn)(const kern_attn_args_t *, int);
 #define KA_ROW(ty, dv)                                                                             \
-    { s_attn_##ty##_##dv##_1, s_attn_##ty##_##dv##_2, s_attn_##ty##_##dv##_3, s_attn_##ty##_##dv##_4 }
+    {                                                                                              \
+        s_attn_##ty##_##dv##_1, s_attn_##ty##_##dv##_2, s_attn_##ty##_##dv##_3,                    \
+            s_attn_##ty##_##dv##_4                                                                 \
+    }
 #define KA_TYPE(ty)                                                                                \
-    { KA_ROW(ty, 1), KA_ROW(ty, 2), KA_ROW(ty, 4), {s_attn_##ty##_8_1, s_attn_##ty##_8_2, NULL, NULL} }
+    {                                                                                              \
+        KA_ROW(ty, 1), KA_ROW(ty, 2), KA_ROW(ty, 4), {                                             \
+            s_attn_##ty##_8_1, s_attn_##ty##_8_2, NULL, NULL                                       \
+        }                                                                                          \
+    }
 /* [kt][log2 DV][nq - 1]; DV = 8 allows nq <= 2 */
 static const s_attn_fn s_attn_tab[3][4][4] = {KA_TYPE(f32), KA_TYPE(f16), KA_TYPE(i8)};
 #undef KA_ROW

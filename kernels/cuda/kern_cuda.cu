@@ -40,8 +40,8 @@ __global__ static void s_rmsnorm(float *out, const float *x, const float *w, int
         orow[i] = xr[i] * scale * w[i];
 }
 
-extern "C" int kern_cuda_rmsnorm_host(float *out, const float *x, const float *w, int n_rows,
-                                      int n, float eps) {
+extern "C" int kern_cuda_rmsnorm_host(float *out, const float *x, const float *w, int n_rows, int n,
+                                      float eps) {
     if (kern_cuda_device_count() < 1)
         return -ENODEV;
     float *dx = nullptr, *dw = nullptr, *dout = nullptr;

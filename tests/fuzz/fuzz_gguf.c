@@ -12,8 +12,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-static int s_fd = -1;     /* one memfd: the input as a file, without touching the disk */
-static char s_path[64];   /* its /proc/self/fd path */
+static int s_fd = -1;           /* one memfd: the input as a file, without touching the disk */
+static char s_path[64];         /* its /proc/self/fd path */
 static volatile uint8_t s_sink; /* keeps the byte reads below */
 
 /* A NUL-terminated copy of s, or NULL when s holds a NUL (no C-string lookup can find it). */
@@ -88,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     model_gguf_t *g = model_gguf_open(s_path, err, sizeof err);
     if (!g) {
         if (!err[0])
-            abort(); /* every failure says why */
+            abort();     /* every failure says why */
         if (size >= 4) { /* ... and where: an offset inside the file */
             const char *at = strstr(err, ": at offset ");
             if (!at || strtoull(at + 12, NULL, 10) > size)

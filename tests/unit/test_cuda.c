@@ -47,5 +47,7 @@ int main(void) {
     return 0;
 }
 #else
-int main(void) { test_skip(false, "built without CUDA (STRATA_CUDA=OFF or no nvcc)"); }
+int main(void) {
+    test_skip(false, "built without CUDA (STRATA_CUDA=OFF or no nvcc)");
+}
 #endif

@@ -18,10 +18,10 @@ static model_llama_t *M;
 static const model_config_t *CFG;
 static kern_kv_shape_t KV16; /* the model's KV blocks of 16 positions */
 
-static const int32_t P1[] = {504, 3458, 282, 4649, 314, 7042, 30, 378, 3458, 282, 4649,
-                             314, 7042, 30, 378, 3458, 282, 4649, 314, 7042, 30};
-static const int32_t P2[] = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308,
-                             34519, 28, 7018, 411, 407, 19712, 8182, 2, 198, 1};
+static const int32_t P1[] = {504, 3458, 282, 4649, 314,  7042, 30,   378, 3458, 282, 4649,
+                             314, 7042, 30,  378,  3458, 282,  4649, 314, 7042, 30};
+static const int32_t P2[] = {1,   9690,  198, 2683, 359, 253, 5356,  5646, 11173, 3365, 3511,
+                             308, 34519, 28,  7018, 411, 407, 19712, 8182, 2,     198,  1};
 #define N1 (int)(sizeof P1 / sizeof P1[0])
 #define N2 (int)(sizeof P2 / sizeof P2[0])
 
@@ -137,10 +137,20 @@ START_TEST(mixed_batch_equals_separate) {
     int n = 0, i1 = 0, i2 = 0;
     while (i1 < N1 || i2 < N2) { /* interleave unevenly */
         if (i1 < N1) {
-            toks[n] = P1[i1]; pos[n] = i1; seq[n] = 0; want[n] = true; n++; i1++;
+            toks[n] = P1[i1];
+            pos[n] = i1;
+            seq[n] = 0;
+            want[n] = true;
+            n++;
+            i1++;
         }
         for (int k = 0; k < 2 && i2 < N2; k++) {
-            toks[n] = P2[i2]; pos[n] = i2; seq[n] = 1; want[n] = true; n++; i2++;
+            toks[n] = P2[i2];
+            pos[n] = i2;
+            seq[n] = 1;
+            want[n] = true;
+            n++;
+            i2++;
         }
     }
     float *out = malloc((size_t)n * CFG->n_vocab * sizeof(float));

@@ -26,8 +26,12 @@ static void put(buf_t *b, const void *d, size_t n) {
     memcpy(b->p + b->n, d, n);
     b->n += n;
 }
-static void put_u32(buf_t *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(buf_t *b, uint64_t v) { put(b, &v, 8); }
+static void put_u32(buf_t *b, uint32_t v) {
+    put(b, &v, 4);
+}
+static void put_u64(buf_t *b, uint64_t v) {
+    put(b, &v, 8);
+}
 static void put_str(buf_t *b, const char *s) {
     put_u64(b, strlen(s));
     put(b, s, strlen(s));

@@ -12,8 +12,8 @@
 START_TEST(bounds_are_1_2_5) {
     base_hist_t *h = base_hist_new("ttft_us", 1000, 60000000);
     ck_assert_ptr_nonnull(h);
-    int64_t want[] = {1000,   2000,   5000,    10000,   20000,   50000,    100000,
-                      200000, 500000, 1000000, 2000000, 5000000, 10000000, 20000000, 50000000};
+    int64_t want[] = {1000,   2000,    5000,    10000,   20000,    50000,    100000,  200000,
+                      500000, 1000000, 2000000, 5000000, 10000000, 20000000, 50000000};
     int n = (int)(sizeof want / sizeof want[0]);
     ck_assert_int_eq(base_hist_n_bounds(h), n);
     for (int i = 0; i < n; i++)
@@ -98,8 +98,8 @@ START_TEST(export_is_cumulative) {
     s_sink_t s = {0};
     base_hist_export(h, s_put, &s);
     const char *names[] = {"batch_size.bucket.le_1", "batch_size.bucket.le_2",
-                           "batch_size.bucket.le_5", "batch_size.bucket.le_10", "batch_size.sum",
-                           "batch_size.count"};
+                           "batch_size.bucket.le_5", "batch_size.bucket.le_10",
+                           "batch_size.sum",         "batch_size.count"};
     int64_t vals[] = {2, 2, 3, 4, 62, 5};
     ck_assert_int_eq(s.n, 6);
     for (int i = 0; i < 6; i++) {

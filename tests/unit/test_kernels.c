@@ -601,10 +601,10 @@ END_TEST
 
 /* Every table's attention against a double-precision softmax over the K and
  * V values the pool holds (for KERN_I8 the dequantized q * scale), within
- * 2e-6 (INT8, whose rows carry outliers: 2e-5, relative above 1).  KERN_I8 also: the scalar reference equals, bit for bit, the F32
- * reference over a pool of those dequantized values (both compute q * scale
- * per element), and each SIMD table is within that tolerance of it; the rows include
- * zeros (scale 0) and outliers. */
+ * 2e-6 (INT8, whose rows carry outliers: 2e-5, relative above 1).  KERN_I8 also: the scalar
+ * reference equals, bit for bit, the F32 reference over a pool of those dequantized values (both
+ * compute q * scale per element), and each SIMD table is within that tolerance of it; the rows
+ * include zeros (scale 0) and outliers. */
 static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bsz, uint64_t seed) {
     uint64_t rng = seed;
     const int n_blocks = (n_ctx + bsz - 1) / bsz + 2;
@@ -730,8 +730,8 @@ static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bs
         ops->attention(&a);
         for (int i = 0; i < n_q * D; i++)
             ck_assert_msg(fabs(out[i] - want[i]) < tol * fmax(1, fabs(want[i])),
-                          "%s attention D %d n_q %d n_ctx %d bsz %d: %.9g vs %.9g", ops->name, D, n_q,
-                          n_ctx, bsz, out[i], want[i]);
+                          "%s attention D %d n_q %d n_ctx %d bsz %d: %.9g vs %.9g", ops->name, D,
+                          n_q, n_ctx, bsz, out[i], want[i]);
         if (kvt == KERN_I8) {
             for (int i = 0; i < n_q * D; i++)
                 ck_assert_msg(ti == 0 ? out[i] == ref32[i]

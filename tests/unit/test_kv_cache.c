@@ -761,7 +761,9 @@ static void s_model_load(void) {
     ck_assert_msg(M, "%s", err);
 }
 
-static void s_model_free(void) { model_llama_destroy(&M); }
+static void s_model_free(void) {
+    model_llama_destroy(&M);
+}
 
 int main(int argc, char **argv) {
     Suite *s = suite_create("kv_cache");

@@ -288,8 +288,13 @@ START_TEST(test_pool_layout_is_codec) {
     ck_assert_int_ge(fd, 0);
     close(fd);
     char err[256];
-    test_synth_t syn = {.n_layer = 3, .d_model = 256, .n_head = 4, .n_head_kv = 2, .d_ff = 128,
-                        .n_vocab = 64, .seed = 5};
+    test_synth_t syn = {.n_layer = 3,
+                        .d_model = 256,
+                        .n_head = 4,
+                        .n_head_kv = 2,
+                        .d_ff = 128,
+                        .n_vocab = 64,
+                        .seed = 5};
     ck_assert_msg(test_synth_model(path, &syn, err, sizeof err) == 0, "%s", err);
     model_llama_t *m = model_llama_load(path, err, sizeof err);
     unlink(path);

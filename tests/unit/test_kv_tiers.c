@@ -23,7 +23,8 @@
 static char s_root[256]; /* made and removed by main */
 static char s_dir[320];  /* this test's T2 directory */
 
-static const kern_kv_shape_t s_shape = {.n_layer = 2, .n_head_kv = 2, .head_dim = 8, .block_size = 16};
+static const kern_kv_shape_t s_shape = {
+    .n_layer = 2, .n_head_kv = 2, .head_dim = 8, .block_size = 16};
 
 static int s_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st, (void)flag, (void)ftw;

@@ -19,9 +19,8 @@ static char *s_render(const msg_counter_t *c, int n) {
 
 START_TEST(render_counters_gauges_units) {
     msg_counter_t c[] = {
-        {"worker1.kv.free_blocks", 7}, {"worker0.kv.free_blocks", 9},
-        {"frontend.requests", 12},     {"frontend.requests.active", 2},
-        {"draft.time.ngram_us", 1500}, {"router.load.worker0", 3},
+        {"worker1.kv.free_blocks", 7},   {"worker0.kv.free_blocks", 9}, {"frontend.requests", 12},
+        {"frontend.requests.active", 2}, {"draft.time.ngram_us", 1500}, {"router.load.worker0", 3},
     };
     char *out = s_render(c, 6);
     const char *want =
@@ -52,9 +51,12 @@ END_TEST
 START_TEST(render_histogram) {
     /* buckets in any order; an incomplete triple (no .sum) stays plain counters */
     msg_counter_t c[] = {
-        {"frontend.ttft_us.count", 3},          {"frontend.ttft_us.bucket.le_2000", 2},
-        {"frontend.ttft_us.bucket.le_1000", 1}, {"frontend.ttft_us.sum", 4500},
-        {"worker0.odd.count", 1},               {"worker0.odd.bucket.le_1", 1},
+        {"frontend.ttft_us.count", 3},
+        {"frontend.ttft_us.bucket.le_2000", 2},
+        {"frontend.ttft_us.bucket.le_1000", 1},
+        {"frontend.ttft_us.sum", 4500},
+        {"worker0.odd.count", 1},
+        {"worker0.odd.bucket.le_1", 1},
     };
     char *out = s_render(c, 6);
     const char *want =
@@ -112,8 +114,10 @@ START_TEST(request_histograms_end_to_end) {
     }
     char *out = s_render(mc, n);
     ck_assert_ptr_nonnull(strstr(out, "# TYPE strata_frontend_ttft_seconds histogram\n"));
-    ck_assert_ptr_nonnull(strstr(out, "strata_frontend_ttft_seconds_count{actor=\"frontend\"} 5\n"));
-    ck_assert_ptr_nonnull(strstr(out, "strata_frontend_ttft_seconds_sum{actor=\"frontend\"} 0.45\n"));
+    ck_assert_ptr_nonnull(
+        strstr(out, "strata_frontend_ttft_seconds_count{actor=\"frontend\"} 5\n"));
+    ck_assert_ptr_nonnull(
+        strstr(out, "strata_frontend_ttft_seconds_sum{actor=\"frontend\"} 0.45\n"));
     ck_assert_ptr_nonnull(
         strstr(out, "strata_frontend_tpot_seconds_bucket{actor=\"frontend\",le=\"0.01\"} 5\n"));
     ck_assert_ptr_nonnull(strstr(out, "# TYPE strata_frontend_draft_accept_pct histogram\n"));
@@ -121,7 +125,7 @@ START_TEST(request_histograms_end_to_end) {
     free(mc);
     actor_counters_destroy(&c);
     actor_metrics_req_destroy(&h);
-    actor_metrics_req_destroy(&h); /* safe twice */
+    actor_metrics_req_destroy(&h);         /* safe twice */
     actor_metrics_req_observe(NULL, NULL); /* an unset one does nothing */
 }
 END_TEST

@@ -20,17 +20,22 @@
 
 static char DIR_[64];
 static char DENSE[128]; /* the synthetic dense model the MoE files derive from */
-static const test_synth_t SYN = {.n_layer = 2, .d_model = 64, .n_head = 4, .n_head_kv = 2,
-                                 .d_ff = 128, .n_vocab = 64, .seed = 7};
+static const test_synth_t SYN = {.n_layer = 2,
+                                 .d_model = 64,
+                                 .n_head = 4,
+                                 .n_head_kv = 2,
+                                 .d_ff = 128,
+                                 .n_vocab = 64,
+                                 .seed = 7};
 
 /* How to derive an MoE file from DENSE. */
 typedef struct {
-    int E, K;            /* expert_count / expert_used_count; a key is left out when < 0 */
-    const char *gating;  /* strata.expert_gating, or NULL: absent */
-    bool split_dense;    /* experts = slices of the dense FFN (as moefy) instead of random */
-    const char *drop;    /* leave out this tensor suffix (e.g. "ffn_up_exps"), or NULL */
-    int bad;             /* ffn_up_exps of a wrong shape: 1 E+1, 2 d_ff*2, 3 d_model*2;
-                            4: router of E+1 rows */
+    int E, K;           /* expert_count / expert_used_count; a key is left out when < 0 */
+    const char *gating; /* strata.expert_gating, or NULL: absent */
+    bool split_dense;   /* experts = slices of the dense FFN (as moefy) instead of random */
+    const char *drop;   /* leave out this tensor suffix (e.g. "ffn_up_exps"), or NULL */
+    int bad;            /* ffn_up_exps of a wrong shape: 1 E+1, 2 d_ff*2, 3 d_model*2;
+                           4: router of E+1 rows */
 } moe_opts_t;
 
 static float *rand_buf(uint64_t *st, size_t n, float amp) {
@@ -65,8 +70,9 @@ static const char *make_moe(const char *name, const moe_opts_t *o) {
         snprintf(tn, sizeof tn, "%.*s", (int)t->name.len, t->name.ptr);
         if (strstr(tn, ".ffn_gate.") || strstr(tn, ".ffn_up.") || strstr(tn, ".ffn_down."))
             continue;
-        ck_assert_int_ge(model_gguf_write_add_tensor(w, tn, t->type, t->n_dims, t->ne, t->data,
-                                                     err, sizeof err), 0);
+        ck_assert_int_ge(
+            model_gguf_write_add_tensor(w, tn, t->type, t->n_dims, t->ne, t->data, err, sizeof err),
+            0);
     }
     float *bufs[64];
     int nb = 0;
@@ -92,10 +98,14 @@ static const char *make_moe(const char *name, const moe_opts_t *o) {
             {"ffn_up_exps", {d, fe, E}, du},
             {"ffn_down_exps", {fe, d, E}, NULL},
         };
-        if (o->bad == 1) ts[2].ne[2] = E + 1;
-        if (o->bad == 2) ts[2].ne[1] = fe * 2;
-        if (o->bad == 3) ts[2].ne[0] = d * 2;
-        if (o->bad == 4) ts[0].ne[1] = E + 1;
+        if (o->bad == 1)
+            ts[2].ne[2] = E + 1;
+        if (o->bad == 2)
+            ts[2].ne[1] = fe * 2;
+        if (o->bad == 3)
+            ts[2].ne[0] = d * 2;
+        if (o->bad == 4)
+            ts[0].ne[1] = E + 1;
         for (int i = 0; i < 4; i++) {
             if (o->drop && !strcmp(o->drop, ts[i].suffix))
                 continue;
@@ -112,7 +122,8 @@ static const char *make_moe(const char *name, const moe_opts_t *o) {
             }
             snprintf(tn, sizeof tn, "blk.%d.%s.weight", l, ts[i].suffix);
             ck_assert_msg(model_gguf_write_add_tensor(w, tn, KERN_F32, i == 0 ? 2 : 3, ts[i].ne,
-                                                      data, err, sizeof err) >= 0, "%s", err);
+                                                      data, err, sizeof err) >= 0,
+                          "%s", err);
         }
     }
     ck_assert_msg(model_gguf_write_save(w, path, err, sizeof err) == 0, "%s", err);
@@ -136,7 +147,8 @@ static void expect_refused(const char *name, const moe_opts_t *o, const char *ne
 START_TEST(bad_moe_files_refused) {
     expect_refused("k_gt_e", &(moe_opts_t){.E = 4, .K = 5}, "llama.expert_used_count is 5");
     expect_refused("k_zero", &(moe_opts_t){.E = 4, .K = 0}, "llama.expert_used_count is 0");
-    expect_refused("k_missing", &(moe_opts_t){.E = 4, .K = -1}, "llama.expert_used_count is missing");
+    expect_refused("k_missing", &(moe_opts_t){.E = 4, .K = -1},
+                   "llama.expert_used_count is missing");
     expect_refused("k_no_e", &(moe_opts_t){.E = -1, .K = 2, .drop = "ffn_gate_inp"},
                    "has no experts");
     expect_refused("no_keys", &(moe_opts_t){.E = -1, .K = -1}, "no llama.expert_count");
@@ -201,8 +213,8 @@ static model_llama_t *load(const char *path) {
  * weight 1: the same sum as the dense FFN, in another order. */
 START_TEST(moefy_unit_equals_dense) {
     model_llama_t *dm = load(DENSE);
-    model_llama_t *mm = load(make_moe("split", &(moe_opts_t){.E = 4, .K = 4, .gating = "unit",
-                                                             .split_dense = true}));
+    model_llama_t *mm = load(
+        make_moe("split", &(moe_opts_t){.E = 4, .K = 4, .gating = "unit", .split_dense = true}));
     const model_config_t *mc = model_llama_config(mm);
     ck_assert_int_eq(mc->n_expert, 4);
     ck_assert_int_eq(mc->n_expert_used, 4);
@@ -286,7 +298,7 @@ END_TEST
 typedef struct {
     model_ctx_t *remote; /* the expert actor's context */
     int calls;
-    int fail;            /* return this error instead (0: work) */
+    int fail; /* return this error instead (0: work) */
 } remote_t;
 
 static int remote_exec(void *user, const model_moe_call_t *call) {
@@ -405,7 +417,8 @@ START_TEST(ffn_tap_per_layer) {
     model_ctx_set_ffn_tap(c, NULL, NULL);
     float *b = run_seq(dm, c, A, NA, 8);
     ck_assert_int_eq(t.calls, 4);
-    ck_assert(!memcmp(a, b, (size_t)NA * SYN.n_vocab * sizeof(float))); /* the tap changes nothing */
+    ck_assert(
+        !memcmp(a, b, (size_t)NA * SYN.n_vocab * sizeof(float))); /* the tap changes nothing */
     tap_t tm = {0};
     model_ctx_set_ffn_tap(cm, tap, &tm);
     float *m = run_seq(mm, cm, A, NA, 8);

@@ -26,9 +26,8 @@ static void fill(int type, msg_any_t *a) {
     msg_init(type, &a->u);
     static msg_chat_t chat[2] = {{"system", "be brief", 8}, {"user", "hello", 5}};
     static int32_t toks[5] = {1, 15043, 29871, 0, 2147483647};
-    static msg_counter_t counters[3] = {{"frontend.requests", 7},
-                                        {"frontend.malformed.bad_type", 0},
-                                        {"x.neg", -5}};
+    static msg_counter_t counters[3] = {
+        {"frontend.requests", 7}, {"frontend.malformed.bad_type", 0}, {"x.neg", -5}};
     static msg_actor_health_t actors[2] = {{"frontend", MSG_STATE_READY, 3},
                                            {"worker0", MSG_STATE_RESTARTING, 1200}};
     switch (type) {
@@ -186,8 +185,7 @@ static void fill(int type, msg_any_t *a) {
         break;
     case MSG_EXPERT_REQUEST: {
         static int32_t ex[3] = {0, 2, 255};
-        a->u.expert_request =
-            (msg_expert_request_t){77, 1, 3, 576, MSG_DTYPE_F16, ex, 3, 9};
+        a->u.expert_request = (msg_expert_request_t){77, 1, 3, 576, MSG_DTYPE_F16, ex, 3, 9};
         break;
     }
     case MSG_EXPERT_REPLY:
@@ -379,12 +377,16 @@ static void *repack(const msgpack_object *obj, const char *key, edit_t edit,
     return msgpack_sbuffer_release(&sb);
 }
 
-static void put_int(msgpack_packer *pk) { msgpack_pack_int(pk, 7); }
+static void put_int(msgpack_packer *pk) {
+    msgpack_pack_int(pk, 7);
+}
 static void put_str(msgpack_packer *pk) {
     msgpack_pack_str(pk, 1);
     msgpack_pack_str_body(pk, "x", 1);
 }
-static void put_bool(msgpack_packer *pk) { msgpack_pack_true(pk); }
+static void put_bool(msgpack_packer *pk) {
+    msgpack_pack_true(pk);
+}
 
 START_TEST(missing_and_wrong_type_every_field) {
     for (int i = 0; i < N_TYPES; i++) {
@@ -412,15 +414,15 @@ START_TEST(missing_and_wrong_type_every_field) {
             if (rc == 0) {
                 msg_any_clear(&d);
             } else {
-                ck_assert_msg(rc == -EPROTO && err.kind == MSG_E_MISSING,
-                              "%s without %s: %d %s", msg_type_name(type), key, rc, err.msg);
+                ck_assert_msg(rc == -EPROTO && err.kind == MSG_E_MISSING, "%s without %s: %d %s",
+                              msg_type_name(type), key, rc, err.msg);
                 ck_assert_msg(strstr(err.msg, "missing required field"), "%s", err.msg);
             }
             free(b2);
             /* a value of the wrong MessagePack type */
             int vt = kv->val.type;
             void (*put)(msgpack_packer *) =
-                vt == MSGPACK_OBJECT_STR ? put_int
+                vt == MSGPACK_OBJECT_STR       ? put_int
                 : vt == MSGPACK_OBJECT_BOOLEAN ? put_int
                 : vt == MSGPACK_OBJECT_POSITIVE_INTEGER || vt == MSGPACK_OBJECT_NEGATIVE_INTEGER ||
                         vt == MSGPACK_OBJECT_FLOAT32 || vt == MSGPACK_OBJECT_FLOAT64
@@ -454,9 +456,9 @@ START_TEST(required_fields_named) {
     struct {
         int type;
         const char *key;
-    } cases[] = {{MSG_GENERATE, "id"},     {MSG_GENERATE, "prompt"}, {MSG_TOKEN, "text"},
-                 {MSG_DONE, "usage"},      {MSG_ERROR, "code"},      {MSG_WORK_REQUEST, "tokens"},
-                 {MSG_WORK_EVENT, "finish"}, {MSG_PONG, "name"},     {MSG_TOK_REQUEST, "id"},
+    } cases[] = {{MSG_GENERATE, "id"},       {MSG_GENERATE, "prompt"}, {MSG_TOKEN, "text"},
+                 {MSG_DONE, "usage"},        {MSG_ERROR, "code"},      {MSG_WORK_REQUEST, "tokens"},
+                 {MSG_WORK_EVENT, "finish"}, {MSG_PONG, "name"},       {MSG_TOK_REQUEST, "id"},
                  {MSG_TOK_REQUEST, "rid"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         void *buf;
@@ -498,7 +500,9 @@ static void fr_begin(frame_t *f, const char *type, int n_more) {
         msgpack_pack_str_with_body(&f->pk, type, strlen(type));
     }
 }
-static void fr_key(frame_t *f, const char *k) { msgpack_pack_str_with_body(&f->pk, k, strlen(k)); }
+static void fr_key(frame_t *f, const char *k) {
+    msgpack_pack_str_with_body(&f->pk, k, strlen(k));
+}
 static void fr_str(frame_t *f, const char *k, const char *v) {
     fr_key(f, k);
     msgpack_pack_str_with_body(&f->pk, v, strlen(v));
@@ -540,11 +544,16 @@ START_TEST(generate_errors) {
         const char *key;
         double v;
         bool is_int;
-    } ranges[] = {{"max_tokens", 0, true},       {"max_tokens", MSG_MAX_TOKENS + 1, true},
-                  {"temperature", -0.1, false},  {"temperature", NAN, false},
-                  {"top_p", 0, false},           {"top_p", 1.01, false},
-                  {"min_p", -1, false},          {"repeat_penalty", 0, false},
-                  {"top_k", -5, true},           {"repeat_last_n", -1, true},
+    } ranges[] = {{"max_tokens", 0, true},
+                  {"max_tokens", MSG_MAX_TOKENS + 1, true},
+                  {"temperature", -0.1, false},
+                  {"temperature", NAN, false},
+                  {"top_p", 0, false},
+                  {"top_p", 1.01, false},
+                  {"min_p", -1, false},
+                  {"repeat_penalty", 0, false},
+                  {"top_k", -5, true},
+                  {"repeat_last_n", -1, true},
                   {"seed", -1, true}};
     for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
         fr_begin(&f, "generate", 3);
@@ -905,8 +914,8 @@ START_TEST(truncated_every_prefix) {
             msg_any_t d;
             msg_err_t err;
             int rc = msg_any_decode(cut, n, &d, &err);
-            ck_assert_msg(rc == -EBADMSG, "%s cut at %zu: %d %s", msg_type_name(s_all_types[i]),
-                          n, rc, err.msg);
+            ck_assert_msg(rc == -EBADMSG, "%s cut at %zu: %d %s", msg_type_name(s_all_types[i]), n,
+                          rc, err.msg);
             ck_assert_int_eq(err.kind, MSG_E_MALFORMED);
             free(cut);
         }
@@ -943,8 +952,8 @@ START_TEST(random_bytes_and_mutations) {
             ok++;
             msg_any_clear(&d);
         } else {
-            ck_assert(rc == -EBADMSG || rc == -EPROTO || rc == -ERANGE ||
-                      rc == -EPROTONOSUPPORT || rc == -EMSGSIZE);
+            ck_assert(rc == -EBADMSG || rc == -EPROTO || rc == -ERANGE || rc == -EPROTONOSUPPORT ||
+                      rc == -EMSGSIZE);
             ck_assert(err.code == rc && err.msg[0]);
         }
         /* every typed decoder on the same bytes */

@@ -10,11 +10,11 @@
 
 static sched_batch_config_t s_cfg(void) {
     return (sched_batch_config_t){.max_batch = 4,
-                                   .max_queue = 3,
-                                   .kv_blocks = 16,
-                                   .block_size = 16,
-                                   .step_tokens = 32,
-                                   .max_ctx = 512};
+                                  .max_queue = 3,
+                                  .kv_blocks = 16,
+                                  .block_size = 16,
+                                  .step_tokens = 32,
+                                  .max_ctx = 512};
 }
 
 /* Run a plan as a worker would: every item advances; sampled items generate. */
@@ -147,11 +147,11 @@ START_TEST(run_to_completion_random) {
     /* Many requests of random sizes: every one finishes with exactly its prompt
      * computed once and max_tokens generated, positions strictly in order. */
     sched_batch_config_t c = {.max_batch = 5,
-                               .max_queue = 64,
-                               .kv_blocks = 40,
-                               .block_size = 16,
-                               .step_tokens = 48,
-                               .max_ctx = 256};
+                              .max_queue = 64,
+                              .kv_blocks = 40,
+                              .block_size = 16,
+                              .step_tokens = 48,
+                              .max_ctx = 256};
     sched_batch_t *s = sched_batch_new(&c);
     enum { N = 40 };
     int n_prompt[N], max_tok[N], next_pos[N], gen[N];

@@ -21,13 +21,12 @@ START_TEST(finds_planted_spans) {
     ck_assert_int_eq(sp[0].src, 1);
     ck_assert_int_eq((int)sp[0].out_start, (int)(strstr(out, ": a completely") - out));
     ck_assert_int_eq((int)sp[0].src_start, (int)(strstr(b, ": a completely") - b));
-    ck_assert(!memcmp(out + sp[0].out_start, b + sp[0].src_start,
-                      sp[0].out_end - sp[0].out_start));
+    ck_assert(!memcmp(out + sp[0].out_start, b + sp[0].src_start, sp[0].out_end - sp[0].out_start));
     ck_assert_int_eq(sp[1].src, 0);
-    ck_assert(!memcmp(out + sp[1].out_start, a + sp[1].src_start,
-                      sp[1].out_end - sp[1].out_start));
+    ck_assert(!memcmp(out + sp[1].out_start, a + sp[1].src_start, sp[1].out_end - sp[1].out_start));
     ck_assert(strstr(out + sp[1].out_start, " jumps over the lazy dog") == out + sp[1].out_start);
-    ck_assert_int_eq((int)(sp[1].out_end - sp[1].out_start), (int)strlen(" jumps over the lazy dog"));
+    ck_assert_int_eq((int)(sp[1].out_end - sp[1].out_start),
+                     (int)strlen(" jumps over the lazy dog"));
 }
 END_TEST
 

@@ -78,7 +78,7 @@ TCase *test_tcase_model(Suite *s, const char *name) {
 
 int test_run_suite(int argc, char **argv, Suite *s, enum fork_status fork) {
     const char *include = NULL, *exclude = NULL; /* NULL: Check reads CK_*_TAGS */
-    bool skipped = false; /* the model cases were left out */
+    bool skipped = false;                        /* the model cases were left out */
     if (argc > 2 || (argc == 2 && strcmp(argv[1], "--model") && strcmp(argv[1], "--no-model"))) {
         fprintf(stderr, "usage: %s [--model | --no-model]\n", argv[0]);
         return 1;

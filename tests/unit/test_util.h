@@ -33,8 +33,7 @@ bool test_in_ci(void);
 
 /* Stop here: prints "SKIP: why" and exits TEST_SKIP; if ci_fails and test_in_ci(), prints
  * "FAIL: why (required under CI=true)" and exits 1 instead. */
-_Noreturn void test_skip(bool ci_fails, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+_Noreturn void test_skip(bool ci_fails, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Path of the default model (STRATA_MODEL, else STRATA_MODEL_DIR/<default file>, else
  * ~/.cache/strata/models/<default file>), or NULL if it is not readable. */
@@ -54,7 +53,9 @@ int test_run_suite(int argc, char **argv, Suite *s, enum fork_status fork);
 
 /* main() of a suite made by make_suite(), run with Check's default fork mode. */
 #define TEST_MAIN(make_suite)                                                                      \
-    int main(int argc, char **argv) { return test_run_suite(argc, argv, make_suite(), CK_FORK_GETENV); }
+    int main(int argc, char **argv) {                                                              \
+        return test_run_suite(argc, argv, make_suite(), CK_FORK_GETENV);                           \
+    }
 
 /* Wait up to ms for a message on an actor socket (actor_recv): 0 with m
  * filled (the caller msg_any_clear()s it), actor_recv's error, or -ETIMEDOUT. */
