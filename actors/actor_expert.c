@@ -3,6 +3,8 @@
  * rows; report the load per expert to the router; apply its dispatch tables. */
 #include "actor_expert.h"
 
+#include "actor_placement.h"
+
 #include "base_log.h"
 #include "kern_ops.h"
 #include "model_llama.h"
@@ -53,38 +55,6 @@ typedef struct {
     actor_loop_t *loop;
     actor_counters_t *counters;
 } s_expert_t;
-
-int actor_expert_count(const actor_topology_t *t) {
-    int n = 0;
-    char name[32];
-    for (;; n++) {
-        snprintf(name, sizeof name, "expert%d", n);
-        if (!actor_topology_find(t, name))
-            return n;
-    }
-}
-
-int actor_expert_owners(const actor_topology_t *t, int n_expert, uint8_t *owners, char *why,
-                        size_t whylen) {
-    int A = actor_expert_count(t);
-    const char *specs[MSG_MAX_EXPERT_ACTORS];
-    if (A < 1 || A > MSG_MAX_EXPERT_ACTORS) {
-        snprintf(why, whylen, "%d expert actors (1..%d)", A, MSG_MAX_EXPERT_ACTORS);
-        return -EINVAL;
-    }
-    for (int a = 0; a < A; a++) {
-        char name[32];
-        snprintf(name, sizeof name, "expert%d", a);
-        specs[a] = actor_topology_opt(t, name, "experts", NULL);
-    }
-    return router_moe_static_owners(n_expert, A, specs, owners, why, whylen);
-}
-
-int actor_expert_slots(const actor_topology_t *t, int a) {
-    char name[32];
-    snprintf(name, sizeof name, "expert%d", a);
-    return (int)actor_opt_parse_int(actor_topology_opt(t, name, "expert_slots", "0"));
-}
 
 static int s_reserve(s_expert_t *x, int n) {
     if (n <= x->cap_rows)
@@ -292,13 +262,13 @@ int actor_expert_main(actor_env_t *env) {
     }
     x.n_expert = cfg->n_expert;
     x.d_model = cfg->d_model;
-    int A = actor_expert_count(t);
+    int A = actor_placement_experts(t);
     uint8_t *owners = calloc((size_t)(A > 0 ? A : 1) * x.n_expert, 1);
     x.own = calloc((size_t)x.n_expert, 1);
     x.grant = calloc((size_t)x.n_expert, 1);
     x.period_rows = calloc((size_t)x.n_expert, sizeof *x.period_rows);
     if (!owners || !x.own || !x.grant || !x.period_rows ||
-        actor_expert_owners(t, x.n_expert, owners, err, sizeof err)) {
+        actor_placement_owners(t, x.n_expert, owners, err, sizeof err)) {
         actor_env_fail(env, "%s: %s", name, owners ? err : "out of memory");
         free(owners);
         s_cleanup(&x);

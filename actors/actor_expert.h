@@ -36,14 +36,4 @@ int actor_expert_main(actor_env_t *env);
 /* Its options, declared once (name, type, default, range, help). */
 extern const actor_opt_t actor_expert_opts[];
 
-/* Number of expert actors of t: entries expert0, expert1, ... (contiguous). */
-int actor_expert_count(const actor_topology_t *t);
-/* The static placement of t's expert actors for n_expert experts (their
- * experts= options, round-robin where unset): owners (A * n_expert bytes; A =
- * actor_expert_count).  0, or -EINVAL with why (router_moe_static_owners). */
-int actor_expert_owners(const actor_topology_t *t, int n_expert, uint8_t *owners, char *why,
-                        size_t whylen);
-/* The expert_slots option of expert actor a (its line, else defaults, else the table's). */
-int actor_expert_slots(const actor_topology_t *t, int a);
-
 #endif

@@ -3,7 +3,7 @@
  * and the local fallback. */
 #include "actor_expert_client.h"
 
-#include "actor_expert.h"
+#include "actor_placement.h"
 #include "base_log.h"
 #include "kern_ops.h"
 #include "router_moe.h"
@@ -83,7 +83,7 @@ actor_expert_client_t *actor_expert_client_new(const actor_topology_t *topo, con
     c->loop = loop;
     c->counters = actor_loop_counters(loop);
     c->inbox = inbox;
-    c->A = actor_expert_count(topo);
+    c->A = actor_placement_experts(topo);
     c->E = cfg->n_expert;
     c->d_model = cfg->d_model;
     c->dtype = dtype;
@@ -108,7 +108,7 @@ actor_expert_client_t *actor_expert_client_new(const actor_topology_t *topo, con
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    if (actor_expert_owners(topo, c->E, owners, err, errlen))
+    if (actor_placement_owners(topo, c->E, owners, err, errlen))
         goto fail;
     for (size_t i = 0; i < ae; i++)
         c->hosts[i] = owners[i];

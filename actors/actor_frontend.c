@@ -12,11 +12,11 @@
 #include "actor_frontend.h"
 
 #include "actor_curve.h"
-#include "actor_metrics.h"
 #include "audit_log.h"
 #include "base_log.h"
 #include "base_map.h"
 #include "base_spans.h"
+#include "serve_metrics.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -122,7 +122,7 @@ typedef struct {
     uint64_t ping_seq;                  /* heartbeat sequence */
     actor_loop_t *loop;                 /* polling, control messages, timers, counters */
     actor_counters_t *counters;         /* the loop's */
-    actor_metrics_req_t *metrics;       /* per-request histograms (docs/METRICS.md) */
+    serve_metrics_req_t *metrics;       /* per-request histograms (docs/METRICS.md) */
     char endpoint[ACTOR_TOPO_ENDPOINT]; /* client endpoint */
     uint32_t *fd_gen; /* (S_MAX_FD) connections accepted on each fd so far: a closed
                          connection's fd is reused by the next one, and its
@@ -554,12 +554,17 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
     s_submit(f, r);
 }
 
+/* serve_metrics' export into the actor's counters (base_hist_put_fn). */
+static void s_put_counter(void *counters, const char *name, int64_t value) {
+    actor_counters_set(counters, name, value);
+}
+
 static void s_stats_reply(s_front_t *f, const uint8_t *ident, size_t ident_len) {
     msg_stats_reply_t s;
     msg_stats_reply_init(&s);
     char name[MSG_MAX_COUNTER_NAME_BYTES + ACTOR_TOPO_NAME + 2];
     actor_counters_set(f->counters, "requests.active", f->n_reqs);
-    actor_metrics_req_export(f->metrics, f->counters);
+    serve_metrics_req_export(f->metrics, s_put_counter, f->counters);
     actor_loop_refresh_counters(f->loop);
     for (int i = 0; i < actor_counters_count(f->counters); i++) {
         snprintf(name, sizeof name, "frontend.%s", actor_counters_name_at(f->counters, i));
@@ -963,7 +968,7 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
     char name[48];
     snprintf(name, sizeof name, "finished.%s", msg_finish_name(te->finish));
     actor_counters_add(f->counters, name, 1);
-    actor_metrics_req_observe(f->metrics, &d);
+    serve_metrics_req_observe(f->metrics, &d);
     s_end(f, r, MSG_DONE, &d);
 }
 
@@ -1181,7 +1186,7 @@ static void s_cleanup(s_front_t *f) {
     audit_log_destroy(&f->audit);
     base_map_free(&f->by_rid);
     actor_loop_destroy(&f->loop);
-    actor_metrics_req_destroy(&f->metrics);
+    serve_metrics_req_destroy(&f->metrics);
 }
 
 int actor_frontend_main(actor_env_t *env) {
@@ -1205,7 +1210,7 @@ int actor_frontend_main(actor_env_t *env) {
     f.fd_gen = calloc(S_MAX_FD, sizeof *f.fd_gen);
     f.loop = actor_loop_new(env, &f);
     f.counters = f.loop ? actor_loop_counters(f.loop) : NULL;
-    f.metrics = actor_metrics_req_new(); /* NULL (out of memory): no histograms */
+    f.metrics = serve_metrics_req_new(); /* NULL (out of memory): no histograms */
     int nw = actor_topology_workers(t);
     f.peers = calloc((size_t)t->n + 2, sizeof *f.peers); /* at most every entry */
     f.in = actor_sock_inbound(t, "frontend", MSG_MAX_INTERNAL_FRAME + 4096, 100000);

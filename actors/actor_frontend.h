@@ -30,7 +30,10 @@
 
 #include "actor_runtime.h"
 
-#define ACTOR_FRONTEND_DEFAULT_ENDPOINT "tcp://127.0.0.1:5555"
+#include "serve_endpoints.h"
+
+/* Its client endpoint unless told otherwise (one constant: serve/serve_endpoints.h). */
+#define ACTOR_FRONTEND_DEFAULT_ENDPOINT SERVE_CLIENT_ENDPOINT
 
 int actor_frontend_main(actor_env_t *env);
 /* Its options, declared once (name, type, default, range, help). */

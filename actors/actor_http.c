@@ -25,8 +25,8 @@
 #include "actor_http.h"
 
 #include "actor_curve.h"
-#include "actor_frontend.h"
 #include "base_log.h"
+#include "serve_endpoints.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -1281,7 +1281,7 @@ static void s_upstream(const actor_env_t *env, char *ep, size_t len) {
     const char *u = actor_env_str(env, "upstream");
     if (!u)
         u = actor_topology_opt(actor_env_topology(env), "frontend", "client",
-                               ACTOR_FRONTEND_DEFAULT_ENDPOINT);
+                               SERVE_CLIENT_ENDPOINT);
     const char *host = strstr(u, "://");
     host = host ? host + 3 : u;
     if (!strncmp(host, "*:", 2) || !strncmp(host, "0.0.0.0:", 8))

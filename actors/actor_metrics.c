@@ -1,11 +1,12 @@
 /* actor_metrics.c - the metrics actor: a DEALER that asks the frontend for `stats`, a
  * renderer of the counters as Prometheus text, and a libmicrohttpd daemon (its own
- * thread) serving them with the status page; plus the histograms other actors keep. */
+ * thread) serving them with the status page.  (The histograms other actors keep are
+ * serve/serve_metrics.c.) */
 #include "actor_metrics.h"
 
 #include "actor_curve.h"
-#include "actor_frontend.h"
 #include "base_log.h"
+#include "serve_endpoints.h"
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -372,129 +373,9 @@ fail:
     return -ENOMEM;
 }
 
-/* ---- histograms kept by other actors */
-
-struct actor_metrics_req_t {
-    base_hist_t *ttft;   /* ttft_us: arrival -> first token */
-    base_hist_t *tpot;   /* tpot_us: decode time / (completion tokens - 1) */
-    base_hist_t *queue;  /* queue_us: arrival -> start of prefill */
-    base_hist_t *e2e;    /* latency_us: arrival -> last token (ttft + decode) */
-    base_hist_t *cached; /* cached_tokens: prompt tokens reused from the KV cache (T0..T2) */
-    base_hist_t *accept; /* draft_accept_pct: accepted * 100 / proposed (with drafts only) */
-};
-
-actor_metrics_req_t *actor_metrics_req_new(void) {
-    actor_metrics_req_t *self = calloc(1, sizeof *self);
-    if (!self)
-        return NULL;
-    self->ttft = base_hist_new("ttft_us", 1000, 100000000);    /* 1 ms .. 100 s */
-    self->tpot = base_hist_new("tpot_us", 100, 10000000);      /* 0.1 ms .. 10 s */
-    self->queue = base_hist_new("queue_us", 100, 100000000);   /* 0.1 ms .. 100 s */
-    self->e2e = base_hist_new("latency_us", 1000, 1000000000); /* 1 ms .. 1000 s */
-    self->cached = base_hist_new("cached_tokens", 1, 100000);
-    self->accept = base_hist_new("draft_accept_pct", 1, 100);
-    if (!self->ttft || !self->tpot || !self->queue || !self->e2e || !self->cached || !self->accept)
-        actor_metrics_req_destroy(&self);
-    return self;
-}
-
-void actor_metrics_req_destroy(actor_metrics_req_t **self_p) {
-    if (!self_p || !*self_p)
-        return;
-    actor_metrics_req_t *self = *self_p;
-    base_hist_destroy(&self->ttft);
-    base_hist_destroy(&self->tpot);
-    base_hist_destroy(&self->queue);
-    base_hist_destroy(&self->e2e);
-    base_hist_destroy(&self->cached);
-    base_hist_destroy(&self->accept);
-    free(self);
-    *self_p = NULL;
-}
-
-static int64_t s_us(double ms) {
-    return ms > 0 ? (int64_t)(ms * 1000.0 + 0.5) : 0;
-}
-
-void actor_metrics_req_observe(actor_metrics_req_t *self, const msg_done_t *d) {
-    if (!self)
-        return;
-    const msg_timings_ms_t *t = &d->timings;
-    if (d->usage.completion_tokens > 0) { /* a request that produced no token has no TTFT */
-        base_hist_observe(self->ttft, s_us(t->ttft_ms));
-        base_hist_observe(self->e2e, s_us(t->ttft_ms + t->decode_ms));
-    }
-    if (d->usage.completion_tokens > 1)
-        base_hist_observe(self->tpot, s_us(t->decode_ms / (d->usage.completion_tokens - 1)));
-    base_hist_observe(self->queue, s_us(t->queued_ms));
-    base_hist_observe(self->cached, d->usage.cached_tokens);
-    if (d->usage.draft_proposed > 0)
-        base_hist_observe(self->accept,
-                          (int64_t)d->usage.draft_accepted * 100 / d->usage.draft_proposed);
-}
-
+/* base_hist_export into the actor's counters. */
 static void s_put(void *user, const char *name, int64_t value) {
     actor_counters_set(user, name, value);
-}
-
-void actor_metrics_req_export(const actor_metrics_req_t *self, actor_counters_t *c) {
-    if (!self)
-        return;
-    base_hist_export(self->ttft, s_put, c);
-    base_hist_export(self->tpot, s_put, c);
-    base_hist_export(self->queue, s_put, c);
-    base_hist_export(self->e2e, s_put, c);
-    base_hist_export(self->cached, s_put, c);
-    base_hist_export(self->accept, s_put, c);
-}
-
-struct actor_metrics_step_t {
-    base_hist_t *batch;  /* batch_size: requests in one forward step */
-    base_hist_t *tokens; /* step_tokens: tokens of one forward step */
-    base_hist_t *prefix; /* prefix_hit_tokens: prompt tokens attached from the prefix cache */
-};
-
-actor_metrics_step_t *actor_metrics_step_new(void) {
-    actor_metrics_step_t *self = calloc(1, sizeof *self);
-    if (!self)
-        return NULL;
-    self->batch = base_hist_new("batch_size", 1, 5000);
-    self->tokens = base_hist_new("step_tokens", 1, 100000);
-    self->prefix = base_hist_new("prefix_hit_tokens", 1, 100000);
-    if (!self->batch || !self->tokens || !self->prefix)
-        actor_metrics_step_destroy(&self);
-    return self;
-}
-
-void actor_metrics_step_destroy(actor_metrics_step_t **self_p) {
-    if (!self_p || !*self_p)
-        return;
-    actor_metrics_step_t *self = *self_p;
-    base_hist_destroy(&self->batch);
-    base_hist_destroy(&self->tokens);
-    base_hist_destroy(&self->prefix);
-    free(self);
-    *self_p = NULL;
-}
-
-void actor_metrics_step_observe(actor_metrics_step_t *self, int n_requests, int n_tokens) {
-    if (!self)
-        return;
-    base_hist_observe(self->batch, n_requests);
-    base_hist_observe(self->tokens, n_tokens);
-}
-
-void actor_metrics_step_prefix(actor_metrics_step_t *self, int cached_tokens) {
-    if (self)
-        base_hist_observe(self->prefix, cached_tokens);
-}
-
-void actor_metrics_step_export(const actor_metrics_step_t *self, actor_counters_t *c) {
-    if (!self)
-        return;
-    base_hist_export(self->batch, s_put, c);
-    base_hist_export(self->tokens, s_put, c);
-    base_hist_export(self->prefix, s_put, c);
 }
 
 /* ---- the HTTP thread (libmicrohttpd's): it owns http_end of the pair and this struct */
@@ -779,7 +660,7 @@ static void s_client_endpoint(const actor_env_t *env, char *out, size_t len) {
     const char *ep = actor_env_str(env, "frontend");
     if (!ep)
         ep = actor_topology_opt(actor_env_topology(env), "frontend", "client",
-                                ACTOR_FRONTEND_DEFAULT_ENDPOINT);
+                                SERVE_CLIENT_ENDPOINT);
     const char *host = strstr(ep, "://");
     host = host ? host + 3 : ep;
     if (!strncmp(host, "0.0.0.0:", 8) || !strncmp(host, "*:", 2))

@@ -24,9 +24,8 @@
  *
  * Options: actor_metrics_opts in actor_metrics.c (`strata actor --help`).
  *
- * Also here, for the actors that keep histograms of requests (frontend) and steps
- * (workers): the histograms of docs/METRICS.md, declared once (name and buckets), with
- * the calls that observe them and put them in the actor's counters.
+ * The histograms the frontend and the workers keep (docs/METRICS.md) are library code:
+ * serve/serve_metrics.h.
  */
 #ifndef ACTOR_METRICS_H
 #define ACTOR_METRICS_H
@@ -43,28 +42,5 @@ extern const actor_opt_t actor_metrics_opts[];
  * exposition format 0.0.4 (docs/METRICS.md).  *out: malloc'd, NUL-terminated, *len bytes
  * (the caller frees it).  0, or -ENOMEM. */
 int actor_metrics_render(const msg_counter_t *counters, int n, char **out, size_t *len);
-
-/* ---- histograms kept by other actors (docs/METRICS.md) */
-
-/* Per request, at its done (frontend): TTFT, time per output token, queue wait, the
- * prompt tokens that came from the KV cache, the share of draft tokens accepted. */
-typedef struct actor_metrics_req_t actor_metrics_req_t;
-/* NULL when out of memory (then observe and export do nothing). */
-actor_metrics_req_t *actor_metrics_req_new(void);
-void actor_metrics_req_destroy(actor_metrics_req_t **self_p);
-/* Observe the usage and timings of one finished request (a done, as sent to the client).
- * NULL self: nothing. */
-void actor_metrics_req_observe(actor_metrics_req_t *self, const msg_done_t *d);
-/* Set their counters (name.bucket.le_B, name.sum, name.count) in c.  NULL self: nothing. */
-void actor_metrics_req_export(const actor_metrics_req_t *self, actor_counters_t *c);
-
-/* Per forward step (worker): the requests in the step's batch, the tokens of the step;
- * per admitted request: its prompt tokens reused from the prefix cache. */
-typedef struct actor_metrics_step_t actor_metrics_step_t;
-actor_metrics_step_t *actor_metrics_step_new(void);
-void actor_metrics_step_destroy(actor_metrics_step_t **self_p);
-void actor_metrics_step_observe(actor_metrics_step_t *self, int n_requests, int n_tokens);
-void actor_metrics_step_prefix(actor_metrics_step_t *self, int cached_tokens);
-void actor_metrics_step_export(const actor_metrics_step_t *self, actor_counters_t *c);
 
 #endif

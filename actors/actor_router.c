@@ -1,7 +1,7 @@
 /* actor_router.c - the router actor: decode, ask router_dispatch, forward. */
 #include "actor_router.h"
 
-#include "actor_expert.h"
+#include "actor_placement.h"
 #include "base_log.h"
 #include "router_dispatch.h"
 #include "router_moe.h"
@@ -239,8 +239,9 @@ static void s_on_expert_load(void *self, msg_any_t *m, zmq_msg_t *raw) {
         int *slots = calloc((size_t)r->n_experts, sizeof *slots);
         r->moe_cfg.n_expert = l->n_expert;
         for (int a = 0; slots && a < r->n_experts; a++)
-            slots[a] = actor_expert_slots(r->topo, a);
-        if (owners && slots && actor_expert_owners(r->topo, l->n_expert, owners, why, sizeof why))
+            slots[a] = actor_placement_slots(r->topo, a);
+        if (owners && slots &&
+            actor_placement_owners(r->topo, l->n_expert, owners, why, sizeof why))
             LOG_E("router", "MoE placement: %s", why);
         else if (owners && slots)
             r->moe = router_moe_new(&r->moe_cfg, owners, slots);
@@ -368,7 +369,7 @@ int actor_router_main(actor_env_t *env) {
         ok = r.to_worker[i] != NULL;
     }
     r.topo = t;
-    r.n_experts = actor_expert_count(t);
+    r.n_experts = actor_placement_experts(t);
     if (r.n_experts > MSG_MAX_EXPERT_ACTORS)
         r.n_experts = MSG_MAX_EXPERT_ACTORS;
     if (ok && r.n_experts) {

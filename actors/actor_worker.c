@@ -5,9 +5,8 @@
  * it and takes in the blocks the prefetcher has it promote. */
 #include "actor_worker.h"
 
-#include "actor_expert.h"
 #include "actor_expert_client.h"
-#include "actor_metrics.h"
+#include "actor_placement.h"
 
 #include "base_log.h"
 #include "kv_cache.h"
@@ -16,6 +15,7 @@
 #include "model_spec.h"
 #include "model_tokenizer.h"
 #include "sched_batch.h"
+#include "serve_metrics.h"
 
 #include <errno.h>
 #include <math.h>
@@ -120,7 +120,7 @@ typedef struct {
     char lp_piece[MSG_MAX_PIECE_BYTES + 1]; /* the token's own text */
     bool lp_valid;
     float *lp_rows;                 /* ((1 + MODEL_SPEC_MAX_K), n_vocab) log-softmax rows */
-    actor_metrics_step_t *metrics;  /* per-step histograms (docs/METRICS.md) */
+    serve_metrics_step_t *metrics;  /* per-step histograms (docs/METRICS.md) */
     actor_expert_client_t *experts; /* MoE layers over expert actors, or NULL: in process */
 } s_worker_t;
 
@@ -785,7 +785,7 @@ static void s_attach(s_worker_t *w, s_req_t *r, sched_batch_item_t *it) {
             "a batch slot and KV room (its reservation: prompt + max_tokens); %d of %d positions "
             "attached from the prefix cache",
             c > 0 ? c : 0, r->n_prompt);
-    actor_metrics_step_prefix(w->metrics, c > 0 ? c : 0);
+    serve_metrics_step_prefix(w->metrics, c > 0 ? c : 0);
     if (c <= 0)
         return;
     r->n_cached = r->n_computed = r->skip = c;
@@ -851,7 +851,7 @@ static int s_step(s_worker_t *w) {
     double dt = (double)(base_now_us() - t_fwd);
     w->step_us = w->step_us > 0 ? 0.9 * w->step_us + 0.1 * dt : dt;
     actor_counters_add(w->counters, "steps", 1);
-    actor_metrics_step_observe(w->metrics, n_items, nt);
+    serve_metrics_step_observe(w->metrics, n_items, nt);
     if (got < 0) {
         LOG_E(w->name, "forward pass failed (%d): failing the batch", got);
         for (int k = 0; k < n_items; k++) {
@@ -1050,10 +1050,15 @@ static void s_report(s_worker_t *w) {
     w->dirty = false;
 }
 
+/* serve_metrics' export into the actor's counters (base_hist_put_fn). */
+static void s_put_counter(void *counters, const char *name, int64_t value) {
+    actor_counters_set(counters, name, value);
+}
+
 /* Before every stats_answer: the histograms' counters. */
 static void s_on_stats(void *self) {
     s_worker_t *w = self;
-    actor_metrics_step_export(w->metrics, w->counters);
+    serve_metrics_step_export(w->metrics, s_put_counter, w->counters);
 }
 
 static void s_on_kv_block(void *self, msg_any_t *m, zmq_msg_t *raw) {
@@ -1137,7 +1142,7 @@ static void s_cleanup(s_worker_t *w) {
     model_tokenizer_destroy(&w->tok);
     model_llama_destroy(&w->model);
     actor_loop_destroy(&w->loop);
-    actor_metrics_step_destroy(&w->metrics);
+    serve_metrics_step_destroy(&w->metrics);
     zsock_destroy(&w->in);
     zsock_destroy(&w->to_tok);
     zsock_destroy(&w->to_router);
@@ -1208,7 +1213,7 @@ int actor_worker_main(actor_env_t *env) {
     w.sampler = model_sampler_new(cfg->n_vocab);
     w.loop = actor_loop_new(env, &w);
     w.counters = w.loop ? actor_loop_counters(w.loop) : NULL;
-    w.metrics = actor_metrics_step_new(); /* NULL (out of memory): no histograms */
+    w.metrics = serve_metrics_step_new(); /* NULL (out of memory): no histograms */
     w.items = malloc((size_t)w.max_batch * sizeof *w.items);
     w.b_tok = malloc((size_t)room * sizeof *w.b_tok);
     w.b_pos = malloc((size_t)room * sizeof *w.b_pos);
@@ -1253,7 +1258,7 @@ int actor_worker_main(actor_env_t *env) {
         s_cleanup(&w);
         return 1;
     }
-    if (actor_expert_count(t) > 0 && cfg->n_expert > 0) {
+    if (actor_placement_experts(t) > 0 && cfg->n_expert > 0) {
         /* MoE: every MoE layer's experts run on the expert actors */
         const char *dt = actor_env_str(env, "expert_dtype");
         w.experts =
@@ -1267,8 +1272,8 @@ int actor_worker_main(actor_env_t *env) {
         }
         model_ctx_set_moe_exec(w.ctx, actor_expert_client_exec, w.experts);
         LOG_I(name, "MoE: %d experts per layer on %d expert actors (%s rows)", cfg->n_expert,
-              actor_expert_count(t), dt ? dt : "f32");
-    } else if (actor_expert_count(t) > 0) {
+              actor_placement_experts(t), dt ? dt : "f32");
+    } else if (actor_placement_experts(t) > 0) {
         LOG_W(name, "the topology has expert actors but the model is dense: they stay idle");
     }
     actor_counters_set(w.counters, "kv.total_blocks", n_blocks);

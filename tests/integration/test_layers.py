@@ -3,7 +3,10 @@
 downwards only.  Every `#include "..."` of every .c/.h/.cu file is resolved to the folder
 that holds the header, and that folder must be one the including layer may use.  Above
 all: kvstore/ and msgs/ include nothing from model/ (they know KV shapes and wire types,
-not models).  Reads the source only; needs no build and no model."""
+not models).  And inside actors/: an actor is a thin shell (DESIGN.md, "Actors"), so no
+actor includes another actor's header; what two actors share is library code (serve/, the
+serving policy: no sockets) or one of the runtime-level headers of RUNTIME below.  Reads
+the source only; needs no build and no model."""
 import os
 import re
 import sys
@@ -22,9 +25,31 @@ ALLOWED = {
     "sched": {"base"},
     "audit": {"msgs", "base"},
     "clients/c": {"msgs", "base"},
-    "actors": {"router", "sched", "kvstore", "model", "kernels", "msgs", "clients/c", "audit",
-               "base"},
+    # the serving policy the actors call (request table, OpenAI schema, HTTP routes, ...):
+    # library code, testable without ZeroMQ, so never actors/
+    "serve": {"model", "kvstore", "sched", "router", "msgs", "kernels", "base", "audit"},
+    "actors": {"serve", "router", "sched", "kvstore", "model", "kernels", "msgs", "clients/c",
+               "audit", "base"},
 }
+
+# The headers of actors/ that any file of actors/ may include: the runtime every actor runs
+# on, not an actor.  Why each one:
+RUNTIME = {
+    "actor_runtime.h": "the loop, mailbox, counters, env: what every actor is built on",
+    "actor_opts.h": "option tables as data (every actor declares its options with it)",
+    "actor_registry.h": "the table of actors by name (the runtime spawns from it)",
+    "actor_topology.h": "which actors exist and where (included by actor_runtime.h)",
+    "actor_faults.h": "fault injection on every link (the runtime applies it)",
+    "actor_curve.h": "CURVE keys of tcp links (every actor that binds or connects)",
+    "actor_supervisor.h": "process mode: spawns and restarts actors (bin/ uses it)",
+    "actor_placement.h": "the MoE expert placement read from the topology (router, workers "
+                         "and expert actors agree on it)",
+    "actor_expert_client.h": "the target worker's messaging side of the expert actors (the "
+                             "MoE exec hook): socket code, so not library, and no actor",
+}
+# The one file that names every actor: the registry's table of main functions.
+REGISTRY = "actors/actor_registry.c"
+ACTOR_MAIN = re.compile(r"^\s*int\s+(actor_\w+)_main\s*\(", re.M)
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -34,6 +59,38 @@ def layer_of(path):
         if path == layer or path.startswith(layer + "/"):
             return layer
     return None
+
+
+def lateral_includes(texts):
+    """texts: {relative path: source} of actors/.  The actors are the headers that declare
+    an actor_<name>_main; a file of actors/ may include its own header and those of RUNTIME,
+    never another actor's (the registry excepted).  Returns one line per violation."""
+    actors = {os.path.basename(p) for p, t in texts.items()
+              if p.endswith(".h") and ACTOR_MAIN.search(t)}
+    bad = []
+    for rel, text in sorted(texts.items()):
+        if rel == REGISTRY:
+            continue
+        own = os.path.splitext(os.path.basename(rel))[0] + ".h"
+        for inc in INCLUDE.findall(text):
+            name = os.path.basename(inc)
+            if name in actors and name != own and name not in RUNTIME:
+                bad.append(f"{rel}: includes {name}, another actor's header (share library "
+                           f"code in serve/ or a runtime-level header instead)")
+    return bad
+
+
+def self_test():
+    """The lateral rule flags what it must and nothing else, on a made-up tree."""
+    tree = {
+        "actors/actor_a.h": "int actor_a_main(actor_env_t *env);\n",
+        "actors/actor_b.h": "int actor_b_main(actor_env_t *env);\n",
+        "actors/actor_a.c": '#include "actor_a.h"\n#include "actor_runtime.h"\n',
+        "actors/actor_b.c": '#include "actor_b.h"\n#include "actor_a.h"\n',
+        REGISTRY: '#include "actor_a.h"\n#include "actor_b.h"\n',
+    }
+    got = lateral_includes(tree)
+    assert len(got) == 1 and got[0].startswith("actors/actor_b.c: includes actor_a.h"), got
 
 
 def main():
@@ -70,6 +127,10 @@ def main():
             if them is None or them == me or them in ALLOWED[me]:
                 continue
             bad.append(f"{rel}: {me}/ includes {target} ({them}/ is not below {me}/)")
+    self_test()
+    texts = {rel: open(os.path.join(src, rel), encoding="utf-8", errors="replace").read()
+             for rel in files if rel.startswith("actors/")}
+    bad += lateral_includes(texts)
     for b in bad:
         print("FAIL " + b)
     print(f"{len(files)} files checked, {len(bad)} layering violation(s)")

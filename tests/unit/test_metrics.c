@@ -1,8 +1,10 @@
 /* test_metrics.c - actors/actor_metrics: the Prometheus text of a stats_reply's counters
  * (families by actor kind with an actor label, counters _total, gauges by name, units as
- * seconds, counter triples as histograms with +Inf = count), and the request and step
- * histograms other actors keep, rendered end to end. */
+ * seconds, counter triples as histograms with +Inf = count), and the request histograms
+ * the frontend keeps (serve/serve_metrics; its own suite: test_serve_metrics.c), rendered
+ * end to end. */
 #include "actor_metrics.h"
+#include "serve_metrics.h"
 #include "test_util.h"
 
 #include <check.h>
@@ -81,8 +83,12 @@ END_TEST
 
 /* The frontend's histograms, observed from done events and exported into counters,
  * render as histograms whose count is the number of requests. */
+static void s_put(void *counters, const char *name, int64_t value) {
+    actor_counters_set(counters, name, value);
+}
+
 START_TEST(request_histograms_end_to_end) {
-    actor_metrics_req_t *h = actor_metrics_req_new();
+    serve_metrics_req_t *h = serve_metrics_req_new();
     ck_assert_ptr_nonnull(h);
     for (int i = 0; i < 5; i++) {
         msg_done_t d;
@@ -94,10 +100,10 @@ START_TEST(request_histograms_end_to_end) {
         d.timings.ttft_ms = 30.0 * (i + 1);
         d.timings.decode_ms = 100.0; /* 10 ms per token after the first */
         d.timings.queued_ms = 0.5;
-        actor_metrics_req_observe(h, &d);
+        serve_metrics_req_observe(h, &d);
     }
     actor_counters_t *c = actor_counters_new();
-    actor_metrics_req_export(h, c);
+    serve_metrics_req_export(h, s_put, c);
     ck_assert_int_eq(actor_counters_get(c, "ttft_us.count"), 5);
     ck_assert_int_eq(actor_counters_get(c, "ttft_us.sum"), 450000);
     ck_assert_int_eq(actor_counters_get(c, "ttft_us.bucket.le_50000"), 1);
@@ -124,28 +130,9 @@ START_TEST(request_histograms_end_to_end) {
     free(out);
     free(mc);
     actor_counters_destroy(&c);
-    actor_metrics_req_destroy(&h);
-    actor_metrics_req_destroy(&h);         /* safe twice */
-    actor_metrics_req_observe(NULL, NULL); /* an unset one does nothing */
-}
-END_TEST
-
-START_TEST(step_histograms) {
-    actor_metrics_step_t *h = actor_metrics_step_new();
-    actor_metrics_step_observe(h, 3, 40);
-    actor_metrics_step_observe(h, 8, 8);
-    actor_metrics_step_prefix(h, 0);
-    actor_metrics_step_prefix(h, 32);
-    actor_counters_t *c = actor_counters_new();
-    actor_metrics_step_export(h, c);
-    ck_assert_int_eq(actor_counters_get(c, "batch_size.count"), 2);
-    ck_assert_int_eq(actor_counters_get(c, "batch_size.bucket.le_5"), 1);
-    ck_assert_int_eq(actor_counters_get(c, "batch_size.bucket.le_10"), 2);
-    ck_assert_int_eq(actor_counters_get(c, "step_tokens.sum"), 48);
-    ck_assert_int_eq(actor_counters_get(c, "prefix_hit_tokens.bucket.le_1"), 1);
-    ck_assert_int_eq(actor_counters_get(c, "prefix_hit_tokens.count"), 2);
-    actor_counters_destroy(&c);
-    actor_metrics_step_destroy(&h);
+    serve_metrics_req_destroy(&h);
+    serve_metrics_req_destroy(&h);         /* safe twice */
+    serve_metrics_req_observe(NULL, NULL); /* an unset one does nothing */
 }
 END_TEST
 
@@ -155,7 +142,6 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, render_counters_gauges_units);
     tcase_add_test(tc, render_histogram);
     tcase_add_test(tc, request_histograms_end_to_end);
-    tcase_add_test(tc, step_histograms);
     suite_add_tcase(s, tc);
     return test_run_suite(argc, argv, s, CK_FORK_GETENV);
 }
