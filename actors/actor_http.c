@@ -27,6 +27,8 @@
 #include "actor_curve.h"
 #include "base_log.h"
 #include "serve_endpoints.h"
+#include "serve_openai.h"
+#include "serve_routes.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -72,8 +74,6 @@ const actor_opt_t actor_http_opts[] = {
     {NULL},
 };
 
-typedef enum { S_CHAT, S_COMPLETIONS, S_MODELS, S_HEALTH } s_route_t;
-
 typedef enum {
     S_READING,   /* headers seen, body arriving */
     S_WAITING,   /* generate sent, suspended until its first event (stream) or done */
@@ -87,7 +87,8 @@ typedef struct s_req_t {
     s_http_t *h;
     struct MHD_Connection *conn;
     struct s_req_t *prev, *next; /* every live request, for the peek timer and shutdown */
-    s_route_t route;
+    serve_handler_t route;       /* what answers it (serve_routes) */
+    char allow[32];              /* a 405's Allow header */
     s_state_t state;
     char id[MSG_MAX_ID_BYTES + 1]; /* chatcmpl-... / cmpl-...: the response id and the
                                       request id towards the frontend */
@@ -161,20 +162,6 @@ static int s_append(char **buf, size_t *len, size_t *cap, const char *s, size_t 
     *len += n;
     (*buf)[*len] = 0;
     return 0;
-}
-
-static const char *s_json_type(const cJSON *f) {
-    if (cJSON_IsString(f))
-        return "a string";
-    if (cJSON_IsNumber(f))
-        return "a number";
-    if (cJSON_IsBool(f))
-        return "a boolean";
-    if (cJSON_IsArray(f))
-        return "an array";
-    if (cJSON_IsObject(f))
-        return "an object";
-    return "null";
 }
 
 /* Resume r when it is suspended (an event came, or its client is gone). */
@@ -260,8 +247,7 @@ static enum MHD_Result s_error(s_req_t *r, unsigned status, const char *param, c
     else if (status == 401)
         hdr = MHD_HTTP_HEADER_WWW_AUTHENTICATE, val = "Bearer";
     else if (status == 405)
-        hdr = MHD_HTTP_HEADER_ALLOW,
-        val = (r->route == S_MODELS || r->route == S_HEALTH) ? "GET" : "POST";
+        hdr = MHD_HTTP_HEADER_ALLOW, val = r->allow;
     return s_queue_json(r, status, s_error_obj(msg, type, param, code), hdr, val);
 }
 
@@ -339,327 +325,38 @@ static int s_load_keys(s_http_t *h, const char *path, char *why, size_t whylen) 
     return 0;
 }
 
-/* ---- request bodies: OpenAI fields -> generate */
-
-/* Why the body was refused: the field and one line. */
-typedef struct {
-    char param[64];
-    char msg[512];
-} s_bad_t;
-
-static int s_bad(s_bad_t *b, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int s_bad(s_bad_t *b, const char *param, const char *fmt, ...) {
-    snprintf(b->param, sizeof b->param, "%s", param);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->msg, sizeof b->msg, fmt, ap);
-    va_end(ap);
-    return -EINVAL;
-}
-
-/* Field name of obj, or NULL when absent or null. */
-static const cJSON *s_field(const cJSON *obj, const char *name) {
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, name);
-    return f && !cJSON_IsNull(f) ? f : NULL;
-}
-
-/* A number in [lo, hi] (integer: whole).  1 when given (*out set), 0 when absent, <0 bad. */
-static int s_number(const cJSON *obj, const char *name, double lo, double hi, bool integer,
-                    double *out, s_bad_t *b) {
-    const cJSON *f = s_field(obj, name);
-    if (!f)
-        return 0;
-    if (!cJSON_IsNumber(f))
-        return s_bad(b, name, "'%s': expected %s, got %s", name,
-                     integer ? "an integer" : "a number", s_json_type(f));
-    double v = f->valuedouble;
-    if (integer && v != floor(v))
-        return s_bad(b, name, "'%s': expected an integer, got %g", name, v);
-    if (!(v >= lo && v <= hi))
-        return s_bad(b, name, "'%s': %g is out of range [%g, %g]", name, v, lo, hi);
-    *out = v;
-    return 1;
-}
-
-static int s_bool(const cJSON *obj, const char *name, bool *out, s_bad_t *b) {
-    const cJSON *f = s_field(obj, name);
-    if (!f)
-        return 0;
-    if (!cJSON_IsBool(f))
-        return s_bad(b, name, "'%s': expected a boolean, got %s", name, s_json_type(f));
-    *out = cJSON_IsTrue(f);
-    return 1;
-}
-
-/* The text of a message's content: a string, or an array of {"type": "text", "text"}
- * parts (joined; *owned gets the malloc'd join). */
-static int s_content(const cJSON *c, const char *param, const char **text, char **owned,
-                     s_bad_t *b) {
-    if (cJSON_IsString(c)) {
-        *text = c->valuestring;
-        return 0;
-    }
-    if (!cJSON_IsArray(c))
-        return s_bad(b, param, "'%s': expected a string or an array of text parts, got %s", param,
-                     s_json_type(c));
-    size_t len = 0, cap = 0;
-    char *s = NULL;
-    const cJSON *part;
-    cJSON_ArrayForEach(part, c) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(t)) {
-            free(s);
-            return s_bad(b, param,
-                         "'%s': only parts {\"type\": \"text\", \"text\": ...} are "
-                         "supported",
-                         param);
-        }
-        if (s_append(&s, &len, &cap, t->valuestring, strlen(t->valuestring))) {
-            free(s);
-            return s_bad(b, param, "out of memory");
-        }
-    }
-    *owned = s;
-    *text = s ? s : "";
-    return 0;
-}
-
-/* Fill g from the JSON body of r.  0, or -EINVAL with b set.  The strings of g point
- * into root or into owned[] (malloc'd joins; the caller frees them). */
-static int s_to_generate(s_http_t *h, s_req_t *r, const cJSON *root, msg_generate_t *g,
-                         char **owned, s_bad_t *b) {
-    if (!cJSON_IsObject(root))
-        return s_bad(b, "", "the body must be a JSON object, not %s", s_json_type(root));
-    double v;
-    int rc;
-    const cJSON *f;
-    /* unsupported: n != 1, logprobs, best_of, echo, suffix, tools, penalties */
-    if ((rc = s_number(root, "n", 1, 1, true, &v, b)) < 0)
-        return s_bad(b, "n", "'n': only 1 choice per request is supported");
-    /* log-probabilities: chat has logprobs (bool) + top_logprobs (0..20); the legacy
-     * completions API has logprobs (int 0..5: the alternatives) */
-    if (r->route == S_CHAT) {
-        if ((rc = s_bool(root, "logprobs", &g->logprobs, b)) < 0)
-            return rc;
-        if ((rc = s_number(root, "top_logprobs", 0, MSG_MAX_TOP_LOGPROBS, true, &v, b)) < 0)
-            return rc;
-        if (rc && v > 0 && !g->logprobs)
-            return s_bad(b, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
-        if (rc)
-            g->top_logprobs = (int)v;
-    } else if ((f = s_field(root, "logprobs")) && !cJSON_IsNull(f)) {
-        if ((rc = s_number(root, "logprobs", 0, 5, true, &v, b)) < 0)
-            return rc;
-        g->logprobs = true;
-        g->top_logprobs = (int)v;
-    } else if (s_field(root, "top_logprobs")) {
-        return s_bad(b, "top_logprobs",
-                     "'top_logprobs' is a chat completions field; here "
-                     "'logprobs' (0..5) asks for alternatives");
-    }
-    r->logprobs = g->logprobs;
-    if ((rc = s_number(root, "best_of", 1, 1, true, &v, b)) < 0)
-        return s_bad(b, "best_of", "'best_of': only 1 is supported");
-    if ((f = s_field(root, "echo")) && !cJSON_IsFalse(f))
-        return s_bad(b, "echo", "'echo' is not supported");
-    if (s_field(root, "suffix"))
-        return s_bad(b, "suffix", "'suffix' is not supported");
-    if ((f = s_field(root, "tools")) && !(cJSON_IsArray(f) && !cJSON_GetArraySize(f)))
-        return s_bad(b, "tools", "'tools' (function calling) is not supported");
-    const char *pen[] = {"presence_penalty", "frequency_penalty"};
-    for (int i = 0; i < 2; i++)
-        if ((rc = s_number(root, pen[i], -2, 2, false, &v, b)) < 0)
-            return rc;
-        else if (rc && v != 0)
-            return s_bad(b, pen[i], "'%s' is not supported (only 0)", pen[i]);
-    if ((f = s_field(root, "model")) && !cJSON_IsString(f))
-        return s_bad(b, "model", "'model': expected a string, got %s", s_json_type(f));
-    if ((f = s_field(root, "user")) && !cJSON_IsString(f))
-        return s_bad(b, "user", "'user': expected a string, got %s", s_json_type(f));
-
-    /* the prompt */
-    if (r->route == S_CHAT) {
-        const cJSON *ms = s_field(root, "messages");
-        if (!ms)
-            return s_bad(b, "messages", "'messages' is required");
-        if (!cJSON_IsArray(ms))
-            return s_bad(b, "messages", "'messages': expected an array, got %s", s_json_type(ms));
-        int n = cJSON_GetArraySize(ms);
-        if (n < 1 || n > MSG_MAX_MESSAGES)
-            return s_bad(b, "messages", "'messages': %d messages, expected 1..%d", n,
-                         MSG_MAX_MESSAGES);
-        g->messages = calloc((size_t)n, sizeof *g->messages);
-        if (!g->messages)
-            return s_bad(b, "messages", "out of memory");
-        g->n_messages = n;
-        int i = 0;
-        const cJSON *m;
-        cJSON_ArrayForEach(m, ms) {
-            char param[64];
-            snprintf(param, sizeof param, "messages[%d].role", i);
-            if (!cJSON_IsObject(m))
-                return s_bad(b, param, "'messages[%d]': expected an object, got %s", i,
-                             s_json_type(m));
-            const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-            if (!cJSON_IsString(role))
-                return s_bad(b, param, "'%s': expected a string", param);
-            const char *rs = role->valuestring;
-            if (!strcmp(rs, "developer"))
-                rs = "system"; /* OpenAI's newer name for it */
-            if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
-                return s_bad(b, param, "'%s': '%s' is not supported (system, user, assistant)",
-                             param, role->valuestring);
-            snprintf(g->messages[i].role, sizeof g->messages[i].role, "%s", rs);
-            snprintf(param, sizeof param, "messages[%d].content", i);
-            const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
-            if (!c)
-                return s_bad(b, param, "'%s' is required", param);
-            const char *text = "";
-            if (!cJSON_IsNull(c) && s_content(c, param, &text, &owned[i], b))
-                return -EINVAL;
-            g->messages[i].content = (char *)text;
-            g->messages[i].content_len = strlen(text);
-            i++;
-        }
-    } else {
-        const cJSON *p = s_field(root, "prompt");
-        if (!p)
-            return s_bad(b, "prompt", "'prompt' is required");
-        if (cJSON_IsArray(p)) {
-            if (cJSON_GetArraySize(p) != 1)
-                return s_bad(b, "prompt",
-                             "'prompt': an array of %d prompts (only one "
-                             "prompt per request is supported)",
-                             cJSON_GetArraySize(p));
-            p = cJSON_GetArrayItem(p, 0);
-        }
-        if (!cJSON_IsString(p))
-            return s_bad(b, "prompt",
-                         "'prompt': expected a string (token ids are not "
-                         "supported), got %s",
-                         s_json_type(p));
-        if (!*p->valuestring)
-            return s_bad(b, "prompt", "'prompt' is empty");
-        g->prompt = p->valuestring;
-        g->prompt_len = strlen(p->valuestring);
-    }
-
-    /* length */
-    g->max_tokens = h->max_tokens;
-    if ((rc = s_number(root, "max_tokens", 1, MSG_MAX_TOKENS, true, &v, b)) < 0)
-        return rc;
-    if (rc)
-        g->max_tokens = (int)v;
-    if ((rc = s_number(root, "max_completion_tokens", 1, MSG_MAX_TOKENS, true, &v, b)) < 0)
-        return rc;
-    if (rc)
-        g->max_tokens = (int)v;
-
-    /* sampling: OpenAI's defaults (temperature 1, top_p 1), top_k / min_p off */
-    g->sampling.temperature = 1.0f;
-    g->sampling.top_p = 1.0f;
-    g->sampling.top_k = h->top_k;
-    g->sampling.min_p = (float)h->min_p;
-    g->sampling.repeat_penalty = 1.0f;
-    if ((rc = s_number(root, "temperature", 0, 2, false, &v, b)) < 0)
-        return rc;
-    if (rc)
-        g->sampling.temperature = (float)v;
-    if ((rc = s_number(root, "top_p", 0, 1, false, &v, b)) < 0)
-        return rc;
-    if (rc && v > 0)
-        g->sampling.top_p = (float)v;
-    else if (rc) /* top_p 0 keeps the most likely token only */
-        g->sampling.temperature = 0;
-    /* extensions of llama-server and vLLM */
-    if ((rc = s_number(root, "top_k", 0, MSG_MAX_TOP_K, true, &v, b)) < 0)
-        return rc;
-    if (rc)
-        g->sampling.top_k = (int)v;
-    if ((rc = s_number(root, "min_p", 0, 1, false, &v, b)) < 0)
-        return rc;
-    if (rc)
-        g->sampling.min_p = (float)v;
-    if ((rc = s_number(root, "repeat_penalty", 0.01, 10, false, &v, b)) < 0)
-        return rc;
-    if (rc)
-        g->sampling.repeat_penalty = (float)v;
-    if ((rc = s_number(root, "seed", 0, 18446744073709551615.0, true, &v, b)) < 0)
-        return rc;
-    g->has_seed = true;
-    if (rc) {
-        g->sampling.seed = v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
-    } else if (getrandom(&g->sampling.seed, sizeof g->sampling.seed, 0) !=
-               sizeof g->sampling.seed) { /* OpenAI: a fresh sample every time */
-        g->sampling.seed = base_now_us() ^ h->seq;
-    }
-
-    /* stop */
-    if ((f = s_field(root, "stop"))) {
-        const cJSON *one = cJSON_IsString(f) ? f : NULL, *s;
-        if (!one && !cJSON_IsArray(f))
-            return s_bad(b, "stop", "'stop': expected a string or an array of strings, got %s",
-                         s_json_type(f));
-        if (!one && cJSON_GetArraySize(f) > MSG_MAX_STOP)
-            return s_bad(b, "stop", "'stop': at most %d strings", MSG_MAX_STOP);
-        for (s = one ? one : f->child; s; s = one ? NULL : s->next) {
-            if (!cJSON_IsString(s))
-                return s_bad(b, "stop", "'stop': expected strings, got %s", s_json_type(s));
-            size_t n = strlen(s->valuestring);
-            if (n < 1 || n > MSG_MAX_STOP_BYTES)
-                return s_bad(b, "stop", "'stop': each string must have 1..%d bytes",
-                             MSG_MAX_STOP_BYTES);
-            memcpy(g->stop[g->n_stop++], s->valuestring, n + 1);
-        }
-    }
-
-    /* stream */
-    bool stream = false;
-    if ((rc = s_bool(root, "stream", &stream, b)) < 0)
-        return rc;
-    r->stream = g->stream = stream;
-    if ((f = s_field(root, "stream_options"))) {
-        if (!cJSON_IsObject(f))
-            return s_bad(b, "stream_options", "'stream_options': expected an object, got %s",
-                         s_json_type(f));
-        if ((rc = s_bool(f, "include_usage", &r->include_usage, b)) < 0)
-            return s_bad(b, "stream_options.include_usage",
-                         "'stream_options.include_usage': expected a boolean");
-    }
-    return 0;
-}
+/* ---- request bodies: OpenAI fields -> generate (serve/serve_openai.c) */
 
 /* Parse r's body and send its generate.  0, or an HTTP status to answer with (and b). */
-static unsigned s_submit(s_http_t *h, s_req_t *r, s_bad_t *b) {
-    const char *end = NULL;
-    /* the body is NUL-terminated: the NUL must follow the value (nothing after it) */
-    cJSON *root = r->body && strlen(r->body) == r->body_len
-                      ? cJSON_ParseWithLengthOpts(r->body, r->body_len + 1, &end, true)
-                      : NULL;
-    if (!root) {
-        actor_counters_add(h->counters, "bad_json", 1);
-        size_t at = end && r->body ? (size_t)(end - r->body) : 0;
-        s_bad(b, "", "the body is not valid JSON (at byte %zu of %zu)", at, r->body_len);
-        return 400;
-    }
-    msg_generate_t g;
-    msg_generate_init(&g);
-    char *owned[MSG_MAX_MESSAGES] = {0};
+static unsigned s_submit(s_http_t *h, s_req_t *r, serve_openai_bad_t *b) {
+    serve_openai_request_t q;
+    const serve_openai_defaults_t def = {h->max_tokens, h->top_k, h->min_p};
+    uint64_t seed; /* OpenAI: a fresh sample every time */
+    if (getrandom(&seed, sizeof seed, 0) != sizeof seed)
+        seed = base_now_us() ^ h->seq;
+    bool chat = r->route == SERVE_HANDLER_CHAT;
     unsigned status = 0;
-    snprintf(r->id, sizeof r->id, "%s-%s%llx", r->route == S_CHAT ? "chatcmpl" : "cmpl", h->boot,
+    snprintf(r->id, sizeof r->id, "%s-%s%llx", chat ? "chatcmpl" : "cmpl", h->boot,
              (unsigned long long)++h->seq);
-    if (s_to_generate(h, r, root, &g, owned, b)) {
-        status = 400;
+    int rc = serve_openai_request_parse(&q, chat ? SERVE_OPENAI_CHAT : SERVE_OPENAI_COMPLETIONS,
+                                        r->body, r->body_len, &def, seed, b);
+    if (rc) {
+        if (rc == -EBADMSG)
+            actor_counters_add(h->counters, "bad_json", 1);
+        status = rc == -ENOMEM ? 500 : 400;
         goto out;
     }
-    memcpy(g.id, r->id, sizeof g.id);
+    msg_generate_t *g = &q.gen;
+    r->stream = g->stream;
+    r->include_usage = q.include_usage;
+    r->logprobs = g->logprobs;
+    memcpy(g->id, r->id, sizeof g->id);
     void *buf = NULL;
     size_t len = 0;
     msg_err_t err;
-    if (msg_encode(MSG_GENERATE, &g, &buf, &len, &err)) { /* a protocol limit (prompt size) */
-        s_bad(b, err.field, "%s", err.msg);
+    if (msg_encode(MSG_GENERATE, g, &buf, &len, &err)) { /* a protocol limit (prompt size) */
+        snprintf(b->param, sizeof b->param, "%s", err.field);
+        snprintf(b->msg, sizeof b->msg, "%s", err.msg);
         status = 400;
         goto out;
     }
@@ -668,7 +365,8 @@ static unsigned s_submit(s_http_t *h, s_req_t *r, s_bad_t *b) {
     r->gen = buf; /* kept: a resume after a frontend restart sends it again */
     r->gen_len = len;
     if (sent < 0) {
-        s_bad(b, "", "the server is overloaded (its queue to the frontend is full)");
+        snprintf(b->msg, sizeof b->msg,
+                 "the server is overloaded (its queue to the frontend is full)");
         status = 429;
         goto out;
     }
@@ -677,30 +375,12 @@ static unsigned s_submit(s_http_t *h, s_req_t *r, s_bad_t *b) {
     zhashx_insert(h->by_id, r->id, r);
     actor_counters_add(h->counters, r->stream ? "generate.stream" : "generate.json", 1);
 out:
-    for (int i = 0; i < MSG_MAX_MESSAGES; i++)
-        free(owned[i]);
-    free(g.messages); /* the rest points into root */
-    cJSON_Delete(root);
+    serve_openai_request_clear(&q);
     return status;
 }
 
 /* ---- responses */
 
-static const char *s_finish(int f) {
-    return f == MSG_FINISH_LENGTH ? "length" : "stop";
-}
-
-static cJSON *s_usage(const msg_usage_t *u) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "prompt_tokens", u->prompt_tokens);
-    cJSON_AddNumberToObject(o, "completion_tokens", u->completion_tokens);
-    cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + u->completion_tokens);
-    cJSON *d = cJSON_AddObjectToObject(o, "prompt_tokens_details");
-    cJSON_AddNumberToObject(d, "cached_tokens", u->cached_tokens);
-    return o;
-}
-
-/* The head every response and chunk shares. */
 static cJSON *s_head(const s_req_t *r, const char *object) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", r->id);
@@ -734,7 +414,7 @@ static cJSON *s_bytes(const char *s) {
  * {"tokens", "token_logprobs", "top_logprobs": [{text: logprob}], "text_offset"}. */
 static void s_lp_add(s_req_t *r, cJSON *lp, const char *piece, float logprob, const msg_top_t *top,
                      int n_top, size_t offset) {
-    if (r->route == S_CHAT) {
+    if (r->route == SERVE_HANDLER_CHAT) {
         cJSON *content = cJSON_GetObjectItem(lp, "content");
         if (!content)
             content = cJSON_AddArrayToObject(lp, "content");
@@ -778,7 +458,7 @@ static void s_chunk(s_req_t *r, const char *text, size_t len, bool role, const c
 
 static void s_chunk_lp(s_req_t *r, const char *text, size_t len, bool role, const char *finish,
                        cJSON *lp) {
-    bool chat = r->route == S_CHAT;
+    bool chat = r->route == SERVE_HANDLER_CHAT;
     cJSON *o = s_head(r, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
@@ -814,7 +494,7 @@ static void s_chunk_lp(s_req_t *r, const char *text, size_t len, bool role, cons
 static void s_open_stream(s_req_t *r) {
     if (!r->started) {
         r->started = true;
-        if (r->route == S_CHAT)
+        if (r->route == SERVE_HANDLER_CHAT)
             s_chunk(r, NULL, 0, true, "");
     }
 }
@@ -870,11 +550,12 @@ static void s_on_done(s_http_t *h, msg_done_t *d) {
         s_open_stream(r);
         if (d->text && d->text_len)
             s_chunk(r, d->text, d->text_len, false, "");
-        s_chunk(r, NULL, 0, false, s_finish(d->finish_reason));
+        s_chunk(r, NULL, 0, false, serve_openai_finish(d->finish_reason));
         if (r->include_usage) {
-            cJSON *o = s_head(r, r->route == S_CHAT ? "chat.completion.chunk" : "text_completion");
+            cJSON *o = s_head(r, r->route == SERVE_HANDLER_CHAT ? "chat.completion.chunk"
+                                                                : "text_completion");
             cJSON_AddArrayToObject(o, "choices");
-            cJSON_AddItemToObject(o, "usage", s_usage(&d->usage));
+            cJSON_AddItemToObject(o, "usage", serve_openai_usage(&d->usage));
             s_sse(r, o);
         }
         s_append(&r->out, &r->out_len, &r->out_cap, "data: [DONE]\n\n", 14);
@@ -952,7 +633,7 @@ static enum MHD_Result s_respond_stream(s_req_t *r) {
 }
 
 static enum MHD_Result s_respond_json(s_req_t *r) {
-    bool chat = r->route == S_CHAT;
+    bool chat = r->route == SERVE_HANDLER_CHAT;
     cJSON *o = s_head(r, chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
@@ -970,8 +651,8 @@ static enum MHD_Result s_respond_json(s_req_t *r) {
     } else {
         cJSON_AddNullToObject(c, "logprobs");
     }
-    cJSON_AddStringToObject(c, "finish_reason", s_finish(r->finish));
-    cJSON_AddItemToObject(o, "usage", s_usage(&r->usage));
+    cJSON_AddStringToObject(c, "finish_reason", serve_openai_finish(r->finish));
+    cJSON_AddItemToObject(o, "usage", serve_openai_usage(&r->usage));
     return s_queue_json(r, 200, o, NULL, NULL);
 }
 
@@ -1000,24 +681,34 @@ static enum MHD_Result s_respond_health(s_req_t *r) {
 
 /* ---- MHD callbacks */
 
-static bool s_route(const char *url, s_route_t *route) {
-    static const struct {
-        const char *path;
-        s_route_t route;
-    } paths[] = {{"/v1/chat/completions", S_CHAT},
-                 {"/v1/completions", S_COMPLETIONS},
-                 {"/v1/models", S_MODELS},
-                 {"/health", S_HEALTH},
-                 {"/chat/completions", S_CHAT},
-                 {"/completions", S_COMPLETIONS},
-                 {"/models", S_MODELS}};
-    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
-        if (!strcmp(url, paths[i].path)) {
-            *route = paths[i].route;
-            return true;
-        }
-    return false;
+/* A chat or legacy completion: parse, send the generate, wait for its events. */
+static enum MHD_Result s_respond_generate(s_req_t *r) {
+    s_http_t *h = r->h;
+    if (r->too_big)
+        return s_error(r, 413, NULL, "body_too_large", "the body is larger than %zu bytes",
+                       h->max_body);
+    serve_openai_bad_t b = {{0}, {0}};
+    unsigned status = s_submit(h, r, &b);
+    free(r->body);
+    r->body = NULL;
+    if (status)
+        return s_error(r, status, status == 400 ? b.param : NULL,
+                       status == 400   ? "invalid_request"
+                       : status == 429 ? "overloaded"
+                                       : "internal",
+                       "%s", b.msg);
+    r->state = S_WAITING;
+    s_suspend(r);
+    return MHD_YES;
 }
+
+/* The function of each handler of serve_routes' table. */
+static enum MHD_Result (*const s_handlers[SERVE_HANDLER_N])(s_req_t *r) = {
+    [SERVE_HANDLER_CHAT] = s_respond_generate,
+    [SERVE_HANDLER_COMPLETIONS] = s_respond_generate,
+    [SERVE_HANDLER_MODELS] = s_respond_models,
+    [SERVE_HANDLER_HEALTH] = s_respond_health,
+};
 
 static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                     const char *method, const char *version, const char *upload,
@@ -1036,13 +727,17 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
         h->reqs = r;
         *ctx = r;
         actor_counters_add(h->counters, "requests", 1);
-        if (!s_route(url, &r->route))
+        const serve_route_t *route;
+        int rc = serve_routes_find(url, method, &route);
+        if (rc == -ENOENT)
             return s_error(r, 404, NULL, "not_found", "no such path: %s", url);
-        bool get = r->route == S_MODELS || r->route == S_HEALTH;
-        if (strcmp(method, get ? "GET" : "POST"))
+        r->route = route->handler;
+        if (rc) {
+            serve_routes_allow(url, r->allow, sizeof r->allow);
             return s_error(r, 405, NULL, "method_not_allowed", "%s %s: use %s", method, url,
-                           get ? "GET" : "POST");
-        if (r->route != S_HEALTH && !s_authorized(h, conn))
+                           r->allow);
+        }
+        if (route->auth && !s_authorized(h, conn))
             return s_error(r, 401, NULL, "invalid_api_key",
                            "a valid API key is needed: 'Authorization: Bearer KEY'");
         const char *cl =
@@ -1065,25 +760,8 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
         return MHD_YES;
     }
     switch (r->state) {
-    case S_READING: {
-        if (r->route == S_MODELS)
-            return s_respond_models(r);
-        if (r->route == S_HEALTH)
-            return s_respond_health(r);
-        if (r->too_big)
-            return s_error(r, 413, NULL, "body_too_large", "the body is larger than %zu bytes",
-                           h->max_body);
-        s_bad_t b = {{0}, {0}};
-        unsigned status = s_submit(h, r, &b);
-        free(r->body);
-        r->body = NULL;
-        if (status)
-            return s_error(r, status, status == 400 ? b.param : NULL,
-                           status == 400 ? "invalid_request" : "overloaded", "%s", b.msg);
-        r->state = S_WAITING;
-        s_suspend(r);
-        return MHD_YES;
-    }
+    case S_READING: /* the body is in: the route's handler answers */
+        return s_handlers[r->route](r);
     case S_WAITING: /* resumed: an event came, or the client left */
         if (r->peer_gone)
             return MHD_NO;

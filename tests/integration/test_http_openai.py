@@ -2,7 +2,9 @@
 actor, docs/HTTP.md) through the official `openai` Python package: chat and completions,
 streamed and not, give the text of `strata generate --greedy` at temperature 0, with the
 right usage; logprobs (chat, streamed, legacy) consistent; stop strings end the text; bad JSON,
-wrong types, n=2, top_logprobs without logprobs, a huge body,
+wrong types, n=2, top_logprobs without logprobs, fields that would change the answer
+(response_format, tools, logit_bias, an unknown field: 400 naming the field, never ignored)
+while fields that cannot (user, metadata) are accepted, a huge body,
 a missing or wrong API key, an unknown path and a wrong method get OpenAI-shaped errors
 with the right status; a full queue is 429 with Retry-After; a client that disconnects
 mid-stream gets its request cancelled (stats); 1000 malformed requests leave the server
@@ -178,6 +180,23 @@ def test_errors(base, client):
         print("top_logprobs alone:", b["error"]["message"])
         expect(x.post(base + "/completions", headers=h,
                       json={"model": "m", "prompt": ["a", "b"]}), 400, "prompt", "two prompts")
+        # the field rule (docs/HTTP.md): what would change the answer is refused, naming it
+        for field, value in [("response_format", {"type": "json_object"}),
+                             ("tools", [{"type": "function", "function": {"name": "f"}}]),
+                             ("logit_bias", {"50256": -100}),
+                             ("presence_penalty", 0.5),
+                             ("ignore_eos", True)]:
+            b = expect(x.post(chat, headers=h, json=dict(good, **{field: value})), 400, field,
+                       "%s=%r" % (field, value))
+            print("%s refused: %s" % (field, b["error"]["message"]))
+        expect(x.post(base + "/completions", headers=h,
+                      json={"prompt": "a", "echo": True}), 400, "echo", "echo true")
+        # ... and what cannot change it is accepted, at its default too
+        r = x.post(chat, headers=h, json=dict(good, user="u-1", metadata={"k": "v"}, n=1,
+                                              response_format={"type": "text"}, tools=[],
+                                              temperature=0))
+        u.check(r.status_code == 200 and r.json()["choices"][0]["message"]["content"] is not None,
+                "harmless fields: %d %r" % (r.status_code, r.text[:300]))
         expect(x.post(chat, headers=h, content=b"{" + b" " * (2 << 20) + b"}"), 413,
                what="a 2 MiB body")
         expect(x.post(chat, json=good), 401, what="no API key")
@@ -192,7 +211,8 @@ def test_errors(base, client):
         u.check(x.get(base.rsplit("/", 1)[0] + "/health").status_code == 200, "health")
     # the openai package's own error classes
     for kwargs, exc in [({"n": 2}, openai.BadRequestError),
-                        ({"temperature": 5}, openai.BadRequestError)]:
+                        ({"temperature": 5}, openai.BadRequestError),
+                        ({"response_format": {"type": "json_object"}}, openai.BadRequestError)]:
         try:
             client.chat.completions.create(model="m", messages=good["messages"], max_tokens=2,
                                            **kwargs)
@@ -204,7 +224,8 @@ def test_errors(base, client):
         u.check(False, "a wrong key was accepted")
     except openai.AuthenticationError:
         pass
-    print("errors: 400 bad JSON / types / n / top_logprobs / prompts, 413, 401, 404, 405 ok")
+    print("errors: 400 bad JSON / types / n / top_logprobs / prompts / refused fields, 413, 401, "
+          "404, 405 ok")
 
 
 def test_overloaded(base):

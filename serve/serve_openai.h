@@ -1,0 +1,107 @@
+/* serve_openai.h - the OpenAI schema of the http gateway (docs/HTTP.md): the JSON body of
+ * /v1/chat/completions and /v1/completions turned into the client protocol's generate
+ * (msgs/msg_client.h), and the pieces of the answers that come from wire structs.
+ *
+ * Every field's rule is one row of one table (serve_openai_fields): its name, the
+ * endpoints that know it, its JSON type and range, and what happens to it: mapped onto
+ * generate, accepted because it cannot change the answer, accepted only at its default
+ * value, or refused.  A field that is not in the table is refused too: a field that could
+ * change the answer is answered 400 naming it, never silently ignored.  A field given as
+ * JSON null counts as absent.  Library code: no sockets, no HTTP. */
+#ifndef SERVE_OPENAI_H
+#define SERVE_OPENAI_H
+
+#include "msg_client.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The endpoints (a bit set in a field's row). */
+typedef enum {
+    SERVE_OPENAI_CHAT = 1,        /* POST /v1/chat/completions */
+    SERVE_OPENAI_COMPLETIONS = 2, /* POST /v1/completions (legacy) */
+} serve_openai_api_t;
+
+/* The JSON a field takes. */
+typedef enum {
+    SERVE_OPENAI_STRING,
+    SERVE_OPENAI_NUMBER,  /* in [lo, hi] */
+    SERVE_OPENAI_INTEGER, /* whole, in [lo, hi] */
+    SERVE_OPENAI_BOOL,
+    SERVE_OPENAI_ARRAY,
+    SERVE_OPENAI_OBJECT,
+    SERVE_OPENAI_STRING_OR_ARRAY,
+    SERVE_OPENAI_STRING_OR_OBJECT,
+} serve_openai_type_t;
+
+/* What happens to a field that is given (and has the right type and range). */
+typedef enum {
+    SERVE_OPENAI_MAP,    /* implemented: it sets what `does` names */
+    SERVE_OPENAI_ACCEPT, /* read and dropped: it cannot change the answer (`does` says why) */
+    SERVE_OPENAI_ONLY,   /* accepted at one value (only() true), else 400 with `does` */
+    SERVE_OPENAI_REFUSE, /* any value: 400 with `does` */
+} serve_openai_rule_t;
+
+/* One field of a request body. */
+typedef struct {
+    const char *name;
+    unsigned api;             /* serve_openai_api_t bits: the endpoints that know it */
+    serve_openai_type_t type; /* its JSON */
+    double lo, hi;            /* numbers: the range (outside: 400) */
+    serve_openai_rule_t rule;
+    bool (*only)(const cJSON *v); /* ONLY: true for the accepted value(s) */
+    const char *does;             /* MAP: what it maps to; ACCEPT: why it is harmless;
+                                     ONLY / REFUSE: the sentence of the 400 */
+} serve_openai_field_t;
+
+/* The table, n rows (*n set). */
+const serve_openai_field_t *serve_openai_fields(int *n);
+/* The row of name for api, or NULL when api does not know it. */
+const serve_openai_field_t *serve_openai_field(serve_openai_api_t api, const char *name);
+
+/* The defaults that come from the gateway's options, not from OpenAI. */
+typedef struct {
+    int max_tokens; /* neither max_tokens nor max_completion_tokens given */
+    int top_k;      /* top_k not given (0: off, as OpenAI) */
+    double min_p;   /* min_p not given (0: off) */
+} serve_openai_defaults_t;
+
+/* Why a body was refused: the field (OpenAI's error.param; "" for the whole body) and
+ * one line. */
+typedef struct {
+    char param[64];
+    char msg[512];
+} serve_openai_bad_t;
+
+/* A translated request.  gen's strings point into root or into owned (the joins of text
+ * parts); serve_openai_request_clear frees all of it. */
+typedef struct {
+    msg_generate_t gen;                /* everything but gen.id (the caller's) */
+    bool include_usage;                /* stream_options.include_usage */
+    cJSON *root;                       /* the parsed body (owned) */
+    char *owned[MSG_MAX_MESSAGES + 1]; /* malloc'd joins of content parts */
+} serve_openai_request_t;
+
+/* Parse body (len bytes; body[len] must be its NUL) as a request of api and translate it
+ * into req->gen.  seed: the seed to use when the body gives none (OpenAI draws a fresh
+ * sample every time: the caller passes a random one).  0; -EBADMSG when the body is not
+ * JSON (bad says at which byte); -EINVAL when a field is wrong, unsupported or unknown
+ * (bad names it); -ENOMEM.  req is cleared first, and must be cleared after whatever the
+ * result. */
+int serve_openai_request_parse(serve_openai_request_t *req, serve_openai_api_t api,
+                               const char *body, size_t len, const serve_openai_defaults_t *def,
+                               uint64_t seed, serve_openai_bad_t *bad);
+/* Frees what parse made; safe twice, and on a zeroed request. */
+void serve_openai_request_clear(serve_openai_request_t *req);
+
+/* OpenAI's finish_reason of a msg_finish_t: "length" or "stop". */
+const char *serve_openai_finish(int finish);
+/* OpenAI's usage object of u: prompt_tokens, completion_tokens, total_tokens,
+ * prompt_tokens_details.cached_tokens.  NULL when out of memory. */
+cJSON *serve_openai_usage(const msg_usage_t *u);
+/* "a string", "a number", ...: the JSON type of v, for error messages. */
+const char *serve_openai_json_type(const cJSON *v);
+
+#endif

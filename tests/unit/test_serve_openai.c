@@ -1,0 +1,401 @@
+/* test_serve_openai.c - serve/serve_openai: OpenAI request bodies turned into the client
+ * protocol's generate, field by field: what each implemented field sets, the defaults
+ * when it is absent, the 400 (naming the field) of a wrong type, a value out of range, an
+ * unsupported value or an unknown field, and the fields accepted because they cannot
+ * change the answer.  No HTTP, no sockets: JSON text in, a msg_generate_t out. */
+#include "serve_openai.h"
+#include "test_util.h"
+
+#include <check.h>
+#include <errno.h>
+#include <string.h>
+
+#define CHAT SERVE_OPENAI_CHAT
+#define COMPL SERVE_OPENAI_COMPLETIONS
+#define SEED 12345u /* the "random" seed the gateway would draw */
+
+static const serve_openai_defaults_t s_def = {.max_tokens = 256, .top_k = 0, .min_p = 0};
+static serve_openai_request_t s_req;
+static serve_openai_bad_t s_why;
+
+/* Parse json (a C string) as a request of api into s_req / s_why. */
+static int s_parse(serve_openai_api_t api, const char *json) {
+    serve_openai_request_clear(&s_req);
+    return serve_openai_request_parse(&s_req, api, json, strlen(json), &s_def, SEED, &s_why);
+}
+
+/* A chat body: one user message "hi" and the given extra fields ("" or `, "k": v`). */
+static int s_chat(const char *extra) {
+    char json[2048];
+    snprintf(json, sizeof json, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]%s}",
+             extra);
+    return s_parse(CHAT, json);
+}
+
+static int s_compl(const char *extra) {
+    char json[2048];
+    snprintf(json, sizeof json, "{\"prompt\": \"Once\"%s}", extra);
+    return s_parse(COMPL, json);
+}
+
+/* The body was refused with 400 naming param. */
+static void s_refused(int rc, const char *param) {
+    ck_assert_msg(rc == -EINVAL, "expected -EINVAL naming '%s', got %d", param, rc);
+    ck_assert_str_eq(s_why.param, param);
+    ck_assert_msg(strlen(s_why.msg) > 0, "no message");
+}
+
+static void s_teardown(void) {
+    serve_openai_request_clear(&s_req);
+}
+
+/* ---- the prompt */
+
+START_TEST(chat_defaults) {
+    ck_assert_int_eq(s_chat(""), 0);
+    const msg_generate_t *g = &s_req.gen;
+    ck_assert_int_eq(g->n_messages, 1);
+    ck_assert_str_eq(g->messages[0].role, "user");
+    ck_assert_str_eq(g->messages[0].content, "hi");
+    ck_assert_uint_eq(g->messages[0].content_len, 2);
+    ck_assert_ptr_null(g->prompt);
+    /* OpenAI's defaults, not the protocol's */
+    ck_assert_int_eq(g->max_tokens, s_def.max_tokens);
+    ck_assert_float_eq(g->sampling.temperature, 1.0f);
+    ck_assert_float_eq(g->sampling.top_p, 1.0f);
+    ck_assert_int_eq(g->sampling.top_k, 0);
+    ck_assert_float_eq(g->sampling.min_p, 0.0f);
+    ck_assert_float_eq(g->sampling.repeat_penalty, 1.0f);
+    ck_assert(g->has_seed);
+    ck_assert_uint_eq(g->sampling.seed, SEED);
+    ck_assert(!g->stream);
+    ck_assert(!g->logprobs);
+    ck_assert_int_eq(g->n_stop, 0);
+    ck_assert(!s_req.include_usage);
+}
+END_TEST
+
+START_TEST(chat_messages) {
+    ck_assert_int_eq(s_parse(CHAT, "{\"messages\": [{\"role\": \"developer\", \"content\": \"be "
+                                   "brief\"}, {\"role\": \"user\", \"content\": [{\"type\": "
+                                   "\"text\", \"text\": \"a\"}, {\"type\": \"text\", \"text\": "
+                                   "\"b\"}]}, {\"role\": \"assistant\", \"content\": null}]}"),
+                     0);
+    const msg_generate_t *g = &s_req.gen;
+    ck_assert_int_eq(g->n_messages, 3);
+    ck_assert_str_eq(g->messages[0].role, "system"); /* developer is OpenAI's newer name */
+    ck_assert_str_eq(g->messages[1].content, "ab");  /* text parts joined */
+    ck_assert_str_eq(g->messages[2].content, "");    /* null content: empty */
+    s_refused(s_parse(CHAT, "{}"), "messages");
+    s_refused(s_parse(CHAT, "{\"messages\": []}"), "messages");
+    s_refused(s_parse(CHAT, "{\"messages\": \"hi\"}"), "messages");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}"),
+              "messages[0].role");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\"}]}"), "messages[0].content");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
+                            "\"image_url\"}]}]}"),
+              "messages[0].content");
+    /* a message key that would change the prompt is refused, not dropped */
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"name\": "
+                            "\"bob\"}]}"),
+              "messages[0].name");
+}
+END_TEST
+
+START_TEST(completions_prompt) {
+    ck_assert_int_eq(s_compl(""), 0);
+    ck_assert_str_eq(s_req.gen.prompt, "Once");
+    ck_assert_uint_eq(s_req.gen.prompt_len, 4);
+    ck_assert_ptr_null(s_req.gen.messages);
+    ck_assert_int_eq(s_parse(COMPL, "{\"prompt\": [\"Twice\"]}"), 0);
+    ck_assert_str_eq(s_req.gen.prompt, "Twice");
+    s_refused(s_parse(COMPL, "{}"), "prompt");
+    s_refused(s_parse(COMPL, "{\"prompt\": [\"a\", \"b\"]}"), "prompt");
+    s_refused(s_parse(COMPL, "{\"prompt\": [1, 2, 3]}"), "prompt"); /* token ids */
+    s_refused(s_parse(COMPL, "{\"prompt\": \"\"}"), "prompt");
+}
+END_TEST
+
+/* ---- length and sampling */
+
+START_TEST(max_tokens) {
+    ck_assert_int_eq(s_chat(", \"max_tokens\": 7"), 0);
+    ck_assert_int_eq(s_req.gen.max_tokens, 7);
+    ck_assert_int_eq(s_chat(", \"max_tokens\": 7, \"max_completion_tokens\": 9"), 0);
+    ck_assert_int_eq(s_req.gen.max_tokens, 9);             /* the newer name wins */
+    ck_assert_int_eq(s_chat(", \"max_tokens\": null"), 0); /* null: absent */
+    ck_assert_int_eq(s_req.gen.max_tokens, s_def.max_tokens);
+    s_refused(s_chat(", \"max_tokens\": 1.5"), "max_tokens");
+    s_refused(s_chat(", \"max_tokens\": 0"), "max_tokens");
+    s_refused(s_chat(", \"max_tokens\": 8193"), "max_tokens");
+    s_refused(s_chat(", \"max_completion_tokens\": \"9\""), "max_completion_tokens");
+}
+END_TEST
+
+START_TEST(sampling_fields) {
+    ck_assert_int_eq(s_chat(", \"temperature\": 0.5, \"top_p\": 0.9, \"top_k\": 40, \"min_p\": "
+                            "0.05, \"repeat_penalty\": 1.1, \"seed\": 7"),
+                     0);
+    const msg_sampling_t *p = &s_req.gen.sampling;
+    ck_assert_float_eq_tol(p->temperature, 0.5f, 1e-6);
+    ck_assert_float_eq_tol(p->top_p, 0.9f, 1e-6);
+    ck_assert_int_eq(p->top_k, 40);
+    ck_assert_float_eq_tol(p->min_p, 0.05f, 1e-6);
+    ck_assert_float_eq_tol(p->repeat_penalty, 1.1f, 1e-6);
+    ck_assert_uint_eq(p->seed, 7);
+    /* top_p 0 keeps the most likely token only: greedy */
+    ck_assert_int_eq(s_chat(", \"top_p\": 0"), 0);
+    ck_assert_float_eq(s_req.gen.sampling.temperature, 0.0f);
+    ck_assert_int_eq(s_chat(", \"seed\": 18446744073709551615"), 0);
+    ck_assert_uint_eq(s_req.gen.sampling.seed, UINT64_MAX);
+    s_refused(s_chat(", \"temperature\": \"hot\""), "temperature");
+    s_refused(s_chat(", \"temperature\": 2.5"), "temperature");
+    s_refused(s_chat(", \"top_p\": -0.1"), "top_p");
+    s_refused(s_chat(", \"top_k\": 1.5"), "top_k");
+    s_refused(s_chat(", \"min_p\": 2"), "min_p");
+    s_refused(s_chat(", \"repeat_penalty\": 0"), "repeat_penalty");
+    s_refused(s_chat(", \"seed\": -1"), "seed");
+}
+END_TEST
+
+START_TEST(stop_strings) {
+    ck_assert_int_eq(s_chat(", \"stop\": \"\\n\""), 0);
+    ck_assert_int_eq(s_req.gen.n_stop, 1);
+    ck_assert_str_eq(s_req.gen.stop[0], "\n");
+    ck_assert_int_eq(s_chat(", \"stop\": [\"a\", \"bc\"]"), 0);
+    ck_assert_int_eq(s_req.gen.n_stop, 2);
+    ck_assert_str_eq(s_req.gen.stop[1], "bc");
+    s_refused(s_chat(", \"stop\": 5"), "stop");
+    s_refused(s_chat(", \"stop\": [5]"), "stop");
+    s_refused(s_chat(", \"stop\": [\"\"]"), "stop");
+    s_refused(s_chat(", \"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\"]"),
+              "stop");
+    char big[200];
+    snprintf(big, sizeof big, ", \"stop\": \"%0*d\"", MSG_MAX_STOP_BYTES + 1, 0);
+    s_refused(s_chat(big), "stop");
+}
+END_TEST
+
+/* ---- the answer's shape */
+
+START_TEST(stream_and_usage) {
+    ck_assert_int_eq(s_chat(", \"stream\": true, \"stream_options\": {\"include_usage\": true}"),
+                     0);
+    ck_assert(s_req.gen.stream);
+    ck_assert(s_req.include_usage);
+    s_refused(s_chat(", \"stream\": 1"), "stream");
+    s_refused(s_chat(", \"stream_options\": true"), "stream_options");
+    s_refused(s_chat(", \"stream_options\": {\"include_usage\": 1}"),
+              "stream_options.include_usage");
+    s_refused(s_chat(", \"stream_options\": {\"chunk_size\": 3}"), "stream_options.chunk_size");
+}
+END_TEST
+
+START_TEST(logprobs_chat_and_legacy) {
+    ck_assert_int_eq(s_chat(", \"logprobs\": true, \"top_logprobs\": 3"), 0);
+    ck_assert(s_req.gen.logprobs);
+    ck_assert_int_eq(s_req.gen.top_logprobs, 3);
+    ck_assert_int_eq(s_chat(", \"logprobs\": true"), 0);
+    ck_assert_int_eq(s_req.gen.top_logprobs, 0);
+    s_refused(s_chat(", \"top_logprobs\": 2"), "top_logprobs"); /* needs logprobs true */
+    s_refused(s_chat(", \"logprobs\": true, \"top_logprobs\": 21"), "top_logprobs");
+    s_refused(s_chat(", \"logprobs\": 2"), "logprobs"); /* chat: a boolean */
+    /* legacy completions: logprobs is the number of alternatives */
+    ck_assert_int_eq(s_compl(", \"logprobs\": 2"), 0);
+    ck_assert(s_req.gen.logprobs);
+    ck_assert_int_eq(s_req.gen.top_logprobs, 2);
+    ck_assert_int_eq(s_compl(", \"logprobs\": 0"), 0);
+    ck_assert(s_req.gen.logprobs);
+    s_refused(s_compl(", \"logprobs\": 6"), "logprobs");
+    s_refused(s_compl(", \"top_logprobs\": 2"), "top_logprobs"); /* a chat field */
+}
+END_TEST
+
+/* ---- the fields that are not implemented: each one accepted only where it cannot
+ * change the answer.  This list is the test's own, written from OpenAI's API reference;
+ * it must cover every ACCEPT, ONLY and REFUSE row of the module's table. */
+
+typedef struct {
+    const char *name;
+    unsigned api;
+    const char *ok;  /* a value accepted (NULL: none is) */
+    const char *bad; /* a value refused with 400 naming the field (NULL: none is) */
+} s_case_t;
+
+static const s_case_t s_cases[] = {
+    {"model", CHAT | COMPL, "\"gpt-4o\"", "5"},
+    {"user", CHAT | COMPL, "\"u-1\"", "{}"},
+    {"safety_identifier", CHAT | COMPL, "\"u-1\"", "1"},
+    {"metadata", CHAT | COMPL, "{\"k\": \"v\"}", "\"k\""},
+    {"service_tier", CHAT | COMPL, "\"auto\"", "1"},
+    {"prompt_cache_key", CHAT | COMPL, "\"k\"", "true"},
+    {"cache_prompt", CHAT | COMPL, "true", "\"yes\""},
+    {"parallel_tool_calls", CHAT, "false", "0"},
+    {"n", CHAT | COMPL, "1", "2"},
+    {"best_of", COMPL, "1", "3"},
+    {"presence_penalty", CHAT | COMPL, "0", "0.5"},
+    {"frequency_penalty", CHAT | COMPL, "0", "-1"},
+    {"logit_bias", CHAT | COMPL, "{}", "{\"50256\": -100}"},
+    {"echo", COMPL, "false", "true"},
+    {"store", CHAT | COMPL, "false", "true"},
+    {"tools", CHAT, "[]", "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]"},
+    {"tool_choice", CHAT, "\"none\"", "\"required\""},
+    {"functions", CHAT, "[]", "[{\"name\": \"f\"}]"},
+    {"function_call", CHAT, "\"auto\"", "{\"name\": \"f\"}"},
+    {"response_format", CHAT, "{\"type\": \"text\"}", "{\"type\": \"json_object\"}"},
+    {"modalities", CHAT, "[\"text\"]", "[\"text\", \"audio\"]"},
+    {"suffix", COMPL, NULL, "\"end\""},
+    {"audio", CHAT, NULL, "{\"voice\": \"alloy\", \"format\": \"wav\"}"},
+    {"prediction", CHAT, NULL, "{\"type\": \"content\", \"content\": \"x\"}"},
+    {"reasoning_effort", CHAT, NULL, "\"low\""},
+    {"verbosity", CHAT, NULL, "\"low\""},
+    {"web_search_options", CHAT, NULL, "{}"},
+};
+#define N_CASES (int)(sizeof s_cases / sizeof s_cases[0])
+
+/* The generate of a body is the same as that of the minimal body (the field changed
+ * nothing). */
+static void s_same_as_minimal(serve_openai_api_t api) {
+    msg_generate_t g = s_req.gen;
+    char prompt0[64] = "";
+    if (g.n_messages)
+        snprintf(prompt0, sizeof prompt0, "%s", g.messages[0].content);
+    ck_assert_int_eq(api == CHAT ? s_chat("") : s_compl(""), 0);
+    const msg_generate_t *m = &s_req.gen;
+    ck_assert_int_eq(g.max_tokens, m->max_tokens);
+    ck_assert_float_eq(g.sampling.temperature, m->sampling.temperature);
+    ck_assert_float_eq(g.sampling.top_p, m->sampling.top_p);
+    ck_assert_int_eq(g.sampling.top_k, m->sampling.top_k);
+    ck_assert_uint_eq(g.sampling.seed, m->sampling.seed);
+    ck_assert_int_eq(g.stream, m->stream);
+    ck_assert_int_eq(g.logprobs, m->logprobs);
+    ck_assert_int_eq(g.n_stop, m->n_stop);
+    ck_assert_int_eq(g.n_messages, m->n_messages);
+    if (m->n_messages)
+        ck_assert_str_eq(prompt0, m->messages[0].content);
+}
+
+START_TEST(unimplemented_fields_one_by_one) {
+    for (int i = 0; i < N_CASES; i++) {
+        const s_case_t *c = &s_cases[i];
+        for (serve_openai_api_t api = CHAT; api <= COMPL; api++) {
+            if (!(c->api & api))
+                continue;
+            char extra[512];
+            if (c->ok) {
+                snprintf(extra, sizeof extra, ", \"%s\": %s", c->name, c->ok);
+                int rc = api == CHAT ? s_chat(extra) : s_compl(extra);
+                ck_assert_msg(rc == 0, "%s = %s refused: %s", c->name, c->ok, s_why.msg);
+                s_same_as_minimal(api);
+            }
+            if (c->bad) {
+                snprintf(extra, sizeof extra, ", \"%s\": %s", c->name, c->bad);
+                s_refused(api == CHAT ? s_chat(extra) : s_compl(extra), c->name);
+            }
+            /* JSON null is absent, whatever the field */
+            snprintf(extra, sizeof extra, ", \"%s\": null", c->name);
+            ck_assert_int_eq(api == CHAT ? s_chat(extra) : s_compl(extra), 0);
+        }
+    }
+}
+END_TEST
+
+/* Every row of the module's table that is not implemented has a case above, with the
+ * same endpoints, and every implemented row is known to the endpoints it says. */
+START_TEST(table_covered) {
+    int n;
+    const serve_openai_field_t *t = serve_openai_fields(&n);
+    ck_assert_int_gt(n, 20);
+    for (int i = 0; i < n; i++) {
+        for (unsigned api = CHAT; api <= COMPL; api <<= 1)
+            if (t[i].api & api)
+                ck_assert_ptr_eq(serve_openai_field(api, t[i].name), &t[i]);
+        ck_assert_ptr_nonnull(t[i].does);
+        if (t[i].rule == SERVE_OPENAI_ONLY)
+            ck_assert_ptr_nonnull(t[i].only);
+        if (t[i].rule == SERVE_OPENAI_MAP)
+            continue;
+        int found = -1;
+        for (int k = 0; k < N_CASES; k++)
+            if (!strcmp(s_cases[k].name, t[i].name))
+                found = k;
+        ck_assert_msg(found >= 0, "the field '%s' of the table has no test case", t[i].name);
+        ck_assert_uint_eq(s_cases[found].api, t[i].api);
+        ck_assert_int_eq(s_cases[found].ok != NULL, t[i].rule != SERVE_OPENAI_REFUSE);
+    }
+}
+END_TEST
+
+/* A field strata does not know could change the answer: refused, naming it. */
+START_TEST(unknown_fields_refused) {
+    s_refused(s_chat(", \"ignore_eos\": true"), "ignore_eos");
+    s_refused(s_chat(", \"min_tokens\": 3"), "min_tokens");
+    s_refused(s_compl(", \"messages\": []"), "messages"); /* the other endpoint's field */
+    s_refused(s_chat(", \"prompt\": \"x\""), "prompt");
+    ck_assert_int_eq(s_chat(", \"ignore_eos\": null"), 0); /* null: absent */
+}
+END_TEST
+
+/* ---- the body itself */
+
+START_TEST(not_json_or_not_object) {
+    ck_assert_int_eq(s_parse(CHAT, "{not json"), -EBADMSG);
+    ck_assert_str_eq(s_why.param, "");
+    ck_assert_int_eq(s_parse(CHAT, "{\"messages\": []} x"), -EBADMSG); /* trailing bytes */
+    ck_assert_int_eq(s_parse(CHAT, ""), -EBADMSG);
+    s_refused(s_parse(CHAT, "[1, 2]"), "");
+    /* a NUL inside the body: not the JSON text it claims to be */
+    serve_openai_request_clear(&s_req);
+    ck_assert_int_eq(serve_openai_request_parse(&s_req, CHAT, "{}\0{}", 5, &s_def, 1, &s_why),
+                     -EBADMSG);
+}
+END_TEST
+
+/* The first error is the same whatever the order of the keys: the table's order. */
+START_TEST(first_error_by_table_order) {
+    s_refused(s_chat(", \"n\": 2, \"temperature\": 9"), "temperature");
+    s_refused(s_chat(", \"temperature\": 9, \"n\": 2"), "temperature");
+}
+END_TEST
+
+START_TEST(answers) {
+    ck_assert_str_eq(serve_openai_finish(MSG_FINISH_LENGTH), "length");
+    ck_assert_str_eq(serve_openai_finish(MSG_FINISH_STOP), "stop");
+    msg_usage_t u = {0};
+    u.prompt_tokens = 5;
+    u.completion_tokens = 3;
+    u.cached_tokens = 2;
+    cJSON *o = serve_openai_usage(&u);
+    char *s = cJSON_PrintUnformatted(o);
+    ck_assert_str_eq(s, "{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8,"
+                        "\"prompt_tokens_details\":{\"cached_tokens\":2}}");
+    free(s);
+    cJSON_Delete(o);
+    serve_openai_request_clear(&s_req);
+    serve_openai_request_clear(&s_req); /* safe twice */
+}
+END_TEST
+
+static Suite *s_suite(void) {
+    Suite *s = suite_create("serve_openai");
+    TCase *tc = tcase_create("serve_openai");
+    tcase_add_checked_fixture(tc, NULL, s_teardown);
+    tcase_add_test(tc, chat_defaults);
+    tcase_add_test(tc, chat_messages);
+    tcase_add_test(tc, completions_prompt);
+    tcase_add_test(tc, max_tokens);
+    tcase_add_test(tc, sampling_fields);
+    tcase_add_test(tc, stop_strings);
+    tcase_add_test(tc, stream_and_usage);
+    tcase_add_test(tc, logprobs_chat_and_legacy);
+    tcase_add_test(tc, unimplemented_fields_one_by_one);
+    tcase_add_test(tc, table_covered);
+    tcase_add_test(tc, unknown_fields_refused);
+    tcase_add_test(tc, not_json_or_not_object);
+    tcase_add_test(tc, first_error_by_table_order);
+    tcase_add_test(tc, answers);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TEST_MAIN(s_suite)
