@@ -14,9 +14,9 @@
 #include "actor_curve.h"
 #include "audit_log.h"
 #include "base_log.h"
-#include "base_map.h"
 #include "base_spans.h"
 #include "serve_metrics.h"
+#include "serve_requests.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -28,52 +28,11 @@
 #define TAG "frontend"
 #define PING_US 250000
 #define UNHEALTHY_US 1000000
-#define MAX_IDENT 256
-#define S_RETRY0_US 100000       /* first backoff before an attempt is submitted again */
-#define S_RETRY_MAX_US 2000000   /* longest backoff */
-#define S_MAX_PROBES 3           /* unanswered probes before an attempt counts as lost */
-#define S_FINAL_WAIT_US 60000000 /* how long a slow reader's final error waits for room */
+#define MAX_IDENT SERVE_MAX_IDENT
 
-/* One accepted request. */
-typedef struct {
-    uint64_t rid;             /* server-side id of its current attempt; 0 = free slot */
-    uint8_t ident[MAX_IDENT]; /* client's ROUTER identity */
-    size_t ident_len;
-    int fd;                        /* connection it came from (disconnect detection) */
-    uint32_t fd_gen;               /* that fd's accept generation when the request came */
-    char id[MSG_MAX_ID_BYTES + 1]; /* client's request id */
-    bool stream;                   /* token events wanted */
-    bool gone;                     /* client went away: nothing more is sent */
-    bool cancel_sent;              /* work_cancel sent */
-    char *text;                    /* (text_cap) completion text when !stream */
-    size_t text_len, text_cap;
-    int n_tokens; /* completion tokens so far */
-    /* what a new attempt needs, and how the current one is doing */
-    msg_generate_t gen;     /* the client's request (owned) */
-    int32_t *toks;          /* (gen.max_tokens) the completion tokens so far */
-    int skip;               /* events the client has already (a resume without token ids) */
-    uint64_t t_arrival_us;  /* the first attempt's arrival */
-    int worker;             /* the worker that holds the current attempt, or -1 */
-    int attempts;           /* attempts so far (1 = never resumed) */
-    uint64_t t_sent_us;     /* when the current attempt was submitted */
-    uint64_t t_heard_us;    /* last event or status of the current attempt */
-    int probes;             /* probes sent since then */
-    uint64_t retry_at_us;   /* submit again then (0: not waiting to) */
-    uint64_t retry_wait_us; /* the next backoff */
-    uint64_t give_up_us;    /* no token by then: the request fails */
-    bool slow;              /* an event found the client's queue full and was dropped */
-    uint64_t final_due_us;  /* since then its final error waits for room (0: not) */
-    /* explainability */
-    msg_trace_step_t *steps; /* (n_steps) with trace: the frontend's own steps (resumes) */
-    int n_steps;
-    int64_t trace_end_us; /* where the chain ends so far, after the arrival */
-    msg_logprob_t *lps;   /* (n_tokens) stream false with logprobs: per token */
-    /* the audit record (docs/AUDIT.md) */
-    audit_digest_t out;  /* the completion text, as it came */
-    char client_key[41]; /* the client's CURVE key (Z85), or "" */
-    void *trace;         /* (trace_len) the trace event as sent, or NULL */
-    size_t trace_len;
-} s_req_t;
+/* One accepted request: what it keeps, and the rules of its attempts and events, are
+ * serve/serve_requests.h. */
+typedef serve_request_t s_req_t;
 
 /* Another actor as the frontend sees it. */
 typedef struct {
@@ -107,17 +66,13 @@ typedef struct {
     zsock_t *to_tok;                              /* PUSH to the tokenizer */
     s_peer_t *peers;                              /* (n_peers) */
     int n_peers;
-    s_req_t *reqs; /* (max_requests) */
-    int max_requests, n_reqs;
-    base_map_t by_rid;   /* rid -> index in reqs: every event is looked up by its rid */
-    uint64_t next_rid;   /* next server-side id (a random start: a restarted frontend
-                            never reuses an id whose events may still be on the way) */
-    uint64_t accept_us;  /* an attempt not accepted by a worker by then is resubmitted */
-    uint64_t probe_us;   /* a silent attempt is probed after this */
-    uint64_t give_up_us; /* a request without a new token for this long fails */
-    uint64_t hang_us;    /* a peer silent this long is hung */
-    audit_log_t *audit;  /* the audit log, or NULL (no audit_dir) */
-    bool curve_clients;  /* the client endpoint uses CURVE: a client's key is its name */
+    serve_requests_t *reqs; /* the request table */
+    uint64_t accept_us;     /* an attempt not accepted by a worker by then is resubmitted */
+    uint64_t probe_us;      /* a silent attempt is probed after this */
+    uint64_t give_up_us;    /* a request without a new token for this long fails */
+    uint64_t hang_us;       /* a peer silent this long is hung */
+    audit_log_t *audit;     /* the audit log, or NULL (no audit_dir) */
+    bool curve_clients;     /* the client endpoint uses CURVE: a client's key is its name */
     char model_sha256[AUDIT_HASH_HEX];  /* the served model file's, for the audit records */
     uint64_t ping_seq;                  /* heartbeat sequence */
     actor_loop_t *loop;                 /* polling, control messages, timers, counters */
@@ -212,33 +167,11 @@ static void s_reply_error(s_front_t *f, const uint8_t *ident, size_t ident_len, 
 /* ---- the request table */
 
 static s_req_t *s_find_rid(s_front_t *f, uint64_t rid) {
-    uint64_t slot;
-    return rid && base_map_get(&f->by_rid, rid, &slot) ? &f->reqs[slot] : NULL;
-}
-
-static s_req_t *s_find_client(s_front_t *f, const uint8_t *ident, size_t ident_len,
-                              const char *id) {
-    for (int i = 0; i < f->max_requests; i++) {
-        s_req_t *r = &f->reqs[i];
-        if (r->rid && !r->gone && r->ident_len == ident_len &&
-            !memcmp(r->ident, ident, ident_len) && !strcmp(r->id, id))
-            return r;
-    }
-    return NULL;
+    return serve_requests_find_rid(f->reqs, rid);
 }
 
 static void s_remove(s_front_t *f, s_req_t *r) {
-    free(r->trace);
-    free(r->text);
-    free(r->toks);
-    free(r->steps);
-    for (int i = 0; r->lps && i < r->n_tokens; i++)
-        free(r->lps[i].top);
-    free(r->lps);
-    msg_generate_clear(&r->gen);
-    base_map_del(&f->by_rid, r->rid);
-    memset(r, 0, sizeof *r);
-    f->n_reqs--;
+    serve_requests_remove(f->reqs, r);
 }
 
 /* The socket towards worker w (its pings go there too), or NULL. */
@@ -273,8 +206,8 @@ static void s_cancel(s_front_t *f, s_req_t *r, const char *why) {
 
 /* The client behind ident is gone: stop sending to it, cancel its requests. */
 static void s_client_gone(s_front_t *f, const uint8_t *ident, size_t ident_len) {
-    for (int i = 0; i < f->max_requests; i++) {
-        s_req_t *r = &f->reqs[i];
+    for (int i = 0; i < serve_requests_slots(f->reqs); i++) {
+        s_req_t *r = serve_requests_at(f->reqs, i);
         if (r->rid && r->ident_len == ident_len && !memcmp(r->ident, ident, ident_len)) {
             r->gone = true;
             s_cancel(f, r, "unreachable");
@@ -313,7 +246,7 @@ static void s_to_client(s_front_t *f, s_req_t *r, int type, const void *m) {
 }
 
 /* The final event of a slow reader's request: an error, sent when there is room
- * (retried from s_watch for S_FINAL_WAIT_US).  True when r may be removed. */
+ * (retried from s_watch for SERVE_FINAL_WAIT_US).  True when r may be removed. */
 static bool s_final_slow(s_front_t *f, s_req_t *r) {
     if (r->gone)
         return true;
@@ -325,7 +258,8 @@ static bool s_final_slow(s_front_t *f, s_req_t *r) {
                 "events of this request were dropped: the client did not read them fast "
                 "enough (its queue was full)");
     int rc = s_reply(f, r->ident, r->ident_len, false, MSG_ERROR, &x);
-    if (rc == -EAGAIN && (!r->final_due_us || base_now_us() - r->final_due_us < S_FINAL_WAIT_US)) {
+    if (rc == -EAGAIN &&
+        (!r->final_due_us || base_now_us() - r->final_due_us < SERVE_FINAL_WAIT_US)) {
         if (!r->final_due_us)
             r->final_due_us = base_now_us();
         return false;
@@ -368,17 +302,6 @@ static void s_end(s_front_t *f, s_req_t *r, int type, const void *m) {
 
 /* ---- attempts: submit, resubmit, give up */
 
-/* Give r (a new request, or a new attempt of it) a fresh rid, indexed. */
-static void s_new_rid(s_front_t *f, s_req_t *r) {
-    if (r->rid)
-        base_map_del(&f->by_rid, r->rid);
-    r->rid = f->next_rid++;
-    if (!r->rid)
-        r->rid = f->next_rid++;
-    /* sized for max_requests: never grows, so this cannot fail */
-    base_map_put(&f->by_rid, r->rid, (uint64_t)(r - f->reqs));
-}
-
 /* Send r's current attempt to the tokenizer: the client's generate and the
  * completion tokens delivered so far.  A full queue is retried after a backoff. */
 static void s_submit(s_front_t *f, s_req_t *r) {
@@ -390,17 +313,10 @@ static void s_submit(s_front_t *f, s_req_t *r) {
     q.gen_tokens = r->n_tokens ? r->toks : NULL;
     q.n_gen = r->n_tokens;
     q.trace_t_us = r->trace_end_us;
-    uint64_t now = base_now_us();
-    r->worker = -1;
-    r->probes = 0;
-    r->t_sent_us = r->t_heard_us = now;
-    r->retry_at_us = 0;
-    if (actor_send(f->to_tok, MSG_TOK_REQUEST, &q)) {
+    bool queued = actor_send(f->to_tok, MSG_TOK_REQUEST, &q) == 0;
+    if (!queued)
         actor_counters_add(f->counters, "submit.retried", 1);
-        r->retry_at_us = now + r->retry_wait_us;
-        r->retry_wait_us =
-            r->retry_wait_us * 2 < S_RETRY_MAX_US ? r->retry_wait_us * 2 : S_RETRY_MAX_US;
-    }
+    serve_requests_sent(f->reqs, r, queued, base_now_us());
 }
 
 /* End r with an error event. */
@@ -438,8 +354,10 @@ static void s_resubmit(s_front_t *f, s_req_t *r, const char *why, uint64_t delay
         s_done_cancelled(f, r);
         return;
     }
-    uint64_t now = base_now_us();
-    if (now > r->give_up_us) {
+    uint64_t now = base_now_us(), rid = r->rid;
+    int worker = r->worker;
+    bool submit_now;
+    if (serve_requests_next_attempt(f->reqs, r, delay_us, now, &submit_now)) {
         char msg[160];
         snprintf(msg, sizeof msg,
                  "the request made no progress for %.1f s despite %d resumes (last: %s)",
@@ -447,8 +365,8 @@ static void s_resubmit(s_front_t *f, s_req_t *r, const char *why, uint64_t delay
         s_fail(f, r, MSG_CODE_INTERNAL, msg);
         return;
     }
-    s_cancel_rid(f, r->rid, r->worker); /* it may be alive after all (a lost frame) */
-    if (r->gen.trace) {                 /* the lost attempt's time, as one step */
+    s_cancel_rid(f, rid, worker); /* it may be alive after all (a lost frame) */
+    if (r->gen.trace) {           /* the lost attempt's time, as one step */
         msg_trace_step_t *x = realloc(r->steps, (size_t)(r->n_steps + 1) * sizeof *x);
         if (x && r->n_steps < MSG_MAX_TRACE_STEPS / 2) {
             r->steps = x;
@@ -457,8 +375,8 @@ static void s_resubmit(s_front_t *f, s_req_t *r, const char *why, uint64_t delay
                                 r->trace_end_us < end ? r->trace_end_us : end, end,
                                 "attempt %d lost (%s) on %s%d after %d tokens: submitted again "
                                 "from them",
-                                r->attempts, why, r->worker >= 0 ? "worker" : "no worker yet",
-                                r->worker, r->n_tokens);
+                                r->attempts - 1, why, worker >= 0 ? "worker" : "no worker yet",
+                                worker, r->n_tokens);
             r->trace_end_us = end;
         } else if (x) {
             r->steps = x;
@@ -468,15 +386,8 @@ static void s_resubmit(s_front_t *f, s_req_t *r, const char *why, uint64_t delay
     snprintf(name, sizeof name, "resumed.%s", why);
     actor_counters_add(f->counters, name, 1);
     actor_counters_add(f->counters, "resumed", 1);
-    s_new_rid(f, r);
-    r->attempts++;
-    r->worker = -1;
-    if (delay_us) {
-        r->retry_at_us = now + delay_us;
-        r->t_sent_us = r->t_heard_us = now;
-    } else {
+    if (submit_now)
         s_submit(f, r);
-    }
 }
 
 /* ---- client frames */
@@ -494,63 +405,32 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
                           const char *client_key, msg_generate_t *g, bool resume, int have,
                           const int32_t *tokens) {
     actor_counters_add(f->counters, resume ? "resumes" : "requests", 1);
-    if (s_find_client(f, ident, ident_len, g->id)) {
-        if (resume) {
-            /* the client's first send of this request was still queued when its
-             * connection dropped and went out on the new one before this resume:
-             * that one runs; the client drops the events it has (by index) */
-            actor_counters_add(f->counters, "resumes.running", 1);
-            return;
-        }
+    int err = 0;
+    s_req_t *r =
+        serve_requests_add(f->reqs, ident, ident_len, g, have, tokens, base_now_us(), &err);
+    if (err == -EEXIST && resume) {
+        /* the client's first send of this request was still queued when its
+         * connection dropped and went out on the new one before this resume:
+         * that one runs; the client drops the events it has (by index) */
+        actor_counters_add(f->counters, "resumes.running", 1);
+        return;
+    }
+    if (err == -EEXIST) {
         actor_counters_add(f->counters, "rejected.duplicate_id", 1);
         s_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_BAD_REQUEST,
                       "a request with this id is already running");
         return;
     }
-    s_req_t *r = NULL;
-    if (f->n_reqs < f->max_requests)
-        for (int i = 0; i < f->max_requests && !r; i++)
-            if (!f->reqs[i].rid)
-                r = &f->reqs[i];
-    if (!r || ident_len > MAX_IDENT) {
+    if (!r) {
         actor_counters_add(f->counters, "rejected.overloaded", 1);
         s_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_OVERLOADED,
-                      "too many requests in flight");
+                      err == -ENOMEM ? "out of memory" : "too many requests in flight");
         return;
     }
-    memset(r, 0, sizeof *r);
-    r->toks = malloc((size_t)g->max_tokens * sizeof *r->toks);
-    if (!r->toks) {
-        actor_counters_add(f->counters, "rejected.overloaded", 1);
-        s_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_OVERLOADED, "out of memory");
-        return;
-    }
-    s_new_rid(f, r);
-    memcpy(r->ident, ident, ident_len);
-    r->ident_len = ident_len;
     r->fd = fd;
     r->fd_gen = fd >= 0 && fd < S_MAX_FD && f->fd_gen ? f->fd_gen[fd] : 0;
-    snprintf(r->id, sizeof r->id, "%s", g->id);
-    r->stream = g->stream;
-    f->n_reqs++;
-    r->gen = *g; /* take the prompt / messages over: the caller clears g */
-    g->prompt = NULL;
-    g->prompt_len = 0;
-    g->messages = NULL;
-    g->n_messages = 0;
-    if (tokens) {
-        memcpy(r->toks, tokens, (size_t)have * sizeof *r->toks);
-        r->n_tokens = have;
-    } else {
-        r->skip = have;
-    }
-    r->t_arrival_us = base_now_us();
-    r->attempts = 1;
-    audit_digest_init(&r->out);
     if (client_key)
         snprintf(r->client_key, sizeof r->client_key, "%s", client_key);
-    r->retry_wait_us = S_RETRY0_US;
-    r->give_up_us = r->t_arrival_us + f->give_up_us;
     s_submit(f, r);
 }
 
@@ -563,7 +443,7 @@ static void s_stats_reply(s_front_t *f, const uint8_t *ident, size_t ident_len) 
     msg_stats_reply_t s;
     msg_stats_reply_init(&s);
     char name[MSG_MAX_COUNTER_NAME_BYTES + ACTOR_TOPO_NAME + 2];
-    actor_counters_set(f->counters, "requests.active", f->n_reqs);
+    actor_counters_set(f->counters, "requests.active", serve_requests_count(f->reqs));
     serve_metrics_req_export(f->metrics, s_put_counter, f->counters);
     actor_loop_refresh_counters(f->loop);
     for (int i = 0; i < actor_counters_count(f->counters); i++) {
@@ -721,7 +601,7 @@ static void s_on_client(void *self, zsock_t *sock) {
                           m.u.resume.n_tokens ? m.u.resume.tokens : NULL);
             break;
         case MSG_CANCEL: {
-            s_req_t *r = s_find_client(f, ident, ident_len, m.u.cancel.id);
+            s_req_t *r = serve_requests_find_client(f->reqs, ident, ident_len, m.u.cancel.id);
             if (r)
                 s_cancel(f, r, "client");
             else
@@ -766,8 +646,8 @@ static void s_on_monitor(void *self, zsock_t *sock) {
         if (event == ZMQ_EVENT_DISCONNECTED) {
             actor_counters_add(f->counters, "clients.disconnected", 1);
             uint32_t gen = tracked ? f->fd_gen[value] : 0;
-            for (int i = 0; i < f->max_requests; i++) {
-                s_req_t *r = &f->reqs[i];
+            for (int i = 0; i < serve_requests_slots(f->reqs); i++) {
+                s_req_t *r = serve_requests_at(f->reqs, i);
                 if (r->rid && r->fd == value && r->fd_gen == gen) {
                     r->gone = true;
                     s_cancel(f, r, "disconnect");
@@ -786,23 +666,6 @@ static void s_on_monitor(void *self, zsock_t *sock) {
 
 static double s_ms(uint64_t us) {
     return (double)us / 1000.0;
-}
-
-/* Stream false with logprobs: keep token n_tokens - 1's log-probabilities for done. */
-static void s_keep_logprob(s_req_t *r, const msg_text_event_t *te) {
-    if (!r->lps)
-        r->lps = calloc((size_t)r->gen.max_tokens, sizeof *r->lps);
-    if (!r->lps)
-        return;
-    msg_logprob_t *lp = &r->lps[r->n_tokens - 1];
-    lp->token = te->token;
-    lp->logprob = te->logprob;
-    memcpy(lp->piece, te->piece, sizeof lp->piece);
-    lp->top = te->n_top ? malloc((size_t)te->n_top * sizeof *lp->top) : NULL;
-    if (lp->top) {
-        memcpy(lp->top, te->top, (size_t)te->n_top * sizeof *lp->top);
-        lp->n_top = te->n_top;
-    }
 }
 
 /* A traced request's final event came: send its `trace` (the frontend's steps, the
@@ -878,29 +741,25 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
     }
     if (r->final_due_us) /* over: only its final error waits for room */
         return;
-    uint64_t now = base_now_us();
-    r->worker = te->worker;
-    r->t_heard_us = now;
-    r->probes = 0;
-    if (te->index >= 0 && te->index < r->n_tokens) { /* a duplicated frame */
+    switch (serve_requests_event(f->reqs, r, te->worker, te->index, te->token, te->finish,
+                                 te->count, base_now_us())) {
+    case SERVE_EVENT_DUPLICATE: /* a duplicated frame */
         actor_counters_add(f->counters, "events.duplicate", 1);
         return;
-    }
-    if (te->index >= r->gen.max_tokens) { /* no worker sends that: drop it */
+    case SERVE_EVENT_INVALID: /* no worker sends that: drop it */
         actor_counters_add(f->counters, "events.invalid", 1);
         return;
-    }
-    if (te->index > r->n_tokens || (te->finish && te->count != r->n_tokens + (te->index >= 0))) {
+    case SERVE_EVENT_GAP:
         actor_counters_add(f->counters, "events.gap", 1); /* a lost event: go on from here */
         s_resubmit(f, r, "gap", 0);
         return;
+    case SERVE_EVENT_ACCEPT:
+        break;
     }
     if (te->index >= 0) {
-        r->toks[r->n_tokens++] = te->token;
-        r->give_up_us = now + f->give_up_us;
         actor_counters_add(f->counters, "tokens", 1);
         /* below skip: the client has it already (a resume without token ids) */
-        if (r->stream && te->index >= r->skip) {
+        if (serve_requests_to_client(r, te->index)) {
             msg_token_t t;
             msg_token_init(&t);
             msg_set_str(t.id, sizeof t.id, r->id);
@@ -916,27 +775,12 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
             s_to_client(f, r, MSG_TOKEN, &t);
         }
         if (!r->stream && te->has_logprob)
-            s_keep_logprob(r, te);
+            serve_requests_keep_logprob(r, te->logprob, te->piece, te->top, te->n_top);
     }
     if (f->audit && te->text_len)
         audit_digest_update(&r->out, te->text, te->text_len);
-    if ((!r->stream || r->gen.trace) && te->text_len) {
-        if (r->text_len + te->text_len + 1 > r->text_cap) {
-            size_t cap = r->text_cap ? r->text_cap : 256;
-            while (cap < r->text_len + te->text_len + 1)
-                cap *= 2;
-            char *t = realloc(r->text, cap);
-            if (t) {
-                r->text = t;
-                r->text_cap = cap;
-            }
-        }
-        if (r->text_len + te->text_len + 1 <= r->text_cap) {
-            memcpy(r->text + r->text_len, te->text, te->text_len);
-            r->text_len += te->text_len;
-            r->text[r->text_len] = 0;
-        }
-    }
+    if ((!r->stream || r->gen.trace) && te->text_len)
+        serve_requests_keep_text(r, te->text, te->text_len); /* out of memory: cut there */
     if (!te->finish)
         return;
     if (r->gen.trace)
@@ -981,10 +825,8 @@ static void s_on_work_error(s_front_t *f, const msg_work_error_t *e) {
     /* a request the client already saw start (a resumed one) is not refused for
      * want of room, and no request fails because a worker is restarting: both
      * wait and try again, up to resume_timeout_ms without progress */
-    bool started = r->attempts > 1 || r->n_tokens > 0;
-    if ((e->code == MSG_CODE_OVERLOADED && started) || e->code == MSG_CODE_INTERNAL) {
-        uint64_t wait = r->retry_wait_us;
-        r->retry_wait_us = wait * 2 < S_RETRY_MAX_US ? wait * 2 : S_RETRY_MAX_US;
+    uint64_t wait;
+    if (serve_requests_retry_error(r, e->code, &wait)) {
         s_resubmit(f, r, e->code == MSG_CODE_OVERLOADED ? "overloaded" : "internal", wait);
         return;
     }
@@ -1007,19 +849,15 @@ static void s_on_status(s_front_t *f, const msg_work_status_t *st) {
         s_resubmit(f, r, "not_held", 0);
         return;
     }
-    uint64_t now = base_now_us();
-    r->worker = st->worker;
-    r->t_heard_us = now;
-    r->probes = 0;
-    r->give_up_us = now + f->give_up_us; /* queued at a live worker is progress enough */
-    if (r->cancel_sent)                  /* the cancel was lost */
+    serve_requests_held(f->reqs, r, st->worker, base_now_us());
+    if (r->cancel_sent) /* the cancel was lost */
         s_cancel_rid(f, r->rid, r->worker);
 }
 
 /* Every attempt on worker w is lost (it died, or hangs). */
 static void s_worker_lost(s_front_t *f, int w, const char *why) {
-    for (int i = 0; i < f->max_requests; i++) {
-        s_req_t *r = &f->reqs[i];
+    for (int i = 0; i < serve_requests_slots(f->reqs); i++) {
+        s_req_t *r = serve_requests_at(f->reqs, i);
         if (r->rid && r->worker == w && !r->retry_at_us && !r->final_due_us)
             s_resubmit(f, r, why, 0);
     }
@@ -1029,37 +867,34 @@ static void s_worker_lost(s_front_t *f, int w, const char *why) {
 static void s_watch(void *self) {
     s_front_t *f = self;
     uint64_t now = base_now_us();
-    for (int i = 0; i < f->max_requests; i++) {
-        s_req_t *r = &f->reqs[i];
+    for (int i = 0; i < serve_requests_slots(f->reqs); i++) {
+        s_req_t *r = serve_requests_at(f->reqs, i);
         if (!r->rid)
             continue;
-        if (r->final_due_us) {
+        switch (serve_requests_due(f->reqs, r, now)) {
+        case SERVE_DUE_NOTHING:
+            break;
+        case SERVE_DUE_FINAL:
             if (s_final_slow(f, r))
                 s_remove(f, r);
-            continue;
-        }
-        if (r->retry_at_us) {
-            if (now >= r->retry_at_us)
-                s_submit(f, r);
-            continue;
-        }
-        if (r->worker < 0) {
-            if (now - r->t_sent_us > f->accept_us)
-                s_resubmit(f, r, "unaccepted", 0);
-            continue;
-        }
-        if (now - r->t_heard_us < f->probe_us)
-            continue;
-        if (r->probes >= S_MAX_PROBES) {
+            break;
+        case SERVE_DUE_SUBMIT:
+            s_submit(f, r);
+            break;
+        case SERVE_DUE_UNACCEPTED:
+            s_resubmit(f, r, "unaccepted", 0);
+            break;
+        case SERVE_DUE_SILENT:
             s_resubmit(f, r, "silent", 0);
-            continue;
+            break;
+        case SERVE_DUE_PROBE: {
+            msg_work_probe_t p = {r->rid};
+            zsock_t *to = s_worker_push(f, r->worker);
+            if (to && actor_send(to, MSG_WORK_PROBE, &p) == 0)
+                actor_counters_add(f->counters, "probes", 1);
+            break;
         }
-        msg_work_probe_t p = {r->rid};
-        zsock_t *to = s_worker_push(f, r->worker);
-        if (to && actor_send(to, MSG_WORK_PROBE, &p) == 0)
-            actor_counters_add(f->counters, "probes", 1);
-        r->probes++;
-        r->t_heard_us = now;
+        }
     }
 }
 
@@ -1168,10 +1003,7 @@ static int s_idle(void *self) {
 }
 
 static void s_cleanup(s_front_t *f) {
-    for (int i = 0; f->reqs && i < f->max_requests; i++)
-        if (f->reqs[i].rid)
-            s_remove(f, &f->reqs[i]);
-    free(f->reqs);
+    serve_requests_destroy(&f->reqs);
     free(f->fd_gen);
     for (int i = 0; f->peers && i < f->n_peers; i++) {
         if (f->peers[i].push != f->to_tok)
@@ -1184,7 +1016,6 @@ static void s_cleanup(s_front_t *f) {
     zsock_destroy(&f->in);
     zsock_destroy(&f->to_tok);
     audit_log_destroy(&f->audit);
-    base_map_free(&f->by_rid);
     actor_loop_destroy(&f->loop);
     serve_metrics_req_destroy(&f->metrics);
 }
@@ -1193,20 +1024,18 @@ int actor_frontend_main(actor_env_t *env) {
     const actor_topology_t *t = actor_env_topology(env);
     s_front_t f = {0};
     f.env = env;
-    if (getrandom(&f.next_rid, sizeof f.next_rid, 0) != sizeof f.next_rid)
-        f.next_rid = base_now_us() << 20;
-    f.next_rid &= (UINT64_C(1) << 62) - 1; /* room to count up */
+    uint64_t first_rid; /* a random start: a restarted frontend never reuses a rid */
+    if (getrandom(&first_rid, sizeof first_rid, 0) != sizeof first_rid)
+        first_rid = base_now_us() << 20;
+    first_rid &= (UINT64_C(1) << 62) - 1; /* room to count up */
     f.accept_us = (uint64_t)actor_env_int(env, "accept_ms") * 1000 * BASE_TIMEOUT_SCALE;
     f.probe_us = (uint64_t)actor_env_int(env, "probe_ms") * 1000 * BASE_TIMEOUT_SCALE;
     f.give_up_us = (uint64_t)actor_env_int(env, "resume_timeout_ms") * 1000 * BASE_TIMEOUT_SCALE;
     f.hang_us = (uint64_t)actor_env_int(env, "hang_timeout_ms") * 1000 * BASE_TIMEOUT_SCALE;
     snprintf(f.endpoint, sizeof f.endpoint, "%s", actor_env_str(env, "client"));
-    f.max_requests = (int)actor_env_int(env, "max_requests");
-    f.reqs = calloc((size_t)f.max_requests, sizeof *f.reqs);
-    if (base_map_init(&f.by_rid, (size_t)f.max_requests)) { /* reported below with the rest */
-        free(f.reqs);
-        f.reqs = NULL;
-    }
+    const serve_requests_cfg_t cfg = {(int)actor_env_int(env, "max_requests"), f.accept_us,
+                                      f.probe_us, f.give_up_us};
+    f.reqs = serve_requests_new(&cfg, first_rid); /* NULL: reported below with the rest */
     f.fd_gen = calloc(S_MAX_FD, sizeof *f.fd_gen);
     f.loop = actor_loop_new(env, &f);
     f.counters = f.loop ? actor_loop_counters(f.loop) : NULL;

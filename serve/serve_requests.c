@@ -1,0 +1,277 @@
+/* serve_requests.c - the frontend's request table: slots, the rid index, and the rules
+ * of attempts and events (serve_requests.h).  A slot is found by rid through one hash
+ * map sized for every slot, so it never grows and never fails after new. */
+#include "serve_requests.h"
+
+#include "base_map.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct serve_requests_t {
+    serve_requests_cfg_t cfg;
+    serve_request_t *reqs; /* (cfg.max_requests) slots */
+    int n_reqs;            /* slots in use */
+    base_map_t by_rid;     /* rid -> slot: every event is looked up by its rid */
+    uint64_t next_rid;     /* the next attempt's rid */
+};
+
+serve_requests_t *serve_requests_new(const serve_requests_cfg_t *cfg, uint64_t first_rid) {
+    serve_requests_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->cfg = *cfg;
+    self->next_rid = first_rid;
+    self->reqs = calloc((size_t)cfg->max_requests, sizeof *self->reqs);
+    if (!self->reqs || base_map_init(&self->by_rid, (size_t)cfg->max_requests)) {
+        free(self->reqs);
+        free(self);
+        return NULL;
+    }
+    return self;
+}
+
+void serve_requests_destroy(serve_requests_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    serve_requests_t *self = *self_p;
+    for (int i = 0; i < self->cfg.max_requests; i++)
+        if (self->reqs[i].rid)
+            serve_requests_remove(self, &self->reqs[i]);
+    free(self->reqs);
+    base_map_free(&self->by_rid);
+    free(self);
+    *self_p = NULL;
+}
+
+int serve_requests_slots(const serve_requests_t *self) {
+    return self->cfg.max_requests;
+}
+
+int serve_requests_count(const serve_requests_t *self) {
+    return self->n_reqs;
+}
+
+serve_request_t *serve_requests_at(serve_requests_t *self, int i) {
+    return &self->reqs[i];
+}
+
+serve_request_t *serve_requests_find_rid(serve_requests_t *self, uint64_t rid) {
+    uint64_t slot;
+    return rid && base_map_get(&self->by_rid, rid, &slot) ? &self->reqs[slot] : NULL;
+}
+
+serve_request_t *serve_requests_find_client(serve_requests_t *self, const uint8_t *ident,
+                                            size_t ident_len, const char *id) {
+    for (int i = 0; i < self->cfg.max_requests; i++) {
+        serve_request_t *r = &self->reqs[i];
+        if (r->rid && !r->gone && r->ident_len == ident_len &&
+            !memcmp(r->ident, ident, ident_len) && !strcmp(r->id, id))
+            return r;
+    }
+    return NULL;
+}
+
+/* Give r (a new request, or a new attempt of it) a fresh rid, indexed. */
+static void s_new_rid(serve_requests_t *self, serve_request_t *r) {
+    if (r->rid)
+        base_map_del(&self->by_rid, r->rid);
+    r->rid = self->next_rid++;
+    if (!r->rid)
+        r->rid = self->next_rid++;
+    /* sized for max_requests: never grows, so this cannot fail */
+    base_map_put(&self->by_rid, r->rid, (uint64_t)(r - self->reqs));
+}
+
+serve_request_t *serve_requests_add(serve_requests_t *self, const uint8_t *ident, size_t ident_len,
+                                    msg_generate_t *g, int have, const int32_t *tokens,
+                                    uint64_t now_us, int *err) {
+    if (serve_requests_find_client(self, ident, ident_len, g->id)) {
+        *err = -EEXIST;
+        return NULL;
+    }
+    serve_request_t *r = NULL;
+    if (self->n_reqs < self->cfg.max_requests)
+        for (int i = 0; i < self->cfg.max_requests && !r; i++)
+            if (!self->reqs[i].rid)
+                r = &self->reqs[i];
+    if (!r || ident_len > SERVE_MAX_IDENT) {
+        *err = -ENOSPC;
+        return NULL;
+    }
+    memset(r, 0, sizeof *r);
+    r->toks = malloc((size_t)g->max_tokens * sizeof *r->toks);
+    if (!r->toks) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    s_new_rid(self, r);
+    memcpy(r->ident, ident, ident_len);
+    r->ident_len = ident_len;
+    r->fd = -1;
+    snprintf(r->id, sizeof r->id, "%s", g->id);
+    r->stream = g->stream;
+    self->n_reqs++;
+    r->gen = *g; /* take the prompt / messages over: the caller clears g */
+    g->prompt = NULL;
+    g->prompt_len = 0;
+    g->messages = NULL;
+    g->n_messages = 0;
+    if (tokens) {
+        memcpy(r->toks, tokens, (size_t)have * sizeof *r->toks);
+        r->n_tokens = have;
+    } else {
+        r->skip = have;
+    }
+    r->t_arrival_us = now_us;
+    r->attempts = 1;
+    r->worker = -1;
+    audit_digest_init(&r->out);
+    r->retry_wait_us = SERVE_RETRY0_US;
+    r->give_up_us = now_us + self->cfg.give_up_us;
+    return r;
+}
+
+void serve_requests_remove(serve_requests_t *self, serve_request_t *r) {
+    free(r->trace);
+    free(r->text);
+    free(r->toks);
+    free(r->steps);
+    for (int i = 0; r->lps && i < r->n_tokens; i++)
+        free(r->lps[i].top);
+    free(r->lps);
+    msg_generate_clear(&r->gen);
+    base_map_del(&self->by_rid, r->rid);
+    memset(r, 0, sizeof *r);
+    self->n_reqs--;
+}
+
+/* ---- attempts */
+
+static uint64_t s_double(uint64_t wait) {
+    return wait * 2 < SERVE_RETRY_MAX_US ? wait * 2 : SERVE_RETRY_MAX_US;
+}
+
+void serve_requests_sent(serve_requests_t *self, serve_request_t *r, bool queued, uint64_t now_us) {
+    (void)self;
+    r->worker = -1;
+    r->probes = 0;
+    r->t_sent_us = r->t_heard_us = now_us;
+    r->retry_at_us = 0;
+    if (!queued) {
+        r->retry_at_us = now_us + r->retry_wait_us;
+        r->retry_wait_us = s_double(r->retry_wait_us);
+    }
+}
+
+int serve_requests_next_attempt(serve_requests_t *self, serve_request_t *r, uint64_t delay_us,
+                                uint64_t now_us, bool *submit_now) {
+    if (now_us > r->give_up_us)
+        return -ETIMEDOUT;
+    s_new_rid(self, r);
+    r->attempts++;
+    r->worker = -1;
+    *submit_now = delay_us == 0;
+    if (delay_us) {
+        r->retry_at_us = now_us + delay_us;
+        r->t_sent_us = r->t_heard_us = now_us;
+    }
+    return 0;
+}
+
+bool serve_requests_retry_error(serve_request_t *r, int code, uint64_t *wait_us) {
+    bool started = r->attempts > 1 || r->n_tokens > 0;
+    if ((code == MSG_CODE_OVERLOADED && started) || code == MSG_CODE_INTERNAL) {
+        *wait_us = r->retry_wait_us;
+        r->retry_wait_us = s_double(r->retry_wait_us);
+        return true;
+    }
+    return false;
+}
+
+void serve_requests_held(serve_requests_t *self, serve_request_t *r, int worker, uint64_t now_us) {
+    r->worker = worker;
+    r->t_heard_us = now_us;
+    r->probes = 0;
+    r->give_up_us = now_us + self->cfg.give_up_us;
+}
+
+/* ---- events */
+
+serve_event_t serve_requests_event(serve_requests_t *self, serve_request_t *r, int worker,
+                                   int index, int32_t token, int finish, int count,
+                                   uint64_t now_us) {
+    r->worker = worker;
+    r->t_heard_us = now_us;
+    r->probes = 0;
+    if (index >= 0 && index < r->n_tokens)
+        return SERVE_EVENT_DUPLICATE;
+    if (index >= r->gen.max_tokens)
+        return SERVE_EVENT_INVALID;
+    /* the last event counts the tokens: one missing before it is a gap too */
+    if (index > r->n_tokens || (finish && count != r->n_tokens + (index >= 0)))
+        return SERVE_EVENT_GAP;
+    if (index >= 0) {
+        r->toks[r->n_tokens++] = token;
+        r->give_up_us = now_us + self->cfg.give_up_us;
+    }
+    return SERVE_EVENT_ACCEPT;
+}
+
+bool serve_requests_to_client(const serve_request_t *r, int index) {
+    return r->stream && index >= r->skip;
+}
+
+int serve_requests_keep_text(serve_request_t *r, const char *text, size_t len) {
+    if (r->text_len + len + 1 > r->text_cap) {
+        size_t cap = r->text_cap ? r->text_cap : 256;
+        while (cap < r->text_len + len + 1)
+            cap *= 2;
+        char *t = realloc(r->text, cap);
+        if (!t)
+            return -ENOMEM;
+        r->text = t;
+        r->text_cap = cap;
+    }
+    memcpy(r->text + r->text_len, text, len);
+    r->text_len += len;
+    r->text[r->text_len] = 0;
+    return 0;
+}
+
+void serve_requests_keep_logprob(serve_request_t *r, float logprob, const char *piece,
+                                 const msg_top_t *top, int n_top) {
+    if (!r->lps)
+        r->lps = calloc((size_t)r->gen.max_tokens, sizeof *r->lps);
+    if (!r->lps || r->n_tokens < 1)
+        return;
+    msg_logprob_t *lp = &r->lps[r->n_tokens - 1];
+    lp->token = r->toks[r->n_tokens - 1];
+    lp->logprob = logprob;
+    memcpy(lp->piece, piece, sizeof lp->piece);
+    lp->top = n_top ? malloc((size_t)n_top * sizeof *lp->top) : NULL;
+    if (lp->top) {
+        memcpy(lp->top, top, (size_t)n_top * sizeof *lp->top);
+        lp->n_top = n_top;
+    }
+}
+
+/* ---- the watch */
+
+serve_due_t serve_requests_due(serve_requests_t *self, serve_request_t *r, uint64_t now_us) {
+    if (r->final_due_us)
+        return SERVE_DUE_FINAL;
+    if (r->retry_at_us)
+        return now_us >= r->retry_at_us ? SERVE_DUE_SUBMIT : SERVE_DUE_NOTHING;
+    if (r->worker < 0)
+        return now_us - r->t_sent_us > self->cfg.accept_us ? SERVE_DUE_UNACCEPTED
+                                                           : SERVE_DUE_NOTHING;
+    if (now_us - r->t_heard_us < self->cfg.probe_us)
+        return SERVE_DUE_NOTHING;
+    if (r->probes >= SERVE_MAX_PROBES)
+        return SERVE_DUE_SILENT;
+    r->probes++;
+    r->t_heard_us = now_us;
+    return SERVE_DUE_PROBE;
+}
