@@ -5,8 +5,9 @@ that holds the header, and that folder must be one the including layer may use. 
 all: kvstore/ and msgs/ include nothing from model/ (they know KV shapes and wire types,
 not models).  And inside actors/: an actor is a thin shell (DESIGN.md, "Actors"), so no
 actor includes another actor's header; what two actors share is library code (serve/, the
-serving policy: no sockets) or one of the runtime-level headers of RUNTIME below.  Reads
-the source only; needs no build and no model."""
+serving policy: no sockets) or one of the runtime-level headers of RUNTIME below.  And
+library code is testable without ZeroMQ: no layer but actors/ and clients/c includes a
+messaging or HTTP header (SOCKETS).  Reads the source only; needs no build and no model."""
 import os
 import re
 import sys
@@ -51,6 +52,11 @@ RUNTIME = {
 REGISTRY = "actors/actor_registry.c"
 ACTOR_MAIN = re.compile(r"^\s*int\s+(actor_\w+)_main\s*\(", re.M)
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>', re.M)
+# The headers of sockets and HTTP, and the layers that may use them (the others are library
+# code: DESIGN.md, "Library code ... is testable without ZeroMQ").
+SOCKETS = {"zmq.h", "czmq.h", "microhttpd.h"}
+SOCKET_LAYERS = {"actors", "clients/c"}
 
 
 def layer_of(path):
@@ -80,6 +86,20 @@ def lateral_includes(texts):
     return bad
 
 
+def socket_includes(texts):
+    """texts: {relative path: source}.  One line per library file that includes a header of
+    SOCKETS."""
+    bad = []
+    for rel, text in sorted(texts.items()):
+        layer = layer_of(rel)
+        if layer is None or layer in SOCKET_LAYERS:
+            continue
+        for inc in SYSTEM_INCLUDE.findall(text):
+            if os.path.basename(inc) in SOCKETS:
+                bad.append(f"{rel}: includes <{inc}> ({layer}/ is library code: no sockets)")
+    return bad
+
+
 def self_test():
     """The lateral rule flags what it must and nothing else, on a made-up tree."""
     tree = {
@@ -91,6 +111,9 @@ def self_test():
     }
     got = lateral_includes(tree)
     assert len(got) == 1 and got[0].startswith("actors/actor_b.c: includes actor_a.h"), got
+    got = socket_includes({"serve/serve_x.c": "#include <czmq.h>\n#include <stdio.h>\n",
+                           "actors/actor_a.c": "#include <czmq.h>\n"})
+    assert len(got) == 1 and got[0].startswith("serve/serve_x.c: includes <czmq.h>"), got
 
 
 def main():
@@ -131,6 +154,8 @@ def main():
     texts = {rel: open(os.path.join(src, rel), encoding="utf-8", errors="replace").read()
              for rel in files if rel.startswith("actors/")}
     bad += lateral_includes(texts)
+    bad += socket_includes({rel: open(os.path.join(src, rel), encoding="utf-8",
+                                      errors="replace").read() for rel in files})
     for b in bad:
         print("FAIL " + b)
     print(f"{len(files)} files checked, {len(bad)} layering violation(s)")
