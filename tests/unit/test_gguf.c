@@ -1,8 +1,8 @@
 /* test_gguf.c - the GGUF reader and model loader: the real default model opens
  * with the expected metadata; every kind of malformed file is refused with a
  * message that names the problem (run under ASan to prove "never a crash"). */
+#include "model.h"
 #include "model_gguf.h"
-#include "model_llama.h"
 #include "test_util.h"
 
 #include <check.h>
@@ -207,12 +207,12 @@ START_TEST(loader_rejects_other_arch) {
     kv_str(&b, "general.architecture", "gpt-neox");
     char err[512];
     const char *path = write_tmp(&b);
-    ck_assert_ptr_null(model_llama_load(path, err, sizeof err));
+    ck_assert_ptr_null(model_load(path, err, sizeof err));
     ck_assert_msg(strstr(err, "unsupported architecture 'gpt-neox'"), "%s", err);
     free(b.p);
     b = make_valid(0); /* llama but no weights */
     path = write_tmp(&b);
-    ck_assert_ptr_null(model_llama_load(path, err, sizeof err));
+    ck_assert_ptr_null(model_load(path, err, sizeof err));
     ck_assert_msg(strstr(err, "missing"), "%s", err);
     unlink(path);
     free(b.p);
@@ -223,9 +223,9 @@ START_TEST(default_model_metadata) {
     const char *path = test_model_path(); /* a "model" tcase: it is there */
     ck_assert_ptr_nonnull(path);
     char err[512];
-    model_llama_t *m = model_llama_load(path, err, sizeof err);
+    model_t *m = model_load(path, err, sizeof err);
     ck_assert_msg(m != NULL, "%s", err);
-    const model_config_t *c = model_llama_config(m);
+    const model_config_t *c = model_config(m);
     ck_assert_int_eq(c->n_layer, 30);
     ck_assert_int_eq(c->d_model, 576);
     ck_assert_int_eq(c->n_head, 9);
@@ -235,7 +235,7 @@ START_TEST(default_model_metadata) {
     ck_assert_int_eq(c->n_vocab, 49152);
     ck_assert_float_eq_tol(c->rope_base, 100000.0f, 1e-3f);
     ck_assert_int_eq(c->ftype, KERN_Q4_1);
-    const model_gguf_t *g = model_llama_gguf(m);
+    const model_gguf_t *g = model_file(m);
     model_gguf_vtype_t et;
     uint64_t n;
     ck_assert(model_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n));
@@ -244,7 +244,7 @@ START_TEST(default_model_metadata) {
     model_gguf_str_t s;
     ck_assert(model_gguf_arr_str(g, "tokenizer.ggml.tokens", 1, &s));
     ck_assert(model_gguf_str_eq(s, "<|im_start|>"));
-    model_llama_destroy(&m);
+    model_destroy(&m);
 }
 END_TEST
 
@@ -265,7 +265,7 @@ START_TEST(truncated_real_model) {
         const char *p = write_tmp(&t);
         ck_assert_ptr_null(model_gguf_open(p, err, sizeof err));
         ck_assert_msg(strstr(err, "truncated") || strstr(err, "past the end"), "%s", err);
-        ck_assert_ptr_null(model_llama_load(p, err, sizeof err));
+        ck_assert_ptr_null(model_load(p, err, sizeof err));
         unlink(p);
     }
     free(b.p);
@@ -463,10 +463,10 @@ START_TEST(config_products_overflow) {
     model_gguf_t *g = model_gguf_open(path, err, sizeof err);
     ck_assert_msg(g != NULL, "%s", err);
     model_config_t c;
-    ck_assert_int_eq(model_llama_read_config(g, &c, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(model_config_read(g, &c, err, sizeof err), -EINVAL);
     ck_assert_msg(strstr(err, "overflow"), "%s", err);
     model_gguf_destroy(&g);
-    ck_assert_ptr_null(model_llama_load(path, err, sizeof err));
+    ck_assert_ptr_null(model_load(path, err, sizeof err));
     ck_assert_msg(strstr(err, "overflow"), "%s", err);
     unlink(path);
     free(b.p);

@@ -5,8 +5,8 @@
  * remote-expert hook (model_ctx_set_moe_exec + model_moe_expert_rows) gives bitwise
  * the local result and passes an executor's error through; the FFN tap is called
  * per layer.  (The NumPy oracle, tests/oracle/test_moe_oracle.py, checks the math.) */
+#include "model.h"
 #include "model_gguf_write.h"
-#include "model_llama.h"
 #include "model_quantize.h"
 #include "test_util.h"
 
@@ -137,7 +137,7 @@ static const char *make_moe(const char *name, const moe_opts_t *o) {
 static void expect_refused(const char *name, const moe_opts_t *o, const char *needle) {
     char err[512] = "";
     const char *p = make_moe(name, o);
-    model_llama_t *m = model_llama_load(p, err, sizeof err);
+    model_t *m = model_load(p, err, sizeof err);
     ck_assert_msg(m == NULL, "%s: loaded", name);
     ck_assert_msg(strstr(err, needle), "%s: error '%s' lacks '%s'", name, err, needle);
     ck_assert_msg(!strchr(err, '\n'), "%s: error is not one line: %s", name, err);
@@ -175,8 +175,8 @@ static const int32_t A[] = {5, 17, 33, 8, 61, 40, 12, 9, 27, 3, 50, 44};
 #define NA (int)(sizeof A / sizeof A[0])
 
 /* Logits (n, n_vocab) of toks run as one sequence in chunks, malloc'd. */
-static float *run_seq(model_llama_t *m, model_ctx_t *ctx, const int32_t *toks, int n, int chunk) {
-    const model_config_t *cfg = model_llama_config(m);
+static float *run_seq(model_t *m, model_ctx_t *ctx, const int32_t *toks, int n, int chunk) {
+    const model_config_t *cfg = model_config(m);
     kern_kv_shape_t shape = model_kv_shape(cfg, 16);
     kern_kv_pool_t kv;
     ck_assert_int_eq(kern_kv_pool_init(&kv, &shape, KERN_F32, 4), 0);
@@ -202,9 +202,9 @@ static float *run_seq(model_llama_t *m, model_ctx_t *ctx, const int32_t *toks, i
     return out;
 }
 
-static model_llama_t *load(const char *path) {
+static model_t *load(const char *path) {
     char err[512];
-    model_llama_t *m = model_llama_load(path, err, sizeof err);
+    model_t *m = model_load(path, err, sizeof err);
     ck_assert_msg(m, "%s", err);
     return m;
 }
@@ -212,10 +212,10 @@ static model_llama_t *load(const char *path) {
 /* Experts cut from the dense FFN (gate/up rows, down columns), all K = E used with
  * weight 1: the same sum as the dense FFN, in another order. */
 START_TEST(moefy_unit_equals_dense) {
-    model_llama_t *dm = load(DENSE);
-    model_llama_t *mm = load(
+    model_t *dm = load(DENSE);
+    model_t *mm = load(
         make_moe("split", &(moe_opts_t){.E = 4, .K = 4, .gating = "unit", .split_dense = true}));
-    const model_config_t *mc = model_llama_config(mm);
+    const model_config_t *mc = model_config(mm);
     ck_assert_int_eq(mc->n_expert, 4);
     ck_assert_int_eq(mc->n_expert_used, 4);
     ck_assert_int_eq(mc->gating, MODEL_GATING_UNIT);
@@ -234,16 +234,16 @@ START_TEST(moefy_unit_equals_dense) {
     free(b);
     model_ctx_destroy(&c1);
     model_ctx_destroy(&c2);
-    model_llama_destroy(&dm);
-    model_llama_destroy(&mm);
+    model_destroy(&dm);
+    model_destroy(&mm);
 }
 END_TEST
 
 /* Sequence A alone (1 thread, token by token and in one chunk) and inside a batch of
  * 37 tokens from four sequences (2 threads): bitwise equal logits. */
 static void check_batch_invariance(const char *path) {
-    model_llama_t *m = load(path);
-    const model_config_t *cfg = model_llama_config(m);
+    model_t *m = load(path);
+    const model_config_t *cfg = model_config(m);
     int nv = cfg->n_vocab;
     model_ctx_t *c1 = model_ctx_new(m, 64, 64, 1, NULL), *c2 = model_ctx_new(m, 64, 64, 2, NULL);
     float *alone = run_seq(m, c1, A, NA, 64), *dec = run_seq(m, c1, A, NA, 1);
@@ -278,7 +278,7 @@ static void check_batch_invariance(const char *path) {
     kern_kv_pool_free(&kv);
     model_ctx_destroy(&c1);
     model_ctx_destroy(&c2);
-    model_llama_destroy(&m);
+    model_destroy(&m);
 }
 
 START_TEST(batch_invariant) {
@@ -341,8 +341,8 @@ START_TEST(remote_experts_bitwise) {
     char q41[200], err[512];
     snprintf(q41, sizeof q41, "%s/topk_q4_1.gguf", DIR_);
     ck_assert_msg(model_quantize(f32, q41, "q4_1", 1, NULL, err, sizeof err) == 0, "%s", err);
-    model_llama_t *m = load(q41);
-    int nv = model_llama_config(m)->n_vocab;
+    model_t *m = load(q41);
+    int nv = model_config(m)->n_vocab;
     model_ctx_t *local = model_ctx_new(m, 8, 64, 2, NULL), *c = model_ctx_new(m, 8, 64, 1, NULL);
     /* a remote context with few rows: model_moe_expert_rows works in chunks */
     remote_t r = {.remote = model_ctx_new(m, 2, 8, 3, NULL)};
@@ -361,7 +361,7 @@ START_TEST(remote_experts_bitwise) {
     int32_t pos = 0, seq = 0, blocks[] = {0};
     bool wnt = true;
     model_seq_view_t sv = {blocks, 1};
-    kern_kv_shape_t shape = model_kv_shape(model_llama_config(m), 16);
+    kern_kv_shape_t shape = model_kv_shape(model_config(m), 16);
     kern_kv_pool_t kv;
     ck_assert_int_eq(kern_kv_pool_init(&kv, &shape, KERN_F32, 1), 0);
     model_batch_t b = {1, A, &pos, &seq, &wnt, 1, &sv};
@@ -376,7 +376,7 @@ START_TEST(remote_experts_bitwise) {
     model_ctx_destroy(&local);
     model_ctx_destroy(&c);
     model_ctx_destroy(&r.remote);
-    model_llama_destroy(&m);
+    model_destroy(&m);
 }
 END_TEST
 
@@ -404,8 +404,8 @@ static void tap(void *user, int layer, int n_tokens, const float *h, int d_model
 }
 
 START_TEST(ffn_tap_per_layer) {
-    model_llama_t *dm = load(DENSE);
-    model_llama_t *mm = load(make_moe("topk", &(moe_opts_t){.E = 4, .K = 2}));
+    model_t *dm = load(DENSE);
+    model_t *mm = load(make_moe("topk", &(moe_opts_t){.E = 4, .K = 2}));
     model_ctx_t *c = model_ctx_new(dm, 8, 64, 2, NULL), *cm = model_ctx_new(mm, 8, 64, 2, NULL);
     tap_t t = {0};
     model_ctx_set_ffn_tap(c, tap, &t);
@@ -429,8 +429,8 @@ START_TEST(ffn_tap_per_layer) {
     free(m);
     model_ctx_destroy(&c);
     model_ctx_destroy(&cm);
-    model_llama_destroy(&dm);
-    model_llama_destroy(&mm);
+    model_destroy(&dm);
+    model_destroy(&mm);
 }
 END_TEST
 
