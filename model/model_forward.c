@@ -329,7 +329,9 @@ static void s_forward_worker(void *arg, int ith, int nth) {
     for (int l = 0; l < cfg->n_layer; l++) {
         const model_layer_t *L = &m->layers[l];
         const model_plan_t *P = c->plans + (size_t)l * MODEL_PLANS_PER_LAYER;
-        /* ---- attention block: h = rmsnorm(x); q, k, v = h W */
+        /* The stages of this layer are L->st (model_arch.h); the loader refused any this
+         * pass does not run (model_arch_unsupported), so only the FFN kind branches here.
+         * ---- attention block: h = rmsnorm(x) (n, d); q, k, v = h W (n, q_dim), (n, kv_dim) */
         const model_weight_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
         float *qkv_out[3] = {c->q, c->kv_k, c->kv_v};
         for (int t = t0; t < t1; t++)
@@ -342,13 +344,14 @@ static void s_forward_worker(void *arg, int ith, int nth) {
         base_pool_barrier(pool);
         s_stage_attention(c, l, n, ith, nth);
         base_pool_barrier(pool);
-        /* ---- x += att Wo */
+        /* ---- x += att Wo (n, d_model) */
         const model_weight_t *wo[1] = {&L->wo};
         model_ctx_plan_fill(c, &P[MODEL_PLAN_WO], c->att, q_dim, t0, t1);
         base_pool_barrier(pool);
         model_ctx_matmul(c, &P[MODEL_PLAN_WO], wo, &c->tmp, 1, 0, n, ith, nth);
         base_pool_barrier(pool);
-        /* ---- feed-forward: h = rmsnorm(x); x += (silu(h Wg) * h Wu) Wd */
+        /* ---- feed-forward: h = rmsnorm(x) (n, d); MoE (model_moe.c) or dense:
+         *      x += (silu(h Wg) * h Wu) Wd, through (n, d_ff) */
         for (int t = t0; t < t1; t++) {
             float *x = c->x + (size_t)t * d;
             const float *o = c->tmp + (size_t)t * d;
@@ -356,7 +359,7 @@ static void s_forward_worker(void *arg, int ith, int nth) {
                 x[i] += o[i];
             k->rmsnorm(c->h + (size_t)t * d, x, L->ffn_norm, d, cfg->rms_eps);
         }
-        if (cfg->n_expert) {
+        if (L->st.ffn == MODEL_FFN_MOE) {
             if (model_moe_stage(c, l, n, ith, nth, t0, t1))
                 return; /* the remote executor failed: every thread leaves here */
             continue;

@@ -2,6 +2,7 @@
  * with the expected metadata; every kind of malformed file is refused with a
  * message that names the problem (run under ASan to prove "never a crash"). */
 #include "model.h"
+#include "model_arch.h"
 #include "model_gguf.h"
 #include "test_util.h"
 
@@ -473,6 +474,72 @@ START_TEST(config_products_overflow) {
 }
 END_TEST
 
+/* The architecture table: general.architecture and expert_count pick the declaration. */
+START_TEST(arch_table) {
+    ck_assert_ptr_eq(model_arch_find("llama", false), &model_arch_llama);
+    ck_assert_ptr_eq(model_arch_find("llama", true), &model_arch_llama_moe);
+    ck_assert_ptr_eq(model_arch_find("mistral", false), &model_arch_llama);
+    ck_assert_ptr_null(model_arch_find("qwen2", false));
+    ck_assert(model_arch_known("mistral"));
+    ck_assert(!model_arch_known("gpt-neox"));
+    ck_assert(!model_arch_known(NULL));
+    ck_assert_int_eq(model_arch_llama.stages.ffn, MODEL_FFN_DENSE);
+    ck_assert_int_eq(model_arch_llama_moe.stages.ffn, MODEL_FFN_MOE);
+    model_config_t cfg = {.n_layer = 2};
+    ck_assert_ptr_null(model_arch_unsupported(&model_arch_llama, &cfg));
+    cfg.n_expert = 4;
+    ck_assert_ptr_null(model_arch_unsupported(&model_arch_llama_moe, &cfg));
+    /* Qwen2-, Qwen3- and Gemma-3-like declarations have their switches, and the forward
+     * pass says which it does not run yet */
+    cfg.n_expert = 0;
+    model_arch_t a = model_arch_llama;
+    a.stages.qkv_bias = true;
+    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "attention biases");
+    a = model_arch_llama;
+    a.stages.qk_norm = true;
+    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "Q/K norms");
+    a = model_arch_llama;
+    a.stages.attn = MODEL_ATTN_SLIDING;
+    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "sliding-window attention");
+    a = model_arch_llama;
+    a.stages.act = MODEL_ACT_GELU;
+    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "a GELU feed-forward");
+    a = model_arch_llama;
+    a.embd_scale = true;
+    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "an embedding scale");
+    ck_assert_ptr_nonnull(model_arch_unsupported(&model_arch_llama, &(model_config_t){
+                                                                        .n_layer = 1,
+                                                                        .n_expert = 4,
+                                                                    }));
+}
+END_TEST
+
+/* A required key the declaration names is refused by name. */
+START_TEST(config_missing_key_named) {
+    buf_t b = {0};
+    put_u32(&b, 0x46554747);
+    put_u32(&b, 3);
+    put_u64(&b, 0);
+    put_u64(&b, 4);
+    kv_str(&b, "general.architecture", "mistral");
+    kv_u32(&b, "mistral.block_count", 1);
+    kv_u32(&b, "mistral.embedding_length", 64);
+    kv_u32(&b, "mistral.attention.head_count", 4); /* no feed_forward_length */
+    char err[512];
+    const char *path = write_tmp(&b);
+    model_gguf_t *g = model_gguf_open(path, err, sizeof err);
+    ck_assert_msg(g != NULL, "%s", err);
+    model_config_t c;
+    ck_assert_int_eq(model_config_read(g, &c, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "missing or invalid mistral.feed_forward_length (architecture llama"),
+                  "%s", err);
+    ck_assert_msg(!strchr(err, '\n'), "%s", err);
+    model_gguf_destroy(&g);
+    unlink(path);
+    free(b.p);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("gguf");
     TCase *tc = tcase_create("reader");
@@ -488,6 +555,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tco, error_offsets);
     tcase_add_test(tco, many_tensors);
     tcase_add_test(tco, config_products_overflow);
+    tcase_add_test(tco, arch_table);
+    tcase_add_test(tco, config_missing_key_named);
     suite_add_tcase(s, tco);
     TCase *tm = test_tcase_model(s, "model"); /* the default model's file */
     tcase_set_timeout(tm, 60);
