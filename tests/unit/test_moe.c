@@ -169,6 +169,73 @@ START_TEST(bad_moe_files_refused) {
 }
 END_TEST
 
+/* A dense variant of DENSE: tensor blk.0.<drop> left out, or blk.0.<reshape> written with
+ * one row more (both NULL: an unchanged copy). */
+static const char *make_dense(const char *name, const char *drop, const char *reshape) {
+    static char path[160];
+    snprintf(path, sizeof path, "%s/%s.gguf", DIR_, name);
+    char err[512], want[96] = "", bad[96] = "";
+    if (drop)
+        snprintf(want, sizeof want, "blk.0.%s.weight", drop);
+    if (reshape)
+        snprintf(bad, sizeof bad, "blk.0.%s.weight", reshape);
+    model_gguf_t *g = model_gguf_open(DENSE, err, sizeof err);
+    ck_assert_msg(g, "%s", err);
+    model_gguf_write_t *w = model_gguf_write_new();
+    ck_assert_int_eq(model_gguf_write_copy_kvs(w, g), 0);
+    float *grown = NULL;
+    for (int64_t i = 0; i < model_gguf_tensor_count(g); i++) {
+        const model_gguf_tensor_t *t = model_gguf_tensor_at(g, i);
+        char tn[96];
+        snprintf(tn, sizeof tn, "%.*s", (int)t->name.len, t->name.ptr);
+        if (!strcmp(tn, want))
+            continue;
+        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        const void *data = t->data;
+        if (!strcmp(tn, bad)) { /* one more row of zeros */
+            ck_assert_int_eq(t->type, KERN_F32);
+            ne[1]++;
+            grown = calloc((size_t)ne[0] * ne[1], sizeof *grown);
+            memcpy(grown, t->data, (size_t)t->ne[0] * t->ne[1] * sizeof *grown);
+            data = grown;
+        }
+        ck_assert_int_ge(
+            model_gguf_write_add_tensor(w, tn, t->type, t->n_dims, ne, data, err, sizeof err), 0);
+    }
+    ck_assert_msg(model_gguf_write_save(w, path, err, sizeof err) == 0, "%s", err);
+    free(grown);
+    model_gguf_write_destroy(&w);
+    model_gguf_destroy(&g);
+    return path;
+}
+
+/* The dense declaration's tensors are checked as the MoE ones are: one line naming the
+ * tensor and, for a wrong shape, both shapes. */
+START_TEST(bad_dense_files_refused) {
+    char err[512];
+    const char *p = make_dense("dense_copy", NULL, NULL);
+    model_t *m = model_load(p, err, sizeof err);
+    ck_assert_msg(m != NULL, "%s", err);
+    model_destroy(&m);
+    struct {
+        const char *drop, *reshape, *needle;
+    } cases[] = {
+        {"ffn_up", NULL, "missing tensor 'blk.0.ffn_up.weight' (architecture llama)"},
+        {"attn_norm", NULL, "missing tensor 'blk.0.attn_norm.weight' (architecture llama)"},
+        {NULL, "attn_k", "tensor 'blk.0.attn_k.weight' has shape [64, 33], expected [64, 32]"},
+        {NULL, "ffn_down",
+         "tensor 'blk.0.ffn_down.weight' has shape [128, 65], expected [128, 64]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        p = make_dense("dense_bad", cases[i].drop, cases[i].reshape);
+        ck_assert_ptr_null(model_load(p, err, sizeof err));
+        ck_assert_msg(strstr(err, cases[i].needle), "error '%s' lacks '%s'", err, cases[i].needle);
+        ck_assert_msg(!strchr(err, '\n'), "error is not one line: %s", err);
+        printf("  dense: %s\n", err);
+    }
+}
+END_TEST
+
 /* ---- running sequences */
 
 static const int32_t A[] = {5, 17, 33, 8, 61, 40, 12, 9, 27, 3, 50, 44};
@@ -458,6 +525,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("moe");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, bad_moe_files_refused);
+    tcase_add_test(tc, bad_dense_files_refused);
     tcase_add_test(tc, moefy_unit_equals_dense);
     tcase_add_test(tc, batch_invariant);
     tcase_add_test(tc, remote_experts_bitwise);
