@@ -5,7 +5,7 @@
 
 #include "base_log.h"
 #include "kv_blocks.h"
-#include "model_llama.h"
+#include "model.h"
 #include "model_spec.h"
 #include "model_tokenizer.h"
 
@@ -104,7 +104,7 @@ typedef struct {
 struct actor_draft_t {
     actor_draft_config_t cfg;   /* with defaults filled in (paths not kept) */
     actor_counters_t *counters; /* borrowed, may be NULL */
-    model_llama_t *model;       /* MODEL: the draft model */
+    model_t *model;             /* MODEL: the draft model */
     model_ctx_t *ctx;           /* its forward scratch and threads */
     kv_blocks_t *kv;            /* its KV pool */
     int n_vocab;                /* logits per row */
@@ -197,7 +197,7 @@ void actor_draft_destroy(actor_draft_t **self_p) {
     free(d->states);
     kv_blocks_destroy(&d->kv);
     model_ctx_destroy(&d->ctx);
-    model_llama_destroy(&d->model);
+    model_destroy(&d->model);
     free(d->b_tok);
     free(d->b_pos);
     free(d->b_seq);
@@ -237,19 +237,19 @@ actor_draft_t *actor_draft_new(const actor_draft_config_t *cfg, char *err, size_
         snprintf(err, errlen, "draft=model needs draft_model=PATH");
         goto fail;
     }
-    d->model = model_llama_load(cfg->draft_model, err, errlen);
+    d->model = model_load(cfg->draft_model, err, errlen);
     if (!d->model)
         goto fail;
     if (cfg->target_model) {
         model_gguf_t *tg = model_gguf_open(cfg->target_model, err, errlen);
         if (!tg)
             goto fail;
-        int rc = actor_draft_check_vocab(tg, model_llama_gguf(d->model), err, errlen);
+        int rc = actor_draft_check_vocab(tg, model_file(d->model), err, errlen);
         model_gguf_destroy(&tg);
         if (rc)
             goto fail;
     }
-    const model_config_t *mc = model_llama_config(d->model);
+    const model_config_t *mc = model_config(d->model);
     d->n_vocab = mc->n_vocab;
     int st = c.step_tokens;
     d->ctx = model_ctx_new(d->model, st, c.max_ctx, c.threads, NULL);

@@ -7,7 +7,7 @@
 
 #include "base_log.h"
 #include "kern_ops.h"
-#include "model_llama.h"
+#include "model.h"
 #include "router_moe.h"
 
 #include <errno.h>
@@ -37,10 +37,10 @@ typedef struct {
     zsock_t *in;         /* inbound PULL */
     zsock_t **to_worker; /* (n_workers) PUSH to each target worker */
     int n_workers;
-    zsock_t *to_router;   /* PUSH: expert_load */
-    zsock_t *to_front;    /* PUSH: pong, stats */
-    model_llama_t *model; /* weights (mapped) */
-    model_ctx_t *ctx;     /* scratch and threads for model_moe_expert_rows */
+    zsock_t *to_router; /* PUSH: expert_load */
+    zsock_t *to_front;  /* PUSH: pong, stats */
+    model_t *model;     /* weights (mapped) */
+    model_ctx_t *ctx;   /* scratch and threads for model_moe_expert_rows */
     int n_expert, d_model;
     uint8_t *own;   /* (n_expert) static set */
     uint8_t *grant; /* (n_expert) replicas of the newest table */
@@ -227,7 +227,7 @@ static void s_cleanup(s_expert_t *x) {
     zsock_destroy(&x->to_front);
     actor_loop_destroy(&x->loop);
     model_ctx_destroy(&x->ctx);
-    model_llama_destroy(&x->model);
+    model_destroy(&x->model);
     free(x->own);
     free(x->grant);
     free(x->h);
@@ -249,12 +249,12 @@ int actor_expert_main(actor_env_t *env) {
         actor_env_fail(env, "%s: no model= option in the topology", name);
         return 1;
     }
-    x.model = model_llama_load(path, err, sizeof err);
+    x.model = model_load(path, err, sizeof err);
     if (!x.model) {
         actor_env_fail(env, "%s: %s", name, err);
         return 1;
     }
-    const model_config_t *cfg = model_llama_config(x.model);
+    const model_config_t *cfg = model_config(x.model);
     if (cfg->n_expert < 1) {
         actor_env_fail(env, "%s: %s is not an MoE model (no llama.expert_count)", name, path);
         s_cleanup(&x);

@@ -31,7 +31,7 @@ typedef struct {
 struct actor_expert_client_t {
     const char *name; /* the worker's */
     int index;        /* the worker's */
-    const model_llama_t *model;
+    const model_t *model;
     actor_loop_t *loop; /* the worker's (counters, pulse, defer) */
     actor_counters_t *counters;
     zsock_t *inbox;      /* the worker's inbound (borrowed) */
@@ -68,10 +68,10 @@ static void s_count(actor_expert_client_t *c, const char *fmt, int a, int b, int
 }
 
 actor_expert_client_t *actor_expert_client_new(const actor_topology_t *topo, const char *name,
-                                               int index, const model_llama_t *model,
-                                               actor_loop_t *loop, zsock_t *inbox, int dtype,
-                                               int timeout_ms, char *err, size_t errlen) {
-    const model_config_t *cfg = model_llama_config(model);
+                                               int index, const model_t *model, actor_loop_t *loop,
+                                               zsock_t *inbox, int dtype, int timeout_ms, char *err,
+                                               size_t errlen) {
+    const model_config_t *cfg = model_config(model);
     actor_expert_client_t *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "out of memory");

@@ -16,7 +16,7 @@
 #define ACTOR_EXPERT_CLIENT_H
 
 #include "actor_runtime.h"
-#include "model_llama.h"
+#include "model.h"
 
 typedef struct actor_expert_client_t actor_expert_client_t;
 
@@ -26,9 +26,9 @@ typedef struct actor_expert_client_t actor_expert_client_t;
  * its rows go elsewhere.  NULL with err when the placement is invalid or
  * sockets or memory fail. */
 actor_expert_client_t *actor_expert_client_new(const actor_topology_t *topo, const char *name,
-                                               int index, const model_llama_t *model,
-                                               actor_loop_t *loop, zsock_t *inbox, int dtype,
-                                               int timeout_ms, char *err, size_t errlen);
+                                               int index, const model_t *model, actor_loop_t *loop,
+                                               zsock_t *inbox, int dtype, int timeout_ms, char *err,
+                                               size_t errlen);
 void actor_expert_client_destroy(actor_expert_client_t **self_p);
 
 /* The model_moe_exec_fn: user is the client.  0, or -ENOMEM / -EIO (rows

@@ -5,8 +5,8 @@
 
 #include "base_log.h"
 #include "kv_tiers.h"
+#include "model.h"
 #include "model_gguf.h"
-#include "model_llama.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -67,7 +67,7 @@ static int s_shape(const char *path, int block_size, kern_kv_shape_t *s, char *e
     if (!g)
         return -EINVAL;
     model_config_t cfg;
-    int rc = model_llama_read_config(g, &cfg, err, errlen);
+    int rc = model_config_read(g, &cfg, err, errlen);
     if (!rc)
         *s = model_kv_shape(&cfg, block_size);
     model_gguf_destroy(&g);

@@ -10,7 +10,7 @@
 
 #include "base_log.h"
 #include "kv_cache.h"
-#include "model_llama.h"
+#include "model.h"
 #include "model_sampler.h"
 #include "model_spec.h"
 #include "model_tokenizer.h"
@@ -80,7 +80,7 @@ typedef struct {
     zsock_t *to_tok;           /* PUSH to the tokenizer */
     zsock_t *to_router;        /* PUSH to the router */
     zsock_t *to_front;         /* PUSH to the frontend (pong, stats) */
-    model_llama_t *model;      /* weights */
+    model_t *model;            /* weights */
     model_tokenizer_t *tok;    /* for end-of-generation tokens */
     model_ctx_t *ctx;          /* forward scratch and threads */
     kv_cache_t *kv;            /* T0: KV pool, prefix index, allocator */
@@ -1140,7 +1140,7 @@ static void s_cleanup(s_worker_t *w) {
     model_ctx_destroy(&w->ctx);
     model_sampler_destroy(&w->sampler);
     model_tokenizer_destroy(&w->tok);
-    model_llama_destroy(&w->model);
+    model_destroy(&w->model);
     actor_loop_destroy(&w->loop);
     serve_metrics_step_destroy(&w->metrics);
     zsock_destroy(&w->in);
@@ -1191,14 +1191,14 @@ int actor_worker_main(actor_env_t *env) {
     w.spec_wait_us = (int)actor_env_int(env, "spec_wait_us");
     if (w.step_tokens < w.max_batch)
         w.step_tokens = w.max_batch;
-    w.model = model_llama_load(path, err, sizeof err);
+    w.model = model_load(path, err, sizeof err);
     if (!w.model) {
         actor_env_fail(env, "%s: %s", name, err);
         return 1;
     }
-    const model_config_t *cfg = model_llama_config(w.model);
+    const model_config_t *cfg = model_config(w.model);
     w.n_vocab = cfg->n_vocab;
-    w.tok = model_tokenizer_new(model_llama_gguf(w.model), err, sizeof err);
+    w.tok = model_tokenizer_new(model_file(w.model), err, sizeof err);
     /* with speculation a decode item carries up to MODEL_SPEC_MAX_K drafts */
     int room = w.step_tokens + (spec ? w.max_batch * MODEL_SPEC_MAX_K : 0);
     int rows = w.max_batch * (spec ? 1 + MODEL_SPEC_MAX_K : 1);

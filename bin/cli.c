@@ -125,12 +125,12 @@ char *cli_read_file(const char *path, size_t *len) {
 bool cli_runner_open(cli_runner_t *r, const char *cmd, const char *path) {
     memset(r, 0, sizeof *r);
     char err[512];
-    r->model = model_llama_load(path, err, sizeof err);
+    r->model = model_load(path, err, sizeof err);
     if (!r->model) {
         fprintf(stderr, "strata %s: %s\n", cmd, err);
         return false;
     }
-    r->tok = model_tokenizer_new(model_llama_gguf(r->model), err, sizeof err);
+    r->tok = model_tokenizer_new(model_file(r->model), err, sizeof err);
     if (!r->tok) {
         fprintf(stderr, "strata %s: %s\n", cmd, err);
         cli_runner_close(r);
@@ -156,7 +156,7 @@ static void s_runner_release(cli_runner_t *r) {
 bool cli_runner_reserve(cli_runner_t *r, const char *cmd, int max_ctx, int ubatch, int threads,
                         kern_type_t kv_type) {
     s_runner_release(r);
-    const model_config_t *cfg = model_llama_config(r->model);
+    const model_config_t *cfg = model_config(r->model);
     const int bs = 16;
     r->max_ctx = (max_ctx + bs - 1) / bs * bs;
     r->ubatch = ubatch < r->max_ctx ? ubatch : r->max_ctx;
@@ -187,13 +187,13 @@ fail:
 void cli_runner_close(cli_runner_t *r) {
     s_runner_release(r);
     model_tokenizer_destroy(&r->tok);
-    model_llama_destroy(&r->model);
+    model_destroy(&r->model);
     memset(r, 0, sizeof *r);
 }
 
 int cli_runner_eval(cli_runner_t *r, const int32_t *tokens, int n, int pos0, bool all_logits,
                     float *out) {
-    int nv = model_llama_config(r->model)->n_vocab;
+    int nv = model_config(r->model)->n_vocab;
     if (pos0 < 0 || n < 1 || pos0 + n > r->max_ctx)
         return -EINVAL;
     model_seq_view_t sv = {r->blocks, r->kv.n_blocks};

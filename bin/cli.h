@@ -3,7 +3,7 @@
 #ifndef CLI_H
 #define CLI_H
 
-#include "model_llama.h"
+#include "model.h"
 #include "model_sampler.h"
 #include "model_tokenizer.h"
 #include <stdbool.h>
@@ -30,7 +30,7 @@ char *cli_read_file(const char *path, size_t *len);
 /* A loaded model with its tokenizer, one sequence's KV and a context: what
  * generate, perplexity and bench-model share. */
 typedef struct {
-    model_llama_t *model;
+    model_t *model;
     model_tokenizer_t *tok;
     model_ctx_t *ctx;
     kern_kv_pool_t kv;

@@ -110,7 +110,7 @@ int cmd_logits(int argc, char **argv) {
         if (ids && need > 0)
             n = model_tokenizer_encode(r.tok, prompt, strlen(prompt), bos, false, ids, need);
     }
-    const model_config_t *cfg = model_llama_config(r.model);
+    const model_config_t *cfg = model_config(r.model);
     if (!ids || n < 1) {
         fprintf(stderr, "strata logits: empty or malformed token list\n");
         goto out;
@@ -189,7 +189,7 @@ static void s_ppl_help(FILE *f) {
  * positions attend to the round-tripped values.  0 or a negative errno. */
 static int s_ppl_chunk(cli_runner_t *r, const int32_t *chunk, int n, int lo, int hi, int tier,
                        void *tmp, float *logits) {
-    const model_config_t *cfg = model_llama_config(r->model);
+    const model_config_t *cfg = model_config(r->model);
     const int bs = r->kv.block_size, t0 = kv_fmt_of_pool_type(r->kv.type);
     const kern_kv_shape_t shape = model_kv_shape(cfg, bs);
     const int step = tier < 0 ? r->ubatch : bs;
@@ -340,7 +340,7 @@ int cmd_perplexity(int argc, char **argv) {
     int need = model_tokenizer_encode(r.tok, text, len, false, false, NULL, 0);
     int32_t *ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
     int n = ids && need > 0 ? model_tokenizer_encode(r.tok, text, len, false, false, ids, need) : 0;
-    const model_config_t *cfg = model_llama_config(r.model);
+    const model_config_t *cfg = model_config(r.model);
     int n_chunks = n / (int)ctx;
     if (max_chunks && n_chunks > max_chunks)
         n_chunks = (int)max_chunks;
@@ -353,7 +353,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (!cli_runner_reserve(&r, C, (int)ctx, (int)ctx, (int)threads, kv_type))
         goto out;
     if (kl_ref) {
-        if (model_llama_config(rr.model)->n_vocab != cfg->n_vocab) {
+        if (model_config(rr.model)->n_vocab != cfg->n_vocab) {
             fprintf(stderr, "strata perplexity: --kl-ref model has another vocabulary\n");
             goto out;
         }
@@ -494,7 +494,7 @@ static void s_bench_help(FILE *f) {
  * together one token each per forward pass.  Returns 0 or 1. */
 static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int threads,
                          kern_type_t kv_type, double *pp, double *tg) {
-    const model_config_t *cfg = model_llama_config(r->model);
+    const model_config_t *cfg = model_config(r->model);
     const int bs = 16, nb = (np + ng + bs - 1) / bs;
     int rc = 1;
     kern_kv_pool_t kv;
@@ -632,7 +632,7 @@ int cmd_bench_model(int argc, char **argv) {
     cli_runner_t r;
     if (!cli_runner_open(&r, C, model))
         return 1;
-    const model_config_t *cfg = model_llama_config(r.model);
+    const model_config_t *cfg = model_config(r.model);
     int rc = 1;
     const int d = depth > 0 ? (int)depth : 0; /* context tokens before each measurement */
     int32_t *toks = malloc((size_t)(d + np) * sizeof *toks);
@@ -689,7 +689,7 @@ report:
     const char *base = strrchr(model, '/');
     printf("model %s (%s weights, %.1f MiB)  threads %ld  kernels %s  kv %s\n",
            base ? base + 1 : model, kern_type_traits(cfg->ftype)->name,
-           model_llama_weight_bytes(r.model) / 1048576.0, threads, kern_ops_best()->name,
+           model_weight_bytes(r.model) / 1048576.0, threads, kern_ops_best()->name,
            kv_fmt_name(kv_fmt_of_pool_type(kv_type)));
     const char *agg = batch > 1 ? " aggregate" : "";
     printf("batch %ld\n", batch);

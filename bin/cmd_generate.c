@@ -246,7 +246,7 @@ int cmd_generate(int argc, char **argv) {
             goto out;
         }
     }
-    const model_config_t *cfg = model_llama_config(r.model);
+    const model_config_t *cfg = model_config(r.model);
     for (int i = 0; i < n_prompt; i++)
         if (toks[i] < 0 || toks[i] >= cfg->n_vocab) {
             fprintf(stderr, "strata generate: token id %d out of range (vocabulary %d)\n", toks[i],

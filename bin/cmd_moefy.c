@@ -230,7 +230,7 @@ int cmd_moefy(int argc, char **argv) {
         return 1;
     model_moefy_t *mf = NULL;
     int ret = 1;
-    const model_config_t *cfg = model_llama_config(r.model);
+    const model_config_t *cfg = model_config(r.model);
     if (!cli_runner_reserve(&r, C, (int)ctx, (int)ctx, (int)threads, KERN_F32))
         goto out;
     model_moefy_opts_t mo = {.n_experts = (int)E,
@@ -255,7 +255,7 @@ int cmd_moefy(int argc, char **argv) {
                 "layers into %ld experts of %d\n",
                 calib, n, cli_now() - t0, cfg->n_layer, E, cfg->d_ff / (int)E);
     t0 = cli_now();
-    if (model_moefy_fit(mf, model_llama_gguf(r.model), (int)threads, err, sizeof err) < 0) {
+    if (model_moefy_fit(mf, model_file(r.model), (int)threads, err, sizeof err) < 0) {
         fprintf(stderr, "strata moefy: %s\n", err);
         goto out;
     }
@@ -265,7 +265,7 @@ int cmd_moefy(int argc, char **argv) {
         s_print_stats(mf, cfg->n_layer, (int)E, "calibration (routing the dense model)");
     /* write before the held-out pass: the file does not depend on it */
     t0 = cli_now();
-    if (model_moefy_write(mf, model_llama_gguf(r.model), out, err, sizeof err) < 0) {
+    if (model_moefy_write(mf, model_file(r.model), out, err, sizeof err) < 0) {
         fprintf(stderr, "strata moefy: %s\n", err);
         goto out;
     }
@@ -276,8 +276,7 @@ int cmd_moefy(int argc, char **argv) {
         model_moefy_reset(mf);
         if (s_record(&r, heldout, (int)n_tok, (int)ctx) < 0)
             goto out;
-        if (model_moefy_evaluate(mf, model_llama_gguf(r.model), (int)threads, err, sizeof err) <
-            0) {
+        if (model_moefy_evaluate(mf, model_file(r.model), (int)threads, err, sizeof err) < 0) {
             fprintf(stderr, "strata moefy: %s\n", err);
             goto out;
         }

@@ -4,6 +4,7 @@
  */
 #include "model_gguf.h"
 #include "kern_ops.h"
+#include "model_err.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,9 +63,8 @@ static void s_fail(s_cursor_t *c, const void *at, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (c->err && c->errlen)
-        snprintf(c->err, c->errlen, "%s: at offset %zu: %s", c->path,
-                 (size_t)((const uint8_t *)at - c->base), msg);
+    model_err_set(c->err, c->errlen, -EPROTO, "%s: at offset %zu: %s", c->path,
+                  (size_t)((const uint8_t *)at - c->base), msg);
 }
 
 static size_t s_left(const s_cursor_t *c) {
@@ -351,25 +351,22 @@ model_gguf_t *model_gguf_open(const char *path, char *err, size_t errlen) {
     fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
-        if (err)
-            snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        model_err_set(err, errlen, -EIO, "%s: cannot open: %s", path, strerror(errno));
         goto fail;
     }
     if (!S_ISREG(st.st_mode)) {
-        if (err)
-            snprintf(err, errlen, "%s: not a regular file", path);
+        model_err_set(err, errlen, -EINVAL, "%s: not a regular file", path);
         goto fail;
     }
     self->size = (size_t)st.st_size;
     if (self->size < 4) {
-        if (err)
-            snprintf(err, errlen, "%s: not a GGUF file (only %zu bytes)", path, self->size);
+        model_err_set(err, errlen, -EPROTO, "%s: not a GGUF file (only %zu bytes)", path,
+                      self->size);
         goto fail;
     }
     void *m = mmap(NULL, self->size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
-        if (err)
-            snprintf(err, errlen, "%s: mmap failed: %s", path, strerror(errno));
+        model_err_set(err, errlen, -EIO, "%s: mmap failed: %s", path, strerror(errno));
         goto fail;
     }
     self->map = m;
@@ -457,8 +454,7 @@ model_gguf_t *model_gguf_open(const char *path, char *err, size_t errlen) {
     }
     return self;
 oom:
-    if (err)
-        snprintf(err, errlen, "%s: out of memory", path);
+    model_err_set(err, errlen, -ENOMEM, "%s: out of memory", path);
 fail:
     if (fd >= 0)
         close(fd);

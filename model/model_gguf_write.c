@@ -5,6 +5,7 @@
 #include "model_gguf_write.h"
 #include "base_log.h"
 #include "kern_ops.h"
+#include "model_err.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -316,47 +317,38 @@ int model_gguf_write_copy_kvs(model_gguf_write_t *self, const model_gguf_t *src)
 
 /* ---- tensors ---------------------------------------------------------------------------- */
 
-static int s_errf(char *err, size_t errlen, int rc, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 int64_t model_gguf_write_add_tensor(model_gguf_write_t *self, const char *name, kern_type_t type,
                                     int n_dims, const int64_t *ne, const void *data, char *err,
                                     size_t errlen) {
     if (!name || !*name)
-        return s_errf(err, errlen, -EINVAL, "tensor with an empty name");
+        return model_err_set(err, errlen, -EINVAL, "tensor with an empty name");
     const kern_type_traits_t *tr = kern_type_traits((int)type);
     if (!tr)
-        return s_errf(err, errlen, -EINVAL, "tensor %s: unsupported type %d", name, (int)type);
+        return model_err_set(err, errlen, -EINVAL, "tensor %s: unsupported type %d", name,
+                             (int)type);
     if (n_dims < 1 || n_dims > 4)
-        return s_errf(err, errlen, -EINVAL, "tensor %s: %d dimensions (1..4)", name, n_dims);
+        return model_err_set(err, errlen, -EINVAL, "tensor %s: %d dimensions (1..4)", name, n_dims);
     uint64_t n_rows = 1;
     for (int d = 0; d < n_dims; d++) {
         if (ne[d] < 1)
-            return s_errf(err, errlen, -EINVAL, "tensor %s: dimension %d is %lld", name, d,
-                          (long long)ne[d]);
+            return model_err_set(err, errlen, -EINVAL, "tensor %s: dimension %d is %lld", name, d,
+                                 (long long)ne[d]);
         if (d > 0) {
             if (n_rows > (UINT64_MAX >> 1) / (uint64_t)ne[d])
-                return s_errf(err, errlen, -EINVAL, "tensor %s: too large", name);
+                return model_err_set(err, errlen, -EINVAL, "tensor %s: too large", name);
             n_rows *= (uint64_t)ne[d];
         }
     }
     if (ne[0] % tr->block_size)
-        return s_errf(err, errlen, -EINVAL,
-                      "tensor %s: row of %lld is not a multiple of %s's block of %d", name,
-                      (long long)ne[0], tr->name, tr->block_size);
+        return model_err_set(err, errlen, -EINVAL,
+                             "tensor %s: row of %lld is not a multiple of %s's block of %d", name,
+                             (long long)ne[0], tr->name, tr->block_size);
     for (int64_t i = 0; i < self->n_t; i++)
         if (!strcmp(self->t[i].name, name))
-            return s_errf(err, errlen, -EINVAL, "tensor %s added twice", name);
+            return model_err_set(err, errlen, -EINVAL, "tensor %s added twice", name);
     size_t row = kern_row_size(type, ne[0]);
     if (n_rows > SIZE_MAX / row)
-        return s_errf(err, errlen, -EINVAL, "tensor %s: too large", name);
+        return model_err_set(err, errlen, -EINVAL, "tensor %s: too large", name);
     if (self->n_t == self->cap_t) {
         int64_t cap = self->cap_t ? self->cap_t * 2 : 64;
         s_tensor_t *t = realloc(self->t, (size_t)cap * sizeof *t);
@@ -426,8 +418,8 @@ static int s_pad(FILE *f, uint64_t *pos, uint64_t align) {
 int model_gguf_write_save(model_gguf_write_t *self, const char *path, char *err, size_t errlen) {
     int64_t align = s_alignment(self);
     if (align < 0)
-        return s_errf(err, errlen, -EINVAL, "%s: general.alignment must be a u32 power of two",
-                      path);
+        return model_err_set(err, errlen, -EINVAL,
+                             "%s: general.alignment must be a u32 power of two", path);
 
     /* header, metadata and tensor infos, built in memory */
     s_buf_t h = {0};
@@ -452,7 +444,7 @@ int model_gguf_write_save(model_gguf_write_t *self, const char *path, char *err,
     }
     if (h.oom) {
         free(h.p);
-        return s_errf(err, errlen, -ENOMEM, "%s: out of memory building the header", path);
+        return model_err_set(err, errlen, -ENOMEM, "%s: out of memory building the header", path);
     }
 
     size_t plen = strlen(path);
@@ -468,7 +460,7 @@ int model_gguf_write_save(model_gguf_write_t *self, const char *path, char *err,
     int fd = mkstemp(tmp);
     if (fd < 0) {
         rc = -errno;
-        s_errf(err, errlen, rc, "cannot create %s (as %s): %s", path, tmp, strerror(-rc));
+        model_err_set(err, errlen, rc, "cannot create %s (as %s): %s", path, tmp, strerror(-rc));
         free(tmp);
         free(h.p);
         return rc;
@@ -482,7 +474,7 @@ int model_gguf_write_save(model_gguf_write_t *self, const char *path, char *err,
     if (!f) {
         rc = -errno;
         close(fd);
-        s_errf(err, errlen, rc, "cannot open %s: %s", tmp, strerror(-rc));
+        model_err_set(err, errlen, rc, "cannot open %s: %s", tmp, strerror(-rc));
         goto fail;
     }
 
@@ -497,21 +489,22 @@ int model_gguf_write_save(model_gguf_write_t *self, const char *path, char *err,
         const void *src = t->data;
         if (!src) {
             if (!self->fill) {
-                rc = s_errf(err, errlen, -EINVAL, "%s: tensor %s has no data and no fill callback",
-                            path, t->name);
+                rc = model_err_set(err, errlen, -EINVAL,
+                                   "%s: tensor %s has no data and no fill callback", path, t->name);
                 goto fail;
             }
             free(buf);
             buf = malloc(t->nbytes ? t->nbytes : 1);
             if (!buf) {
-                rc = s_errf(err, errlen, -ENOMEM, "%s: out of memory for tensor %s (%zu bytes)",
-                            path, t->name, t->nbytes);
+                rc = model_err_set(err, errlen, -ENOMEM,
+                                   "%s: out of memory for tensor %s (%zu bytes)", path, t->name,
+                                   t->nbytes);
                 goto fail;
             }
             rc = self->fill(self->fill_arg, i, buf, t->nbytes);
             if (rc < 0) {
-                s_errf(err, errlen, rc, "%s: producing tensor %s failed: %s", path, t->name,
-                       strerror(-rc));
+                model_err_set(err, errlen, rc, "%s: producing tensor %s failed: %s", path, t->name,
+                              strerror(-rc));
                 goto fail;
             }
             src = buf;
@@ -534,7 +527,7 @@ int model_gguf_write_save(model_gguf_write_t *self, const char *path, char *err,
     f = NULL;
     if (rename(tmp, path) != 0) {
         rc = -errno;
-        s_errf(err, errlen, rc, "cannot rename %s to %s: %s", tmp, path, strerror(-rc));
+        model_err_set(err, errlen, rc, "cannot rename %s to %s: %s", tmp, path, strerror(-rc));
         goto fail;
     }
     free(buf);
@@ -545,7 +538,7 @@ int model_gguf_write_save(model_gguf_write_t *self, const char *path, char *err,
 io_fail:
     if (rc == 0 || rc == -EIO)
         rc = errno ? -errno : -EIO;
-    s_errf(err, errlen, rc, "cannot write %s (as %s): %s", path, tmp, strerror(-rc));
+    model_err_set(err, errlen, rc, "cannot write %s (as %s): %s", path, tmp, strerror(-rc));
 fail:
     if (f)
         fclose(f);

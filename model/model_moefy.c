@@ -7,6 +7,7 @@
 #include "model_moefy.h"
 #include "base_log.h"
 #include "kern_ops.h"
+#include "model_err.h"
 #include "model_gguf_write.h"
 
 #include <errno.h>
@@ -38,18 +39,6 @@ struct model_moefy_t {
     model_moefy_stats_t *st; /* (n_layer) */
 };
 
-static int s_err(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int s_err(char *err, size_t errlen, int rc, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 /* ---- checks, lifetime, recording ------------------------------------------------------ */
 
 static bool s_has_tensor(const model_gguf_t *g, const char *name) {
@@ -59,7 +48,8 @@ static bool s_has_tensor(const model_gguf_t *g, const char *name) {
 int model_moefy_check(const model_gguf_t *g, int n_experts, int top_k, char *err, size_t errlen) {
     char *arch = NULL;
     if (!model_gguf_get_str(g, "general.architecture", &arch))
-        return s_err(err, errlen, -EINVAL, "%s: no general.architecture", model_gguf_path(g));
+        return model_err_set(err, errlen, -EINVAL, "%s: no general.architecture",
+                             model_gguf_path(g));
     char key[160];
     snprintf(key, sizeof key, "%s.expert_count", arch);
     free(arch);
@@ -67,22 +57,23 @@ int model_moefy_check(const model_gguf_t *g, int n_experts, int top_k, char *err
     if ((model_gguf_get_u64(g, key, &n_exp) && n_exp > 0) ||
         s_has_tensor(g, "blk.0.ffn_gate_inp.weight") ||
         s_has_tensor(g, "blk.0.ffn_gate_exps.weight"))
-        return s_err(err, errlen, -EINVAL, "%s is already a MoE model (%llu experts)",
-                     model_gguf_path(g), (unsigned long long)n_exp);
+        return model_err_set(err, errlen, -EINVAL, "%s is already a MoE model (%llu experts)",
+                             model_gguf_path(g), (unsigned long long)n_exp);
     model_config_t cfg;
-    int rc = model_llama_read_config(g, &cfg, err, errlen);
+    int rc = model_config_read(g, &cfg, err, errlen);
     if (rc < 0)
         return rc;
     if (n_experts < 2 || n_experts > MODEL_MOEFY_MAX_EXPERTS)
-        return s_err(err, errlen, -EINVAL, "--experts must be 2 .. %d (not %d)",
-                     MODEL_MOEFY_MAX_EXPERTS, n_experts);
+        return model_err_set(err, errlen, -EINVAL, "--experts must be 2 .. %d (not %d)",
+                             MODEL_MOEFY_MAX_EXPERTS, n_experts);
     if (cfg.d_ff % n_experts != 0)
-        return s_err(err, errlen, -EINVAL,
-                     "%d experts do not divide the FFN width %d into equal groups", n_experts,
-                     cfg.d_ff);
+        return model_err_set(err, errlen, -EINVAL,
+                             "%d experts do not divide the FFN width %d into equal groups",
+                             n_experts, cfg.d_ff);
     if (top_k < 1 || top_k > n_experts)
-        return s_err(err, errlen, -EINVAL, "--top-k must be 1 .. %d (the expert count), not %d",
-                     n_experts, top_k);
+        return model_err_set(err, errlen, -EINVAL,
+                             "--top-k must be 1 .. %d (the expert count), not %d", n_experts,
+                             top_k);
     return 0;
 }
 
@@ -92,8 +83,9 @@ model_moefy_t *model_moefy_new(const model_config_t *cfg, const model_moefy_opts
     int E = o->n_experts;
     if (E < 2 || E > MODEL_MOEFY_MAX_EXPERTS || cfg->d_ff % E != 0 || o->top_k < 1 ||
         o->top_k > E || o->max_tokens < 1 || cfg->n_layer < 1) {
-        s_err(err, errlen, -EINVAL, "bad MoEfication options (%d experts, top-%d, %d tokens)", E,
-              o->top_k, o->max_tokens);
+        model_err_set(err, errlen, -EINVAL,
+                      "bad MoEfication options (%d experts, top-%d, %d tokens)", E, o->top_k,
+                      o->max_tokens);
         return NULL;
     }
     model_moefy_t *self = calloc(1, sizeof *self);
@@ -124,8 +116,8 @@ model_moefy_t *model_moefy_new(const model_config_t *cfg, const model_moefy_opts
     return self;
 oom:
     model_moefy_destroy(&self);
-    s_err(err, errlen, -ENOMEM, "out of memory for %d calibration tokens x %d layers",
-          o->max_tokens, cfg->n_layer);
+    model_err_set(err, errlen, -ENOMEM, "out of memory for %d calibration tokens x %d layers",
+                  o->max_tokens, cfg->n_layer);
     return NULL;
 }
 
@@ -769,15 +761,15 @@ static void *s_worker(void *arg) {
 static int s_run(model_moefy_t *self, const model_gguf_t *w, int n_threads, bool fit, char *err,
                  size_t errlen) {
     if (self->bad)
-        return s_err(err, errlen, -EINVAL,
-                     "the calibration forward reported a shape other "
-                     "than the model's");
+        return model_err_set(err, errlen, -EINVAL,
+                             "the calibration forward reported a shape other "
+                             "than the model's");
     int N = model_moefy_recorded(self);
     const int d = self->cfg.d_model;
     if (N < 1)
-        return s_err(err, errlen, -EINVAL, "no calibration tokens recorded");
+        return model_err_set(err, errlen, -EINVAL, "no calibration tokens recorded");
     if (!fit && !self->fitted)
-        return s_err(err, errlen, -EINVAL, "nothing fitted to evaluate");
+        return model_err_set(err, errlen, -EINVAL, "nothing fitted to evaluate");
     if (n_threads < 1)
         n_threads = 1;
     if (n_threads > MAX_THREADS)
@@ -798,12 +790,12 @@ static int s_run(model_moefy_t *self, const model_gguf_t *w, int n_threads, bool
             pthread_join(th[i], NULL);
     int rc = atomic_load(&job.rc);
     if (rc == -ENOMEM)
-        return s_err(err, errlen, rc, "out of memory fitting a layer on %d tokens", N);
+        return model_err_set(err, errlen, rc, "out of memory fitting a layer on %d tokens", N);
     if (rc == -EDOM)
-        return s_err(err, errlen, rc, "router least squares: H^T H not positive definite");
+        return model_err_set(err, errlen, rc, "router least squares: H^T H not positive definite");
     if (rc < 0)
-        return s_err(err, errlen, rc, "%s: ffn_down missing or not [%d, %d] in some layer",
-                     model_gguf_path(w), self->cfg.d_ff, d);
+        return model_err_set(err, errlen, rc, "%s: ffn_down missing or not [%d, %d] in some layer",
+                             model_gguf_path(w), self->cfg.d_ff, d);
     if (fit)
         self->fitted = true;
     return 0;
@@ -942,7 +934,7 @@ int model_moefy_write(const model_moefy_t *self, const model_gguf_t *src, const 
     if (err && errlen)
         err[0] = '\0';
     if (!self->fitted)
-        return s_err(err, errlen, -EINVAL, "nothing fitted to write");
+        return model_err_set(err, errlen, -EINVAL, "nothing fitted to write");
     const model_config_t *c = &self->cfg;
     const int E = self->o.n_experts, m = self->m, d = c->d_model, ff = c->d_ff;
     int64_t n_in = model_gguf_tensor_count(src);
@@ -951,12 +943,12 @@ int model_moefy_write(const model_moefy_t *self, const model_gguf_t *src, const 
     model_gguf_write_t *w = model_gguf_write_new();
     int rc = 0;
     if (!outs || !seen || !w) {
-        rc = s_err(err, errlen, -ENOMEM, "out of memory");
+        rc = model_err_set(err, errlen, -ENOMEM, "out of memory");
         goto fail;
     }
     if ((rc = model_gguf_write_copy_kvs(w, src)) < 0) {
-        s_err(err, errlen, rc, "%s: cannot copy its metadata: %s", model_gguf_path(src),
-              strerror(-rc));
+        model_err_set(err, errlen, rc, "%s: cannot copy its metadata: %s", model_gguf_path(src),
+                      strerror(-rc));
         goto fail;
     }
     char key[160];
@@ -972,7 +964,7 @@ int model_moefy_write(const model_moefy_t *self, const model_gguf_t *src, const 
     if (rc == 0)
         rc = model_gguf_write_set_str(w, "strata.expert_gating", "unit");
     if (rc < 0) {
-        s_err(err, errlen, rc, "out of memory");
+        model_err_set(err, errlen, rc, "out of memory");
         goto fail;
     }
 
@@ -992,8 +984,8 @@ int model_moefy_write(const model_moefy_t *self, const model_gguf_t *src, const 
         } else {
             bool down = kind == S_DOWN;
             if (t->n_dims != 2 || t->ne[0] != (down ? ff : d) || t->ne[1] != (down ? d : ff)) {
-                rc = s_err(err, errlen, -EINVAL, "%s: %.*s is not the fitted model's shape",
-                           model_gguf_path(src), (int)t->name.len, t->name.ptr);
+                rc = model_err_set(err, errlen, -EINVAL, "%s: %.*s is not the fitted model's shape",
+                                   model_gguf_path(src), (int)t->name.len, t->name.ptr);
                 goto fail;
             }
             seen[l]++;
@@ -1008,7 +1000,8 @@ int model_moefy_write(const model_moefy_t *self, const model_gguf_t *src, const 
                 int64_t idx =
                     model_gguf_write_add_tensor(w, name, KERN_F32, 2, rne, NULL, e2, sizeof e2);
                 if (idx < 0) {
-                    rc = s_err(err, errlen, (int)idx, "%s", e2[0] ? e2 : strerror((int)-idx));
+                    rc = model_err_set(err, errlen, (int)idx, "%s",
+                                       e2[0] ? e2 : strerror((int)-idx));
                     goto fail;
                 }
                 outs[n_out++] = (s_out_t){.kind = S_ROUTER, .layer = l, .type = KERN_F32};
@@ -1040,15 +1033,15 @@ int model_moefy_write(const model_moefy_t *self, const model_gguf_t *src, const 
         char e2[256] = "";
         int64_t idx = model_gguf_write_add_tensor(w, name, o.type, nd, ne, NULL, e2, sizeof e2);
         if (idx < 0) {
-            rc = s_err(err, errlen, (int)idx, "%s", e2[0] ? e2 : strerror((int)-idx));
+            rc = model_err_set(err, errlen, (int)idx, "%s", e2[0] ? e2 : strerror((int)-idx));
             goto fail;
         }
         outs[n_out++] = o;
     }
     for (int l = 0; l < c->n_layer; l++)
         if (seen[l] != 3) {
-            rc = s_err(err, errlen, -EINVAL, "%s: layer %d lacks ffn_gate/ffn_up/ffn_down",
-                       model_gguf_path(src), l);
+            rc = model_err_set(err, errlen, -EINVAL, "%s: layer %d lacks ffn_gate/ffn_up/ffn_down",
+                               model_gguf_path(src), l);
             goto fail;
         }
     s_write_t wj = {.self = self, .outs = outs, .n_out = n_out};

@@ -20,8 +20,8 @@
 #ifndef MODEL_MOEFY_H
 #define MODEL_MOEFY_H
 
+#include "model.h"
 #include "model_gguf.h"
-#include "model_llama.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,7 +67,7 @@ model_moefy_t *model_moefy_new(const model_config_t *cfg, const model_moefy_opts
 /* Free everything; nulls *self_p; safe on NULL and twice. */
 void model_moefy_destroy(model_moefy_t **self_p);
 
-/* The FFN tap (model_ffn_tap_fn of model_llama.h, user = the moefy object): append the
+/* The FFN tap (model_ffn_tap_fn of model.h, user = the moefy object): append the
  * n_tokens rows of h (n_tokens, d_model) and act (n_tokens, d_ff) of this layer to the
  * record, up to max_tokens per layer.  Shapes other than the configuration's, or act
  * NULL (an MoE layer), mark the record bad (fit then fails with -EINVAL). */

@@ -5,6 +5,7 @@
 #include "model_quantize.h"
 #include "base_log.h"
 #include "kern_ops.h"
+#include "model_err.h"
 #include "model_gguf.h"
 #include "model_gguf_write.h"
 
@@ -220,8 +221,8 @@ int model_quantize(const char *in_path, const char *out_path, const char *type_n
     model_quantize_summary_t sum = {0};
     const s_target_t *target = s_target(type_name);
     if (!target) {
-        snprintf(err, errlen, "unknown type '%s'; valid types: %s", type_name ? type_name : "",
-                 model_quantize_type_names());
+        model_err_set(err, errlen, -EINVAL, "unknown type '%s'; valid types: %s",
+                      type_name ? type_name : "", model_quantize_type_names());
         return -EINVAL;
     }
     if (n_threads < 1)
@@ -241,16 +242,16 @@ int model_quantize(const char *in_path, const char *out_path, const char *type_n
     w = model_gguf_write_new();
     if (!types || !w) {
         rc = -ENOMEM;
-        snprintf(err, errlen, "out of memory");
+        model_err_set(err, errlen, -ENOMEM, "out of memory");
         goto fail;
     }
     rc = model_gguf_write_copy_kvs(w, src);
     if (rc < 0) {
-        snprintf(err, errlen, "%s: cannot copy its metadata: %s", in_path, strerror(-rc));
+        model_err_set(err, errlen, rc, "%s: cannot copy its metadata: %s", in_path, strerror(-rc));
         goto fail;
     }
     if ((rc = model_gguf_write_set_u32(w, "general.file_type", target->ftype)) < 0) {
-        snprintf(err, errlen, "out of memory");
+        model_err_set(err, errlen, -ENOMEM, "out of memory");
         goto fail;
     }
 
@@ -262,7 +263,7 @@ int model_quantize(const char *in_path, const char *out_path, const char *type_n
         types[i] = s_pick_type(t, target->type, has_output, &want);
         if (s_summary_add(&sum, t, want, types[i]) < 0) {
             rc = -ENOMEM;
-            snprintf(err, errlen, "out of memory");
+            model_err_set(err, errlen, -ENOMEM, "out of memory");
             goto fail;
         }
         char name[512];
@@ -272,7 +273,7 @@ int model_quantize(const char *in_path, const char *out_path, const char *type_n
             model_gguf_write_add_tensor(w, name, types[i], t->n_dims, t->ne, NULL, e2, sizeof e2);
         if (idx < 0) {
             rc = (int)idx;
-            snprintf(err, errlen, "%s: %s", in_path, e2[0] ? e2 : strerror(-rc));
+            model_err_set(err, errlen, rc, "%s: %s", in_path, e2[0] ? e2 : strerror(-rc));
             goto fail;
         }
         in_bytes += t->nbytes;

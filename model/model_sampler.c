@@ -1,6 +1,7 @@
 /* model_sampler.c - penalties, temperature, top-k, top-p, min-p, seeded draws;
  * and stop-string detection with hold-back for streaming. */
 #include "model_sampler.h"
+#include "model_err.h"
 
 #include <errno.h>
 #include <math.h>
@@ -38,9 +39,7 @@ int model_sampler_check(const model_sampler_params_t *p, char *err, size_t errle
         why = "top_k must be >= 0";
     if (!why)
         return 0;
-    if (err && errlen)
-        snprintf(err, errlen, "%s", why);
-    return -EINVAL;
+    return model_err_set(err, errlen, -EINVAL, "%s", why);
 }
 
 model_sampler_t *model_sampler_new(int n_vocab) {

@@ -6,6 +6,7 @@
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "model_tokenizer.h"
+#include "model_err.h"
 
 #include "base_log.h"
 
@@ -85,15 +86,6 @@ struct model_tokenizer_t {
 
 /* ------------------------------------------------------------------------------------------ */
 /* Small helpers                                                                               */
-
-static void s_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static uint32_t s_hash_bytes(const char *p, size_t n) {
     uint32_t h = 2166136261u; /* FNV-1a */
@@ -292,11 +284,13 @@ static int s_build_merges(model_tokenizer_t *t, const model_gguf_t *g, char *err
     model_gguf_vtype_t et;
     uint64_t n = 0;
     if (!model_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n) || et != GGUF_STRING) {
-        s_err(err, errlen, "tokenizer: BPE model without a tokenizer.ggml.merges string array");
+        model_err_set(err, errlen, -EINVAL,
+                      "tokenizer: BPE model without a tokenizer.ggml.merges string array");
         return -EPROTO;
     }
     if (n > (uint64_t)INT32_MAX / 4) {
-        s_err(err, errlen, "tokenizer: too many merges (%llu)", (unsigned long long)n);
+        model_err_set(err, errlen, -EINVAL, "tokenizer: too many merges (%llu)",
+                      (unsigned long long)n);
         return -EPROTO;
     }
     model_gguf_str_t *m = malloc(sizeof(*m) * (n ? n : 1));
@@ -304,7 +298,7 @@ static int s_build_merges(model_tokenizer_t *t, const model_gguf_t *g, char *err
         return -ENOMEM;
     if (!model_gguf_arr_strs(g, "tokenizer.ggml.merges", m, n)) {
         free(m);
-        s_err(err, errlen, "tokenizer: cannot read tokenizer.ggml.merges");
+        model_err_set(err, errlen, -EINVAL, "tokenizer: cannot read tokenizer.ggml.merges");
         return -EPROTO;
     }
     uint32_t size = s_pow2_at_least(n * 2);
@@ -583,7 +577,8 @@ static pcre2_code *s_compile(const char *pattern, char *err, size_t errlen) {
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        s_err(err, errlen, "tokenizer: regex error at %zu: %s", (size_t)eo, (char *)msg);
+        model_err_set(err, errlen, -EINVAL, "tokenizer: regex error at %zu: %s", (size_t)eo,
+                      (char *)msg);
         return NULL;
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* optional: falls back to the interpreter */
@@ -656,7 +651,7 @@ model_tokenizer_t *model_tokenizer_new(const model_gguf_t *gguf, char *err, size
     if (err && errlen)
         err[0] = '\0';
     if (!gguf) {
-        s_err(err, errlen, "tokenizer: no GGUF");
+        model_err_set(err, errlen, -EINVAL, "tokenizer: no GGUF");
         return NULL;
     }
     char *model = NULL;
@@ -665,7 +660,7 @@ model_tokenizer_t *model_tokenizer_new(const model_gguf_t *gguf, char *err, size
     if (!t)
         goto nomem;
     if (!model_gguf_get_str(gguf, "tokenizer.ggml.model", &model)) {
-        s_err(err, errlen, "tokenizer: the GGUF has no tokenizer.ggml.model key");
+        model_err_set(err, errlen, -EINVAL, "tokenizer: the GGUF has no tokenizer.ggml.model key");
         goto fail;
     }
     if (!strcmp(model, "gpt2"))
@@ -673,7 +668,8 @@ model_tokenizer_t *model_tokenizer_new(const model_gguf_t *gguf, char *err, size
     else if (!strcmp(model, "llama"))
         t->kind = TOK_SPM;
     else {
-        s_err(err, errlen, "tokenizer: unsupported tokenizer.ggml.model '%s' (gpt2, llama)", model);
+        model_err_set(err, errlen, -EINVAL,
+                      "tokenizer: unsupported tokenizer.ggml.model '%s' (gpt2, llama)", model);
         goto fail;
     }
 
@@ -681,11 +677,12 @@ model_tokenizer_t *model_tokenizer_new(const model_gguf_t *gguf, char *err, size
     model_gguf_vtype_t et;
     uint64_t n = 0;
     if (!model_gguf_get_arr(gguf, "tokenizer.ggml.tokens", &et, &n) || et != GGUF_STRING) {
-        s_err(err, errlen, "tokenizer: no tokenizer.ggml.tokens string array");
+        model_err_set(err, errlen, -EINVAL, "tokenizer: no tokenizer.ggml.tokens string array");
         goto fail;
     }
     if (n == 0 || n > (1u << 24)) {
-        s_err(err, errlen, "tokenizer: bad vocabulary size %llu", (unsigned long long)n);
+        model_err_set(err, errlen, -EINVAL, "tokenizer: bad vocabulary size %llu",
+                      (unsigned long long)n);
         goto fail;
     }
     t->n_vocab = (int32_t)n;
@@ -693,20 +690,20 @@ model_tokenizer_t *model_tokenizer_new(const model_gguf_t *gguf, char *err, size
     if (!strs)
         goto nomem;
     if (!model_gguf_arr_strs(gguf, "tokenizer.ggml.tokens", strs, n)) {
-        s_err(err, errlen, "tokenizer: cannot read tokenizer.ggml.tokens");
+        model_err_set(err, errlen, -EINVAL, "tokenizer: cannot read tokenizer.ggml.tokens");
         goto fail;
     }
     size_t total = 0;
     for (uint64_t i = 0; i < n; i++) {
         if (strs[i].len > 65536) {
-            s_err(err, errlen, "tokenizer: token %llu is %llu bytes long", (unsigned long long)i,
-                  (unsigned long long)strs[i].len);
+            model_err_set(err, errlen, -EINVAL, "tokenizer: token %llu is %llu bytes long",
+                          (unsigned long long)i, (unsigned long long)strs[i].len);
             goto fail;
         }
         total += strs[i].len + 1;
     }
     if (total >= UINT32_MAX / 2) {
-        s_err(err, errlen, "tokenizer: vocabulary text too large");
+        model_err_set(err, errlen, -EINVAL, "tokenizer: vocabulary text too large");
         goto fail;
     }
     t->text_blob = malloc(total);
@@ -798,7 +795,7 @@ model_tokenizer_t *model_tokenizer_new(const model_gguf_t *gguf, char *err, size
     free(model);
     return t;
 nomem:
-    s_err(err, errlen, "tokenizer: out of memory");
+    model_err_set(err, errlen, -EINVAL, "tokenizer: out of memory");
 fail:
     free(strs);
     free(model);

@@ -3,8 +3,8 @@
  * of the bad item (within the file).  What opens is walked whole: every metadata getter,
  * every array element, every tensor's data and name lookup, and the llama config reader.
  * Built by scripts/fuzz-gguf (not by CMake); the seeds come from fuzz_gguf_seeds.c. */
+#include "model.h"
 #include "model_gguf.h"
-#include "model_llama.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,7 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(name);
     }
     model_config_t c;
-    if (model_llama_read_config(g, &c, err, sizeof err) == 0) {
+    if (model_config_read(g, &c, err, sizeof err) == 0) {
         int q;
         if (__builtin_mul_overflow(c.n_head, c.head_dim, &q) || c.n_head % c.n_head_kv)
             abort();

@@ -83,7 +83,7 @@ static void s_kv_free(s_kv_t *kv) {
 }
 
 /* The arguments of layer l, KV head h, the first n_ctx positions, as the forward pass
- * fills them (model_llama.c). */
+ * fills them (model_forward.c). */
 static kern_attn_args_t s_args(const s_kv_t *kv, int l, int h, int n_q, int n_ctx, const float *q,
                                float *out, float *scratch) {
     const int D = kv->s.head_dim, H = kv->s.n_head_kv;

@@ -4,7 +4,7 @@
  * block table's order does not matter; F16 KV stays close to F32; bad batches
  * are refused.  (Correctness against an independent implementation is the
  * NumPy oracle's job: tests/oracle.) */
-#include "model_llama.h"
+#include "model.h"
 #include "test_util.h"
 
 #include <check.h>
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static model_llama_t *M;
+static model_t *M;
 static const model_config_t *CFG;
 static kern_kv_shape_t KV16; /* the model's KV blocks of 16 positions */
 
@@ -206,12 +206,12 @@ END_TEST
 int main(int argc, char **argv) {
     const char *path = test_model_path_or_skip(); /* every case needs the model */
     char err[512];
-    M = model_llama_load(path, err, sizeof err);
+    M = model_load(path, err, sizeof err);
     if (!M) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    CFG = model_llama_config(M);
+    CFG = model_config(M);
     KV16 = model_kv_shape(CFG, 16);
     Suite *s = suite_create("forward");
     TCase *tc = tcase_create("forward");
@@ -223,6 +223,6 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, bad_batches_refused);
     suite_add_tcase(s, tc);
     int rc = test_run_suite(argc, argv, s, CK_NOFORK);
-    model_llama_destroy(&M);
+    model_destroy(&M);
     return rc;
 }

@@ -1,8 +1,9 @@
 /* test_gguf.c - the GGUF reader and model loader: the real default model opens
  * with the expected metadata; every kind of malformed file is refused with a
  * message that names the problem (run under ASan to prove "never a crash"). */
+#include "model.h"
+#include "model_arch.h"
 #include "model_gguf.h"
-#include "model_llama.h"
 #include "test_util.h"
 
 #include <check.h>
@@ -207,12 +208,12 @@ START_TEST(loader_rejects_other_arch) {
     kv_str(&b, "general.architecture", "gpt-neox");
     char err[512];
     const char *path = write_tmp(&b);
-    ck_assert_ptr_null(model_llama_load(path, err, sizeof err));
+    ck_assert_ptr_null(model_load(path, err, sizeof err));
     ck_assert_msg(strstr(err, "unsupported architecture 'gpt-neox'"), "%s", err);
     free(b.p);
     b = make_valid(0); /* llama but no weights */
     path = write_tmp(&b);
-    ck_assert_ptr_null(model_llama_load(path, err, sizeof err));
+    ck_assert_ptr_null(model_load(path, err, sizeof err));
     ck_assert_msg(strstr(err, "missing"), "%s", err);
     unlink(path);
     free(b.p);
@@ -223,9 +224,9 @@ START_TEST(default_model_metadata) {
     const char *path = test_model_path(); /* a "model" tcase: it is there */
     ck_assert_ptr_nonnull(path);
     char err[512];
-    model_llama_t *m = model_llama_load(path, err, sizeof err);
+    model_t *m = model_load(path, err, sizeof err);
     ck_assert_msg(m != NULL, "%s", err);
-    const model_config_t *c = model_llama_config(m);
+    const model_config_t *c = model_config(m);
     ck_assert_int_eq(c->n_layer, 30);
     ck_assert_int_eq(c->d_model, 576);
     ck_assert_int_eq(c->n_head, 9);
@@ -235,7 +236,7 @@ START_TEST(default_model_metadata) {
     ck_assert_int_eq(c->n_vocab, 49152);
     ck_assert_float_eq_tol(c->rope_base, 100000.0f, 1e-3f);
     ck_assert_int_eq(c->ftype, KERN_Q4_1);
-    const model_gguf_t *g = model_llama_gguf(m);
+    const model_gguf_t *g = model_file(m);
     model_gguf_vtype_t et;
     uint64_t n;
     ck_assert(model_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n));
@@ -244,7 +245,7 @@ START_TEST(default_model_metadata) {
     model_gguf_str_t s;
     ck_assert(model_gguf_arr_str(g, "tokenizer.ggml.tokens", 1, &s));
     ck_assert(model_gguf_str_eq(s, "<|im_start|>"));
-    model_llama_destroy(&m);
+    model_destroy(&m);
 }
 END_TEST
 
@@ -265,7 +266,7 @@ START_TEST(truncated_real_model) {
         const char *p = write_tmp(&t);
         ck_assert_ptr_null(model_gguf_open(p, err, sizeof err));
         ck_assert_msg(strstr(err, "truncated") || strstr(err, "past the end"), "%s", err);
-        ck_assert_ptr_null(model_llama_load(p, err, sizeof err));
+        ck_assert_ptr_null(model_load(p, err, sizeof err));
         unlink(p);
     }
     free(b.p);
@@ -463,11 +464,77 @@ START_TEST(config_products_overflow) {
     model_gguf_t *g = model_gguf_open(path, err, sizeof err);
     ck_assert_msg(g != NULL, "%s", err);
     model_config_t c;
-    ck_assert_int_eq(model_llama_read_config(g, &c, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(model_config_read(g, &c, err, sizeof err), -EINVAL);
     ck_assert_msg(strstr(err, "overflow"), "%s", err);
     model_gguf_destroy(&g);
-    ck_assert_ptr_null(model_llama_load(path, err, sizeof err));
+    ck_assert_ptr_null(model_load(path, err, sizeof err));
     ck_assert_msg(strstr(err, "overflow"), "%s", err);
+    unlink(path);
+    free(b.p);
+}
+END_TEST
+
+/* The architecture table: general.architecture and expert_count pick the declaration. */
+START_TEST(arch_table) {
+    ck_assert_ptr_eq(model_arch_find("llama", false), &model_arch_llama);
+    ck_assert_ptr_eq(model_arch_find("llama", true), &model_arch_llama_moe);
+    ck_assert_ptr_eq(model_arch_find("mistral", false), &model_arch_llama);
+    ck_assert_ptr_null(model_arch_find("qwen2", false));
+    ck_assert(model_arch_known("mistral"));
+    ck_assert(!model_arch_known("gpt-neox"));
+    ck_assert(!model_arch_known(NULL));
+    ck_assert_int_eq(model_arch_llama.stages.ffn, MODEL_FFN_DENSE);
+    ck_assert_int_eq(model_arch_llama_moe.stages.ffn, MODEL_FFN_MOE);
+    model_config_t cfg = {.n_layer = 2};
+    ck_assert_ptr_null(model_arch_unsupported(&model_arch_llama, &cfg));
+    cfg.n_expert = 4;
+    ck_assert_ptr_null(model_arch_unsupported(&model_arch_llama_moe, &cfg));
+    /* Qwen2-, Qwen3- and Gemma-3-like declarations have their switches, and the forward
+     * pass says which it does not run yet */
+    cfg.n_expert = 0;
+    model_arch_t a = model_arch_llama;
+    a.stages.qkv_bias = true;
+    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "attention biases");
+    a = model_arch_llama;
+    a.stages.qk_norm = true;
+    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "Q/K norms");
+    a = model_arch_llama;
+    a.stages.attn = MODEL_ATTN_SLIDING;
+    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "sliding-window attention");
+    a = model_arch_llama;
+    a.stages.act = MODEL_ACT_GELU;
+    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "a GELU feed-forward");
+    a = model_arch_llama;
+    a.embd_scale = true;
+    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "an embedding scale");
+    ck_assert_ptr_nonnull(model_arch_unsupported(&model_arch_llama, &(model_config_t){
+                                                                        .n_layer = 1,
+                                                                        .n_expert = 4,
+                                                                    }));
+}
+END_TEST
+
+/* A required key the declaration names is refused by name. */
+START_TEST(config_missing_key_named) {
+    buf_t b = {0};
+    put_u32(&b, 0x46554747);
+    put_u32(&b, 3);
+    put_u64(&b, 0);
+    put_u64(&b, 4);
+    kv_str(&b, "general.architecture", "mistral");
+    kv_u32(&b, "mistral.block_count", 1);
+    kv_u32(&b, "mistral.embedding_length", 64);
+    kv_u32(&b, "mistral.attention.head_count", 4); /* no feed_forward_length */
+    char err[512];
+    const char *path = write_tmp(&b);
+    model_gguf_t *g = model_gguf_open(path, err, sizeof err);
+    ck_assert_msg(g != NULL, "%s", err);
+    model_config_t c;
+    ck_assert_int_eq(model_config_read(g, &c, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "missing or invalid mistral.feed_forward_length (architecture llama"),
+                  "%s", err);
+    ck_assert_msg(!strchr(err, '\n'), "%s", err);
+    model_gguf_destroy(&g);
     unlink(path);
     free(b.p);
 }
@@ -488,6 +555,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tco, error_offsets);
     tcase_add_test(tco, many_tensors);
     tcase_add_test(tco, config_products_overflow);
+    tcase_add_test(tco, arch_table);
+    tcase_add_test(tco, config_missing_key_named);
     suite_add_tcase(s, tco);
     TCase *tm = test_tcase_model(s, "model"); /* the default model's file */
     tcase_set_timeout(tm, 60);

@@ -9,7 +9,7 @@
  * prefix and computes only the rest produces bitwise the logits of computing
  * it from scratch. */
 #include "kv_cache.h"
-#include "model_llama.h"
+#include "model.h"
 #include "test_util.h"
 
 #include <check.h>
@@ -659,7 +659,7 @@ END_TEST
 
 /* ---- the real model */
 
-static model_llama_t *M;
+static model_t *M;
 
 /* Run positions [p0, p1) of tokens for q in one batch; the last token's
  * logits into out. */
@@ -678,7 +678,7 @@ static void s_forward(model_ctx_t *ctx, const kv_cache_t *kv, const kv_seq_t *q,
 
 static kv_cache_t *s_model_cache(void) {
     kv_cache_config_t kc = {KV_FMT_F32, 16, 16, KV_POLICY_LRU, true};
-    kern_kv_shape_t shape = model_kv_shape(model_llama_config(M), kc.block_size);
+    kern_kv_shape_t shape = model_kv_shape(model_config(M), kc.block_size);
     kv_cache_t *kv = kv_cache_new(&shape, &kc);
     ck_assert_ptr_nonnull(kv);
     return kv;
@@ -696,7 +696,7 @@ static void s_from_scratch(model_ctx_t *ctx, const int32_t *tokens, int n, float
 
 START_TEST(model_prefix_reuse_bitwise) {
     ck_assert_ptr_nonnull(M); /* s_model_load */
-    int nv = model_llama_config(M)->n_vocab;
+    int nv = model_config(M)->n_vocab;
     model_ctx_t *ctx = model_ctx_new(M, 64, 128, 2, NULL);
     ck_assert_ptr_nonnull(ctx);
     int32_t ta[40], tb[42];
@@ -757,12 +757,12 @@ END_TEST
 /* The default model, loaded once for the "model" tcase (which runs only when it is there). */
 static void s_model_load(void) {
     char err[512] = "";
-    M = model_llama_load(test_model_path(), err, sizeof err);
+    M = model_load(test_model_path(), err, sizeof err);
     ck_assert_msg(M, "%s", err);
 }
 
 static void s_model_free(void) {
-    model_llama_destroy(&M);
+    model_destroy(&M);
 }
 
 int main(int argc, char **argv) {

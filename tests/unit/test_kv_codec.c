@@ -16,7 +16,7 @@
  * each plus 1e-6 relative slack for float rounding of the scale arithmetic.
  */
 #include "kv_codec.h"
-#include "model_llama.h"
+#include "model.h"
 #include "test_util.h"
 
 #include <check.h>
@@ -296,10 +296,10 @@ START_TEST(test_pool_layout_is_codec) {
                         .n_vocab = 64,
                         .seed = 5};
     ck_assert_msg(test_synth_model(path, &syn, err, sizeof err) == 0, "%s", err);
-    model_llama_t *m = model_llama_load(path, err, sizeof err);
+    model_t *m = model_load(path, err, sizeof err);
     unlink(path);
     ck_assert_msg(m != NULL, "%s", err);
-    const model_config_t *cfg = model_llama_config(m);
+    const model_config_t *cfg = model_config(m);
     ck_assert_int_eq(cfg->head_dim, 64);
     const int bs = 16, n = 20;
     kern_kv_shape_t s = model_kv_shape(cfg, bs);
@@ -361,7 +361,7 @@ START_TEST(test_pool_layout_is_codec) {
     for (int p = 0; p < 3; p++)
         kern_kv_pool_free(&pools[p]);
     model_ctx_destroy(&ctx);
-    model_llama_destroy(&m);
+    model_destroy(&m);
 }
 END_TEST
 

@@ -5,8 +5,8 @@
  * remote-expert hook (model_ctx_set_moe_exec + model_moe_expert_rows) gives bitwise
  * the local result and passes an executor's error through; the FFN tap is called
  * per layer.  (The NumPy oracle, tests/oracle/test_moe_oracle.py, checks the math.) */
+#include "model.h"
 #include "model_gguf_write.h"
-#include "model_llama.h"
 #include "model_quantize.h"
 #include "test_util.h"
 
@@ -137,7 +137,7 @@ static const char *make_moe(const char *name, const moe_opts_t *o) {
 static void expect_refused(const char *name, const moe_opts_t *o, const char *needle) {
     char err[512] = "";
     const char *p = make_moe(name, o);
-    model_llama_t *m = model_llama_load(p, err, sizeof err);
+    model_t *m = model_load(p, err, sizeof err);
     ck_assert_msg(m == NULL, "%s: loaded", name);
     ck_assert_msg(strstr(err, needle), "%s: error '%s' lacks '%s'", name, err, needle);
     ck_assert_msg(!strchr(err, '\n'), "%s: error is not one line: %s", name, err);
@@ -169,14 +169,81 @@ START_TEST(bad_moe_files_refused) {
 }
 END_TEST
 
+/* A dense variant of DENSE: tensor blk.0.<drop> left out, or blk.0.<reshape> written with
+ * one row more (both NULL: an unchanged copy). */
+static const char *make_dense(const char *name, const char *drop, const char *reshape) {
+    static char path[160];
+    snprintf(path, sizeof path, "%s/%s.gguf", DIR_, name);
+    char err[512], want[96] = "", bad[96] = "";
+    if (drop)
+        snprintf(want, sizeof want, "blk.0.%s.weight", drop);
+    if (reshape)
+        snprintf(bad, sizeof bad, "blk.0.%s.weight", reshape);
+    model_gguf_t *g = model_gguf_open(DENSE, err, sizeof err);
+    ck_assert_msg(g, "%s", err);
+    model_gguf_write_t *w = model_gguf_write_new();
+    ck_assert_int_eq(model_gguf_write_copy_kvs(w, g), 0);
+    float *grown = NULL;
+    for (int64_t i = 0; i < model_gguf_tensor_count(g); i++) {
+        const model_gguf_tensor_t *t = model_gguf_tensor_at(g, i);
+        char tn[96];
+        snprintf(tn, sizeof tn, "%.*s", (int)t->name.len, t->name.ptr);
+        if (!strcmp(tn, want))
+            continue;
+        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        const void *data = t->data;
+        if (!strcmp(tn, bad)) { /* one more row of zeros */
+            ck_assert_int_eq(t->type, KERN_F32);
+            ne[1]++;
+            grown = calloc((size_t)ne[0] * ne[1], sizeof *grown);
+            memcpy(grown, t->data, (size_t)t->ne[0] * t->ne[1] * sizeof *grown);
+            data = grown;
+        }
+        ck_assert_int_ge(
+            model_gguf_write_add_tensor(w, tn, t->type, t->n_dims, ne, data, err, sizeof err), 0);
+    }
+    ck_assert_msg(model_gguf_write_save(w, path, err, sizeof err) == 0, "%s", err);
+    free(grown);
+    model_gguf_write_destroy(&w);
+    model_gguf_destroy(&g);
+    return path;
+}
+
+/* The dense declaration's tensors are checked as the MoE ones are: one line naming the
+ * tensor and, for a wrong shape, both shapes. */
+START_TEST(bad_dense_files_refused) {
+    char err[512];
+    const char *p = make_dense("dense_copy", NULL, NULL);
+    model_t *m = model_load(p, err, sizeof err);
+    ck_assert_msg(m != NULL, "%s", err);
+    model_destroy(&m);
+    struct {
+        const char *drop, *reshape, *needle;
+    } cases[] = {
+        {"ffn_up", NULL, "missing tensor 'blk.0.ffn_up.weight' (architecture llama)"},
+        {"attn_norm", NULL, "missing tensor 'blk.0.attn_norm.weight' (architecture llama)"},
+        {NULL, "attn_k", "tensor 'blk.0.attn_k.weight' has shape [64, 33], expected [64, 32]"},
+        {NULL, "ffn_down",
+         "tensor 'blk.0.ffn_down.weight' has shape [128, 65], expected [128, 64]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        p = make_dense("dense_bad", cases[i].drop, cases[i].reshape);
+        ck_assert_ptr_null(model_load(p, err, sizeof err));
+        ck_assert_msg(strstr(err, cases[i].needle), "error '%s' lacks '%s'", err, cases[i].needle);
+        ck_assert_msg(!strchr(err, '\n'), "error is not one line: %s", err);
+        printf("  dense: %s\n", err);
+    }
+}
+END_TEST
+
 /* ---- running sequences */
 
 static const int32_t A[] = {5, 17, 33, 8, 61, 40, 12, 9, 27, 3, 50, 44};
 #define NA (int)(sizeof A / sizeof A[0])
 
 /* Logits (n, n_vocab) of toks run as one sequence in chunks, malloc'd. */
-static float *run_seq(model_llama_t *m, model_ctx_t *ctx, const int32_t *toks, int n, int chunk) {
-    const model_config_t *cfg = model_llama_config(m);
+static float *run_seq(model_t *m, model_ctx_t *ctx, const int32_t *toks, int n, int chunk) {
+    const model_config_t *cfg = model_config(m);
     kern_kv_shape_t shape = model_kv_shape(cfg, 16);
     kern_kv_pool_t kv;
     ck_assert_int_eq(kern_kv_pool_init(&kv, &shape, KERN_F32, 4), 0);
@@ -202,9 +269,9 @@ static float *run_seq(model_llama_t *m, model_ctx_t *ctx, const int32_t *toks, i
     return out;
 }
 
-static model_llama_t *load(const char *path) {
+static model_t *load(const char *path) {
     char err[512];
-    model_llama_t *m = model_llama_load(path, err, sizeof err);
+    model_t *m = model_load(path, err, sizeof err);
     ck_assert_msg(m, "%s", err);
     return m;
 }
@@ -212,10 +279,10 @@ static model_llama_t *load(const char *path) {
 /* Experts cut from the dense FFN (gate/up rows, down columns), all K = E used with
  * weight 1: the same sum as the dense FFN, in another order. */
 START_TEST(moefy_unit_equals_dense) {
-    model_llama_t *dm = load(DENSE);
-    model_llama_t *mm = load(
+    model_t *dm = load(DENSE);
+    model_t *mm = load(
         make_moe("split", &(moe_opts_t){.E = 4, .K = 4, .gating = "unit", .split_dense = true}));
-    const model_config_t *mc = model_llama_config(mm);
+    const model_config_t *mc = model_config(mm);
     ck_assert_int_eq(mc->n_expert, 4);
     ck_assert_int_eq(mc->n_expert_used, 4);
     ck_assert_int_eq(mc->gating, MODEL_GATING_UNIT);
@@ -234,16 +301,16 @@ START_TEST(moefy_unit_equals_dense) {
     free(b);
     model_ctx_destroy(&c1);
     model_ctx_destroy(&c2);
-    model_llama_destroy(&dm);
-    model_llama_destroy(&mm);
+    model_destroy(&dm);
+    model_destroy(&mm);
 }
 END_TEST
 
 /* Sequence A alone (1 thread, token by token and in one chunk) and inside a batch of
  * 37 tokens from four sequences (2 threads): bitwise equal logits. */
 static void check_batch_invariance(const char *path) {
-    model_llama_t *m = load(path);
-    const model_config_t *cfg = model_llama_config(m);
+    model_t *m = load(path);
+    const model_config_t *cfg = model_config(m);
     int nv = cfg->n_vocab;
     model_ctx_t *c1 = model_ctx_new(m, 64, 64, 1, NULL), *c2 = model_ctx_new(m, 64, 64, 2, NULL);
     float *alone = run_seq(m, c1, A, NA, 64), *dec = run_seq(m, c1, A, NA, 1);
@@ -278,7 +345,7 @@ static void check_batch_invariance(const char *path) {
     kern_kv_pool_free(&kv);
     model_ctx_destroy(&c1);
     model_ctx_destroy(&c2);
-    model_llama_destroy(&m);
+    model_destroy(&m);
 }
 
 START_TEST(batch_invariant) {
@@ -341,8 +408,8 @@ START_TEST(remote_experts_bitwise) {
     char q41[200], err[512];
     snprintf(q41, sizeof q41, "%s/topk_q4_1.gguf", DIR_);
     ck_assert_msg(model_quantize(f32, q41, "q4_1", 1, NULL, err, sizeof err) == 0, "%s", err);
-    model_llama_t *m = load(q41);
-    int nv = model_llama_config(m)->n_vocab;
+    model_t *m = load(q41);
+    int nv = model_config(m)->n_vocab;
     model_ctx_t *local = model_ctx_new(m, 8, 64, 2, NULL), *c = model_ctx_new(m, 8, 64, 1, NULL);
     /* a remote context with few rows: model_moe_expert_rows works in chunks */
     remote_t r = {.remote = model_ctx_new(m, 2, 8, 3, NULL)};
@@ -361,7 +428,7 @@ START_TEST(remote_experts_bitwise) {
     int32_t pos = 0, seq = 0, blocks[] = {0};
     bool wnt = true;
     model_seq_view_t sv = {blocks, 1};
-    kern_kv_shape_t shape = model_kv_shape(model_llama_config(m), 16);
+    kern_kv_shape_t shape = model_kv_shape(model_config(m), 16);
     kern_kv_pool_t kv;
     ck_assert_int_eq(kern_kv_pool_init(&kv, &shape, KERN_F32, 1), 0);
     model_batch_t b = {1, A, &pos, &seq, &wnt, 1, &sv};
@@ -376,7 +443,7 @@ START_TEST(remote_experts_bitwise) {
     model_ctx_destroy(&local);
     model_ctx_destroy(&c);
     model_ctx_destroy(&r.remote);
-    model_llama_destroy(&m);
+    model_destroy(&m);
 }
 END_TEST
 
@@ -404,8 +471,8 @@ static void tap(void *user, int layer, int n_tokens, const float *h, int d_model
 }
 
 START_TEST(ffn_tap_per_layer) {
-    model_llama_t *dm = load(DENSE);
-    model_llama_t *mm = load(make_moe("topk", &(moe_opts_t){.E = 4, .K = 2}));
+    model_t *dm = load(DENSE);
+    model_t *mm = load(make_moe("topk", &(moe_opts_t){.E = 4, .K = 2}));
     model_ctx_t *c = model_ctx_new(dm, 8, 64, 2, NULL), *cm = model_ctx_new(mm, 8, 64, 2, NULL);
     tap_t t = {0};
     model_ctx_set_ffn_tap(c, tap, &t);
@@ -429,8 +496,8 @@ START_TEST(ffn_tap_per_layer) {
     free(m);
     model_ctx_destroy(&c);
     model_ctx_destroy(&cm);
-    model_llama_destroy(&dm);
-    model_llama_destroy(&mm);
+    model_destroy(&dm);
+    model_destroy(&mm);
 }
 END_TEST
 
@@ -458,6 +525,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("moe");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, bad_moe_files_refused);
+    tcase_add_test(tc, bad_dense_files_refused);
     tcase_add_test(tc, moefy_unit_equals_dense);
     tcase_add_test(tc, batch_invariant);
     tcase_add_test(tc, remote_experts_bitwise);

@@ -83,12 +83,12 @@ static void s_feed(model_moefy_t *mf, int n_tok, uint64_t seed) {
 static model_moefy_t *s_fitted(const model_gguf_t *g, int top_k) {
     const model_config_t *cfg;
     char err[256] = "";
-    model_llama_t *m = model_llama_load(s_dense, err, sizeof err);
+    model_t *m = model_load(s_dense, err, sizeof err);
     ck_assert_msg(m != NULL, "%s", err);
-    cfg = model_llama_config(m);
+    cfg = model_config(m);
     model_moefy_opts_t o = {.n_experts = E, .top_k = top_k, .max_tokens = N_TOK};
     model_moefy_t *mf = model_moefy_new(cfg, &o, err, sizeof err);
-    model_llama_destroy(&m);
+    model_destroy(&m);
     ck_assert_msg(mf != NULL, "%s", err);
     s_plant(11);
     s_feed(mf, N_TOK + 40, 5); /* more than max_tokens: the rest is ignored */
@@ -272,10 +272,10 @@ START_TEST(test_bad_input) {
     ck_assert_ptr_nonnull(strstr(err, "--top-k"));
     ck_assert_int_eq(model_moefy_check(g, 1, 1, err, sizeof err), -EINVAL);
     /* nothing recorded, nothing fitted */
-    model_llama_t *m = model_llama_load(s_dense, err, sizeof err);
+    model_t *m = model_load(s_dense, err, sizeof err);
     ck_assert_ptr_nonnull(m);
     model_moefy_opts_t o = {.n_experts = E, .top_k = 2, .max_tokens = 16};
-    model_moefy_t *mf = model_moefy_new(model_llama_config(m), &o, err, sizeof err);
+    model_moefy_t *mf = model_moefy_new(model_config(m), &o, err, sizeof err);
     ck_assert_ptr_nonnull(mf);
     ck_assert_int_eq(model_moefy_fit(mf, g, 1, err, sizeof err), -EINVAL);
     ck_assert_int_eq(model_moefy_evaluate(mf, g, 1, err, sizeof err), -EINVAL);
@@ -287,8 +287,8 @@ START_TEST(test_bad_input) {
     ck_assert_int_eq(model_moefy_fit(mf, g, 1, err, sizeof err), -EINVAL);
     model_moefy_destroy(&mf);
     o.n_experts = 5; /* does not divide d_ff */
-    ck_assert_ptr_null(model_moefy_new(model_llama_config(m), &o, err, sizeof err));
-    model_llama_destroy(&m);
+    ck_assert_ptr_null(model_moefy_new(model_config(m), &o, err, sizeof err));
+    model_destroy(&m);
     model_gguf_destroy(&g);
 }
 END_TEST

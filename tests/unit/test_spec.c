@@ -6,7 +6,7 @@
  * models written by test_synth_model (random F32 weights), so no download is
  * needed. */
 #include "actor_draft.h"
-#include "model_llama.h"
+#include "model.h"
 #include "model_sampler.h"
 #include "model_spec.h"
 #include "test_util.h"
@@ -21,8 +21,8 @@
 
 static char DIR_[256];
 static char TARGET[300], DRAFT[300], OTHER_VOCAB[300], BIG_VOCAB[300];
-static model_llama_t *M; /* the target */
-static int NV;           /* its vocabulary */
+static model_t *M; /* the target */
+static int NV;     /* its vocabulary */
 
 /* ------------------------------------------------------------------ n-gram */
 
@@ -265,7 +265,7 @@ typedef struct {
 } eng_t;
 
 static void eng_init(eng_t *g) {
-    const model_config_t *cfg = model_llama_config(M);
+    const model_config_t *cfg = model_config(M);
     kern_kv_shape_t shape = model_kv_shape(cfg, 16);
     ck_assert_int_eq(kern_kv_pool_init(&g->kv, &shape, KERN_F32, 64), 0);
     for (int i = 0; i < 64; i++)
@@ -687,9 +687,9 @@ END_TEST
 /* Greedy continuation of hist by the model, computed from scratch. */
 static void greedy_fresh(const char *path, const int32_t *hist, int n, int k, int32_t *out) {
     char err[256];
-    model_llama_t *m = strcmp(path, TARGET) ? model_llama_load(path, err, sizeof err) : M;
+    model_t *m = strcmp(path, TARGET) ? model_load(path, err, sizeof err) : M;
     ck_assert_ptr_nonnull(m);
-    model_llama_t *saved = M;
+    model_t *saved = M;
     M = m;
     eng_t g;
     eng_init(&g);
@@ -704,7 +704,7 @@ static void greedy_fresh(const char *path, const int32_t *hist, int n, int k, in
     eng_free(&g);
     M = saved;
     if (m != M)
-        model_llama_destroy(&m);
+        model_destroy(&m);
 }
 
 /* The drafter rolls each request's KV back to the common prefix with the new
@@ -965,13 +965,13 @@ int main(int argc, char **argv) {
         cleanup_files();
         return 1;
     }
-    M = model_llama_load(TARGET, err, sizeof err);
+    M = model_load(TARGET, err, sizeof err);
     if (!M) {
         fprintf(stderr, "%s\n", err);
         cleanup_files();
         return 1;
     }
-    NV = model_llama_config(M)->n_vocab;
+    NV = model_config(M)->n_vocab;
     Suite *s = suite_create("spec");
     TCase *tc_ = tcase_create("spec");
     tcase_set_timeout(tc_, 120);
@@ -988,7 +988,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc_, actor_replies_to_the_asking_worker);
     suite_add_tcase(s, tc_);
     int rc = test_run_suite(argc, argv, s, CK_NOFORK);
-    model_llama_destroy(&M);
+    model_destroy(&M);
     cleanup_files();
     return rc;
 }

@@ -1,12 +1,12 @@
-/* model_llama.h - the llama-architecture model (SmolLM2, TinyLlama, Llama 2/3.x,
- * Mistral, and Mixtral-layout Mixture-of-Experts): configuration and weights from
- * a GGUF, and the batched forward pass over paged KV.  The forward pass takes a
- * batch of tokens from any number of sequences (continuous batching): each token
- * carries its sequence and position, each sequence a block table into a KV pool
- * the caller owns.
+/* model.h - the model, whatever its architecture: configuration and weights from a GGUF,
+ * and the batched forward pass over paged KV.  This is the seam between model/ and the rest
+ * of strata: nothing outside model/ knows which architecture it runs (model/model_arch.h
+ * declares them, one file each).  The forward pass takes a batch of tokens from any number
+ * of sequences (continuous batching): each token carries its sequence and position, each
+ * sequence a block table into a KV pool the caller owns.
  */
-#ifndef MODEL_LLAMA_H
-#define MODEL_LLAMA_H
+#ifndef MODEL_H
+#define MODEL_H
 
 #include "kern_kv.h"
 #include "kern_ops.h"
@@ -25,9 +25,9 @@ typedef enum {
     MODEL_GATING_UNIT,             /* "unit": the K largest logits, each weight 1.0 (moefy) */
 } model_gating_t;
 
-/* Hyper-parameters read from the GGUF (llama.* keys). */
+/* Hyper-parameters read from the GGUF (<arch>.* keys, as the architecture declares them). */
 typedef struct {
-    char arch[32];         /* general.architecture ("llama") */
+    char arch[32];         /* general.architecture ("llama", "mistral") */
     char name[128];        /* general.name, or the file name */
     int n_layer;           /* transformer blocks */
     int d_model;           /* embedding width */
@@ -57,20 +57,23 @@ typedef struct {
     void *packed;     /* the kernels' packed (row-interleaved) copy, or NULL; owned by the model */
 } model_weight_t;
 
-typedef struct model_llama_t model_llama_t;
+typedef struct model_t model_t;
 
-/* Open and validate the GGUF at path (architecture, shapes, types).  NULL on
- * failure with a one-line reason in err. */
-model_llama_t *model_llama_load(const char *path, char *err, size_t errlen);
-void model_llama_destroy(model_llama_t **self_p);
+/* Open and validate the GGUF at path: its general.architecture must be one of the table
+ * in model_arch.c, and every key and tensor the architecture declares must be there with
+ * its shape.  NULL on failure with a one-line reason in err that names the architecture,
+ * key or tensor. */
+model_t *model_load(const char *path, char *err, size_t errlen);
+/* Frees the weights' copies and closes the GGUF; nulls *self_p; safe on NULL. */
+void model_destroy(model_t **self_p);
 /* Only the configuration of an open GGUF (no weights are read): what a KV
  * store needs to know the block shape.  0, or -EINVAL with a one-line reason. */
-int model_llama_read_config(const model_gguf_t *g, model_config_t *cfg, char *err, size_t errlen);
-const model_config_t *model_llama_config(const model_llama_t *self);
+int model_config_read(const model_gguf_t *g, model_config_t *cfg, char *err, size_t errlen);
+const model_config_t *model_config(const model_t *self);
 /* The GGUF the model reads from (for the tokenizer); owned by the model. */
-const model_gguf_t *model_llama_gguf(const model_llama_t *self);
+const model_gguf_t *model_file(const model_t *self);
 /* Bytes of weights (the tensors' data). */
-size_t model_llama_weight_bytes(const model_llama_t *self);
+size_t model_weight_bytes(const model_t *self);
 
 /* ---- KV: the block layout is kernels/kern_kv.h's (kvstore/ manages the pool in the service). */
 
@@ -102,7 +105,7 @@ typedef struct model_ctx_t model_ctx_t;
 
 /* Scratch and threads for forward passes of up to max_tokens tokens per batch,
  * attending over at most max_ctx positions.  kernels NULL: kern_ops_best(). */
-model_ctx_t *model_ctx_new(const model_llama_t *model, int max_tokens, int max_ctx, int n_threads,
+model_ctx_t *model_ctx_new(const model_t *model, int max_tokens, int max_ctx, int n_threads,
                            const kern_ops_t *kernels);
 void model_ctx_destroy(model_ctx_t **self_p);
 int model_ctx_max_tokens(const model_ctx_t *self);

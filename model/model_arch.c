@@ -1,0 +1,70 @@
+/* model_arch.c - the architecture table: general.architecture -> declaration
+ * (model_arch.h), and what the forward pass can run of a declaration.
+ */
+#include "model_arch.h"
+
+#include <string.h>
+
+/* One row per (general.architecture, dense or MoE).  Adding an architecture: a row here
+ * and its model_arch_<name>.c (model_arch.h). */
+static const struct {
+    const char *name;         /* general.architecture */
+    bool moe;                 /* for GGUFs with <name>.expert_count > 0 */
+    const model_arch_t *arch; /* the declaration */
+} s_table[] = {
+    {"llama", false, &model_arch_llama},
+    {"llama", true, &model_arch_llama_moe},
+    {"mistral", false, &model_arch_llama},
+    {"mistral", true, &model_arch_llama_moe},
+};
+#define S_ROWS (sizeof s_table / sizeof s_table[0])
+
+const model_arch_t *model_arch_find(const char *name, bool moe) {
+    for (size_t i = 0; name && i < S_ROWS; i++)
+        if (!strcmp(s_table[i].name, name) && s_table[i].moe == moe)
+            return s_table[i].arch;
+    return NULL;
+}
+
+bool model_arch_known(const char *name) {
+    return model_arch_find(name, false) || model_arch_find(name, true);
+}
+
+const char *model_arch_names(void) {
+    static const char names[] = "llama, mistral"; /* the distinct names of s_table */
+    return names;
+}
+
+void model_arch_layer_stages(const model_arch_t *arch, const model_config_t *cfg, int l,
+                             model_stages_t *out) {
+    *out = arch->stages;
+    if (arch->layer_stages)
+        arch->layer_stages(arch, cfg, l, out);
+}
+
+/* What the forward pass (model_forward.c) runs today: RMSNorm before attention and FFN,
+ * full attention without biases or Q/K norms, a SiLU-gated FFN dense or MoE, both RoPE
+ * kinds.  Each switch refused here is one stage to write there. */
+const char *model_arch_unsupported(const model_arch_t *arch, const model_config_t *cfg) {
+    if (arch->embd_scale)
+        return "an embedding scale";
+    for (int l = 0; l < cfg->n_layer; l++) {
+        model_stages_t st;
+        model_arch_layer_stages(arch, cfg, l, &st);
+        if (st.norm != MODEL_NORM_RMS)
+            return "LayerNorm";
+        if (st.norm_post_attn || st.norm_post_ffn)
+            return "post-attention/post-FFN (sandwich) norms";
+        if (st.attn != MODEL_ATTN_FULL)
+            return "sliding-window attention";
+        if (st.qkv_bias || st.out_bias)
+            return "attention biases";
+        if (st.qk_norm)
+            return "Q/K norms";
+        if (st.act != MODEL_ACT_SILU)
+            return "a GELU feed-forward";
+        if ((st.ffn == MODEL_FFN_MOE) != (cfg->n_expert > 0))
+            return "an FFN kind that does not match its expert_count";
+    }
+    return NULL;
+}

@@ -1,0 +1,15 @@
+/* model_err.c - the error-message helper of model/ (model_err.h). */
+#include "model_err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+int model_err_set(char *err, size_t errlen, int rc, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
