@@ -118,8 +118,14 @@ peer_lines() {
     echo "  llama-cpp-python $(cat "$d/VERSION" 2>/dev/null || echo '?') sdist's vendor/llama.cpp"
     echo "  llama.cpp commit: $(cat "$d/LLAMA_CPP_COMMIT" 2>/dev/null || echo unknown)" \
       "(the sdist's .git/modules/vendor/llama.cpp/HEAD)"
-    echo "  source tree sha256: $(cat "$d/SOURCE_SHA256" 2>/dev/null || echo unknown)" \
-      "(see scripts/peer-llamacpp)"
+    local h=unknown
+    if [ -s "$d/SOURCE_SHA256" ]; then
+      h=$(cat "$d/SOURCE_SHA256")
+    elif [ -d "$d/src" ]; then # as scripts/peer-llamacpp computes it
+      h=$(cd "$d/src" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum |
+            sha256sum | cut -d' ' -f1)
+    fi
+    echo "  source tree sha256: $h (see scripts/peer-llamacpp)"
     echo "  cmake: $(head -1 "$d/BUILD_FLAGS" 2>/dev/null || echo '?')"
     if [ -x "${peer_bin[$b]}/llama-bench" ]; then
       "${peer_bin[$b]}/llama-bench" --version 2>&1 | head -2 | sed 's/^/  /' || true
