@@ -16,7 +16,8 @@ aggregate = completion tokens of all requests / wall time of the level
 (prefill included); TTFT = client send -> first streamed token.  Prompts are
 derived from --seed, so two runs with the same --seed send the same prompts
 (give each pass its own seed so a pass never meets an earlier pass's prompts
-in a cache).  Run by scripts/bench-vs-llamacpp service.
+in a cache).  Run by scripts/bench-vs-llamacpp service and scripts/bench-http, once
+per side: strata, strata's --http and every configuration of the llama.cpp peer.
 """
 import argparse
 import http.client
