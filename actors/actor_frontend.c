@@ -133,30 +133,40 @@ typedef struct {
 
 const actor_opt_t actor_frontend_opts[] = {
     {"client", ACTOR_OPT_STRING, ACTOR_FRONTEND_DEFAULT_ENDPOINT, 0, 0, NULL,
-     "client endpoint (ROUTER)"},
+     "client endpoint (ROUTER)", .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, client)},
     {"max_requests", ACTOR_OPT_INT, "1024", 1, 1 << 20, NULL,
-     "requests in flight before overloaded"},
+     "requests in flight before overloaded",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, max_requests)},
     {"client_secret", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
-     "CURVE key pair of the client endpoint (zcert file; with client_allow)"},
+     "CURVE key pair of the client endpoint (zcert file; with client_allow)",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, client_secret)},
     {"client_allow", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
-     "directory of client public keys admitted by CURVE (with client_secret)"},
+     "directory of client public keys admitted by CURVE (with client_secret)",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, client_allow)},
     {"accept_ms", ACTOR_OPT_INT, "2000", 10, 600000, NULL,
-     "a request no worker has accepted after this is submitted again"},
+     "a request no worker has accepted after this is submitted again",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, accept_ms)},
     {"probe_ms", ACTOR_OPT_INT, "1000", 10, 600000, NULL,
      "a running request silent this long is checked with its worker (3 unanswered checks: "
-     "submitted again)"},
+     "submitted again)",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, probe_ms)},
     {"resume_timeout_ms", ACTOR_OPT_INT, "30000", 100, 3600000, NULL,
-     "a request that gets no new token for this long, despite resumes, fails (internal)"},
+     "a request that gets no new token for this long, despite resumes, fails (internal)",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, resume_timeout_ms)},
     {"audit_dir", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
      "append a hash-chained record of every finished request to files in DIR "
-     "(docs/AUDIT.md); unset: no audit log"},
+     "(docs/AUDIT.md); unset: no audit log",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, audit_dir)},
     {"audit_fsync", ACTOR_OPT_ENUM, "interval", 0, 0, "interval|always",
-     "audit log durability: fsync every second or 100 records (interval), or every record"},
+     "audit log durability: fsync every second or 100 records (interval), or every record",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, audit_fsync), .parse = audit_fsync_parse},
     {"audit_text", ACTOR_OPT_BOOL, "0", 0, 0, NULL,
-     "keep prompt and completion text in audit records (0: their hashes only)"},
+     "keep prompt and completion text in audit records (0: their hashes only)",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, audit_text)},
     {"hang_timeout_ms", ACTOR_OPT_INT, "2000", 0, 600000, NULL,
      "a worker that answers no heartbeat for this long is hung: its requests move to the "
-     "others (0: never)"},
+     "others (0: never)",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, hang_timeout_ms)},
     {NULL},
 };
 
@@ -1185,18 +1195,19 @@ static void s_cleanup(s_front_t *f) {
 }
 
 int actor_frontend_main(actor_env_t *env) {
+    const actor_frontend_cfg_t *conf = actor_env_cfg(env);
     const actor_topology_t *t = actor_env_topology(env);
     s_front_t f = {0};
     f.env = env;
     if (getrandom(&f.next_rid, sizeof f.next_rid, 0) != sizeof f.next_rid)
         f.next_rid = base_now_us() << 20;
     f.next_rid &= (UINT64_C(1) << 62) - 1; /* room to count up */
-    f.accept_us = (uint64_t)actor_env_int(env, "accept_ms") * 1000 * BASE_TIMEOUT_SCALE;
-    f.probe_us = (uint64_t)actor_env_int(env, "probe_ms") * 1000 * BASE_TIMEOUT_SCALE;
-    f.give_up_us = (uint64_t)actor_env_int(env, "resume_timeout_ms") * 1000 * BASE_TIMEOUT_SCALE;
-    f.hang_us = (uint64_t)actor_env_int(env, "hang_timeout_ms") * 1000 * BASE_TIMEOUT_SCALE;
-    snprintf(f.endpoint, sizeof f.endpoint, "%s", actor_env_str(env, "client"));
-    f.max_requests = (int)actor_env_int(env, "max_requests");
+    f.accept_us = (uint64_t)conf->accept_ms * 1000 * BASE_TIMEOUT_SCALE;
+    f.probe_us = (uint64_t)conf->probe_ms * 1000 * BASE_TIMEOUT_SCALE;
+    f.give_up_us = (uint64_t)conf->resume_timeout_ms * 1000 * BASE_TIMEOUT_SCALE;
+    f.hang_us = (uint64_t)conf->hang_timeout_ms * 1000 * BASE_TIMEOUT_SCALE;
+    snprintf(f.endpoint, sizeof f.endpoint, "%s", conf->client);
+    f.max_requests = conf->max_requests;
     f.reqs = calloc((size_t)f.max_requests, sizeof *f.reqs);
     if (base_map_init(&f.by_rid, (size_t)f.max_requests)) { /* reported below with the rest */
         free(f.reqs);
@@ -1208,8 +1219,8 @@ int actor_frontend_main(actor_env_t *env) {
     f.metrics = actor_metrics_req_new(); /* NULL (out of memory): no histograms */
     int nw = actor_topology_workers(t);
     f.peers = calloc((size_t)t->n + 2, sizeof *f.peers); /* at most every entry */
-    f.in = actor_sock_inbound(t, "frontend", MSG_MAX_INTERNAL_FRAME + 4096, 100000);
-    f.to_tok = actor_sock_outbound(t, "frontend", "tokenizer", 10000);
+    f.in = actor_sock_inbound(t, "frontend", ACTOR_MAX_FRAME, ACTOR_HWM_STREAM);
+    f.to_tok = actor_sock_outbound(t, "frontend", "tokenizer", ACTOR_HWM_BULK);
     if (!f.reqs || !f.fd_gen || !f.loop || !f.peers || !f.in || !f.to_tok) {
         actor_env_fail(env, "frontend: cannot set up (sockets or memory)");
         s_cleanup(&f);
@@ -1221,13 +1232,13 @@ int actor_frontend_main(actor_env_t *env) {
     snprintf(f.peers[0].name, sizeof f.peers[0].name, "tokenizer");
     f.peers[0].push = f.to_tok;
     snprintf(f.peers[1].name, sizeof f.peers[1].name, "router");
-    f.peers[1].push = actor_sock_outbound(t, "frontend", "router", 100);
+    f.peers[1].push = actor_sock_outbound(t, "frontend", "router", ACTOR_HWM_ADMIT);
     f.n_peers = 2;
     for (int i = 0; i < nw; i++) {
         s_peer_t *p = &f.peers[f.n_peers++];
         p->worker = i;
         snprintf(p->name, sizeof p->name, "worker%d", i);
-        p->push = actor_sock_outbound(t, "frontend", p->name, 100);
+        p->push = actor_sock_outbound(t, "frontend", p->name, ACTOR_HWM_ADMIT);
     }
     /* every other actor of the topology (kvtier, prefetcher, draft, ...) */
     for (int i = 0; i < t->n; i++) {
@@ -1238,7 +1249,7 @@ int actor_frontend_main(actor_env_t *env) {
             continue;
         s_peer_t *p = &f.peers[f.n_peers++];
         snprintf(p->name, sizeof p->name, "%s", n);
-        p->push = actor_sock_outbound(t, "frontend", n, 100);
+        p->push = actor_sock_outbound(t, "frontend", n, ACTOR_HWM_ADMIT);
     }
     for (int i = 0; i < f.n_peers; i++)
         if (!f.peers[i].push) {
@@ -1258,7 +1269,7 @@ int actor_frontend_main(actor_env_t *env) {
         zsock_set_linger(f.clients, 0);
         zsock_set_heartbeat_ivl(f.clients, 1000);
         zsock_set_heartbeat_timeout(f.clients, 3000);
-        const char *secret = actor_env_str(env, "client_secret");
+        const char *secret = conf->client_secret;
         char why[512];
         if (secret &&
             actor_curve_server(f.clients, secret, ACTOR_CURVE_CLIENT_DOMAIN, why, sizeof why)) {
@@ -1282,7 +1293,7 @@ int actor_frontend_main(actor_env_t *env) {
         s_cleanup(&f);
         return 1;
     }
-    const char *audit_dir = actor_env_str(env, "audit_dir");
+    const char *audit_dir = conf->audit_dir;
     if (audit_dir && *audit_dir) {
         /* the model every worker serves: worker0's (a topology gives them all one) */
         const char *model = actor_topology_opt(t, "worker0", "model", NULL);
@@ -1291,8 +1302,8 @@ int actor_frontend_main(actor_env_t *env) {
             LOG_W(TAG, "audit: cannot hash the model %s (%s): records carry no model hash",
                   model ? model : "(none)", strerror(-rc));
         audit_config_t cfg = {0}; /* zero fields: the defaults */
-        cfg.fsync = audit_fsync_parse(actor_env_str(env, "audit_fsync"));
-        cfg.store_text = actor_env_bool(env, "audit_text");
+        cfg.fsync = conf->audit_fsync;
+        cfg.store_text = conf->audit_text;
         if (!(f.audit = audit_log_new(audit_dir, &cfg))) {
             actor_env_fail(env,
                            "frontend: cannot open the audit log in %s (strata audit verify "

@@ -32,6 +32,22 @@
 
 #define ACTOR_FRONTEND_DEFAULT_ENDPOINT "tcp://127.0.0.1:5555"
 
+/* The options of frontend, loaded by the runtime through actor_frontend_opts (one
+ * field per option, named after its key): actor_env_cfg(env) in the actor. */
+typedef struct {
+    const char *client;        /* client endpoint (ROUTER) */
+    int max_requests;          /* requests in flight before overloaded */
+    const char *client_secret; /* CURVE key pair of the client endpoint */
+    const char *client_allow;  /* directory of client public keys admitted by CURVE */
+    int accept_ms;             /* a request no worker has accepted after this is submitted again */
+    int probe_ms;              /* a running request silent this long is checked with its worker */
+    int resume_timeout_ms;     /* a request that gets no new token for this long */
+    const char *audit_dir;     /* append a hash-chained record of every finished request to */
+    int audit_fsync;           /* interval|always = AUDIT_FSYNC_*: audit log durability */
+    bool audit_text;           /* keep prompt and completion text in audit records */
+    int hang_timeout_ms;       /* a worker that answers no heartbeat for this long is hung */
+} actor_frontend_cfg_t;
+
 int actor_frontend_main(actor_env_t *env);
 /* Its options, declared once (name, type, default, range, help). */
 extern const actor_opt_t actor_frontend_opts[];

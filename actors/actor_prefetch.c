@@ -29,12 +29,16 @@ typedef struct {
 } s_prefetch_t;
 
 const actor_opt_t actor_prefetch_opts[] = {
-    {"sessions", ACTOR_OPT_INT, "256", 1, 1 << 20, NULL, "chat sessions tracked (LRU)"},
+    {"sessions", ACTOR_OPT_INT, "256", 1, 1 << 20, NULL, "chat sessions tracked (LRU)",
+     .field = ACTOR_OPT_FIELD(actor_prefetch_cfg_t, sessions)},
     {"warm_sessions", ACTOR_OPT_INT, "16", 0, 1 << 20, NULL,
-     "most recent sessions kept warm (T2 -> T1); 0: none"},
-    {"warm_ms", ACTOR_OPT_INT, "250", 1, 3600000, NULL, "how often sessions are warmed"},
+     "most recent sessions kept warm (T2 -> T1); 0: none",
+     .field = ACTOR_OPT_FIELD(actor_prefetch_cfg_t, warm_sessions)},
+    {"warm_ms", ACTOR_OPT_INT, "250", 1, 3600000, NULL, "how often sessions are warmed",
+     .field = ACTOR_OPT_FIELD(actor_prefetch_cfg_t, warm_ms)},
     {"warm_s", ACTOR_OPT_INT, "600", 1, 31536000, NULL,
-     "how long after its last turn a session is kept warm"},
+     "how long after its last turn a session is kept warm",
+     .field = ACTOR_OPT_FIELD(actor_prefetch_cfg_t, warm_s)},
     {NULL},
 };
 
@@ -130,14 +134,15 @@ static void s_cleanup(s_prefetch_t *p) {
 }
 
 int actor_prefetch_main(actor_env_t *env) {
+    const actor_prefetch_cfg_t *conf = actor_env_cfg(env);
     const actor_topology_t *topo = actor_env_topology(env);
     const char *me = actor_env_name(env);
     s_prefetch_t p = {0};
     p.env = env;
-    p.n_sessions = (int)actor_env_int(env, "sessions");
-    p.warm_sessions = (int)actor_env_int(env, "warm_sessions");
-    int warm_ms = (int)actor_env_int(env, "warm_ms");
-    p.warm_s = (int)actor_env_int(env, "warm_s");
+    p.n_sessions = conf->sessions;
+    p.warm_sessions = conf->warm_sessions;
+    int warm_ms = conf->warm_ms;
+    p.warm_s = conf->warm_s;
     if (!actor_topology_endpoint(topo, "kvtier")) {
         actor_env_fail(env, "%s: the topology has no kvtier actor to promote from", me);
         return 1;
@@ -145,9 +150,9 @@ int actor_prefetch_main(actor_env_t *env) {
     p.sessions = calloc((size_t)p.n_sessions, sizeof *p.sessions);
     p.loop = actor_loop_new(env, &p);
     p.counters = p.loop ? actor_loop_counters(p.loop) : NULL;
-    p.in = actor_sock_inbound(topo, me, MSG_MAX_INTERNAL_FRAME + 4096, 10000);
-    p.to_tier = actor_sock_outbound(topo, me, "kvtier", 10000);
-    p.to_front = actor_sock_outbound(topo, me, "frontend", 1000);
+    p.in = actor_sock_inbound(topo, me, ACTOR_MAX_FRAME, ACTOR_HWM_BULK);
+    p.to_tier = actor_sock_outbound(topo, me, "kvtier", ACTOR_HWM_BULK);
+    p.to_front = actor_sock_outbound(topo, me, "frontend", ACTOR_HWM_CTL);
     if (!p.sessions || !p.loop || !p.in || !p.to_tier || !p.to_front) {
         actor_env_fail(env, "%s: cannot set up (sockets or memory)", me);
         s_cleanup(&p);

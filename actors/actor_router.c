@@ -30,20 +30,28 @@ typedef struct {
     router_moe_config_t moe_cfg; /* from the options */
 } s_router_t;
 
+/* moe_dispatch=load|static loads as its index */
+enum { S_MOE_LOAD = 0, S_MOE_STATIC = 1 };
+
 const actor_opt_t actor_router_opts[] = {
     {"moe_dispatch", ACTOR_OPT_ENUM, "load", 0, 0, "load|static",
      "MoE expert dispatch: load (replicas of hot experts, capacity from the observed load) or "
-     "static (each expert on its own actor, no capacity: the baseline)"},
+     "static (each expert on its own actor, no capacity: the baseline)",
+     .field = ACTOR_OPT_FIELD(actor_router_cfg_t, moe_dispatch)},
     {"moe_capacity", ACTOR_OPT_DOUBLE, "0", 0, 1000, NULL,
      "load dispatch: capacity factor; a replica takes factor x its expected rows of a step, "
      "rows beyond every replica's capacity move to another expert (changes the output; "
-     "e.g. 1.25); 0 (the default): no limit, the output is the local forward's"},
+     "e.g. 1.25); 0 (the default): no limit, the output is the local forward's",
+     .field = ACTOR_OPT_FIELD(actor_router_cfg_t, moe_capacity)},
     {"moe_capacity_max", ACTOR_OPT_DOUBLE, "4", 0, 1000, NULL,
-     "load dispatch: the largest capacity factor relative to the mean expert"},
+     "load dispatch: the largest capacity factor relative to the mean expert",
+     .field = ACTOR_OPT_FIELD(actor_router_cfg_t, moe_capacity_max)},
     {"moe_capacity_min", ACTOR_OPT_INT, "4", 0, 65536, NULL,
-     "load dispatch: rows a replica always takes in a step"},
+     "load dispatch: rows a replica always takes in a step",
+     .field = ACTOR_OPT_FIELD(actor_router_cfg_t, moe_capacity_min)},
     {"moe_hot", ACTOR_OPT_DOUBLE, "1.5", 1, 1000, NULL,
-     "load dispatch: an expert whose load per replica exceeds this x the mean gets a replica"},
+     "load dispatch: an expert whose load per replica exceeds this x the mean gets a replica",
+     .field = ACTOR_OPT_FIELD(actor_router_cfg_t, moe_hot)},
     {NULL},
 };
 
@@ -345,6 +353,7 @@ static void s_cleanup(s_router_t *r) {
 }
 
 int actor_router_main(actor_env_t *env) {
+    const actor_router_cfg_t *conf = actor_env_cfg(env);
     const actor_topology_t *t = actor_env_topology(env);
     s_router_t r = {0};
     r.env = env;
@@ -353,18 +362,18 @@ int actor_router_main(actor_env_t *env) {
     r.loop = actor_loop_new(env, &r);
     r.counters = r.loop ? actor_loop_counters(r.loop) : NULL;
     r.to_worker = calloc((size_t)(r.n_workers > 0 ? r.n_workers : 1), sizeof *r.to_worker);
-    r.in = actor_sock_inbound(t, "router", MSG_MAX_INTERNAL_FRAME + 4096, 100000);
-    r.to_tok = actor_sock_outbound(t, "router", "tokenizer", 100000);
-    r.to_front = actor_sock_outbound(t, "router", "frontend", 1000);
+    r.in = actor_sock_inbound(t, "router", ACTOR_MAX_FRAME, ACTOR_HWM_STREAM);
+    r.to_tok = actor_sock_outbound(t, "router", "tokenizer", ACTOR_HWM_STREAM);
+    r.to_front = actor_sock_outbound(t, "router", "frontend", ACTOR_HWM_CTL);
     if (actor_topology_endpoint(t, "prefetcher"))
-        r.to_prefetch = actor_sock_outbound(t, "router", "prefetcher", 10000);
+        r.to_prefetch = actor_sock_outbound(t, "router", "prefetcher", ACTOR_HWM_BULK);
     bool ok =
         r.dispatch && r.loop && r.to_worker && r.in && r.to_tok && r.to_front && r.n_workers > 0;
     for (int i = 0; ok && i < r.n_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "worker%d", i);
         /* the worker's queue is the bound (sched_batch); this HWM only absorbs bursts */
-        r.to_worker[i] = actor_sock_outbound(t, "router", name, 10000);
+        r.to_worker[i] = actor_sock_outbound(t, "router", name, ACTOR_HWM_BULK);
         ok = r.to_worker[i] != NULL;
     }
     r.topo = t;
@@ -372,20 +381,19 @@ int actor_router_main(actor_env_t *env) {
     if (r.n_experts > MSG_MAX_EXPERT_ACTORS)
         r.n_experts = MSG_MAX_EXPERT_ACTORS;
     if (ok && r.n_experts) {
-        const char *mode = actor_env_str(env, "moe_dispatch");
         r.moe_cfg = (router_moe_config_t){
             .n_actors = r.n_experts,
-            .load_aware = !mode || strcmp(mode, "static"),
-            .cf_permille = (int)(1000 * actor_env_double(env, "moe_capacity") + 0.5),
-            .cf_max_permille = (int)(1000 * actor_env_double(env, "moe_capacity_max") + 0.5),
-            .cap_min = (int)actor_env_int(env, "moe_capacity_min"),
-            .hot_ratio = actor_env_double(env, "moe_hot"),
+            .load_aware = conf->moe_dispatch == S_MOE_LOAD,
+            .cf_permille = (int)(1000 * conf->moe_capacity + 0.5),
+            .cf_max_permille = (int)(1000 * conf->moe_capacity_max + 0.5),
+            .cap_min = conf->moe_capacity_min,
+            .hot_ratio = conf->moe_hot,
         };
         ok = (r.to_expert = calloc((size_t)r.n_experts, sizeof *r.to_expert)) != NULL;
         for (int a = 0; ok && a < r.n_experts; a++) {
             char name[32];
             snprintf(name, sizeof name, "expert%d", a);
-            ok = (r.to_expert[a] = actor_sock_outbound(t, "router", name, 1000)) != NULL;
+            ok = (r.to_expert[a] = actor_sock_outbound(t, "router", name, ACTOR_HWM_CTL)) != NULL;
         }
     }
     if (!ok) {

@@ -25,7 +25,8 @@ typedef struct {
 } s_tok_t;
 
 const actor_opt_t actor_tokenizer_opts[] = {
-    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path (vocabulary and chat template)"},
+    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path (vocabulary and chat template)",
+     .field = ACTOR_OPT_FIELD(actor_tokenizer_cfg_t, model)},
     {NULL},
 };
 
@@ -172,11 +173,12 @@ static void s_cleanup(s_tok_t *t) {
 }
 
 int actor_tokenizer_main(actor_env_t *env) {
+    const actor_tokenizer_cfg_t *conf = actor_env_cfg(env);
     const actor_topology_t *topo = actor_env_topology(env);
     s_tok_t t = {0};
     t.env = env;
     char err[512];
-    const char *path = actor_env_str(env, "model");
+    const char *path = conf->model;
     if (!path) {
         actor_env_fail(env, "tokenizer: no model= option in the topology");
         return 1;
@@ -194,9 +196,9 @@ int actor_tokenizer_main(actor_env_t *env) {
     }
     t.loop = actor_loop_new(env, &t);
     t.counters = t.loop ? actor_loop_counters(t.loop) : NULL;
-    t.in = actor_sock_inbound(topo, "tokenizer", MSG_MAX_INTERNAL_FRAME + 4096, 100000);
-    t.to_router = actor_sock_outbound(topo, "tokenizer", "router", 100000);
-    t.to_front = actor_sock_outbound(topo, "tokenizer", "frontend", 100000);
+    t.in = actor_sock_inbound(topo, "tokenizer", ACTOR_MAX_FRAME, ACTOR_HWM_STREAM);
+    t.to_router = actor_sock_outbound(topo, "tokenizer", "router", ACTOR_HWM_STREAM);
+    t.to_front = actor_sock_outbound(topo, "tokenizer", "frontend", ACTOR_HWM_STREAM);
     if (!t.loop || !t.in || !t.to_router || !t.to_front) {
         actor_env_fail(env, "tokenizer: cannot set up (sockets or memory)");
         s_cleanup(&t);
