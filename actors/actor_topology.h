@@ -80,8 +80,8 @@ int actor_topology_set(actor_topo_entry_t *e, const char *key, const char *value
 const actor_topo_entry_t *actor_topology_find(const actor_topology_t *t, const char *name);
 /* The endpoint of name, or NULL (no such actor, or "-"). */
 const char *actor_topology_endpoint(const actor_topology_t *t, const char *name);
-/* Option key of actor name, else of "defaults", else def (the raw text; actors
- * read typed values with actor_env_int & co., which know the defaults). */
+/* Option key of actor name, else of "defaults", else def (the raw text; an
+ * actor gets its own options typed, with their defaults, from actor_env_cfg). */
 const char *actor_topology_opt(const actor_topology_t *t, const char *name, const char *key,
                                const char *def);
 /* Number of target workers: entries named worker0, worker1, ... (contiguous). */
