@@ -589,11 +589,10 @@ static void s_on_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
         s_flush(a);
 }
 
-static void s_on_end(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_end(void *self, const msg_draft_end_t *m) {
     s_actor_t *a = self;
     s_flush(a); /* drafts still pending for it would recreate the state */
-    actor_draft_end(a->drafter, m->u.draft_end.worker, m->u.draft_end.rid);
+    actor_draft_end(a->drafter, m->worker, m->rid);
     actor_counters_add(a->counters, "ends", 1);
 }
 
@@ -675,7 +674,7 @@ int actor_draft_main(actor_env_t *env) {
 
     actor_loop_inbox(a.loop, a.in, a.to_front, false, "");
     actor_loop_on(a.loop, MSG_DRAFT_REQUEST, s_on_request);
-    actor_loop_on(a.loop, MSG_DRAFT_END, s_on_end);
+    actor_loop_handle_draft_end(a.loop, s_on_end);
     actor_loop_idle(a.loop, s_idle);
     actor_loop_run(a.loop, 500);
     LOG_I(name, "stopping");

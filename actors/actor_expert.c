@@ -127,9 +127,9 @@ static void s_reply(s_expert_t *x, const msg_expert_request_t *q, int status, in
         actor_counters_add(x->counters, "replies.dropped", 1);
 }
 
-static void s_on_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
+static void s_on_request(void *self, const msg_expert_request_t *m, zmq_msg_t *raw) {
     s_expert_t *x = self;
-    const msg_expert_request_t *q = &m->u.expert_request;
+    const msg_expert_request_t *q = m;
     if (q->worker >= x->n_workers) {
         actor_counters_add(x->counters, "bad_worker", 1);
         return;
@@ -193,10 +193,9 @@ static void s_on_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
     }
 }
 
-static void s_on_table(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_table(void *self, const msg_expert_table_t *m) {
     s_expert_t *x = self;
-    const msg_expert_table_t *t = &m->u.expert_table;
+    const msg_expert_table_t *t = m;
     if (t->n_expert != x->n_expert || x->index >= t->n_actors) {
         actor_counters_add(x->counters, "table.mismatch", 1);
         return;
@@ -346,8 +345,8 @@ int actor_expert_main(actor_env_t *env) {
     x.last_report_us = base_now_us();
     actor_env_ready(env);
     actor_loop_inbox(x.loop, x.in, x.to_front, true, "");
-    actor_loop_on(x.loop, MSG_EXPERT_REQUEST, s_on_request);
-    actor_loop_on(x.loop, MSG_EXPERT_TABLE, s_on_table);
+    actor_loop_handle_expert_request_raw(x.loop, s_on_request);
+    actor_loop_handle_expert_table(x.loop, s_on_table);
     actor_loop_timer(x.loop, S_REPORT_MS, s_report);
     actor_loop_idle(x.loop, s_idle);
     actor_loop_run(x.loop, 100);

@@ -871,7 +871,8 @@ static void s_send_trace(s_front_t *f, s_req_t *r, const msg_text_event_t *te) {
     free(t.sources);
 }
 
-static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
+static void s_on_text(void *self, const msg_text_event_t *te) {
+    s_front_t *f = self;
     s_req_t *r = s_find_rid(f, te->rid);
     if (!r) {
         /* an attempt that was replaced, or one a frontend before this one started:
@@ -977,7 +978,8 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
     s_end(f, r, MSG_DONE, &d);
 }
 
-static void s_on_work_error(s_front_t *f, const msg_work_error_t *e) {
+static void s_on_work_error(void *self, const msg_work_error_t *e) {
+    s_front_t *f = self;
     s_req_t *r = s_find_rid(f, e->rid);
     if (!r || r->final_due_us) {
         actor_counters_add(f->counters, "events.unknown_rid", 1);
@@ -997,7 +999,8 @@ static void s_on_work_error(s_front_t *f, const msg_work_error_t *e) {
 }
 
 /* A worker says whether it holds attempt rid. */
-static void s_on_status(s_front_t *f, const msg_work_status_t *st) {
+static void s_on_status(void *self, const msg_work_status_t *st) {
+    s_front_t *f = self;
     s_req_t *r = s_find_rid(f, st->rid);
     if (!r) {
         if (st->held) { /* a replaced attempt that reached a worker late */
@@ -1075,24 +1078,8 @@ static s_peer_t *s_peer(s_front_t *f, const char *name) {
     return NULL;
 }
 
-static void s_on_text_event(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_text(self, &m->u.text_event);
-}
-
-static void s_on_error(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_work_error(self, &m->u.work_error);
-}
-
-static void s_on_work_status(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_status(self, &m->u.work_status);
-}
-
-static void s_on_pong(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_peer_t *p = s_peer(self, m->u.pong.name);
+static void s_on_pong(void *self, const msg_pong_t *m) {
+    s_peer_t *p = s_peer(self, m->name);
     if (p) {
         p->last_seen_us = base_now_us();
         p->restarting = false;
@@ -1102,30 +1089,31 @@ static void s_on_pong(void *self, msg_any_t *m, zmq_msg_t *raw) {
     }
 }
 
+/* Untyped (actor_loop_on): it takes the counters array of the message over. */
 static void s_on_stats_answer(void *self, msg_any_t *m, zmq_msg_t *raw) {
     (void)raw;
-    s_peer_t *p = s_peer(self, m->u.stats_answer.name);
+    msg_stats_answer_t *a = &m->u.stats_answer;
+    s_peer_t *p = s_peer(self, a->name);
     if (p) {
         p->last_seen_us = p->last_stats_us = base_now_us();
         p->restarting = false;
         free(p->counters);
-        p->counters = m->u.stats_answer.counters; /* take it over */
-        p->n_counters = m->u.stats_answer.n_counters;
-        m->u.stats_answer.counters = NULL;
-        m->u.stats_answer.n_counters = 0;
+        p->counters = a->counters; /* take it over */
+        p->n_counters = a->n_counters;
+        a->counters = NULL;
+        a->n_counters = 0;
     }
 }
 
-static void s_on_worker_down(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_worker_down(void *self, const msg_worker_down_t *m) {
     s_front_t *f = self;
     char name[32];
-    snprintf(name, sizeof name, "worker%d", m->u.worker_down.worker);
+    snprintf(name, sizeof name, "worker%d", m->worker);
     s_peer_t *p = s_peer(f, name);
     if (p)
         p->restarting = true;
     actor_counters_add(f->counters, "workers_down", 1);
-    s_worker_lost(f, m->u.worker_down.worker, "worker_down");
+    s_worker_lost(f, m->worker, "worker_down");
 }
 
 /* Every PING_US: a ping and a stats query to every peer. */
@@ -1321,12 +1309,12 @@ int actor_frontend_main(actor_env_t *env) {
     actor_loop_reader(f.loop, f.monitor, s_on_monitor);
     actor_loop_inbox(f.loop, f.in, NULL, false, "internal.");
     actor_loop_reader(f.loop, f.clients, s_on_client);
-    actor_loop_on(f.loop, MSG_TEXT_EVENT, s_on_text_event);
-    actor_loop_on(f.loop, MSG_WORK_ERROR, s_on_error);
-    actor_loop_on(f.loop, MSG_PONG, s_on_pong);
+    actor_loop_handle_text_event(f.loop, s_on_text);
+    actor_loop_handle_work_error(f.loop, s_on_work_error);
+    actor_loop_handle_pong(f.loop, s_on_pong);
     actor_loop_on(f.loop, MSG_STATS_ANSWER, s_on_stats_answer);
-    actor_loop_on(f.loop, MSG_WORKER_DOWN, s_on_worker_down);
-    actor_loop_on(f.loop, MSG_WORK_STATUS, s_on_work_status);
+    actor_loop_handle_worker_down(f.loop, s_on_worker_down);
+    actor_loop_handle_work_status(f.loop, s_on_status);
     actor_loop_timer(f.loop, PING_US / 1000, s_heartbeat);
     actor_loop_timer(f.loop, 100, s_watch);
     actor_loop_idle(f.loop, s_idle);

@@ -155,6 +155,13 @@ struct s_http_t {
     uint64_t health_us; /* when it came */
 };
 
+/* the gateway's sockets between actors (its DEALER to the frontend's client endpoint is its own) */
+static const actor_sock_decl_t s_socks[] = {
+    {ACTOR_SOCK_FIELD(s_http_t, in), ACTOR_SOCK_IN, NULL, ACTOR_HWM_CTL, ACTOR_MAX_FRAME, false},
+    {ACTOR_SOCK_FIELD(s_http_t, to_front), ACTOR_SOCK_OUT, "frontend", ACTOR_HWM_CTL, 0, false},
+    {0},
+};
+
 /* ---- small helpers */
 
 static int s_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
@@ -1354,8 +1361,7 @@ static void s_cleanup(s_http_t *h) {
         free(h->keys[i]);
     zsock_destroy(&h->mon);
     zsock_destroy(&h->up);
-    zsock_destroy(&h->in);
-    zsock_destroy(&h->to_front);
+    actor_socks_close(s_socks, h);
     actor_loop_destroy(&h->loop);
 }
 
@@ -1391,11 +1397,11 @@ int actor_http_main(actor_env_t *env) {
     h.loop = actor_loop_new(env, &h);
     h.counters = h.loop ? actor_loop_counters(h.loop) : NULL;
     h.by_id = zhashx_new();
-    h.in = actor_sock_inbound(topo, me, ACTOR_MAX_FRAME, ACTOR_HWM_CTL);
-    h.to_front = actor_sock_outbound(topo, me, "frontend", ACTOR_HWM_CTL);
+    char serr[128];
+    int socks = actor_socks_open(env, s_socks, &h, serr, sizeof serr);
     h.up = zsock_new(ZMQ_DEALER);
-    if (!h.loop || !h.by_id || !h.in || !h.to_front || !h.up) {
-        actor_env_fail(env, "%s: cannot set up (sockets or memory)", me);
+    if (socks || !h.loop || !h.by_id || !h.up) {
+        actor_env_fail(env, "%s: cannot set up (%s)", me, socks ? serr : "sockets or memory");
         s_cleanup(&h);
         return 1;
     }

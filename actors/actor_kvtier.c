@@ -106,7 +106,8 @@ static void s_promo_done(s_kvtier_t *t, s_promo_t *p) {
     p->used = false;
 }
 
-static void s_on_promote(s_kvtier_t *t, const msg_kv_promote_t *q) {
+static void s_on_promote(void *self, const msg_kv_promote_t *q) {
+    s_kvtier_t *t = self;
     if (q->worker >= t->n_workers) {
         actor_counters_add(t->counters, "promote.bad_worker", 1);
         return;
@@ -208,7 +209,8 @@ static void s_on_completions(s_kvtier_t *t, int wait_us) {
 
 static void s_on_completions(s_kvtier_t *t, int wait_us);
 
-static void s_on_put(s_kvtier_t *t, const msg_kv_block_t *b, const zmq_msg_t *raw) {
+static void s_on_put(void *self, const msg_kv_block_t *b, zmq_msg_t *raw) {
+    s_kvtier_t *t = self;
     /* a burst of demotions must not outrun the disk: a put whose T1 victim
      * finds no free write request would drop it, so wait for one (bounded) */
     uint64_t t0 = base_now_us();
@@ -256,15 +258,6 @@ static void s_stats(void *self) {
     actor_counters_set(c, "t1.bytes", s.t1_bytes);
     actor_counters_set(c, "t2.bytes", s.t2_bytes);
     actor_counters_set(c, "t2.recovered", s.t2_recovered);
-}
-
-static void s_on_block(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    s_on_put(self, &m->u.kv_block, raw);
-}
-
-static void s_on_kv_promote(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_promote(self, &m->u.kv_promote);
 }
 
 /* After every wakeup: completed reads go out; with I/O in flight, wait for
@@ -371,8 +364,8 @@ int actor_kvtier_main(actor_env_t *env) {
     actor_env_ready(env);
 
     actor_loop_inbox(t.loop, t.in, t.to_front, true, "");
-    actor_loop_on(t.loop, MSG_KV_BLOCK, s_on_block);
-    actor_loop_on(t.loop, MSG_KV_PROMOTE, s_on_kv_promote);
+    actor_loop_handle_kv_block_raw(t.loop, s_on_put);
+    actor_loop_handle_kv_promote(t.loop, s_on_promote);
     actor_loop_on_stats(t.loop, s_stats);
     actor_loop_idle(t.loop, s_idle);
     actor_loop_run(t.loop, 100);

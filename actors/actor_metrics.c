@@ -646,6 +646,14 @@ typedef struct {
     base_hist_t *wait; /* stats_wait_us: stats sent -> stats_reply read */
 } s_metrics_t;
 
+/* the metrics actor's sockets between actors (its DEALER to the frontend's client endpoint is its
+ * own) */
+static const actor_sock_decl_t s_socks[] = {
+    {ACTOR_SOCK_FIELD(s_metrics_t, in), ACTOR_SOCK_IN, NULL, ACTOR_HWM_CTL, ACTOR_MAX_FRAME, false},
+    {ACTOR_SOCK_FIELD(s_metrics_t, to_front), ACTOR_SOCK_OUT, "frontend", ACTOR_HWM_CTL, 0, false},
+    {0},
+};
+
 static void s_answer(s_metrics_t *m, const char *seq, const char *code, const char *body,
                      size_t len) {
     zmsg_t *z = zmsg_new();
@@ -836,8 +844,7 @@ static void s_cleanup(s_metrics_t *m) {
     zsock_destroy(&m->http_end);
     zsock_destroy(&m->pair);
     zsock_destroy(&m->dealer);
-    zsock_destroy(&m->in);
-    zsock_destroy(&m->to_front);
+    actor_socks_close(s_socks, m);
     actor_loop_destroy(&m->loop);
     base_hist_destroy(&m->wait);
     free(m->text);
@@ -862,17 +869,17 @@ int actor_metrics_main(actor_env_t *env) {
     }
     m.loop = actor_loop_new(env, &m);
     m.counters = m.loop ? actor_loop_counters(m.loop) : NULL;
-    m.in = actor_sock_inbound(topo, me, ACTOR_MAX_FRAME, ACTOR_HWM_CTL);
-    m.to_front = actor_sock_outbound(topo, me, "frontend", ACTOR_HWM_CTL);
+    char serr[128];
+    int socks = actor_socks_open(env, s_socks, &m, serr, sizeof serr);
     m.dealer = zsock_new(ZMQ_DEALER);
     char inproc[64];
     snprintf(inproc, sizeof inproc, "inproc://strata-metrics-%p", (void *)&m);
     m.pair = zsock_new(ZMQ_PAIR);
     m.http_end = zsock_new(ZMQ_PAIR);
     m.wait = base_hist_new("stats_wait_us", 100, 10000000); /* 0.1 ms .. 10 s */
-    if (!m.wait || !m.loop || !m.in || !m.to_front || !m.dealer || !m.pair || !m.http_end ||
+    if (socks || !m.wait || !m.loop || !m.dealer || !m.pair || !m.http_end ||
         zsock_bind(m.pair, "%s", inproc) < 0 || zsock_connect(m.http_end, "%s", inproc)) {
-        actor_env_fail(env, "%s: cannot set up (sockets or memory)", me);
+        actor_env_fail(env, "%s: cannot set up (%s)", me, socks ? serr : "sockets or memory");
         s_cleanup(&m);
         return 1;
     }

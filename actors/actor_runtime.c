@@ -661,8 +661,10 @@ struct actor_loop_t {
     int n_socks;
     struct {
         int type;
-        actor_msg_fn fn;
-    } on[S_MAX_HANDLERS]; /* per-type handlers of the inbox */
+        actor_msg_fn fn;      /* untyped (actor_loop_on), or NULL */
+        actor_typed_fn typed; /* typed (actor_loop_handle_<name>[_raw]), or NULL */
+        bool raw;             /* typed: it takes the raw frame too */
+    } on[S_MAX_HANDLERS];     /* per-type handlers of the inbox */
     int n_on;
     s_timer_t timers[S_MAX_TIMERS];
     int n_timers;
@@ -804,8 +806,40 @@ int actor_loop_on(actor_loop_t *self, int type, actor_msg_fn fn) {
     if (self->n_on == S_MAX_HANDLERS)
         return -ENOSPC;
     self->on[self->n_on].type = type;
+    self->on[self->n_on].typed = NULL;
     self->on[self->n_on++].fn = fn;
     return 0;
+}
+
+int actor_loop_on_typed_(actor_loop_t *self, int type, actor_typed_fn fn, bool raw) {
+    if (!fn || !msg_type_name(type))
+        return -EINVAL;
+    if (self->n_on == S_MAX_HANDLERS)
+        return -ENOSPC;
+    self->on[self->n_on].type = type;
+    self->on[self->n_on].fn = NULL;
+    self->on[self->n_on].raw = raw;
+    self->on[self->n_on++].typed = fn;
+    return 0;
+}
+
+/* Call typed handler fn (registered for m->type) with m's own struct: the
+ * pointer goes back to the type it was registered with before the call. */
+static void s_call_typed(actor_typed_fn fn, bool with_raw, void *self, msg_any_t *m,
+                         zmq_msg_t *raw) {
+    switch (m->type) {
+#define S_X_CALL(name, NAME, id, version, family)                                                  \
+    case MSG_##NAME:                                                                               \
+        if (with_raw)                                                                              \
+            ((actor_on_##name##_raw_fn)fn)(self, &m->u.name, raw);                                 \
+        else                                                                                       \
+            ((actor_on_##name##_fn)fn)(self, &m->u.name);                                          \
+        break;
+        MSG_TYPES(S_X_CALL)
+#undef S_X_CALL
+    default:
+        break;
+    }
 }
 
 int actor_loop_timer(actor_loop_t *self, int interval_ms, actor_timer_fn fn) {
@@ -879,12 +913,14 @@ static void s_heartbeat(actor_loop_t *self, uint64_t now);
 
 /* Dispatch decoded message m of inbox s to its handler (or answer it here). */
 static void s_dispatch(actor_loop_t *self, s_sock_t *s, msg_any_t *m, zmq_msg_t *raw) {
-    actor_msg_fn fn = NULL;
-    for (int i = 0; i < self->n_on && !fn; i++)
+    int h = -1;
+    for (int i = 0; i < self->n_on && h < 0; i++)
         if (self->on[i].type == m->type)
-            fn = self->on[i].fn;
-    if (fn)
-        fn(self->self, m, s->raw ? raw : NULL);
+            h = i;
+    if (h >= 0 && self->on[h].fn)
+        self->on[h].fn(self->self, m, s->raw ? raw : NULL);
+    else if (h >= 0)
+        s_call_typed(self->on[h].typed, self->on[h].raw, self->self, m, s->raw ? raw : NULL);
     else if (!s_ctl(self, m, s->reply))
         actor_counters_add(self->counters, s->unexpected, 1);
     msg_any_clear(m);

@@ -241,6 +241,34 @@ typedef void (*actor_fd_fn)(void *self, int fd);
 int actor_loop_fd(actor_loop_t *self, int fd, actor_fd_fn fn);
 /* Handler of message type on the inbox.  0 or -ENOSPC / -EINVAL. */
 int actor_loop_on(actor_loop_t *self, int type, actor_msg_fn fn);
+
+/* ---- typed handlers, one pair per message type, generated from MSG_TYPES
+ * (msgs/msg_types.h):
+ *   actor_loop_handle_<name>(loop, fn)      fn(self, const msg_<name>_t *m)
+ *   actor_loop_handle_<name>_raw(loop, fn)  fn(self, const msg_<name>_t *m, zmq_msg_t *raw)
+ * The loop decodes the frame and calls fn with the message's own struct,
+ * borrowed (the loop clears it afterwards).  The _raw variant is for a
+ * message that carries a second, raw frame (a KV block, expert rows): raw is
+ * it (size 0: none; NULL on an inbox without raw frames), and fn may move it
+ * out (zmq_msg_move).  A handler that takes the decoded message itself over
+ * (keeps its arrays: the frontend's stats_answer, the draft's queued
+ * requests) registers untyped, with actor_loop_on (actor_msg_fn); every other
+ * handler is typed.  0, or -ENOSPC / -EINVAL, as actor_loop_on. */
+typedef void (*actor_typed_fn)(void); /* a typed handler, stored: cast back to call it */
+int actor_loop_on_typed_(actor_loop_t *self, int type, actor_typed_fn fn, bool raw);
+#define ACTOR_X_ON(name, NAME, id, version, family)                                                \
+    typedef void (*actor_on_##name##_fn)(void *self, const msg_##name##_t *m);                     \
+    typedef void (*actor_on_##name##_raw_fn)(void *self, const msg_##name##_t *m, zmq_msg_t *raw); \
+    static inline int actor_loop_handle_##name(actor_loop_t *l, actor_on_##name##_fn fn) {         \
+        return actor_loop_on_typed_(l, MSG_##NAME, (actor_typed_fn)fn, false);                     \
+    }                                                                                              \
+    static inline int actor_loop_handle_##name##_raw(actor_loop_t *l,                              \
+                                                     actor_on_##name##_raw_fn fn) {                \
+        return actor_loop_on_typed_(l, MSG_##NAME, (actor_typed_fn)fn, true);                      \
+    }
+MSG_TYPES(ACTOR_X_ON)
+#undef ACTOR_X_ON
+
 /* fn every interval_ms (first after one interval).  0 or -ENOSPC / -EINVAL. */
 int actor_loop_timer(actor_loop_t *self, int interval_ms, actor_timer_fn fn);
 /* The hook after every wakeup (NULL: none). */

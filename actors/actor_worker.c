@@ -478,7 +478,8 @@ static int s_replay_carried(s_worker_t *w, s_req_t *r) {
     return 0;
 }
 
-static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
+static void s_on_request(void *self, const msg_work_request_t *q) {
+    s_worker_t *w = self;
     actor_counters_add(w->counters, "requests", 1);
     if (s_holds(w, q->rid)) { /* a duplicated frame: the request runs once */
         actor_counters_add(w->counters, "requests.duplicate", 1);
@@ -664,7 +665,8 @@ static void s_want_draft(s_worker_t *w, s_req_t *r) {
     w->n_pending_drafts++;
 }
 
-static void s_on_draft(s_worker_t *w, const msg_draft_reply_t *m) {
+static void s_on_draft(void *self, const msg_draft_reply_t *m) {
+    s_worker_t *w = self;
     s_req_t *r = sched_batch_find(w->sched, m->rid);
     if (!r || !r->draft_pending || m->seq != r->draft_seq) {
         actor_counters_add(w->counters, "spec.reply_stale", 1);
@@ -990,7 +992,8 @@ static void s_on_written(void *arg, const kv_cache_evicted_t *b) {
 }
 
 /* A block promoted from T1/T2 for request rid. */
-static void s_on_block(s_worker_t *w, const msg_kv_block_t *b, zmq_msg_t *raw) {
+static void s_on_block(void *self, const msg_kv_block_t *b, zmq_msg_t *raw) {
+    s_worker_t *w = self;
     kv_meta_t meta;
     meta.hash = b->hash;
     meta.parent = b->parent;
@@ -1078,50 +1081,32 @@ static void s_on_stats(void *self) {
     actor_metrics_step_export(w->metrics, w->counters);
 }
 
-static void s_on_kv_block(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    s_on_block(self, &m->u.kv_block, raw);
-}
-
-static void s_on_draft_reply(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_draft(self, &m->u.draft_reply);
-}
-
-static void s_on_promote_done(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_promote_done(void *self, const msg_kv_promote_done_t *m) {
     s_worker_t *w = self;
-    s_req_t *r = s_find_parked(w, m->u.kv_promote_done.rid);
+    s_req_t *r = s_find_parked(w, m->rid);
     if (r) {
         s_unpark(w, r);
         s_trace(w, r, "promote",
                 "the tier manager sent %d blocks from T1/T2 (%d of them new here), %d not there",
-                m->u.kv_promote_done.sent, r->promoted, m->u.kv_promote_done.missing);
+                m->sent, r->promoted, m->missing);
         s_admit(w, r);
     }
 }
 
-static void s_on_work_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_request(self, &m->u.work_request);
-}
-
-static void s_on_work_probe(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_work_probe(void *self, const msg_work_probe_t *m) {
     s_worker_t *w = self;
     actor_counters_add(w->counters, "probes", 1);
-    s_status(w, m->u.work_probe.rid, s_holds(w, m->u.work_probe.rid));
+    s_status(w, m->rid, s_holds(w, m->rid));
 }
 
-static void s_on_expert_table(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_expert_table(void *self, const msg_expert_table_t *m) {
     s_worker_t *w = self;
     if (w->experts)
-        actor_expert_client_table(w->experts, &m->u.expert_table);
+        actor_expert_client_table(w->experts, m);
 }
 
-static void s_on_work_cancel(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_cancel(self, m->u.work_cancel.rid);
+static void s_on_work_cancel(void *self, const msg_work_cancel_t *m) {
+    s_on_cancel(self, m->rid);
 }
 
 /* After every wakeup: one batch step when there is work.  0 (poll without
@@ -1297,13 +1282,13 @@ int actor_worker_main(actor_env_t *env) {
     s_report(&w);
 
     actor_loop_inbox(w.loop, w.in, w.to_front, true, "");
-    actor_loop_on(w.loop, MSG_KV_BLOCK, s_on_kv_block);
-    actor_loop_on(w.loop, MSG_DRAFT_REPLY, s_on_draft_reply);
-    actor_loop_on(w.loop, MSG_KV_PROMOTE_DONE, s_on_promote_done);
-    actor_loop_on(w.loop, MSG_WORK_REQUEST, s_on_work_request);
-    actor_loop_on(w.loop, MSG_WORK_CANCEL, s_on_work_cancel);
-    actor_loop_on(w.loop, MSG_WORK_PROBE, s_on_work_probe);
-    actor_loop_on(w.loop, MSG_EXPERT_TABLE, s_on_expert_table);
+    actor_loop_handle_kv_block_raw(w.loop, s_on_block);
+    actor_loop_handle_draft_reply(w.loop, s_on_draft);
+    actor_loop_handle_kv_promote_done(w.loop, s_on_promote_done);
+    actor_loop_handle_work_request(w.loop, s_on_request);
+    actor_loop_handle_work_cancel(w.loop, s_on_work_cancel);
+    actor_loop_handle_work_probe(w.loop, s_on_work_probe);
+    actor_loop_handle_expert_table(w.loop, s_on_expert_table);
     actor_loop_idle(w.loop, s_idle);
     actor_loop_on_stats(w.loop, s_on_stats);
     actor_loop_run(w.loop, 100);
