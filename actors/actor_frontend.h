@@ -30,7 +30,7 @@
 
 #include "actor_runtime.h"
 
-#define ACTOR_FRONTEND_DEFAULT_ENDPOINT "tcp://127.0.0.1:5555"
+#define ACTOR_FRONTEND_DEFAULT_ENDPOINT ACTOR_TOPO_CLIENT_ENDPOINT
 
 /* The options of frontend, loaded by the runtime through actor_frontend_opts (one
  * field per option, named after its key): actor_env_cfg(env) in the actor. */

@@ -25,7 +25,6 @@
 #include "actor_http.h"
 
 #include "actor_curve.h"
-#include "actor_frontend.h"
 #include "base_log.h"
 
 #include <cjson/cJSON.h>
@@ -1299,7 +1298,7 @@ static void s_upstream(const actor_env_t *env, char *ep, size_t len) {
     const char *u = ((const actor_http_cfg_t *)actor_env_cfg(env))->upstream;
     if (!u)
         u = actor_topology_opt(actor_env_topology(env), "frontend", "client",
-                               ACTOR_FRONTEND_DEFAULT_ENDPOINT);
+                               ACTOR_TOPO_CLIENT_ENDPOINT);
     const char *host = strstr(u, "://");
     host = host ? host + 3 : u;
     if (!strncmp(host, "*:", 2) || !strncmp(host, "0.0.0.0:", 8))

@@ -4,7 +4,6 @@
 #include "actor_metrics.h"
 
 #include "actor_curve.h"
-#include "actor_frontend.h"
 #include "base_log.h"
 
 #include <errno.h>
@@ -794,7 +793,7 @@ static void s_client_endpoint(const actor_env_t *env, char *out, size_t len) {
     const char *ep = ((const actor_metrics_cfg_t *)actor_env_cfg(env))->frontend;
     if (!ep)
         ep = actor_topology_opt(actor_env_topology(env), "frontend", "client",
-                                ACTOR_FRONTEND_DEFAULT_ENDPOINT);
+                                ACTOR_TOPO_CLIENT_ENDPOINT);
     const char *host = strstr(ep, "://");
     host = host ? host + 3 : ep;
     if (!strncmp(host, "0.0.0.0:", 8) || !strncmp(host, "*:", 2))

@@ -45,6 +45,10 @@ typedef struct {
 extern const actor_opt_t actor_topology_security_opts[];
 /* Options of the reserved line "supervisor ENDPOINT" (process mode). */
 extern const actor_opt_t actor_topology_supervisor_opts[];
+/* Where clients reach the frontend when its client= option is not set: the
+ * default for the frontend and for the actors that connect to it as clients
+ * (metrics, http), so that none of them includes another actor's header. */
+#define ACTOR_TOPO_CLIENT_ENDPOINT "tcp://127.0.0.1:5555"
 /* The supervisor's hang timeout when no line or flag sets it (ms). */
 #define ACTOR_TOPO_HANG_TIMEOUT_MS "2000"
 
