@@ -474,21 +474,34 @@ typedef struct {
     int n_pending;
 } s_actor_t;
 
+_Static_assert(ACTOR_DRAFT_NGRAM == 0 && ACTOR_DRAFT_MODEL == 1,
+               "draft=ngram|model loads as its index, an actor_draft_mode_t");
+
 const actor_opt_t actor_draft_opts[] = {
     {"draft", ACTOR_OPT_ENUM, "ngram", 0, 0, "ngram|model",
-     "drafter: ngram (prompt lookup) or model (a small draft model)"},
+     "drafter: ngram (prompt lookup) or model (a small draft model)",
+     .field = ACTOR_OPT_FIELD(actor_draft_cfg_t, draft)},
     {"draft_model", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
-     "draft GGUF (same vocabulary as model, checked at start); needed by draft=model"},
+     "draft GGUF (same vocabulary as model, checked at start); needed by draft=model",
+     .field = ACTOR_OPT_FIELD(actor_draft_cfg_t, draft_model)},
     {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
-     "the target's GGUF (draft=model: to check the vocabularies)"},
-    {"threads", ACTOR_OPT_INT, "1", 1, 256, NULL, "threads of the draft model's forward pass"},
-    {"ngram_min", ACTOR_OPT_INT, "1", 1, 64, NULL, "shortest n-gram tried"},
-    {"ngram_max", ACTOR_OPT_INT, "4", 1, 64, NULL, "longest n-gram tried (tried first)"},
-    {"kv_blocks", ACTOR_OPT_INT, "256", 1, 1 << 24, NULL, "the draft model's KV pool, in blocks"},
-    {"block_size", ACTOR_OPT_INT, "16", 1, 256, NULL, "positions per KV block"},
+     "the target's GGUF (draft=model: to check the vocabularies)",
+     .field = ACTOR_OPT_FIELD(actor_draft_cfg_t, model)},
+    {"threads", ACTOR_OPT_INT, "1", 1, 256, NULL, "threads of the draft model's forward pass",
+     .field = ACTOR_OPT_FIELD(actor_draft_cfg_t, threads)},
+    {"ngram_min", ACTOR_OPT_INT, "1", 1, 64, NULL, "shortest n-gram tried",
+     .field = ACTOR_OPT_FIELD(actor_draft_cfg_t, ngram_min)},
+    {"ngram_max", ACTOR_OPT_INT, "4", 1, 64, NULL, "longest n-gram tried (tried first)",
+     .field = ACTOR_OPT_FIELD(actor_draft_cfg_t, ngram_max)},
+    {"kv_blocks", ACTOR_OPT_INT, "256", 1, 1 << 24, NULL, "the draft model's KV pool, in blocks",
+     .field = ACTOR_OPT_FIELD(actor_draft_cfg_t, kv_blocks)},
+    {"block_size", ACTOR_OPT_INT, "16", 1, 256, NULL, "positions per KV block",
+     .field = ACTOR_OPT_FIELD(actor_draft_cfg_t, block_size)},
     {"max_ctx", ACTOR_OPT_INT, "4096", 2, 1 << 20, NULL,
-     "longest history drafted with the model (longer: n-gram)"},
-    {"step_tokens", ACTOR_OPT_INT, "256", 1, 1 << 16, NULL, "tokens per draft forward pass"},
+     "longest history drafted with the model (longer: n-gram)",
+     .field = ACTOR_OPT_FIELD(actor_draft_cfg_t, max_ctx)},
+    {"step_tokens", ACTOR_OPT_INT, "256", 1, 1 << 16, NULL, "tokens per draft forward pass",
+     .field = ACTOR_OPT_FIELD(actor_draft_cfg_t, step_tokens)},
     {NULL},
 };
 
@@ -500,8 +513,8 @@ static void s_reply(s_actor_t *a, const msg_draft_request_t *q, const int32_t *t
     if (!a->to_worker[q->worker]) {
         char name[32];
         snprintf(name, sizeof name, "worker%d", q->worker);
-        a->to_worker[q->worker] =
-            actor_sock_outbound(actor_env_topology(a->env), actor_env_name(a->env), name, 10000);
+        a->to_worker[q->worker] = actor_sock_outbound(actor_env_topology(a->env),
+                                                      actor_env_name(a->env), name, ACTOR_HWM_BULK);
         if (!a->to_worker[q->worker]) {
             actor_counters_add(a->counters, "replies.dropped", 1);
             return;
@@ -576,11 +589,10 @@ static void s_on_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
         s_flush(a);
 }
 
-static void s_on_end(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_end(void *self, const msg_draft_end_t *m) {
     s_actor_t *a = self;
     s_flush(a); /* drafts still pending for it would recreate the state */
-    actor_draft_end(a->drafter, m->u.draft_end.worker, m->u.draft_end.rid);
+    actor_draft_end(a->drafter, m->worker, m->rid);
     actor_counters_add(a->counters, "ends", 1);
 }
 
@@ -604,6 +616,7 @@ static void s_actor_cleanup(s_actor_t *a) {
 }
 
 int actor_draft_main(actor_env_t *env) {
+    const actor_draft_cfg_t *conf = actor_env_cfg(env);
     const actor_topology_t *t = actor_env_topology(env);
     const char *name = actor_env_name(env);
     s_actor_t a = {0};
@@ -618,14 +631,11 @@ int actor_draft_main(actor_env_t *env) {
         s_actor_cleanup(&a);
         return 1;
     }
-    const char *mode = actor_env_str(env, "draft");
     actor_draft_config_t c = {0};
-    if (!strcmp(mode, "ngram")) {
-        c.mode = ACTOR_DRAFT_NGRAM;
-    } else if (!strcmp(mode, "model")) {
-        c.mode = ACTOR_DRAFT_MODEL;
-        c.draft_model = actor_env_str(env, "draft_model");
-        c.target_model = actor_env_str(env, "model");
+    c.mode = (actor_draft_mode_t)conf->draft; /* draft=ngram|model: the index */
+    if (c.mode == ACTOR_DRAFT_MODEL) {
+        c.draft_model = conf->draft_model;
+        c.target_model = conf->model;
         if (!c.draft_model || !c.target_model) {
             actor_env_fail(env,
                            "%s: draft=model needs draft_model=PATH and model=PATH (the "
@@ -635,13 +645,13 @@ int actor_draft_main(actor_env_t *env) {
             return 1;
         }
     }
-    c.threads = (int)actor_env_int(env, "threads");
-    c.ngram_min = (int)actor_env_int(env, "ngram_min");
-    c.ngram_max = (int)actor_env_int(env, "ngram_max");
-    c.kv_blocks = (int)actor_env_int(env, "kv_blocks");
-    c.block_size = (int)actor_env_int(env, "block_size");
-    c.max_ctx = (int)actor_env_int(env, "max_ctx");
-    c.step_tokens = (int)actor_env_int(env, "step_tokens");
+    c.threads = conf->threads;
+    c.ngram_min = conf->ngram_min;
+    c.ngram_max = conf->ngram_max;
+    c.kv_blocks = conf->kv_blocks;
+    c.block_size = conf->block_size;
+    c.max_ctx = conf->max_ctx;
+    c.step_tokens = conf->step_tokens;
     c.counters = a.counters;
     char err[512];
     a.drafter = actor_draft_new(&c, err, sizeof err);
@@ -650,21 +660,21 @@ int actor_draft_main(actor_env_t *env) {
         s_actor_cleanup(&a);
         return 1;
     }
-    a.in = actor_sock_inbound(t, name, MSG_MAX_INTERNAL_FRAME + 4096, 100000);
+    a.in = actor_sock_inbound(t, name, ACTOR_MAX_FRAME, ACTOR_HWM_STREAM);
     const char *fe = actor_topology_endpoint(t, "frontend");
-    a.to_front = fe ? actor_sock_outbound(t, name, "frontend", 1000) : NULL;
+    a.to_front = fe ? actor_sock_outbound(t, name, "frontend", ACTOR_HWM_CTL) : NULL;
     if (!a.in || (fe && !a.to_front)) {
         actor_env_fail(env, "%s: cannot open its sockets", name);
         s_actor_cleanup(&a);
         return 1;
     }
-    LOG_I(name, "ready: %s drafter%s%s", mode, c.draft_model ? " " : "",
-          c.draft_model ? c.draft_model : "");
+    LOG_I(name, "ready: %s drafter%s%s", c.mode == ACTOR_DRAFT_MODEL ? "model" : "ngram",
+          c.draft_model ? " " : "", c.draft_model ? c.draft_model : "");
     actor_env_ready(env);
 
     actor_loop_inbox(a.loop, a.in, a.to_front, false, "");
     actor_loop_on(a.loop, MSG_DRAFT_REQUEST, s_on_request);
-    actor_loop_on(a.loop, MSG_DRAFT_END, s_on_end);
+    actor_loop_handle_draft_end(a.loop, s_on_end);
     actor_loop_idle(a.loop, s_idle);
     actor_loop_run(a.loop, 500);
     LOG_I(name, "stopping");

@@ -33,6 +33,21 @@
 
 #include <stdint.h>
 
+/* The options of draft, loaded by the runtime through actor_draft_opts (one
+ * field per option, named after its key): actor_env_cfg(env) in the actor. */
+typedef struct {
+    int draft;               /* ngram|model (its index): drafter: ngram (prompt lookup) or model */
+    const char *draft_model; /* draft GGUF (same vocabulary as model, checked at start) */
+    const char *model;       /* the target's GGUF (draft=model: to check the vocabularies) */
+    int threads;             /* threads of the draft model's forward pass */
+    int ngram_min;           /* shortest n-gram tried */
+    int ngram_max;           /* longest n-gram tried (tried first) */
+    int kv_blocks;           /* the draft model's KV pool, in blocks */
+    int block_size;          /* positions per KV block */
+    int max_ctx;             /* longest history drafted with the model (longer: n-gram) */
+    int step_tokens;         /* tokens per draft forward pass */
+} actor_draft_cfg_t;
+
 int actor_draft_main(actor_env_t *env);
 /* Its options, declared once (name, type, default, range, help). */
 extern const actor_opt_t actor_draft_opts[];

@@ -19,14 +19,18 @@
 #define S_REPORT_MS 150
 
 const actor_opt_t actor_expert_opts[] = {
-    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path (an MoE model)"},
-    {"threads", ACTOR_OPT_INT, "1", 1, 256, NULL, "threads of the expert computation"},
+    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path (an MoE model)",
+     .field = ACTOR_OPT_FIELD(actor_expert_cfg_t, model)},
+    {"threads", ACTOR_OPT_INT, "1", 1, 256, NULL, "threads of the expert computation",
+     .field = ACTOR_OPT_FIELD(actor_expert_cfg_t, threads)},
     {"experts", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
      "the experts it hosts in every MoE layer, e.g. 0-3 or 0,5; unset: round-robin over the "
-     "expert actors (expert e on expert actor e % A)"},
+     "expert actors (expert e on expert actor e % A)",
+     .field = ACTOR_OPT_FIELD(actor_expert_cfg_t, experts)},
     {"expert_slots", ACTOR_OPT_INT, "0", 0, 65536, NULL,
      "how many experts it may host with the replicas the router gives it (0: only its own "
-     "set); a replica costs no copy, only page cache"},
+     "set); a replica costs no copy, only page cache",
+     .field = ACTOR_OPT_FIELD(actor_expert_cfg_t, expert_slots)},
     {NULL},
 };
 
@@ -93,9 +97,9 @@ static void s_reply(s_expert_t *x, const msg_expert_request_t *q, int status, in
         actor_counters_add(x->counters, "replies.dropped", 1);
 }
 
-static void s_on_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
+static void s_on_request(void *self, const msg_expert_request_t *m, zmq_msg_t *raw) {
     s_expert_t *x = self;
-    const msg_expert_request_t *q = &m->u.expert_request;
+    const msg_expert_request_t *q = m;
     if (q->worker >= x->n_workers) {
         actor_counters_add(x->counters, "bad_worker", 1);
         return;
@@ -159,10 +163,9 @@ static void s_on_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
     }
 }
 
-static void s_on_table(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_table(void *self, const msg_expert_table_t *m) {
     s_expert_t *x = self;
-    const msg_expert_table_t *t = &m->u.expert_table;
+    const msg_expert_table_t *t = m;
     if (t->n_expert != x->n_expert || x->index >= t->n_actors) {
         actor_counters_add(x->counters, "table.mismatch", 1);
         return;
@@ -237,6 +240,7 @@ static void s_cleanup(s_expert_t *x) {
 }
 
 int actor_expert_main(actor_env_t *env) {
+    const actor_expert_cfg_t *conf = actor_env_cfg(env);
     const actor_topology_t *t = actor_env_topology(env);
     const char *name = actor_env_name(env);
     s_expert_t x = {0};
@@ -244,7 +248,7 @@ int actor_expert_main(actor_env_t *env) {
     x.name = name;
     x.index = atoi(name + 6);
     char err[512];
-    const char *path = actor_env_str(env, "model");
+    const char *path = conf->model;
     if (!path) {
         actor_env_fail(env, "%s: no model= option in the topology", name);
         return 1;
@@ -276,20 +280,20 @@ int actor_expert_main(actor_env_t *env) {
     }
     memcpy(x.own, owners + (size_t)x.index * x.n_expert, (size_t)x.n_expert);
     free(owners);
-    x.ctx = model_ctx_new(x.model, 64, 16, (int)actor_env_int(env, "threads"), NULL);
+    x.ctx = model_ctx_new(x.model, 64, 16, conf->threads, NULL);
     x.loop = actor_loop_new(env, &x);
     x.counters = x.loop ? actor_loop_counters(x.loop) : NULL;
     x.n_workers = actor_topology_workers(t);
     x.to_worker = calloc((size_t)(x.n_workers > 0 ? x.n_workers : 1), sizeof *x.to_worker);
-    x.in = actor_sock_inbound(t, name, (int64_t)64 << 20, 10000);
-    x.to_front = actor_sock_outbound(t, name, "frontend", 1000);
+    x.in = actor_sock_inbound(t, name, ACTOR_MAX_BULK_FRAME, ACTOR_HWM_BULK);
+    x.to_front = actor_sock_outbound(t, name, "frontend", ACTOR_HWM_CTL);
     if (actor_topology_endpoint(t, "router"))
-        x.to_router = actor_sock_outbound(t, name, "router", 1000);
+        x.to_router = actor_sock_outbound(t, name, "router", ACTOR_HWM_CTL);
     bool ok = x.ctx && x.loop && x.to_worker && x.in && x.to_front && !s_reserve(&x, 64);
     for (int i = 0; ok && i < x.n_workers; i++) {
         char peer[32];
         snprintf(peer, sizeof peer, "worker%d", i);
-        ok = (x.to_worker[i] = actor_sock_outbound(t, name, peer, 10000)) != NULL;
+        ok = (x.to_worker[i] = actor_sock_outbound(t, name, peer, ACTOR_HWM_BULK)) != NULL;
     }
     if (!ok) {
         actor_env_fail(env, "%s: cannot set up (sockets or memory)", name);
@@ -311,8 +315,8 @@ int actor_expert_main(actor_env_t *env) {
     x.last_report_us = base_now_us();
     actor_env_ready(env);
     actor_loop_inbox(x.loop, x.in, x.to_front, true, "");
-    actor_loop_on(x.loop, MSG_EXPERT_REQUEST, s_on_request);
-    actor_loop_on(x.loop, MSG_EXPERT_TABLE, s_on_table);
+    actor_loop_handle_expert_request_raw(x.loop, s_on_request);
+    actor_loop_handle_expert_table(x.loop, s_on_table);
     actor_loop_timer(x.loop, S_REPORT_MS, s_report);
     actor_loop_idle(x.loop, s_idle);
     actor_loop_run(x.loop, 100);

@@ -32,6 +32,15 @@
 
 #include <stdint.h>
 
+/* The options of expert, loaded by the runtime through actor_expert_opts (one
+ * field per option, named after its key): actor_env_cfg(env) in the actor. */
+typedef struct {
+    const char *model;   /* GGUF path (an MoE model) */
+    int threads;         /* threads of the expert computation */
+    const char *experts; /* the experts it hosts in every MoE layer, e.g. 0-3 or 0,5; unset */
+    int expert_slots;    /* how many experts it may host with the replicas the router gives it */
+} actor_expert_cfg_t;
+
 int actor_expert_main(actor_env_t *env);
 /* Its options, declared once (name, type, default, range, help). */
 extern const actor_opt_t actor_expert_opts[];

@@ -116,7 +116,7 @@ actor_expert_client_t *actor_expert_client_new(const actor_topology_t *topo, con
         char peer[32];
         snprintf(peer, sizeof peer, "expert%d", a);
         c->alive[a] = 1;
-        if (!(c->to_expert[a] = actor_sock_outbound(topo, name, peer, 10000))) {
+        if (!(c->to_expert[a] = actor_sock_outbound(topo, name, peer, ACTOR_HWM_BULK))) {
             snprintf(err, errlen, "cannot connect to %s", peer);
             goto fail;
         }

@@ -3,7 +3,7 @@
  * their frame counters and the frames held back by delay and reorder. */
 #include "actor_faults.h"
 
-#include "actor_runtime.h"
+#include "actor_counters.h"
 #include "base_clock.h"
 #include "base_log.h"
 

@@ -88,30 +88,40 @@ typedef struct {
 
 const actor_opt_t actor_frontend_opts[] = {
     {"client", ACTOR_OPT_STRING, ACTOR_FRONTEND_DEFAULT_ENDPOINT, 0, 0, NULL,
-     "client endpoint (ROUTER)"},
+     "client endpoint (ROUTER)", .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, client)},
     {"max_requests", ACTOR_OPT_INT, "1024", 1, 1 << 20, NULL,
-     "requests in flight before overloaded"},
+     "requests in flight before overloaded",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, max_requests)},
     {"client_secret", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
-     "CURVE key pair of the client endpoint (zcert file; with client_allow)"},
+     "CURVE key pair of the client endpoint (zcert file; with client_allow)",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, client_secret)},
     {"client_allow", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
-     "directory of client public keys admitted by CURVE (with client_secret)"},
+     "directory of client public keys admitted by CURVE (with client_secret)",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, client_allow)},
     {"accept_ms", ACTOR_OPT_INT, "2000", 10, 600000, NULL,
-     "a request no worker has accepted after this is submitted again"},
+     "a request no worker has accepted after this is submitted again",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, accept_ms)},
     {"probe_ms", ACTOR_OPT_INT, "1000", 10, 600000, NULL,
      "a running request silent this long is checked with its worker (3 unanswered checks: "
-     "submitted again)"},
+     "submitted again)",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, probe_ms)},
     {"resume_timeout_ms", ACTOR_OPT_INT, "30000", 100, 3600000, NULL,
-     "a request that gets no new token for this long, despite resumes, fails (internal)"},
+     "a request that gets no new token for this long, despite resumes, fails (internal)",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, resume_timeout_ms)},
     {"audit_dir", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
      "append a hash-chained record of every finished request to files in DIR "
-     "(docs/AUDIT.md); unset: no audit log"},
+     "(docs/AUDIT.md); unset: no audit log",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, audit_dir)},
     {"audit_fsync", ACTOR_OPT_ENUM, "interval", 0, 0, "interval|always",
-     "audit log durability: fsync every second or 100 records (interval), or every record"},
+     "audit log durability: fsync every second or 100 records (interval), or every record",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, audit_fsync), .parse = audit_fsync_parse},
     {"audit_text", ACTOR_OPT_BOOL, "0", 0, 0, NULL,
-     "keep prompt and completion text in audit records (0: their hashes only)"},
+     "keep prompt and completion text in audit records (0: their hashes only)",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, audit_text)},
     {"hang_timeout_ms", ACTOR_OPT_INT, "2000", 0, 600000, NULL,
      "a worker that answers no heartbeat for this long is hung: its requests move to the "
-     "others (0: never)"},
+     "others (0: never)",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, hang_timeout_ms)},
     {NULL},
 };
 
@@ -729,7 +739,8 @@ static void s_send_trace(s_front_t *f, s_req_t *r, const msg_text_event_t *te) {
     free(t.sources);
 }
 
-static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
+static void s_on_text(void *self, const msg_text_event_t *te) {
+    s_front_t *f = self;
     s_req_t *r = s_find_rid(f, te->rid);
     if (!r) {
         /* an attempt that was replaced, or one a frontend before this one started:
@@ -816,7 +827,8 @@ static void s_on_text(s_front_t *f, const msg_text_event_t *te) {
     s_end(f, r, MSG_DONE, &d);
 }
 
-static void s_on_work_error(s_front_t *f, const msg_work_error_t *e) {
+static void s_on_work_error(void *self, const msg_work_error_t *e) {
+    s_front_t *f = self;
     s_req_t *r = s_find_rid(f, e->rid);
     if (!r || r->final_due_us) {
         actor_counters_add(f->counters, "events.unknown_rid", 1);
@@ -834,7 +846,8 @@ static void s_on_work_error(s_front_t *f, const msg_work_error_t *e) {
 }
 
 /* A worker says whether it holds attempt rid. */
-static void s_on_status(s_front_t *f, const msg_work_status_t *st) {
+static void s_on_status(void *self, const msg_work_status_t *st) {
+    s_front_t *f = self;
     s_req_t *r = s_find_rid(f, st->rid);
     if (!r) {
         if (st->held) { /* a replaced attempt that reached a worker late */
@@ -905,24 +918,8 @@ static s_peer_t *s_peer(s_front_t *f, const char *name) {
     return NULL;
 }
 
-static void s_on_text_event(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_text(self, &m->u.text_event);
-}
-
-static void s_on_error(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_work_error(self, &m->u.work_error);
-}
-
-static void s_on_work_status(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_status(self, &m->u.work_status);
-}
-
-static void s_on_pong(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_peer_t *p = s_peer(self, m->u.pong.name);
+static void s_on_pong(void *self, const msg_pong_t *m) {
+    s_peer_t *p = s_peer(self, m->name);
     if (p) {
         p->last_seen_us = base_now_us();
         p->restarting = false;
@@ -932,30 +929,31 @@ static void s_on_pong(void *self, msg_any_t *m, zmq_msg_t *raw) {
     }
 }
 
+/* Untyped (actor_loop_on): it takes the counters array of the message over. */
 static void s_on_stats_answer(void *self, msg_any_t *m, zmq_msg_t *raw) {
     (void)raw;
-    s_peer_t *p = s_peer(self, m->u.stats_answer.name);
+    msg_stats_answer_t *a = &m->u.stats_answer;
+    s_peer_t *p = s_peer(self, a->name);
     if (p) {
         p->last_seen_us = p->last_stats_us = base_now_us();
         p->restarting = false;
         free(p->counters);
-        p->counters = m->u.stats_answer.counters; /* take it over */
-        p->n_counters = m->u.stats_answer.n_counters;
-        m->u.stats_answer.counters = NULL;
-        m->u.stats_answer.n_counters = 0;
+        p->counters = a->counters; /* take it over */
+        p->n_counters = a->n_counters;
+        a->counters = NULL;
+        a->n_counters = 0;
     }
 }
 
-static void s_on_worker_down(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_worker_down(void *self, const msg_worker_down_t *m) {
     s_front_t *f = self;
     char name[32];
-    snprintf(name, sizeof name, "worker%d", m->u.worker_down.worker);
+    snprintf(name, sizeof name, "worker%d", m->worker);
     s_peer_t *p = s_peer(f, name);
     if (p)
         p->restarting = true;
     actor_counters_add(f->counters, "workers_down", 1);
-    s_worker_lost(f, m->u.worker_down.worker, "worker_down");
+    s_worker_lost(f, m->worker, "worker_down");
 }
 
 /* Every PING_US: a ping and a stats query to every peer. */
@@ -1021,6 +1019,7 @@ static void s_cleanup(s_front_t *f) {
 }
 
 int actor_frontend_main(actor_env_t *env) {
+    const actor_frontend_cfg_t *conf = actor_env_cfg(env);
     const actor_topology_t *t = actor_env_topology(env);
     s_front_t f = {0};
     f.env = env;
@@ -1028,13 +1027,12 @@ int actor_frontend_main(actor_env_t *env) {
     if (getrandom(&first_rid, sizeof first_rid, 0) != sizeof first_rid)
         first_rid = base_now_us() << 20;
     first_rid &= (UINT64_C(1) << 62) - 1; /* room to count up */
-    f.accept_us = (uint64_t)actor_env_int(env, "accept_ms") * 1000 * BASE_TIMEOUT_SCALE;
-    f.probe_us = (uint64_t)actor_env_int(env, "probe_ms") * 1000 * BASE_TIMEOUT_SCALE;
-    f.give_up_us = (uint64_t)actor_env_int(env, "resume_timeout_ms") * 1000 * BASE_TIMEOUT_SCALE;
-    f.hang_us = (uint64_t)actor_env_int(env, "hang_timeout_ms") * 1000 * BASE_TIMEOUT_SCALE;
-    snprintf(f.endpoint, sizeof f.endpoint, "%s", actor_env_str(env, "client"));
-    const serve_requests_cfg_t cfg = {(int)actor_env_int(env, "max_requests"), f.accept_us,
-                                      f.probe_us, f.give_up_us};
+    f.accept_us = (uint64_t)conf->accept_ms * 1000 * BASE_TIMEOUT_SCALE;
+    f.probe_us = (uint64_t)conf->probe_ms * 1000 * BASE_TIMEOUT_SCALE;
+    f.give_up_us = (uint64_t)conf->resume_timeout_ms * 1000 * BASE_TIMEOUT_SCALE;
+    f.hang_us = (uint64_t)conf->hang_timeout_ms * 1000 * BASE_TIMEOUT_SCALE;
+    snprintf(f.endpoint, sizeof f.endpoint, "%s", conf->client);
+    const serve_requests_cfg_t cfg = {conf->max_requests, f.accept_us, f.probe_us, f.give_up_us};
     f.reqs = serve_requests_new(&cfg, first_rid); /* NULL: reported below with the rest */
     f.fd_gen = calloc(S_MAX_FD, sizeof *f.fd_gen);
     f.loop = actor_loop_new(env, &f);
@@ -1042,8 +1040,8 @@ int actor_frontend_main(actor_env_t *env) {
     f.metrics = serve_metrics_req_new(); /* NULL (out of memory): no histograms */
     int nw = actor_topology_workers(t);
     f.peers = calloc((size_t)t->n + 2, sizeof *f.peers); /* at most every entry */
-    f.in = actor_sock_inbound(t, "frontend", MSG_MAX_INTERNAL_FRAME + 4096, 100000);
-    f.to_tok = actor_sock_outbound(t, "frontend", "tokenizer", 10000);
+    f.in = actor_sock_inbound(t, "frontend", ACTOR_MAX_FRAME, ACTOR_HWM_STREAM);
+    f.to_tok = actor_sock_outbound(t, "frontend", "tokenizer", ACTOR_HWM_BULK);
     if (!f.reqs || !f.fd_gen || !f.loop || !f.peers || !f.in || !f.to_tok) {
         actor_env_fail(env, "frontend: cannot set up (sockets or memory)");
         s_cleanup(&f);
@@ -1055,13 +1053,13 @@ int actor_frontend_main(actor_env_t *env) {
     snprintf(f.peers[0].name, sizeof f.peers[0].name, "tokenizer");
     f.peers[0].push = f.to_tok;
     snprintf(f.peers[1].name, sizeof f.peers[1].name, "router");
-    f.peers[1].push = actor_sock_outbound(t, "frontend", "router", 100);
+    f.peers[1].push = actor_sock_outbound(t, "frontend", "router", ACTOR_HWM_ADMIT);
     f.n_peers = 2;
     for (int i = 0; i < nw; i++) {
         s_peer_t *p = &f.peers[f.n_peers++];
         p->worker = i;
         snprintf(p->name, sizeof p->name, "worker%d", i);
-        p->push = actor_sock_outbound(t, "frontend", p->name, 100);
+        p->push = actor_sock_outbound(t, "frontend", p->name, ACTOR_HWM_ADMIT);
     }
     /* every other actor of the topology (kvtier, prefetcher, draft, ...) */
     for (int i = 0; i < t->n; i++) {
@@ -1072,7 +1070,7 @@ int actor_frontend_main(actor_env_t *env) {
             continue;
         s_peer_t *p = &f.peers[f.n_peers++];
         snprintf(p->name, sizeof p->name, "%s", n);
-        p->push = actor_sock_outbound(t, "frontend", n, 100);
+        p->push = actor_sock_outbound(t, "frontend", n, ACTOR_HWM_ADMIT);
     }
     for (int i = 0; i < f.n_peers; i++)
         if (!f.peers[i].push) {
@@ -1092,7 +1090,7 @@ int actor_frontend_main(actor_env_t *env) {
         zsock_set_linger(f.clients, 0);
         zsock_set_heartbeat_ivl(f.clients, 1000);
         zsock_set_heartbeat_timeout(f.clients, 3000);
-        const char *secret = actor_env_str(env, "client_secret");
+        const char *secret = conf->client_secret;
         char why[512];
         if (secret &&
             actor_curve_server(f.clients, secret, ACTOR_CURVE_CLIENT_DOMAIN, why, sizeof why)) {
@@ -1116,7 +1114,7 @@ int actor_frontend_main(actor_env_t *env) {
         s_cleanup(&f);
         return 1;
     }
-    const char *audit_dir = actor_env_str(env, "audit_dir");
+    const char *audit_dir = conf->audit_dir;
     if (audit_dir && *audit_dir) {
         /* the model every worker serves: worker0's (a topology gives them all one) */
         const char *model = actor_topology_opt(t, "worker0", "model", NULL);
@@ -1125,8 +1123,8 @@ int actor_frontend_main(actor_env_t *env) {
             LOG_W(TAG, "audit: cannot hash the model %s (%s): records carry no model hash",
                   model ? model : "(none)", strerror(-rc));
         audit_config_t cfg = {0}; /* zero fields: the defaults */
-        cfg.fsync = audit_fsync_parse(actor_env_str(env, "audit_fsync"));
-        cfg.store_text = actor_env_bool(env, "audit_text");
+        cfg.fsync = conf->audit_fsync;
+        cfg.store_text = conf->audit_text;
         if (!(f.audit = audit_log_new(audit_dir, &cfg))) {
             actor_env_fail(env,
                            "frontend: cannot open the audit log in %s (strata audit verify "
@@ -1144,12 +1142,12 @@ int actor_frontend_main(actor_env_t *env) {
     actor_loop_reader(f.loop, f.monitor, s_on_monitor);
     actor_loop_inbox(f.loop, f.in, NULL, false, "internal.");
     actor_loop_reader(f.loop, f.clients, s_on_client);
-    actor_loop_on(f.loop, MSG_TEXT_EVENT, s_on_text_event);
-    actor_loop_on(f.loop, MSG_WORK_ERROR, s_on_error);
-    actor_loop_on(f.loop, MSG_PONG, s_on_pong);
+    actor_loop_handle_text_event(f.loop, s_on_text);
+    actor_loop_handle_work_error(f.loop, s_on_work_error);
+    actor_loop_handle_pong(f.loop, s_on_pong);
     actor_loop_on(f.loop, MSG_STATS_ANSWER, s_on_stats_answer);
-    actor_loop_on(f.loop, MSG_WORKER_DOWN, s_on_worker_down);
-    actor_loop_on(f.loop, MSG_WORK_STATUS, s_on_work_status);
+    actor_loop_handle_worker_down(f.loop, s_on_worker_down);
+    actor_loop_handle_work_status(f.loop, s_on_status);
     actor_loop_timer(f.loop, PING_US / 1000, s_heartbeat);
     actor_loop_timer(f.loop, 100, s_watch);
     actor_loop_idle(f.loop, s_idle);

@@ -30,10 +30,23 @@
 
 #include "actor_runtime.h"
 
-#include "serve_endpoints.h"
+#define ACTOR_FRONTEND_DEFAULT_ENDPOINT ACTOR_TOPO_CLIENT_ENDPOINT
 
-/* Its client endpoint unless told otherwise (one constant: serve/serve_endpoints.h). */
-#define ACTOR_FRONTEND_DEFAULT_ENDPOINT SERVE_CLIENT_ENDPOINT
+/* The options of frontend, loaded by the runtime through actor_frontend_opts (one
+ * field per option, named after its key): actor_env_cfg(env) in the actor. */
+typedef struct {
+    const char *client;        /* client endpoint (ROUTER) */
+    int max_requests;          /* requests in flight before overloaded */
+    const char *client_secret; /* CURVE key pair of the client endpoint */
+    const char *client_allow;  /* directory of client public keys admitted by CURVE */
+    int accept_ms;             /* a request no worker has accepted after this is submitted again */
+    int probe_ms;              /* a running request silent this long is checked with its worker */
+    int resume_timeout_ms;     /* a request that gets no new token for this long */
+    const char *audit_dir;     /* append a hash-chained record of every finished request to */
+    int audit_fsync;           /* interval|always = AUDIT_FSYNC_*: audit log durability */
+    bool audit_text;           /* keep prompt and completion text in audit records */
+    int hang_timeout_ms;       /* a worker that answers no heartbeat for this long is hung */
+} actor_frontend_cfg_t;
 
 int actor_frontend_main(actor_env_t *env);
 /* Its options, declared once (name, type, default, range, help). */

@@ -26,7 +26,6 @@
 
 #include "actor_curve.h"
 #include "base_log.h"
-#include "serve_endpoints.h"
 #include "serve_openai.h"
 #include "serve_routes.h"
 
@@ -49,28 +48,39 @@
 
 const actor_opt_t actor_http_opts[] = {
     {"listen", ACTOR_OPT_STRING, "127.0.0.1:8080", 0, 0, NULL,
-     "HOST:PORT of the OpenAI-compatible HTTP API (docs/HTTP.md)"},
+     "HOST:PORT of the OpenAI-compatible HTTP API (docs/HTTP.md)",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, listen)},
     {"upstream", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
-     "the frontend's client endpoint it connects to (default: the frontend's client option)"},
+     "the frontend's client endpoint it connects to (default: the frontend's client option)",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, upstream)},
     {"client_key", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
      "CURVE key pair (zcert file) it connects to the frontend with when the frontend has "
-     "client_secret; its public key must be in client_allow"},
+     "client_secret; its public key must be in client_allow",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, client_key)},
     {"api_key_file", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
-     "API keys, one per line: requests need 'Authorization: Bearer KEY' (default: none needed)"},
+     "API keys, one per line: requests need 'Authorization: Bearer KEY' (default: none needed)",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, api_key_file)},
     {"model_name", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
-     "model id in /v1/models and responses (default: the model's file name)"},
+     "model id in /v1/models and responses (default: the model's file name)",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, model_name)},
     {"max_body", ACTOR_OPT_INT, "1048576", 1024, 64 << 20, NULL,
-     "largest request body in bytes (413 above)"},
+     "largest request body in bytes (413 above)",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, max_body)},
     {"max_connections", ACTOR_OPT_INT, "256", 1, 65536, NULL,
-     "HTTP connections open at once (more are refused)"},
+     "HTTP connections open at once (more are refused)",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, max_connections)},
     {"timeout_s", ACTOR_OPT_INT, "30", 1, 3600, NULL,
-     "an HTTP connection that sends nothing this long (headers, body, next request) is closed"},
+     "an HTTP connection that sends nothing this long (headers, body, next request) is closed",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, timeout_s)},
     {"max_tokens", ACTOR_OPT_INT, "256", 1, MSG_MAX_TOKENS, NULL,
-     "max_tokens of a request that gives neither max_tokens nor max_completion_tokens"},
+     "max_tokens of a request that gives neither max_tokens nor max_completion_tokens",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, max_tokens)},
     {"top_k", ACTOR_OPT_INT, "0", 0, MSG_MAX_TOP_K, NULL,
-     "top_k of a request that gives none (0: off, as OpenAI)"},
+     "top_k of a request that gives none (0: off, as OpenAI)",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, top_k)},
     {"min_p", ACTOR_OPT_DOUBLE, "0", 0, 1, NULL,
-     "min_p of a request that gives none (0: off, as OpenAI)"},
+     "min_p of a request that gives none (0: off, as OpenAI)",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, min_p)},
     {NULL},
 };
 
@@ -143,6 +153,13 @@ struct s_http_t {
     int connections;    /* handshakes with the frontend so far */
     bool healthy;       /* the last health_reply said ok */
     uint64_t health_us; /* when it came */
+};
+
+/* the gateway's sockets between actors (its DEALER to the frontend's client endpoint is its own) */
+static const actor_sock_decl_t s_socks[] = {
+    {ACTOR_SOCK_FIELD(s_http_t, in), ACTOR_SOCK_IN, NULL, ACTOR_HWM_CTL, ACTOR_MAX_FRAME, false},
+    {ACTOR_SOCK_FIELD(s_http_t, to_front), ACTOR_SOCK_OUT, "frontend", ACTOR_HWM_CTL, 0, false},
+    {0},
 };
 
 /* ---- small helpers */
@@ -956,10 +973,10 @@ static void s_tick(void *self) {
 
 /* The frontend's client endpoint as a place to connect to ("*" and 0.0.0.0: loopback). */
 static void s_upstream(const actor_env_t *env, char *ep, size_t len) {
-    const char *u = actor_env_str(env, "upstream");
+    const char *u = ((const actor_http_cfg_t *)actor_env_cfg(env))->upstream;
     if (!u)
         u = actor_topology_opt(actor_env_topology(env), "frontend", "client",
-                               SERVE_CLIENT_ENDPOINT);
+                               ACTOR_TOPO_CLIENT_ENDPOINT);
     const char *host = strstr(u, "://");
     host = host ? host + 3 : u;
     if (!strncmp(host, "*:", 2) || !strncmp(host, "0.0.0.0:", 8))
@@ -1021,33 +1038,33 @@ static void s_cleanup(s_http_t *h) {
         free(h->keys[i]);
     zsock_destroy(&h->mon);
     zsock_destroy(&h->up);
-    zsock_destroy(&h->in);
-    zsock_destroy(&h->to_front);
+    actor_socks_close(s_socks, h);
     actor_loop_destroy(&h->loop);
 }
 
 int actor_http_main(actor_env_t *env) {
+    const actor_http_cfg_t *conf = actor_env_cfg(env);
     const actor_topology_t *topo = actor_env_topology(env);
     const char *me = actor_env_name(env);
     s_http_t h = {0};
     char why[512], ep[256];
     h.env = env;
-    h.max_body = (size_t)actor_env_int(env, "max_body");
-    h.max_tokens = (int)actor_env_int(env, "max_tokens");
-    h.top_k = (int)actor_env_int(env, "top_k");
-    h.min_p = actor_env_double(env, "min_p");
+    h.max_body = (size_t)conf->max_body;
+    h.max_tokens = conf->max_tokens;
+    h.top_k = conf->top_k;
+    h.min_p = conf->min_p;
     uint32_t boot;
     if (getrandom(&boot, sizeof boot, 0) != sizeof boot)
         boot = (uint32_t)base_now_us();
     snprintf(h.boot, sizeof h.boot, "%08x", boot);
-    const char *model = actor_env_str(env, "model_name");
+    const char *model = conf->model_name;
     if (!model) {
         const char *path = actor_topology_opt(topo, "worker0", "model", NULL);
         const char *slash = path ? strrchr(path, '/') : NULL;
         model = slash ? slash + 1 : path ? path : "strata";
     }
     snprintf(h.model, sizeof h.model, "%s", model);
-    const char *keys = actor_env_str(env, "api_key_file");
+    const char *keys = conf->api_key_file;
     if (keys && s_load_keys(&h, keys, why, sizeof why)) {
         actor_env_fail(env, "%s: %s", me, why);
         s_cleanup(&h);
@@ -1057,11 +1074,11 @@ int actor_http_main(actor_env_t *env) {
     h.loop = actor_loop_new(env, &h);
     h.counters = h.loop ? actor_loop_counters(h.loop) : NULL;
     h.by_id = zhashx_new();
-    h.in = actor_sock_inbound(topo, me, MSG_MAX_INTERNAL_FRAME + 4096, 1000);
-    h.to_front = actor_sock_outbound(topo, me, "frontend", 1000);
+    char serr[128];
+    int socks = actor_socks_open(env, s_socks, &h, serr, sizeof serr);
     h.up = zsock_new(ZMQ_DEALER);
-    if (!h.loop || !h.by_id || !h.in || !h.to_front || !h.up) {
-        actor_env_fail(env, "%s: cannot set up (sockets or memory)", me);
+    if (socks || !h.loop || !h.by_id || !h.up) {
+        actor_env_fail(env, "%s: cannot set up (%s)", me, socks ? serr : "sockets or memory");
         s_cleanup(&h);
         return 1;
     }
@@ -1073,8 +1090,8 @@ int actor_http_main(actor_env_t *env) {
     zsock_set_heartbeat_timeout(h.up, 3000);
     /* CURVE when the frontend's client endpoint has it: this actor is then a client
      * with its own key pair, on the frontend's client_allow list */
-    if (actor_curve_frontend_client(h.up, topo, actor_env_str(env, "client_key"), "docs/HTTP.md",
-                                    why, sizeof why)) {
+    if (actor_curve_frontend_client(h.up, topo, conf->client_key, "docs/HTTP.md", why,
+                                    sizeof why)) {
         actor_env_fail(env, "%s: %s", me, why);
         s_cleanup(&h);
         return 1;
@@ -1089,9 +1106,8 @@ int actor_http_main(actor_env_t *env) {
         s_cleanup(&h);
         return 1;
     }
-    const char *listen = actor_env_str(env, "listen");
-    h.d = s_start(&h, listen, (int)actor_env_int(env, "max_connections"),
-                  (int)actor_env_int(env, "timeout_s"), why, sizeof why);
+    const char *listen = conf->listen;
+    h.d = s_start(&h, listen, conf->max_connections, conf->timeout_s, why, sizeof why);
     const union MHD_DaemonInfo *di =
         h.d ? MHD_get_daemon_info(h.d, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
     if (!h.d || !di) {

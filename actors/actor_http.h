@@ -25,6 +25,22 @@
 
 #include "actor_runtime.h"
 
+/* The options of http, loaded by the runtime through actor_http_opts (one
+ * field per option, named after its key): actor_env_cfg(env) in the actor. */
+typedef struct {
+    const char *listen;       /* HOST:PORT of the OpenAI-compatible HTTP API (docs/HTTP.md) */
+    const char *upstream;     /* the frontend's client endpoint it connects to */
+    const char *client_key;   /* CURVE key pair */
+    const char *api_key_file; /* API keys, one per line: requests need 'Authorization */
+    const char *model_name;   /* model id in /v1/models and responses */
+    int max_body;             /* largest request body in bytes (413 above) */
+    int max_connections;      /* HTTP connections open at once (more are refused) */
+    int timeout_s;            /* an HTTP connection that sends nothing this long */
+    int max_tokens;           /* max_tokens of a request that gives neither max_tokens nor */
+    int top_k;                /* top_k of a request that gives none (0: off, as OpenAI) */
+    double min_p;             /* min_p of a request that gives none (0: off, as OpenAI) */
+} actor_http_cfg_t;
+
 int actor_http_main(actor_env_t *env);
 /* Its options, declared once (name, type, default, range, help). */
 extern const actor_opt_t actor_http_opts[];

@@ -46,18 +46,28 @@ typedef struct {
 } s_kvtier_t;
 
 const actor_opt_t actor_kvtier_opts[] = {
-    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path (read for the KV block shape only)"},
-    {"block_size", ACTOR_OPT_INT, "16", 1, KV_MAX_BLOCK_TOKENS, NULL, "positions per KV block"},
-    {"t1_blocks", ACTOR_OPT_INT, "256", 1, 1 << 24, NULL, "T1 DRAM pool, in blocks"},
-    {"t1_fmt", ACTOR_OPT_ENUM, "f16", 0, 0, "f32|f16|int8|int4", "T1 block format"},
+    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path (read for the KV block shape only)",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, model)},
+    {"block_size", ACTOR_OPT_INT, "16", 1, KV_MAX_BLOCK_TOKENS, NULL, "positions per KV block",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, block_size)},
+    {"t1_blocks", ACTOR_OPT_INT, "256", 1, 1 << 24, NULL, "T1 DRAM pool, in blocks",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, t1_blocks)},
+    {"t1_fmt", ACTOR_OPT_ENUM, "f16", 0, 0, "f32|f16|int8|int4", "T1 block format",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, t1_fmt), .parse = kv_fmt_parse},
     {"t2_dir", ACTOR_OPT_PATH, "~/.cache/strata/kv", 0, 0, NULL,
-     "T2 SSD files (O_DIRECT, io_uring); none: no T2 (strata serve sets none unless --t2-dir)"},
-    {"t2_blocks", ACTOR_OPT_INT, "1024", 1, 1 << 26, NULL, "T2 capacity in blocks"},
-    {"t2_fmt", ACTOR_OPT_ENUM, "f16", 0, 0, "f32|f16|int8|int4", "T2 block format"},
-    {"policy", ACTOR_OPT_ENUM, "scored", 0, 0, "lru|lfu|scored", "eviction order in T1 and T2"},
-    {"queue_depth", ACTOR_OPT_INT, "64", 1, 4096, NULL, "io_uring entries and registered buffers"},
+     "T2 SSD files (O_DIRECT, io_uring); none: no T2 (strata serve sets none unless --t2-dir)",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, t2_dir)},
+    {"t2_blocks", ACTOR_OPT_INT, "1024", 1, 1 << 26, NULL, "T2 capacity in blocks",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, t2_blocks)},
+    {"t2_fmt", ACTOR_OPT_ENUM, "f16", 0, 0, "f32|f16|int8|int4", "T2 block format",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, t2_fmt), .parse = kv_fmt_parse},
+    {"policy", ACTOR_OPT_ENUM, "scored", 0, 0, "lru|lfu|scored", "eviction order in T1 and T2",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, policy), .parse = kv_policy_parse},
+    {"queue_depth", ACTOR_OPT_INT, "64", 1, 4096, NULL, "io_uring entries and registered buffers",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, queue_depth)},
     {"nice", ACTOR_OPT_INT, "10", 0, 19, NULL,
-     "CPU priority lowered by this much for its thread (demotions are background work)"},
+     "CPU priority lowered by this much for its thread (demotions are background work)",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, nice)},
     {NULL},
 };
 
@@ -96,7 +106,8 @@ static void s_promo_done(s_kvtier_t *t, s_promo_t *p) {
     p->used = false;
 }
 
-static void s_on_promote(s_kvtier_t *t, const msg_kv_promote_t *q) {
+static void s_on_promote(void *self, const msg_kv_promote_t *q) {
+    s_kvtier_t *t = self;
     if (q->worker >= t->n_workers) {
         actor_counters_add(t->counters, "promote.bad_worker", 1);
         return;
@@ -198,7 +209,8 @@ static void s_on_completions(s_kvtier_t *t, int wait_us) {
 
 static void s_on_completions(s_kvtier_t *t, int wait_us);
 
-static void s_on_put(s_kvtier_t *t, const msg_kv_block_t *b, const zmq_msg_t *raw) {
+static void s_on_put(void *self, const msg_kv_block_t *b, zmq_msg_t *raw) {
+    s_kvtier_t *t = self;
     /* a burst of demotions must not outrun the disk: a put whose T1 victim
      * finds no free write request would drop it, so wait for one (bounded) */
     uint64_t t0 = base_now_us();
@@ -248,15 +260,6 @@ static void s_stats(void *self) {
     actor_counters_set(c, "t2.recovered", s.t2_recovered);
 }
 
-static void s_on_block(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    s_on_put(self, &m->u.kv_block, raw);
-}
-
-static void s_on_kv_promote(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_promote(self, &m->u.kv_promote);
-}
-
 /* After every wakeup: completed reads go out; with I/O in flight, wait for
  * the disk a little (here, not in the poll) and come back at once. */
 static int s_idle(void *self) {
@@ -278,13 +281,14 @@ static void s_cleanup(s_kvtier_t *t) {
 }
 
 int actor_kvtier_main(actor_env_t *env) {
+    const actor_kvtier_cfg_t *conf = actor_env_cfg(env);
     const actor_topology_t *topo = actor_env_topology(env);
     const char *me = actor_env_name(env);
     s_kvtier_t t = {0};
     t.env = env;
     char err[512];
-    const char *model = actor_env_str(env, "model");
-    int bs = (int)actor_env_int(env, "block_size");
+    const char *model = conf->model;
+    int bs = conf->block_size;
     if (!model) {
         actor_env_fail(env, "%s: needs model= (for the block shape)", me);
         return 1;
@@ -294,7 +298,7 @@ int actor_kvtier_main(actor_env_t *env) {
         return 1;
     }
     char dir[1024];
-    const char *t2 = actor_env_str(env, "t2_dir");
+    const char *t2 = conf->t2_dir;
     if (!strncmp(t2, "~/", 2)) {
         const char *home = getenv("HOME");
         snprintf(dir, sizeof dir, "%s/%s", home ? home : "/tmp", t2 + 2);
@@ -304,13 +308,13 @@ int actor_kvtier_main(actor_env_t *env) {
     }
     kv_tiers_config_t c = {
         .shape = t.shape,
-        .t1_blocks = (int)actor_env_int(env, "t1_blocks"),
-        .t1_fmt = kv_fmt_parse(actor_env_str(env, "t1_fmt")),
+        .t1_blocks = conf->t1_blocks,
+        .t1_fmt = conf->t1_fmt,
         .t2_dir = t2,
-        .t2_blocks = (int)actor_env_int(env, "t2_blocks"),
-        .t2_fmt = kv_fmt_parse(actor_env_str(env, "t2_fmt")),
-        .policy = kv_policy_parse(actor_env_str(env, "policy")),
-        .queue_depth = (int)actor_env_int(env, "queue_depth"),
+        .t2_blocks = conf->t2_blocks,
+        .t2_fmt = conf->t2_fmt,
+        .policy = conf->policy,
+        .queue_depth = conf->queue_depth,
     };
     if (t2) {
         char cmd[1100];
@@ -332,13 +336,13 @@ int actor_kvtier_main(actor_env_t *env) {
     t.loop = actor_loop_new(env, &t);
     t.counters = t.loop ? actor_loop_counters(t.loop) : NULL;
     t.to_worker = calloc((size_t)(t.n_workers > 0 ? t.n_workers : 1), sizeof *t.to_worker);
-    t.in = actor_sock_inbound(topo, me, (int64_t)64 << 20, 10000);
-    t.to_front = actor_sock_outbound(topo, me, "frontend", 1000);
+    t.in = actor_sock_inbound(topo, me, ACTOR_MAX_BULK_FRAME, ACTOR_HWM_BULK);
+    t.to_front = actor_sock_outbound(topo, me, "frontend", ACTOR_HWM_CTL);
     bool ok = t.loop && t.to_worker && t.in && t.to_front;
     for (int i = 0; ok && i < t.n_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "worker%d", i);
-        t.to_worker[i] = actor_sock_outbound(topo, me, name, 1000);
+        t.to_worker[i] = actor_sock_outbound(topo, me, name, ACTOR_HWM_CTL);
         ok = t.to_worker[i] != NULL;
     }
     if (!ok) {
@@ -349,7 +353,7 @@ int actor_kvtier_main(actor_env_t *env) {
     /* demotions (copy, convert, write) are background work: on a machine with
      * few cores they must not take CPU from the workers' forward passes.  A
      * lower priority for this thread only (Linux: per-thread nice). */
-    int nice_v = (int)actor_env_int(env, "nice");
+    int nice_v = conf->nice;
     if (nice_v && setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice_v))
         LOG_W(me, "cannot lower its priority (nice %d)", nice_v);
     kv_tiers_stats_t st = kv_tiers_stats(t.tiers);
@@ -360,8 +364,8 @@ int actor_kvtier_main(actor_env_t *env) {
     actor_env_ready(env);
 
     actor_loop_inbox(t.loop, t.in, t.to_front, true, "");
-    actor_loop_on(t.loop, MSG_KV_BLOCK, s_on_block);
-    actor_loop_on(t.loop, MSG_KV_PROMOTE, s_on_kv_promote);
+    actor_loop_handle_kv_block_raw(t.loop, s_on_put);
+    actor_loop_handle_kv_promote(t.loop, s_on_promote);
     actor_loop_on_stats(t.loop, s_stats);
     actor_loop_idle(t.loop, s_idle);
     actor_loop_run(t.loop, 100);

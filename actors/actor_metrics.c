@@ -6,7 +6,6 @@
 
 #include "actor_curve.h"
 #include "base_log.h"
-#include "serve_endpoints.h"
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -27,20 +26,27 @@ extern const size_t actor_metrics_page_len;
 
 const actor_opt_t actor_metrics_opts[] = {
     {"listen", ACTOR_OPT_STRING, "127.0.0.1:9090", 0, 0, NULL,
-     "HTTP address of /metrics and the status page: HOST:PORT ([V6]:PORT)"},
+     "HTTP address of /metrics and the status page: HOST:PORT ([V6]:PORT)",
+     .field = ACTOR_OPT_FIELD(actor_metrics_cfg_t, listen)},
     {"frontend", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
      "client endpoint asked for stats (default: the frontend's client option; 0.0.0.0 and * "
-     "as 127.0.0.1)"},
+     "as 127.0.0.1)",
+     .field = ACTOR_OPT_FIELD(actor_metrics_cfg_t, frontend)},
     {"client_key", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
      "CURVE key pair (zcert file) this actor connects with when the frontend has "
-     "client_secret; its public key must be in client_allow"},
+     "client_secret; its public key must be in client_allow",
+     .field = ACTOR_OPT_FIELD(actor_metrics_cfg_t, client_key)},
     {"cache_ms", ACTOR_OPT_INT, "1000", 0, 600000, NULL,
-     "a scrape within this long of the last stats answer is served from it"},
+     "a scrape within this long of the last stats answer is served from it",
+     .field = ACTOR_OPT_FIELD(actor_metrics_cfg_t, cache_ms)},
     {"stats_timeout_ms", ACTOR_OPT_INT, "2000", 10, 60000, NULL,
-     "a scrape the frontend does not answer within this long gets 503"},
-    {"max_conns", ACTOR_OPT_INT, "32", 1, 4096, NULL, "HTTP connections at once"},
+     "a scrape the frontend does not answer within this long gets 503",
+     .field = ACTOR_OPT_FIELD(actor_metrics_cfg_t, stats_timeout_ms)},
+    {"max_conns", ACTOR_OPT_INT, "32", 1, 4096, NULL, "HTTP connections at once",
+     .field = ACTOR_OPT_FIELD(actor_metrics_cfg_t, max_conns)},
     {"conn_timeout_s", ACTOR_OPT_INT, "10", 1, 3600, NULL,
-     "an idle HTTP connection is closed after this long"},
+     "an idle HTTP connection is closed after this long",
+     .field = ACTOR_OPT_FIELD(actor_metrics_cfg_t, conn_timeout_s)},
     {NULL},
 };
 
@@ -520,6 +526,14 @@ typedef struct {
     base_hist_t *wait; /* stats_wait_us: stats sent -> stats_reply read */
 } s_metrics_t;
 
+/* the metrics actor's sockets between actors (its DEALER to the frontend's client endpoint is its
+ * own) */
+static const actor_sock_decl_t s_socks[] = {
+    {ACTOR_SOCK_FIELD(s_metrics_t, in), ACTOR_SOCK_IN, NULL, ACTOR_HWM_CTL, ACTOR_MAX_FRAME, false},
+    {ACTOR_SOCK_FIELD(s_metrics_t, to_front), ACTOR_SOCK_OUT, "frontend", ACTOR_HWM_CTL, 0, false},
+    {0},
+};
+
 static void s_answer(s_metrics_t *m, const char *seq, const char *code, const char *body,
                      size_t len) {
     zmsg_t *z = zmsg_new();
@@ -657,10 +671,10 @@ static void s_tick(void *self) {
 /* The endpoint to ask: the option, else the frontend's client option; a wildcard
  * address (0.0.0.0, *) becomes 127.0.0.1. */
 static void s_client_endpoint(const actor_env_t *env, char *out, size_t len) {
-    const char *ep = actor_env_str(env, "frontend");
+    const char *ep = ((const actor_metrics_cfg_t *)actor_env_cfg(env))->frontend;
     if (!ep)
         ep = actor_topology_opt(actor_env_topology(env), "frontend", "client",
-                                SERVE_CLIENT_ENDPOINT);
+                                ACTOR_TOPO_CLIENT_ENDPOINT);
     const char *host = strstr(ep, "://");
     host = host ? host + 3 : ep;
     if (!strncmp(host, "0.0.0.0:", 8) || !strncmp(host, "*:", 2))
@@ -710,8 +724,7 @@ static void s_cleanup(s_metrics_t *m) {
     zsock_destroy(&m->http_end);
     zsock_destroy(&m->pair);
     zsock_destroy(&m->dealer);
-    zsock_destroy(&m->in);
-    zsock_destroy(&m->to_front);
+    actor_socks_close(s_socks, m);
     actor_loop_destroy(&m->loop);
     base_hist_destroy(&m->wait);
     free(m->text);
@@ -719,13 +732,14 @@ static void s_cleanup(s_metrics_t *m) {
 }
 
 int actor_metrics_main(actor_env_t *env) {
+    const actor_metrics_cfg_t *conf = actor_env_cfg(env);
     const actor_topology_t *topo = actor_env_topology(env);
     const char *me = actor_env_name(env);
     s_metrics_t m = {0};
     m.env = env;
-    m.cache_ms = (int)actor_env_int(env, "cache_ms");
-    m.timeout_ms = (int)actor_env_int(env, "stats_timeout_ms");
-    const char *listen = actor_env_str(env, "listen");
+    m.cache_ms = conf->cache_ms;
+    m.timeout_ms = conf->stats_timeout_ms;
+    const char *listen = conf->listen;
     char why[512], ep[ACTOR_TOPO_VALUE + 16];
     struct sockaddr_storage addr;
     bool v6 = false;
@@ -735,17 +749,17 @@ int actor_metrics_main(actor_env_t *env) {
     }
     m.loop = actor_loop_new(env, &m);
     m.counters = m.loop ? actor_loop_counters(m.loop) : NULL;
-    m.in = actor_sock_inbound(topo, me, MSG_MAX_INTERNAL_FRAME + 4096, 1000);
-    m.to_front = actor_sock_outbound(topo, me, "frontend", 1000);
+    char serr[128];
+    int socks = actor_socks_open(env, s_socks, &m, serr, sizeof serr);
     m.dealer = zsock_new(ZMQ_DEALER);
     char inproc[64];
     snprintf(inproc, sizeof inproc, "inproc://strata-metrics-%p", (void *)&m);
     m.pair = zsock_new(ZMQ_PAIR);
     m.http_end = zsock_new(ZMQ_PAIR);
     m.wait = base_hist_new("stats_wait_us", 100, 10000000); /* 0.1 ms .. 10 s */
-    if (!m.wait || !m.loop || !m.in || !m.to_front || !m.dealer || !m.pair || !m.http_end ||
+    if (socks || !m.wait || !m.loop || !m.dealer || !m.pair || !m.http_end ||
         zsock_bind(m.pair, "%s", inproc) < 0 || zsock_connect(m.http_end, "%s", inproc)) {
-        actor_env_fail(env, "%s: cannot set up (sockets or memory)", me);
+        actor_env_fail(env, "%s: cannot set up (%s)", me, socks ? serr : "sockets or memory");
         s_cleanup(&m);
         return 1;
     }
@@ -753,8 +767,8 @@ int actor_metrics_main(actor_env_t *env) {
     zsock_set_sndtimeo(m.pair, 200);
     /* the DEALER: CURVE when the client endpoint has it */
     s_client_endpoint(env, ep, sizeof ep);
-    if (actor_curve_frontend_client(m.dealer, topo, actor_env_str(env, "client_key"),
-                                    "docs/METRICS.md", why, sizeof why)) {
+    if (actor_curve_frontend_client(m.dealer, topo, conf->client_key, "docs/METRICS.md", why,
+                                    sizeof why)) {
         actor_env_fail(env, "%s: %s", me, why);
         s_cleanup(&m);
         return 1;
@@ -774,9 +788,8 @@ int actor_metrics_main(actor_env_t *env) {
                      (v6 ? MHD_USE_IPv6 : 0);
     m.mhd = MHD_start_daemon(flags, 0, NULL, NULL, s_on_http, &m.http, MHD_OPTION_EXTERNAL_LOGGER,
                              s_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)actor_env_int(env, "max_conns"),
-                             MHD_OPTION_CONNECTION_TIMEOUT,
-                             (unsigned)actor_env_int(env, "conn_timeout_s"),
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)conf->max_conns,
+                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)conf->conn_timeout_s,
                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536, MHD_OPTION_END);
     if (!m.mhd) {
         actor_env_fail(env, "%s: cannot serve HTTP on %s: %s", me, listen, strerror(errno));

@@ -34,6 +34,18 @@
 #include "base_hist.h"
 #include "msg_client.h"
 
+/* The options of metrics, loaded by the runtime through actor_metrics_opts (one
+ * field per option, named after its key): actor_env_cfg(env) in the actor. */
+typedef struct {
+    const char *listen;     /* HTTP address of /metrics and the status page: HOST:PORT */
+    const char *frontend;   /* client endpoint asked for stats */
+    const char *client_key; /* CURVE key pair */
+    int cache_ms;           /* a scrape within this long of the last stats answer is served */
+    int stats_timeout_ms;   /* a scrape the frontend does not answer within this long gets 503 */
+    int max_conns;          /* HTTP connections at once */
+    int conn_timeout_s;     /* an idle HTTP connection is closed after this long */
+} actor_metrics_cfg_t;
+
 int actor_metrics_main(actor_env_t *env);
 /* Its options, declared once (name, type, default, range, help). */
 extern const actor_opt_t actor_metrics_opts[];

@@ -57,17 +57,24 @@ const char *actor_opt_range(const actor_opt_t *o, char *buf, size_t len) {
     return buf;
 }
 
-/* value is one of the '|'-separated words of list. */
-static bool s_in_list(const char *list, const char *value) {
+/* The index of value among the '|'-separated words of list, or -1. */
+static int s_in_list(const char *list, const char *value) {
     size_t n = strlen(value);
-    for (const char *p = list; p && *p;) {
+    int i = 0;
+    for (const char *p = list; p && *p; i++) {
         const char *bar = strchr(p, '|');
         size_t k = bar ? (size_t)(bar - p) : strlen(p);
         if (k == n && !memcmp(p, value, n))
-            return true;
+            return i;
         p = bar ? bar + 1 : NULL;
     }
-    return false;
+    return -1;
+}
+
+int actor_opt_enum(const actor_opt_t *o, const char *value) {
+    if (!value || s_in_list(o->values, value) < 0)
+        return -1;
+    return o->parse ? o->parse(value) : s_in_list(o->values, value);
 }
 
 static int s_bool(const char *v) {
@@ -118,7 +125,7 @@ int actor_opt_check(const actor_opt_t *o, const char *value, char *why, size_t w
         }
         return 0;
     case ACTOR_OPT_ENUM:
-        if (!s_in_list(o->values, value)) {
+        if (actor_opt_enum(o, value) < 0) {
             snprintf(why, whylen, "expected %s", range);
             return -EINVAL;
         }
@@ -144,4 +151,47 @@ bool actor_opt_parse_bool(const char *value) {
 
 double actor_opt_parse_double(const char *value) {
     return value ? strtod(value, NULL) : 0;
+}
+
+const actor_opt_t actor_runtime_opts[] = {
+    {"faults", ACTOR_OPT_FAULTS, NULL, 0, 0, NULL,
+     "fault injection on the links to other actors: drop, dup, delay, reorder, corrupt, "
+     "crash_after, stall (docs/FAULTS.md)",
+     .field = 0},
+    {NULL},
+};
+
+const actor_opt_t *actor_info_opt(const actor_info_t *a, const char *key) {
+    const actor_opt_t *o = actor_opts_find(a->opts, key);
+    return o ? o : actor_opts_find(actor_runtime_opts, key);
+}
+
+void actor_opt_store(const actor_opt_t *o, const char *value, void *cfg) {
+    if (!o->field)
+        return;
+    char *at = (char *)cfg + (o->field - 1);
+    switch (o->type) {
+    case ACTOR_OPT_INT:
+        *(int *)at = (int)actor_opt_parse_int(value);
+        break;
+    case ACTOR_OPT_BOOL:
+        *(bool *)at = actor_opt_parse_bool(value);
+        break;
+    case ACTOR_OPT_DOUBLE:
+        *(double *)at = actor_opt_parse_double(value);
+        break;
+    case ACTOR_OPT_ENUM:
+        *(int *)at = actor_opt_enum(o, value);
+        break;
+    default:
+        *(const char **)at = value;
+        break;
+    }
+}
+
+void actor_opts_load(const actor_opt_t *table,
+                     const char *(*value)(const actor_opt_t *o, const void *ctx), const void *ctx,
+                     void *cfg) {
+    for (const actor_opt_t *o = table; o && o->key; o++)
+        actor_opt_store(o, value(o, ctx), cfg);
 }

@@ -19,7 +19,18 @@ typedef enum {
     ACTOR_OPT_FAULTS, /* a fault injection spec (actor_faults.h, docs/FAULTS.md) */
 } actor_opt_type_t;
 
-/* One option.  A table is an array ended by an entry whose key is NULL. */
+/* One option.  A table is an array ended by an entry whose key is NULL.
+ *
+ * An actor's options load into its config struct (as nginx's ngx_command_t
+ * names the conf field): .field = ACTOR_OPT_FIELD(actor_x_cfg_t, threads)
+ * says where the value goes, typed by the option's type:
+ *   INT -> int, BOOL -> bool, DOUBLE -> double, ENUM -> int (the enum value),
+ *   STRING, PATH, FAULTS -> const char * (borrowed from the topology or the
+ *   default: it lives as long as the topology; NULL when unset).
+ * The runtime loads every option once, checked, before the actor starts
+ * (actor_env_cfg).  An ENUM's value is parse(text) when the row names a
+ * parser (the library's own, e.g. kv_fmt_parse: one parser for the table,
+ * the CLI and the library), else the index of text in values. */
 typedef struct {
     const char *key;       /* "threads": the topology's key=value name */
     actor_opt_type_t type; /* how the value is read and checked */
@@ -27,7 +38,12 @@ typedef struct {
     double min, max;       /* INT, DOUBLE: the accepted range */
     const char *values;    /* ENUM: allowed values separated by '|' */
     const char *help;      /* one line for --help and docs/TOPOLOGY.md */
+    size_t field;          /* ACTOR_OPT_FIELD: 1 + the offset of its config field; 0: none */
+    int (*parse)(const char *value); /* ENUM: text -> enum value (< 0: refused); NULL: index */
 } actor_opt_t;
+
+/* Where option values go in an actor's config struct T (1 + offsetof: 0 means none). */
+#define ACTOR_OPT_FIELD(T, member) (offsetof(T, member) + 1)
 
 /* The declaration of key in table, or NULL. */
 const actor_opt_t *actor_opts_find(const actor_opt_t *table, const char *key);
@@ -42,6 +58,42 @@ int actor_opt_check(const actor_opt_t *o, const char *value, char *why, size_t w
 const char *actor_opt_range(const actor_opt_t *o, char *buf, size_t len);
 /* The name of a type: "int", "bool", "enum", "string", "path", "double", "faults". */
 const char *actor_opt_type_name(actor_opt_type_t type);
+
+/* ---- an actor declared as data: a row of the registry (actor_registry.h).
+ * The type lives here, below the runtime, so that the runtime starts an actor
+ * from its row without knowing the table of every actor. */
+
+typedef struct actor_env_t actor_env_t;
+typedef int (*actor_fn_t)(actor_env_t *env);
+
+typedef struct {
+    const char *name;        /* "frontend", or "worker<N>": "worker" followed by digits */
+    actor_fn_t fn;           /* its body */
+    const actor_opt_t *opts; /* its options (ends with a NULL key) */
+    size_t cfg_size;         /* sizeof its config struct, which opts load (0: none) */
+    int rank;                /* start order: lower ranks start first and stop last */
+    const char *purpose;     /* one line */
+} actor_info_t;
+
+/* Options every actor takes, read by the runtime itself, not by the actor's
+ * code (faults: docs/FAULTS.md).  `strata actor --list-options` prints them
+ * under the name "all". */
+extern const actor_opt_t actor_runtime_opts[];
+/* The declaration of key for actor a: its own table, else actor_runtime_opts;
+ * NULL when neither declares it. */
+const actor_opt_t *actor_info_opt(const actor_info_t *a, const char *key);
+
+/* The enum value of value for an ENUM option o: o->parse(value) when it names
+ * a parser, else the index of value in o->values; -1 when value is not one of
+ * o->values (or the parser refuses it). */
+int actor_opt_enum(const actor_opt_t *o, const char *value);
+/* Write value (one that passed actor_opt_check, or NULL: unset) at o's field of
+ * cfg, typed as ACTOR_OPT_FIELD says; nothing when o has no field. */
+void actor_opt_store(const actor_opt_t *o, const char *value, void *cfg);
+/* actor_opt_store for every option of table, value(o, ctx) giving its text. */
+void actor_opts_load(const actor_opt_t *table,
+                     const char *(*value)(const actor_opt_t *o, const void *ctx), const void *ctx,
+                     void *cfg);
 
 /* Parsers of values that passed actor_opt_check (anything else: 0 / false). */
 long actor_opt_parse_int(const char *value);

@@ -28,13 +28,26 @@ typedef struct {
     actor_counters_t *counters; /* the loop's */
 } s_prefetch_t;
 
+/* the prefetcher's sockets */
+static const actor_sock_decl_t s_socks[] = {
+    {ACTOR_SOCK_FIELD(s_prefetch_t, in), ACTOR_SOCK_IN, NULL, ACTOR_HWM_BULK, ACTOR_MAX_FRAME,
+     false},
+    {ACTOR_SOCK_FIELD(s_prefetch_t, to_tier), ACTOR_SOCK_OUT, "kvtier", ACTOR_HWM_BULK, 0, false},
+    {ACTOR_SOCK_FIELD(s_prefetch_t, to_front), ACTOR_SOCK_OUT, "frontend", ACTOR_HWM_CTL, 0, false},
+    {0},
+};
+
 const actor_opt_t actor_prefetch_opts[] = {
-    {"sessions", ACTOR_OPT_INT, "256", 1, 1 << 20, NULL, "chat sessions tracked (LRU)"},
+    {"sessions", ACTOR_OPT_INT, "256", 1, 1 << 20, NULL, "chat sessions tracked (LRU)",
+     .field = ACTOR_OPT_FIELD(actor_prefetch_cfg_t, sessions)},
     {"warm_sessions", ACTOR_OPT_INT, "16", 0, 1 << 20, NULL,
-     "most recent sessions kept warm (T2 -> T1); 0: none"},
-    {"warm_ms", ACTOR_OPT_INT, "250", 1, 3600000, NULL, "how often sessions are warmed"},
+     "most recent sessions kept warm (T2 -> T1); 0: none",
+     .field = ACTOR_OPT_FIELD(actor_prefetch_cfg_t, warm_sessions)},
+    {"warm_ms", ACTOR_OPT_INT, "250", 1, 3600000, NULL, "how often sessions are warmed",
+     .field = ACTOR_OPT_FIELD(actor_prefetch_cfg_t, warm_ms)},
     {"warm_s", ACTOR_OPT_INT, "600", 1, 31536000, NULL,
-     "how long after its last turn a session is kept warm"},
+     "how long after its last turn a session is kept warm",
+     .field = ACTOR_OPT_FIELD(actor_prefetch_cfg_t, warm_s)},
     {NULL},
 };
 
@@ -66,7 +79,8 @@ static void s_session_note(s_prefetch_t *p, const msg_kv_hint_t *h) {
     slot->last_us = base_now_us();
 }
 
-static void s_on_hint(s_prefetch_t *p, const msg_kv_hint_t *h) {
+static void s_on_hint(void *self, const msg_kv_hint_t *h) {
+    s_prefetch_t *p = self;
     actor_counters_add(p->counters, "hints", 1);
     msg_kv_promote_t q;
     msg_kv_promote_init(&q);
@@ -114,30 +128,24 @@ static void s_warm(void *self) {
     actor_counters_set(p->counters, "sessions.active", active);
 }
 
-static void s_on_kv_hint(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_hint(self, &m->u.kv_hint);
-}
-
 static void s_cleanup(s_prefetch_t *p) {
     for (int i = 0; p->sessions && i < p->n_sessions; i++)
         free(p->sessions[i].tokens);
     free(p->sessions);
-    zsock_destroy(&p->in);
-    zsock_destroy(&p->to_tier);
-    zsock_destroy(&p->to_front);
+    actor_socks_close(s_socks, p);
     actor_loop_destroy(&p->loop);
 }
 
 int actor_prefetch_main(actor_env_t *env) {
+    const actor_prefetch_cfg_t *conf = actor_env_cfg(env);
     const actor_topology_t *topo = actor_env_topology(env);
     const char *me = actor_env_name(env);
     s_prefetch_t p = {0};
     p.env = env;
-    p.n_sessions = (int)actor_env_int(env, "sessions");
-    p.warm_sessions = (int)actor_env_int(env, "warm_sessions");
-    int warm_ms = (int)actor_env_int(env, "warm_ms");
-    p.warm_s = (int)actor_env_int(env, "warm_s");
+    p.n_sessions = conf->sessions;
+    p.warm_sessions = conf->warm_sessions;
+    int warm_ms = conf->warm_ms;
+    p.warm_s = conf->warm_s;
     if (!actor_topology_endpoint(topo, "kvtier")) {
         actor_env_fail(env, "%s: the topology has no kvtier actor to promote from", me);
         return 1;
@@ -145,16 +153,15 @@ int actor_prefetch_main(actor_env_t *env) {
     p.sessions = calloc((size_t)p.n_sessions, sizeof *p.sessions);
     p.loop = actor_loop_new(env, &p);
     p.counters = p.loop ? actor_loop_counters(p.loop) : NULL;
-    p.in = actor_sock_inbound(topo, me, MSG_MAX_INTERNAL_FRAME + 4096, 10000);
-    p.to_tier = actor_sock_outbound(topo, me, "kvtier", 10000);
-    p.to_front = actor_sock_outbound(topo, me, "frontend", 1000);
-    if (!p.sessions || !p.loop || !p.in || !p.to_tier || !p.to_front) {
-        actor_env_fail(env, "%s: cannot set up (sockets or memory)", me);
+    char serr[128];
+    int socks = actor_socks_open(env, s_socks, &p, serr, sizeof serr);
+    if (socks || !p.sessions || !p.loop) {
+        actor_env_fail(env, "%s: cannot set up (%s)", me, socks ? serr : "out of memory");
         s_cleanup(&p);
         return 1;
     }
     actor_loop_inbox(p.loop, p.in, p.to_front, false, "");
-    actor_loop_on(p.loop, MSG_KV_HINT, s_on_kv_hint);
+    actor_loop_handle_kv_hint(p.loop, s_on_hint);
     if (p.warm_sessions > 0)
         actor_loop_timer(p.loop, warm_ms, s_warm);
     actor_env_ready(env);

@@ -21,6 +21,15 @@
 
 #include "actor_runtime.h"
 
+/* The options of prefetch, loaded by the runtime through actor_prefetch_opts (one
+ * field per option, named after its key): actor_env_cfg(env) in the actor. */
+typedef struct {
+    int sessions;      /* chat sessions tracked (LRU) */
+    int warm_sessions; /* most recent sessions kept warm (T2 -> T1); 0: none */
+    int warm_ms;       /* how often sessions are warmed */
+    int warm_s;        /* how long after its last turn a session is kept warm */
+} actor_prefetch_cfg_t;
+
 int actor_prefetch_main(actor_env_t *env);
 /* Its options, declared once (name, type, default, range, help). */
 extern const actor_opt_t actor_prefetch_opts[];

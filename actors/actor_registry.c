@@ -15,43 +15,39 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+/* The rank is the start order (ties: topology order), the same in thread mode
+ * (bin/cmd_serve.c) and process mode (actor_supervisor.c): the KV tiers, the
+ * draft worker and the metrics first, then the experts before the workers that
+ * send them rows (the workers take longest to load), then the router, the
+ * tokenizer and the frontend (clients are only accepted when everything behind
+ * it is ready), and the HTTP gateway after the frontend it is a client of.
+ * Actors stop in the reverse order. */
 static const actor_info_t s_actors[] = {
-    {"frontend", actor_frontend_main, actor_frontend_opts,
+    {"frontend", actor_frontend_main, actor_frontend_opts, sizeof(actor_frontend_cfg_t), 90,
      "client-facing ROUTER socket, request table, heartbeats, stats and health"},
-    {"tokenizer", actor_tokenizer_main, actor_tokenizer_opts,
+    {"tokenizer", actor_tokenizer_main, actor_tokenizer_opts, sizeof(actor_tokenizer_cfg_t), 80,
      "renders the chat template and encodes prompts"},
-    {"router", actor_router_main, actor_router_opts,
+    {"router", actor_router_main, actor_router_opts, sizeof(actor_router_cfg_t), 70,
      "dispatches requests to the least-loaded target worker"},
-    {"worker<N>", actor_worker_main, actor_worker_opts,
+    {"worker<N>", actor_worker_main, actor_worker_opts, sizeof(actor_worker_cfg_t), 60,
      "target worker: model, T0 KV cache, continuous batching, speculative verification"},
-    {"expert<N>", actor_expert_main, actor_expert_opts,
+    {"expert<N>", actor_expert_main, actor_expert_opts, sizeof(actor_expert_cfg_t), 50,
      "MoE expert actor: computes the FFN of the experts it hosts for the target workers"},
-    {"draft", actor_draft_main, actor_draft_opts,
+    {"draft", actor_draft_main, actor_draft_opts, sizeof(actor_draft_cfg_t), 30,
      "draft worker: proposes tokens by n-gram lookup or a small draft model"},
-    {"kvtier", actor_kvtier_main, actor_kvtier_opts,
+    {"kvtier", actor_kvtier_main, actor_kvtier_opts, sizeof(actor_kvtier_cfg_t), 10,
      "KV tier manager: T1 DRAM pool and T2 SSD files shared by every worker"},
-    {"prefetcher", actor_prefetch_main, actor_prefetch_opts,
+    {"prefetcher", actor_prefetch_main, actor_prefetch_opts, sizeof(actor_prefetch_cfg_t), 20,
      "promotes a prompt's cached KV towards its worker; keeps chat sessions warm"},
-    {"metrics", actor_metrics_main, actor_metrics_opts,
+    {"metrics", actor_metrics_main, actor_metrics_opts, sizeof(actor_metrics_cfg_t), 40,
      "serves the stats as Prometheus metrics over HTTP, with a status page"},
-    {"http", actor_http_main, actor_http_opts,
+    {"http", actor_http_main, actor_http_opts, sizeof(actor_http_cfg_t), 100,
      "OpenAI-compatible HTTP API (libmicrohttpd): a client of the frontend"},
 };
 #define S_N_ACTORS (int)(sizeof s_actors / sizeof s_actors[0])
-
-const actor_opt_t actor_runtime_opts[] = {
-    {"faults", ACTOR_OPT_FAULTS, NULL, 0, 0, NULL,
-     "fault injection on the links to other actors: drop, dup, delay, reorder, corrupt, "
-     "crash_after, stall (docs/FAULTS.md)"},
-    {NULL, 0, NULL, 0, 0, NULL, NULL},
-};
-
-const actor_opt_t *actor_info_opt(const actor_info_t *a, const char *key) {
-    const actor_opt_t *o = actor_opts_find(a->opts, key);
-    return o ? o : actor_opts_find(actor_runtime_opts, key);
-}
 
 static bool s_matches(const char *pattern, const char *name) {
     const char *lt = strchr(pattern, '<');
@@ -104,6 +100,8 @@ int actor_info_check_opt(const char *name, const char *key, const char *value, c
                  actor_info_names(list, sizeof list));
         return -EINVAL;
     }
+    if (!key)
+        return 0;
     int declared = 0;
     for (int i = 0; i < S_N_ACTORS; i++) {
         const actor_info_t *a = &s_actors[i];
@@ -135,4 +133,33 @@ int actor_info_check_opt(const char *name, const char *key, const char *value, c
                  s_keys(only->opts, list, sizeof list),
                  s_keys(actor_runtime_opts, common, sizeof common));
     return -EINVAL;
+}
+
+int actor_info_start_order(const actor_topology_t *topo, const char *host, const char **names,
+                           int max, char *err, size_t errlen) {
+    int n = 0;
+    int rank[ACTOR_TOPO_MAX_ACTORS];
+    for (int i = 0; i < topo->n; i++) {
+        const actor_topo_entry_t *e = &topo->entries[i];
+        if (actor_topology_reserved(e->name) || (host && strcmp(e->host, host)))
+            continue;
+        const actor_info_t *a = actor_info_find(e->name);
+        if (!a) {
+            snprintf(err, errlen, "unknown actor '%s' in the topology", e->name);
+            return -EINVAL;
+        }
+        if (n == max || n == ACTOR_TOPO_MAX_ACTORS) {
+            snprintf(err, errlen, "too many actors in the topology");
+            return -ENOSPC;
+        }
+        /* insertion sort on the rank, stable: equal ranks keep the topology's order */
+        int k = n++;
+        for (; k > 0 && rank[k - 1] > a->rank; k--) {
+            rank[k] = rank[k - 1];
+            names[k] = names[k - 1];
+        }
+        rank[k] = a->rank;
+        names[k] = e->name;
+    }
+    return n;
 }

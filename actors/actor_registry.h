@@ -1,32 +1,18 @@
 /* actor_registry.h - the one table of actors: each one's name (or name pattern
- * such as worker<N>), its function, its option table and a line of purpose.
- * The runtime starts actors from it; the topology parser checks options with
- * it; `strata actor --help` and `--list-options` print it. */
+ * such as worker<N>), its function, its option table, its start rank and a
+ * line of purpose (rows of actor_info_t, actor_opts.h).  The registry sits
+ * above every actor and the runtime: the launchers (bin/, the supervisor) look
+ * an actor up here and hand its row to the runtime (actor_new), and give
+ * actor_info_check_opt to the topology parser.  `strata actor --help` and
+ * `--list-options` print it. */
 #ifndef ACTOR_REGISTRY_H
 #define ACTOR_REGISTRY_H
 
 #include "actor_opts.h"
+#include "actor_topology.h"
 
 #include <stdbool.h>
 #include <stddef.h>
-
-typedef struct actor_env_t actor_env_t;
-typedef int (*actor_fn_t)(actor_env_t *env);
-
-typedef struct {
-    const char *name;        /* "frontend", or "worker<N>": "worker" followed by digits */
-    actor_fn_t fn;           /* its body */
-    const actor_opt_t *opts; /* its options (ends with a NULL key) */
-    const char *purpose;     /* one line */
-} actor_info_t;
-
-/* Options every actor takes, read by the runtime itself, not by the actor's
- * code (faults: docs/FAULTS.md).  `strata actor --list-options` prints them
- * under the name "all". */
-extern const actor_opt_t actor_runtime_opts[];
-/* The declaration of key for actor a: its own table, else actor_runtime_opts;
- * NULL when neither declares it. */
-const actor_opt_t *actor_info_opt(const actor_info_t *a, const char *key);
 
 /* The entry of actor name (worker3 matches worker<N>, as does "worker<N>"
  * itself), or NULL. */
@@ -42,5 +28,14 @@ const char *actor_info_names(char *buf, size_t len);
  * value's fault with the allowed range or values). */
 int actor_info_check_opt(const char *name, const char *key, const char *value, char *err,
                          size_t errlen);
+/* (It is the topology parser's check, actor_topology_check_fn: with key NULL
+ * it checks only that name is an actor.) */
+
+/* The one start order: the actors of topo (those with host=host; host NULL:
+ * all), the reserved lines left out, sorted by rank (ties: their order in
+ * topo) into names (max entries; they point into topo).  Stop in the reverse
+ * order.  The count, or -EINVAL (an unknown actor) / -ENOSPC with err. */
+int actor_info_start_order(const actor_topology_t *topo, const char *host, const char **names,
+                           int max, char *err, size_t errlen);
 
 #endif

@@ -30,20 +30,39 @@ typedef struct {
     router_moe_config_t moe_cfg; /* from the options */
 } s_router_t;
 
+/* the router's own sockets (one more per worker and expert actor, opened in its start-up) */
+static const actor_sock_decl_t s_socks[] = {
+    {ACTOR_SOCK_FIELD(s_router_t, in), ACTOR_SOCK_IN, NULL, ACTOR_HWM_STREAM, ACTOR_MAX_FRAME,
+     false},
+    {ACTOR_SOCK_FIELD(s_router_t, to_tok), ACTOR_SOCK_OUT, "tokenizer", ACTOR_HWM_STREAM, 0, false},
+    {ACTOR_SOCK_FIELD(s_router_t, to_front), ACTOR_SOCK_OUT, "frontend", ACTOR_HWM_CTL, 0, false},
+    {ACTOR_SOCK_FIELD(s_router_t, to_prefetch), ACTOR_SOCK_OUT, "prefetcher", ACTOR_HWM_BULK, 0,
+     true},
+    {0},
+};
+
+/* moe_dispatch=load|static loads as its index */
+enum { S_MOE_LOAD = 0, S_MOE_STATIC = 1 };
+
 const actor_opt_t actor_router_opts[] = {
     {"moe_dispatch", ACTOR_OPT_ENUM, "load", 0, 0, "load|static",
      "MoE expert dispatch: load (replicas of hot experts, capacity from the observed load) or "
-     "static (each expert on its own actor, no capacity: the baseline)"},
+     "static (each expert on its own actor, no capacity: the baseline)",
+     .field = ACTOR_OPT_FIELD(actor_router_cfg_t, moe_dispatch)},
     {"moe_capacity", ACTOR_OPT_DOUBLE, "0", 0, 1000, NULL,
      "load dispatch: capacity factor; a replica takes factor x its expected rows of a step, "
      "rows beyond every replica's capacity move to another expert (changes the output; "
-     "e.g. 1.25); 0 (the default): no limit, the output is the local forward's"},
+     "e.g. 1.25); 0 (the default): no limit, the output is the local forward's",
+     .field = ACTOR_OPT_FIELD(actor_router_cfg_t, moe_capacity)},
     {"moe_capacity_max", ACTOR_OPT_DOUBLE, "4", 0, 1000, NULL,
-     "load dispatch: the largest capacity factor relative to the mean expert"},
+     "load dispatch: the largest capacity factor relative to the mean expert",
+     .field = ACTOR_OPT_FIELD(actor_router_cfg_t, moe_capacity_max)},
     {"moe_capacity_min", ACTOR_OPT_INT, "4", 0, 65536, NULL,
-     "load dispatch: rows a replica always takes in a step"},
+     "load dispatch: rows a replica always takes in a step",
+     .field = ACTOR_OPT_FIELD(actor_router_cfg_t, moe_capacity_min)},
     {"moe_hot", ACTOR_OPT_DOUBLE, "1.5", 1, 1000, NULL,
-     "load dispatch: an expert whose load per replica exceeds this x the mean gets a replica"},
+     "load dispatch: an expert whose load per replica exceeds this x the mean gets a replica",
+     .field = ACTOR_OPT_FIELD(actor_router_cfg_t, moe_hot)},
     {NULL},
 };
 
@@ -83,7 +102,8 @@ static void s_trace_dispatch(s_router_t *r, const msg_work_request_t *q, int w,
     out->n_steps = q->n_steps + 1;
 }
 
-static void s_on_request(s_router_t *r, const msg_work_request_t *q) {
+static void s_on_request(void *self, const msg_work_request_t *q) {
+    s_router_t *r = self;
     int w = router_dispatch_assign(r->dispatch, q->rid, (int64_t)q->n_tokens + q->max_tokens);
     if (w == -EEXIST) { /* a duplicated frame: the request was dispatched once */
         actor_counters_add(r->counters, "duplicates", 1);
@@ -145,17 +165,11 @@ static void s_on_down(s_router_t *r, int w) {
     actor_counters_add(r->counters, "forgotten.worker_down", n);
 }
 
-static void s_on_work_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_request(self, &m->u.work_request);
-}
-
-static void s_on_cancel(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_cancel(void *self, const msg_work_cancel_t *m) {
     s_router_t *r = self;
-    int w = router_dispatch_worker_of(r->dispatch, m->u.work_cancel.rid);
+    int w = router_dispatch_worker_of(r->dispatch, m->rid);
     if (w >= 0) {
-        if (actor_send(r->to_worker[w], MSG_WORK_CANCEL, &m->u.work_cancel))
+        if (actor_send(r->to_worker[w], MSG_WORK_CANCEL, m))
             actor_counters_add(r->counters, "cancel.unrouted", 1);
         else
             actor_counters_add(r->counters, "cancel.forwarded", 1);
@@ -164,36 +178,32 @@ static void s_on_cancel(void *self, msg_any_t *m, zmq_msg_t *raw) {
     /* not known here (not dispatched yet, already over, or dispatched by a router
      * that died): every worker hears it; a worker that does not hold it ignores it */
     for (int i = 0; i < r->n_workers; i++)
-        actor_send(r->to_worker[i], MSG_WORK_CANCEL, &m->u.work_cancel);
+        actor_send(r->to_worker[i], MSG_WORK_CANCEL, m);
     actor_counters_add(r->counters, "cancel.broadcast", 1);
 }
 
-static void s_on_event(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_event(void *self, const msg_work_event_t *m) {
     s_router_t *r = self;
-    if (m->u.work_event.finish)
-        router_dispatch_finish(r->dispatch, m->u.work_event.rid);
+    if (m->finish)
+        router_dispatch_finish(r->dispatch, m->rid);
 }
 
-static void s_on_error(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_error(void *self, const msg_work_error_t *m) {
     s_router_t *r = self;
-    router_dispatch_finish(r->dispatch, m->u.work_error.rid);
+    router_dispatch_finish(r->dispatch, m->rid);
 }
 
-static void s_on_load(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_load(void *self, const msg_load_report_t *m) {
     s_router_t *r = self;
-    const msg_load_report_t *l = &m->u.load_report;
+    const msg_load_report_t *l = m;
     bool was_alive = router_dispatch_alive(r->dispatch, l->worker);
     if (router_dispatch_report(r->dispatch, l->worker, l->queued_tokens, l->active_tokens) == 0 &&
         !was_alive)
         LOG_I("router", "worker%d is back", l->worker);
 }
 
-static void s_on_worker_down(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_down(self, m->u.worker_down.worker);
+static void s_on_worker_down(void *self, const msg_worker_down_t *m) {
+    s_on_down(self, m->worker);
 }
 
 /* Send the dispatch table to every worker and expert actor (a lost one is
@@ -225,10 +235,9 @@ static void s_moe_publish(s_router_t *r) {
     actor_counters_set(r->counters, "moe.table.version", (int64_t)m.version);
 }
 
-static void s_on_expert_load(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_expert_load(void *self, const msg_expert_load_t *m) {
     s_router_t *r = self;
-    const msg_expert_load_t *l = &m->u.expert_load;
+    const msg_expert_load_t *l = m;
     if (l->expert >= r->n_experts) {
         actor_counters_add(r->counters, "moe.load.bad", 1);
         return;
@@ -268,10 +277,9 @@ static void s_on_expert_load(void *self, msg_any_t *m, zmq_msg_t *raw) {
     }
 }
 
-static void s_on_expert_down(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_expert_down(void *self, const msg_expert_down_t *m) {
     s_router_t *r = self;
-    int a = m->u.expert_down.expert;
+    int a = m->expert;
     actor_counters_add(r->counters, "moe.expert_down", 1);
     if (!r->moe || a >= r->n_experts)
         return;
@@ -333,10 +341,7 @@ static void s_cleanup(s_router_t *r) {
     for (int i = 0; r->to_worker && i < r->n_workers; i++)
         zsock_destroy(&r->to_worker[i]);
     free(r->to_worker);
-    zsock_destroy(&r->in);
-    zsock_destroy(&r->to_tok);
-    zsock_destroy(&r->to_front);
-    zsock_destroy(&r->to_prefetch);
+    actor_socks_close(s_socks, r);
     for (int a = 0; r->to_expert && a < r->n_experts; a++)
         zsock_destroy(&r->to_expert[a]);
     free(r->to_expert);
@@ -346,6 +351,7 @@ static void s_cleanup(s_router_t *r) {
 }
 
 int actor_router_main(actor_env_t *env) {
+    const actor_router_cfg_t *conf = actor_env_cfg(env);
     const actor_topology_t *t = actor_env_topology(env);
     s_router_t r = {0};
     r.env = env;
@@ -354,18 +360,14 @@ int actor_router_main(actor_env_t *env) {
     r.loop = actor_loop_new(env, &r);
     r.counters = r.loop ? actor_loop_counters(r.loop) : NULL;
     r.to_worker = calloc((size_t)(r.n_workers > 0 ? r.n_workers : 1), sizeof *r.to_worker);
-    r.in = actor_sock_inbound(t, "router", MSG_MAX_INTERNAL_FRAME + 4096, 100000);
-    r.to_tok = actor_sock_outbound(t, "router", "tokenizer", 100000);
-    r.to_front = actor_sock_outbound(t, "router", "frontend", 1000);
-    if (actor_topology_endpoint(t, "prefetcher"))
-        r.to_prefetch = actor_sock_outbound(t, "router", "prefetcher", 10000);
-    bool ok =
-        r.dispatch && r.loop && r.to_worker && r.in && r.to_tok && r.to_front && r.n_workers > 0;
+    char serr[128];
+    int socks = actor_socks_open(env, s_socks, &r, serr, sizeof serr);
+    bool ok = !socks && r.dispatch && r.loop && r.to_worker && r.n_workers > 0;
     for (int i = 0; ok && i < r.n_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "worker%d", i);
         /* the worker's queue is the bound (sched_batch); this HWM only absorbs bursts */
-        r.to_worker[i] = actor_sock_outbound(t, "router", name, 10000);
+        r.to_worker[i] = actor_sock_outbound(t, "router", name, ACTOR_HWM_BULK);
         ok = r.to_worker[i] != NULL;
     }
     r.topo = t;
@@ -373,20 +375,19 @@ int actor_router_main(actor_env_t *env) {
     if (r.n_experts > MSG_MAX_EXPERT_ACTORS)
         r.n_experts = MSG_MAX_EXPERT_ACTORS;
     if (ok && r.n_experts) {
-        const char *mode = actor_env_str(env, "moe_dispatch");
         r.moe_cfg = (router_moe_config_t){
             .n_actors = r.n_experts,
-            .load_aware = !mode || strcmp(mode, "static"),
-            .cf_permille = (int)(1000 * actor_env_double(env, "moe_capacity") + 0.5),
-            .cf_max_permille = (int)(1000 * actor_env_double(env, "moe_capacity_max") + 0.5),
-            .cap_min = (int)actor_env_int(env, "moe_capacity_min"),
-            .hot_ratio = actor_env_double(env, "moe_hot"),
+            .load_aware = conf->moe_dispatch == S_MOE_LOAD,
+            .cf_permille = (int)(1000 * conf->moe_capacity + 0.5),
+            .cf_max_permille = (int)(1000 * conf->moe_capacity_max + 0.5),
+            .cap_min = conf->moe_capacity_min,
+            .hot_ratio = conf->moe_hot,
         };
         ok = (r.to_expert = calloc((size_t)r.n_experts, sizeof *r.to_expert)) != NULL;
         for (int a = 0; ok && a < r.n_experts; a++) {
             char name[32];
             snprintf(name, sizeof name, "expert%d", a);
-            ok = (r.to_expert[a] = actor_sock_outbound(t, "router", name, 1000)) != NULL;
+            ok = (r.to_expert[a] = actor_sock_outbound(t, "router", name, ACTOR_HWM_CTL)) != NULL;
         }
     }
     if (!ok) {
@@ -395,14 +396,14 @@ int actor_router_main(actor_env_t *env) {
         return 1;
     }
     actor_loop_inbox(r.loop, r.in, r.to_front, false, "");
-    actor_loop_on(r.loop, MSG_WORK_REQUEST, s_on_work_request);
-    actor_loop_on(r.loop, MSG_WORK_CANCEL, s_on_cancel);
-    actor_loop_on(r.loop, MSG_WORK_EVENT, s_on_event);
-    actor_loop_on(r.loop, MSG_WORK_ERROR, s_on_error);
-    actor_loop_on(r.loop, MSG_LOAD_REPORT, s_on_load);
-    actor_loop_on(r.loop, MSG_WORKER_DOWN, s_on_worker_down);
-    actor_loop_on(r.loop, MSG_EXPERT_LOAD, s_on_expert_load);
-    actor_loop_on(r.loop, MSG_EXPERT_DOWN, s_on_expert_down);
+    actor_loop_handle_work_request(r.loop, s_on_request);
+    actor_loop_handle_work_cancel(r.loop, s_on_cancel);
+    actor_loop_handle_work_event(r.loop, s_on_event);
+    actor_loop_handle_work_error(r.loop, s_on_error);
+    actor_loop_handle_load_report(r.loop, s_on_load);
+    actor_loop_handle_worker_down(r.loop, s_on_worker_down);
+    actor_loop_handle_expert_load(r.loop, s_on_expert_load);
+    actor_loop_handle_expert_down(r.loop, s_on_expert_down);
     if (r.n_experts)
         actor_loop_timer(r.loop, S_MOE_PUBLISH_MS, s_moe_tick);
     actor_loop_on_stats(r.loop, s_stats);

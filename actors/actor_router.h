@@ -19,6 +19,16 @@
 
 #include "actor_runtime.h"
 
+/* The options of router, loaded by the runtime through actor_router_opts (one
+ * field per option, named after its key): actor_env_cfg(env) in the actor. */
+typedef struct {
+    int moe_dispatch;        /* load|static (its index): MoE expert dispatch: load */
+    double moe_capacity;     /* load dispatch: capacity factor */
+    double moe_capacity_max; /* load dispatch */
+    int moe_capacity_min;    /* load dispatch: rows a replica always takes in a step */
+    double moe_hot;          /* load dispatch */
+} actor_router_cfg_t;
+
 int actor_router_main(actor_env_t *env);
 /* Its options, declared once (name, type, default, range, help). */
 extern const actor_opt_t actor_router_opts[];

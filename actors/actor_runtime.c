@@ -1,11 +1,12 @@
 /* actor_runtime.c - actors as zactor threads, the process-mode body, typed
  * options, socket helpers (with the checksum of internal frames and the fault
- * injection of actor_faults.h), counters, and the actor loop every actor runs
+ * injection of actor_faults.h) and the actor loop every actor runs
  * (polling, draining, control messages, timers). */
 #include "actor_runtime.h"
 
 #include "actor_curve.h"
 #include "actor_faults.h"
+#include "base_fifo.h"
 #include "base_log.h"
 
 #include <assert.h>
@@ -38,6 +39,7 @@ struct actor_env_t {
     char name[ACTOR_TOPO_NAME];   /* the actor's name */
     const actor_topology_t *topo; /* borrowed from the parent */
     const actor_info_t *info;     /* its registry entry: body and options */
+    void *cfg;                    /* owned: its options, loaded (info->cfg_size bytes) */
     zsock_t *pipe;                /* the actor's end of the zactor pipe */
     bool answered;                /* READY or FAIL sent */
     bool beat;                    /* process mode: its loop heartbeats to the supervisor */
@@ -79,50 +81,42 @@ void actor_env_fail(actor_env_t *env, const char *fmt, ...) {
 
 /* ---- options */
 
-/* The declaration of key in env's table: a key it does not declare is a bug. */
-static const actor_opt_t *s_decl(const actor_env_t *env, const char *key) {
-    const actor_opt_t *o = actor_info_opt(env->info, key);
-    assert(o && "an actor reads an option its table does not declare");
-    return o;
-}
-
 /* The value of o for env: set in the topology, else the table's default. */
 static const char *s_value(const actor_env_t *env, const actor_opt_t *o) {
     const char *v = actor_topology_opt(env->topo, env->name, o->key, NULL);
     return v ? v : o->def;
 }
 
-long actor_env_int(const actor_env_t *env, const char *key) {
-    const actor_opt_t *o = s_decl(env, key);
-    return actor_opt_parse_int(s_value(env, o));
+/* s_value as actor_opts_load asks for it. */
+static const char *s_opt_text(const actor_opt_t *o, const void *env) {
+    return s_value(env, o);
 }
 
-bool actor_env_bool(const actor_env_t *env, const char *key) {
-    const actor_opt_t *o = s_decl(env, key);
-    return actor_opt_parse_bool(s_value(env, o));
+const void *actor_env_cfg(const actor_env_t *env) {
+    return env->cfg;
 }
 
-double actor_env_double(const actor_env_t *env, const char *key) {
-    const actor_opt_t *o = s_decl(env, key);
-    return actor_opt_parse_double(s_value(env, o));
-}
-
-const char *actor_env_str(const actor_env_t *env, const char *key) {
-    return s_value(env, s_decl(env, key));
-}
-
-int actor_env_check(const actor_topology_t *topo, const char *name, char *err, size_t errlen) {
-    const actor_info_t *info = actor_info_find(name);
+int actor_env_check(const actor_info_t *info, const actor_topology_t *topo, const char *name,
+                    char *err, size_t errlen) {
     const actor_topo_entry_t *e = actor_topology_find(topo, name);
     if (!info || !e) {
         snprintf(err, errlen, "no actor called '%s' in the topology", name);
         return -EINVAL;
     }
-    for (int i = 0; i < e->n_opts; i++)
-        if (actor_info_check_opt(name, e->opts[i].key, e->opts[i].value, err, errlen))
-            return -EINVAL;
-    const actor_topo_entry_t *d = actor_topology_find(topo, "defaults");
     char why[256];
+    for (int i = 0; i < e->n_opts; i++) {
+        const actor_opt_t *o = actor_info_opt(info, e->opts[i].key);
+        if (!o) {
+            snprintf(err, errlen, "%s: %s=%s: unknown option", name, e->opts[i].key,
+                     e->opts[i].value);
+            return -EINVAL;
+        }
+        if (actor_opt_check(o, e->opts[i].value, why, sizeof why)) {
+            snprintf(err, errlen, "%s: %s=%s: %s", name, o->key, e->opts[i].value, why);
+            return -EINVAL;
+        }
+    }
+    const actor_topo_entry_t *d = actor_topology_find(topo, "defaults");
     for (int i = 0; d && i < d->n_opts; i++) {
         const actor_opt_t *o = actor_info_opt(info, d->opts[i].key);
         if (o && actor_opt_check(o, d->opts[i].value, why, sizeof why)) {
@@ -141,7 +135,7 @@ static void s_shim(zsock_t *pipe, void *args) {
     actor_env_t *env = args;
     env->pipe = pipe;
     zsock_signal(pipe, 0);
-    const char *spec = actor_env_str(env, "faults");
+    const char *spec = s_value(env, actor_info_opt(env->info, "faults"));
     char err[256];
     if (spec && *spec) {
         s_faults = actor_faults_new(spec, env->name, err, sizeof err); /* checked: cannot fail */
@@ -158,25 +152,28 @@ static void s_shim(zsock_t *pipe, void *args) {
     if (!env->answered && rc)
         zstr_sendf(pipe, "FAIL exited with %d before it was ready", rc);
     zstr_sendf(pipe, "EXIT %d", rc);
+    free(env->cfg);
     free(env);
 }
 
 /* actor_new; beat: the actor's loop sends heartbeats to the topology's
  * supervisor (process mode). */
-static actor_t *s_actor_new(const char *name, const actor_topology_t *topo, int timeout_ms,
-                            bool beat, char *err, size_t errlen) {
-    const actor_info_t *info = actor_info_find(name);
+static actor_t *s_actor_new(const actor_info_t *info, const char *name,
+                            const actor_topology_t *topo, int timeout_ms, bool beat, char *err,
+                            size_t errlen) {
     if (!info || !actor_topology_endpoint(topo, name)) {
         snprintf(err, errlen, "no actor called '%s' in the topology", name);
         return NULL;
     }
-    if (actor_env_check(topo, name, err, errlen))
+    if (actor_env_check(info, topo, name, err, errlen))
         return NULL;
     actor_t *self = calloc(1, sizeof *self);
     actor_env_t *env = calloc(1, sizeof *env);
-    if (!self || !env) {
+    void *cfg = calloc(1, info->cfg_size ? info->cfg_size : 1);
+    if (!self || !env || !cfg) {
         free(self);
         free(env);
+        free(cfg);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
@@ -185,9 +182,14 @@ static actor_t *s_actor_new(const char *name, const actor_topology_t *topo, int 
     env->topo = topo;
     env->info = info;
     env->beat = beat;
+    env->cfg = cfg;
+    /* every option parsed once, checked above: the actor gets them filled */
+    actor_opts_load(info->opts, s_opt_text, env, cfg);
     self->zactor = zactor_new(s_shim, env); /* env now belongs to the thread */
     if (!self->zactor) {
         snprintf(err, errlen, "cannot start the thread of '%s'", name);
+        free(cfg);
+        free(env);
         free(self);
         return NULL;
     }
@@ -210,9 +212,9 @@ static actor_t *s_actor_new(const char *name, const actor_topology_t *topo, int 
     return NULL;
 }
 
-actor_t *actor_new(const char *name, const actor_topology_t *topo, int timeout_ms, char *err,
-                   size_t errlen) {
-    return s_actor_new(name, topo, timeout_ms, false, err, errlen);
+actor_t *actor_new(const actor_info_t *info, const char *name, const actor_topology_t *topo,
+                   int timeout_ms, char *err, size_t errlen) {
+    return s_actor_new(info, name, topo, timeout_ms, false, err, errlen);
 }
 
 void actor_destroy(actor_t **self_p) {
@@ -255,12 +257,12 @@ static bool s_stop_pending(void) {
     return sigpending(&p) == 0 && (sigismember(&p, SIGTERM) == 1 || sigismember(&p, SIGINT) == 1);
 }
 
-int actor_process_run(const char *name, const actor_topology_t *topo) {
+int actor_process_run(const actor_info_t *info, const char *name, const actor_topology_t *topo) {
     char err[512];
     s_process_mode = true;
     actor_curve_t *curve = actor_curve_new(topo, name, err, sizeof err); /* before any socket */
     const char *sup = actor_topology_endpoint(topo, "supervisor");
-    actor_t *a = curve ? s_actor_new(name, topo, 300000, sup != NULL, err, sizeof err) : NULL;
+    actor_t *a = curve ? s_actor_new(info, name, topo, 300000, sup != NULL, err, sizeof err) : NULL;
     if (!a) {
         LOG_E(TAG, "%s: %s", name, err);
         actor_curve_destroy(&curve);
@@ -268,7 +270,7 @@ int actor_process_run(const char *name, const actor_topology_t *topo) {
     }
     zsock_t *ctl = NULL;
     if (sup) {
-        ctl = actor_sock_outbound(topo, name, "supervisor", 16);
+        ctl = actor_sock_outbound(topo, name, "supervisor", ACTOR_HWM_READY);
         msg_ready_t r;
         msg_ready_init(&r);
         msg_set_str(r.name, sizeof r.name, name);
@@ -300,6 +302,32 @@ int actor_process_run(const char *name, const actor_topology_t *topo) {
 }
 
 /* ---- sockets */
+
+int actor_socks_open(const actor_env_t *env, const actor_sock_decl_t *decls, void *self, char *err,
+                     size_t errlen) {
+    for (const actor_sock_decl_t *d = decls; d->field; d++) {
+        zsock_t **at = (zsock_t **)((char *)self + (d->field - 1));
+        if (d->dir == ACTOR_SOCK_IN) {
+            if (!(*at = actor_sock_inbound(env->topo, env->name, d->max_msg, d->hwm))) {
+                snprintf(err, errlen, "cannot open its inbox");
+                return -EIO;
+            }
+            continue;
+        }
+        if (d->optional && !actor_topology_endpoint(env->topo, d->peer))
+            continue;
+        if (!(*at = actor_sock_outbound(env->topo, env->name, d->peer, d->hwm))) {
+            snprintf(err, errlen, "cannot connect to %s", d->peer);
+            return -EIO;
+        }
+    }
+    return 0;
+}
+
+void actor_socks_close(const actor_sock_decl_t *decls, void *self) {
+    for (const actor_sock_decl_t *d = decls; d->field; d++)
+        zsock_destroy((zsock_t **)((char *)self + (d->field - 1)));
+}
 
 zsock_t *actor_sock_inbound(const actor_topology_t *topo, const char *name, int64_t max_msg,
                             int rcvhwm) {
@@ -592,79 +620,6 @@ int actor_recv_raw(zsock_t *sock, msg_any_t *m, msg_err_t *err, zmq_msg_t *raw) 
     return rc;
 }
 
-/* ---- counters */
-
-typedef struct {
-    char name[MSG_MAX_COUNTER_NAME_BYTES + 1];
-    int64_t value;
-} s_counter_t;
-
-struct actor_counters_t {
-    s_counter_t *items; /* (cap) first n valid */
-    int n, cap;
-};
-
-actor_counters_t *actor_counters_new(void) {
-    return calloc(1, sizeof(actor_counters_t));
-}
-
-void actor_counters_destroy(actor_counters_t **self_p) {
-    if (!self_p || !*self_p)
-        return;
-    free((*self_p)->items);
-    free(*self_p);
-    *self_p = NULL;
-}
-
-static s_counter_t *s_counter(actor_counters_t *self, const char *name) {
-    for (int i = 0; i < self->n; i++)
-        if (!strcmp(self->items[i].name, name))
-            return &self->items[i];
-    if (self->n == self->cap) {
-        int cap = self->cap ? self->cap * 2 : 16;
-        if (cap > MSG_MAX_COUNTERS)
-            return NULL;
-        s_counter_t *it = realloc(self->items, (size_t)cap * sizeof *it);
-        if (!it)
-            return NULL;
-        self->items = it;
-        self->cap = cap;
-    }
-    s_counter_t *c = &self->items[self->n++];
-    snprintf(c->name, sizeof c->name, "%s", name);
-    c->value = 0;
-    return c;
-}
-
-void actor_counters_add(actor_counters_t *self, const char *name, int64_t delta) {
-    s_counter_t *c = s_counter(self, name);
-    if (c)
-        c->value += delta;
-}
-
-void actor_counters_set(actor_counters_t *self, const char *name, int64_t value) {
-    s_counter_t *c = s_counter(self, name);
-    if (c)
-        c->value = value;
-}
-
-int64_t actor_counters_get(const actor_counters_t *self, const char *name) {
-    for (int i = 0; i < self->n; i++)
-        if (!strcmp(self->items[i].name, name))
-            return self->items[i].value;
-    return 0;
-}
-
-int actor_counters_count(const actor_counters_t *self) {
-    return self->n;
-}
-const char *actor_counters_name_at(const actor_counters_t *self, int i) {
-    return self->items[i].name;
-}
-int64_t actor_counters_value_at(const actor_counters_t *self, int i) {
-    return self->items[i].value;
-}
-
 /* ---- the actor loop */
 
 #define S_MAX_SOCKS 8
@@ -686,10 +641,10 @@ typedef struct {
 
 /* A message an actor read from its inbox itself and queued (actor_loop_defer). */
 typedef struct s_deferred_t {
-    msg_any_t m;               /* decoded, owned */
-    zmq_msg_t raw;             /* its raw frame (size 0: none), owned */
-    int sock;                  /* index of its inbox in socks */
-    struct s_deferred_t *next; /* FIFO */
+    msg_any_t m;           /* decoded, owned */
+    zmq_msg_t raw;         /* its raw frame (size 0: none), owned */
+    int sock;              /* index of its inbox in socks */
+    base_fifo_link_t link; /* in the loop's deferred queue */
 } s_deferred_t;
 
 typedef struct {
@@ -706,8 +661,10 @@ struct actor_loop_t {
     int n_socks;
     struct {
         int type;
-        actor_msg_fn fn;
-    } on[S_MAX_HANDLERS]; /* per-type handlers of the inbox */
+        actor_msg_fn fn;      /* untyped (actor_loop_on), or NULL */
+        actor_typed_fn typed; /* typed (actor_loop_handle_<name>[_raw]), or NULL */
+        bool raw;             /* typed: it takes the raw frame too */
+    } on[S_MAX_HANDLERS];     /* per-type handlers of the inbox */
     int n_on;
     s_timer_t timers[S_MAX_TIMERS];
     int n_timers;
@@ -717,8 +674,7 @@ struct actor_loop_t {
     bool stop;                 /* end after the current message */
     zsock_t *beat;             /* process mode: PUSH to the supervisor, owned; else NULL */
     uint64_t beat_next_us;     /* when the next heartbeat is due */
-    s_deferred_t *deferred;    /* messages queued by actor_loop_defer (FIFO), or NULL */
-    s_deferred_t **deferred_tail;
+    base_fifo_t deferred;      /* s_deferred_t queued by actor_loop_defer, oldest first */
 };
 
 actor_loop_t *actor_loop_new(actor_env_t *env, void *self) {
@@ -737,7 +693,8 @@ actor_loop_t *actor_loop_new(actor_env_t *env, void *self) {
         actor_faults_report(s_faults, l->counters);
     /* this thread's own socket (the process's ready report has another): a
      * heartbeat never waits, and at most two queue while the supervisor is away */
-    if (env->beat && !(l->beat = actor_sock_outbound(env->topo, env->name, "supervisor", 2)))
+    if (env->beat &&
+        !(l->beat = actor_sock_outbound(env->topo, env->name, "supervisor", ACTOR_HWM_BEAT)))
         LOG_W(TAG, "%s: no heartbeat socket: the supervisor will see it as hung", env->name);
     return l;
 }
@@ -745,9 +702,8 @@ actor_loop_t *actor_loop_new(actor_env_t *env, void *self) {
 void actor_loop_destroy(actor_loop_t **self_p) {
     if (!self_p || !*self_p)
         return;
-    while ((*self_p)->deferred) {
-        s_deferred_t *d = (*self_p)->deferred;
-        (*self_p)->deferred = d->next;
+    s_deferred_t *d;
+    while ((d = BASE_FIFO_ENTRY(base_fifo_pop(&(*self_p)->deferred), s_deferred_t, link))) {
         msg_any_clear(&d->m);
         zmq_msg_close(&d->raw);
         free(d);
@@ -850,8 +806,40 @@ int actor_loop_on(actor_loop_t *self, int type, actor_msg_fn fn) {
     if (self->n_on == S_MAX_HANDLERS)
         return -ENOSPC;
     self->on[self->n_on].type = type;
+    self->on[self->n_on].typed = NULL;
     self->on[self->n_on++].fn = fn;
     return 0;
+}
+
+int actor_loop_on_typed_(actor_loop_t *self, int type, actor_typed_fn fn, bool raw) {
+    if (!fn || !msg_type_name(type))
+        return -EINVAL;
+    if (self->n_on == S_MAX_HANDLERS)
+        return -ENOSPC;
+    self->on[self->n_on].type = type;
+    self->on[self->n_on].fn = NULL;
+    self->on[self->n_on].raw = raw;
+    self->on[self->n_on++].typed = fn;
+    return 0;
+}
+
+/* Call typed handler fn (registered for m->type) with m's own struct: the
+ * pointer goes back to the type it was registered with before the call. */
+static void s_call_typed(actor_typed_fn fn, bool with_raw, void *self, msg_any_t *m,
+                         zmq_msg_t *raw) {
+    switch (m->type) {
+#define S_X_CALL(name, NAME, id, version, family)                                                  \
+    case MSG_##NAME:                                                                               \
+        if (with_raw)                                                                              \
+            ((actor_on_##name##_raw_fn)fn)(self, &m->u.name, raw);                                 \
+        else                                                                                       \
+            ((actor_on_##name##_fn)fn)(self, &m->u.name);                                          \
+        break;
+        MSG_TYPES(S_X_CALL)
+#undef S_X_CALL
+    default:
+        break;
+    }
 }
 
 int actor_loop_timer(actor_loop_t *self, int interval_ms, actor_timer_fn fn) {
@@ -898,14 +886,15 @@ static bool s_ctl(actor_loop_t *self, const msg_any_t *m, zsock_t *reply) {
         msg_stats_answer_t a;
         msg_stats_answer_init(&a);
         msg_set_str(a.name, sizeof a.name, env->name);
-        a.counters = counters->n ? malloc((size_t)counters->n * sizeof *a.counters) : NULL;
+        int n = actor_counters_count(counters);
+        a.counters = n ? malloc((size_t)n * sizeof *a.counters) : NULL;
         if (a.counters) {
-            for (int i = 0; i < counters->n; i++) {
+            for (int i = 0; i < n; i++) {
                 snprintf(a.counters[i].name, sizeof a.counters[i].name, "%s",
-                         counters->items[i].name);
-                a.counters[i].value = counters->items[i].value;
+                         actor_counters_name_at(counters, i));
+                a.counters[i].value = actor_counters_value_at(counters, i);
             }
-            a.n_counters = counters->n;
+            a.n_counters = n;
         }
         if (reply)
             actor_send(reply, MSG_STATS_ANSWER, &a);
@@ -924,12 +913,14 @@ static void s_heartbeat(actor_loop_t *self, uint64_t now);
 
 /* Dispatch decoded message m of inbox s to its handler (or answer it here). */
 static void s_dispatch(actor_loop_t *self, s_sock_t *s, msg_any_t *m, zmq_msg_t *raw) {
-    actor_msg_fn fn = NULL;
-    for (int i = 0; i < self->n_on && !fn; i++)
+    int h = -1;
+    for (int i = 0; i < self->n_on && h < 0; i++)
         if (self->on[i].type == m->type)
-            fn = self->on[i].fn;
-    if (fn)
-        fn(self->self, m, s->raw ? raw : NULL);
+            h = i;
+    if (h >= 0 && self->on[h].fn)
+        self->on[h].fn(self->self, m, s->raw ? raw : NULL);
+    else if (h >= 0)
+        s_call_typed(self->on[h].typed, self->on[h].raw, self->self, m, s->raw ? raw : NULL);
     else if (!s_ctl(self, m, s->reply))
         actor_counters_add(self->counters, s->unexpected, 1);
     msg_any_clear(m);
@@ -980,19 +971,15 @@ int actor_loop_defer(actor_loop_t *self, zsock_t *inbox, msg_any_t *m, zmq_msg_t
         zmq_msg_init(raw);
     }
     d->sock = k;
-    if (!self->deferred)
-        self->deferred_tail = &self->deferred;
-    *self->deferred_tail = d;
-    self->deferred_tail = &d->next;
+    base_fifo_push(&self->deferred, &d->link);
     return 0;
 }
 
 /* Dispatch every deferred message, oldest first.  true when there were some. */
 static bool s_run_deferred(actor_loop_t *self) {
-    bool any = self->deferred != NULL;
-    while (self->deferred && !self->stop) {
-        s_deferred_t *d = self->deferred;
-        self->deferred = d->next;
+    bool any = !base_fifo_empty(&self->deferred);
+    while (!self->stop && !base_fifo_empty(&self->deferred)) {
+        s_deferred_t *d = BASE_FIFO_ENTRY(base_fifo_pop(&self->deferred), s_deferred_t, link);
         s_dispatch(self, &self->socks[d->sock], &d->m, &d->raw);
         zmq_msg_close(&d->raw);
         free(d);
@@ -1066,7 +1053,7 @@ int actor_loop_run(actor_loop_t *self, int wait_ms) {
             if (ms < timeout)
                 timeout = ms;
         }
-        if (self->deferred)
+        if (!base_fifo_empty(&self->deferred))
             timeout = 0;
         if (zmq_poll(items, 1 + self->n_socks, timeout) < 0 && zmq_errno() != EINTR)
             break; /* the context is terminating */

@@ -13,12 +13,14 @@
  * Heartbeats, stats and stop travel as control messages (msgs/msg_ctl.h) on
  * the actor's inbound socket; the actor loop (actor_loop_*) answers them the
  * same way in every actor.  An actor is its state, its handlers and its option
- * table (actor_registry.h); the loop owns polling, draining and timers.
+ * table (a row of actor_registry.h, which the runtime is given, never looks
+ * up); the loop owns polling, draining and timers.
  */
 #ifndef ACTOR_RUNTIME_H
 #define ACTOR_RUNTIME_H
 
-#include "actor_registry.h"
+#include "actor_counters.h"
+#include "actor_opts.h"
 #include "actor_topology.h"
 #include "base_clock.h"
 #include "msg_any.h"
@@ -26,6 +28,7 @@
 #include "base_log.h"
 #include <czmq.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* ---- what an actor's code sees */
@@ -39,30 +42,32 @@ int actor_env_ready(actor_env_t *env);
 /* Tell the parent the actor could not start (the function then returns non-zero). */
 void actor_env_fail(actor_env_t *env, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Typed options of this actor: its topology line, else the "defaults" line,
- * else the default of its option table.  key must be declared in the actor's
- * table (programmer error otherwise); values were checked before the actor
- * started (actor_new), so these cannot fail. */
-long actor_env_int(const actor_env_t *env, const char *key);
-bool actor_env_bool(const actor_env_t *env, const char *key);
-double actor_env_double(const actor_env_t *env, const char *key);
-/* string, path and enum options; NULL when unset and without a default. */
-const char *actor_env_str(const actor_env_t *env, const char *key);
+/* The options of this actor, loaded into its config struct (the type its
+ * registry row sizes, e.g. actor_worker_cfg_t) through its option table
+ * (ACTOR_OPT_FIELD, actor_opts.h): each value from its topology line, else the
+ * "defaults" line, else the table's default, parsed and checked once before
+ * the actor started (actor_new refuses an invalid one).  Read-only; it lives
+ * as long as the actor. */
+const void *actor_env_cfg(const actor_env_t *env);
 
-/* Check the options actor name would read from topo (its line and the
- * defaults its table declares).  0, or -EINVAL with "name: key=value: why". */
-int actor_env_check(const actor_topology_t *topo, const char *name, char *err, size_t errlen);
+/* Check the options actor name (of row info; NULL: unknown) would read from
+ * topo (its line and the defaults its table declares).  0, or -EINVAL with
+ * "name: key=value: why". */
+int actor_env_check(const actor_info_t *info, const actor_topology_t *topo, const char *name,
+                    char *err, size_t errlen);
 
 /* ---- an actor running as a thread, seen from its parent */
 
 typedef struct actor_t actor_t;
 
 /* Start actor name of topo (borrowed: it must outlive the actor) as a thread
- * and wait until it is ready (timeout_ms; <= 0: forever).  NULL with a reason
- * in err when it failed to start, timed out, name is unknown or one of its
- * options is invalid (actor_env_check). */
-actor_t *actor_new(const char *name, const actor_topology_t *topo, int timeout_ms, char *err,
-                   size_t errlen);
+ * running the body of info, its registry row (actor_info_find(name); the
+ * runtime does not know the table of actors), and wait until it is ready
+ * (timeout_ms; <= 0: forever).  NULL with a reason in err when it failed to
+ * start, timed out, info is NULL, name has no endpoint or one of its options
+ * is invalid (actor_env_check). */
+actor_t *actor_new(const actor_info_t *info, const char *name, const actor_topology_t *topo,
+                   int timeout_ms, char *err, size_t errlen);
 /* Send "$TERM", wait for the thread to end; nulls *self_p; safe twice. */
 void actor_destroy(actor_t **self_p);
 const char *actor_name(const actor_t *self);
@@ -80,7 +85,7 @@ bool actor_exited(actor_t *self, int *rc);
  * so a stuck loop goes quiet), and wait until SIGTERM/SIGINT, until the actor
  * ends or until the parent is gone.  Returns the process exit status:
  * 0 on a clean stop, 1 when the actor failed or could not start. */
-int actor_process_run(const char *name, const actor_topology_t *topo);
+int actor_process_run(const actor_info_t *info, const char *name, const actor_topology_t *topo);
 
 /* ---- sockets
  *
@@ -97,6 +102,21 @@ int actor_process_run(const char *name, const actor_topology_t *topo);
  * faults.* in its stats.  crash_after kills an actor process (SIGKILL); in
  * thread mode the actor sends nothing more, its loop ends and it exits 134. */
 
+/* The limits of the links between actors, in one place.  A high-water mark
+ * is named after what travels on the link; a full queue answers "overloaded"
+ * (actor_send: -EAGAIN), so the mark is how much a peer may fall behind. */
+#define ACTOR_HWM_STREAM 100000 /* the request and token path: inboxes, tokenizer, router */
+#define ACTOR_HWM_BULK 10000    /* peers that exchange batches: experts, draft, KV tier, tokens */
+#define ACTOR_HWM_CTL 1000      /* control: stats, health, load and ready reports, worker_down */
+#define ACTOR_HWM_ADMIT 100     /* the frontend's dispatch: a busy router says so at once */
+#define ACTOR_HWM_SPILL 256     /* a worker's KV blocks to the tier manager (large raw frames) */
+#define ACTOR_HWM_READY 16      /* process mode: the ready report to the supervisor */
+#define ACTOR_HWM_BEAT 2        /* heartbeats: at most two queue while the supervisor is away */
+/* ZMQ_MAXMSGSIZE of an inbox: an internal frame and its checksum trailer, with room. */
+#define ACTOR_MAX_FRAME (MSG_MAX_INTERNAL_FRAME + 4096)
+/* ZMQ_MAXMSGSIZE of an inbox that takes raw bulk frames (KV blocks, expert rows). */
+#define ACTOR_MAX_BULK_FRAME ((int64_t)64 << 20)
+
 /* Inbound socket of actor name of topo: PULL bound at its endpoint,
  * ZMQ_MAXMSGSIZE set to max_msg, receive high-water mark rcvhwm.  On tcp://
  * with a key directory it is a CURVE server (docs/SECURITY.md): name's key
@@ -110,6 +130,35 @@ zsock_t *actor_sock_inbound(const actor_topology_t *topo, const char *name, int6
  * on failure. */
 zsock_t *actor_sock_outbound(const actor_topology_t *topo, const char *name, const char *peer,
                              int sndhwm);
+
+/* An actor's sockets declared as data: one row per socket, the runtime opens
+ * them all (actor_socks_open) before the actor's own set-up goes on.  A table
+ * ends with a row whose field is 0. */
+typedef enum {
+    ACTOR_SOCK_IN,  /* its inbound PULL (actor_sock_inbound) */
+    ACTOR_SOCK_OUT, /* a PUSH to peer (actor_sock_outbound) */
+} actor_sock_dir_t;
+
+typedef struct {
+    size_t field;         /* ACTOR_SOCK_FIELD(S, member): where the zsock_t * goes in the state */
+    actor_sock_dir_t dir; /* in or out */
+    const char *peer;     /* OUT: the actor it connects to (IN: NULL) */
+    int hwm;              /* ACTOR_HWM_*: the receive (IN) or send (OUT) high-water mark */
+    int64_t max_msg;      /* IN: ZMQ_MAXMSGSIZE, ACTOR_MAX_FRAME or ACTOR_MAX_BULK_FRAME */
+    bool optional;        /* OUT: only when the topology has peer (else the field stays NULL) */
+} actor_sock_decl_t;
+
+/* Where a socket goes in an actor's state struct S (1 + offsetof: 0 ends a table). */
+#define ACTOR_SOCK_FIELD(S, member) (offsetof(S, member) + 1)
+
+/* Open every socket of decls for the actor of env, storing each in self at its
+ * field.  0, or -EIO with "cannot open its inbox" / "cannot connect to PEER"
+ * in err; the sockets opened so far stay in self (actor_socks_close). */
+int actor_socks_open(const actor_env_t *env, const actor_sock_decl_t *decls, void *self, char *err,
+                     size_t errlen);
+/* Close (zsock_destroy) every socket of decls in self; safe twice. */
+void actor_socks_close(const actor_sock_decl_t *decls, void *self);
+
 /* Encode m (a msg_<type>_t) and send it as one frame without blocking.
  * 0; -EAGAIN when the peer's queue is full (answer "overloaded"); -EINVAL
  * (encoder refused) / -ENOMEM / -EIO. */
@@ -130,20 +179,6 @@ int actor_send_raw(zsock_t *sock, int type, const void *m, const void *raw, size
  * it; size 0 when there was none).  More than two frames: -EPROTO; a checksum
  * (of either frame) that fails: -EBADMSG.  On an error raw is empty. */
 int actor_recv_raw(zsock_t *sock, msg_any_t *m, msg_err_t *err, zmq_msg_t *raw);
-
-/* ---- counters (for stats) */
-
-typedef struct actor_counters_t actor_counters_t;
-
-actor_counters_t *actor_counters_new(void);
-void actor_counters_destroy(actor_counters_t **self_p);
-/* counter name += delta (created at 0).  Names are short dotted words. */
-void actor_counters_add(actor_counters_t *self, const char *name, int64_t delta);
-void actor_counters_set(actor_counters_t *self, const char *name, int64_t value);
-int64_t actor_counters_get(const actor_counters_t *self, const char *name);
-int actor_counters_count(const actor_counters_t *self);
-const char *actor_counters_name_at(const actor_counters_t *self, int i);
-int64_t actor_counters_value_at(const actor_counters_t *self, int i);
 
 /* ---- the actor loop (one per actor, as CZMQ's zloop)
  *
@@ -206,6 +241,34 @@ typedef void (*actor_fd_fn)(void *self, int fd);
 int actor_loop_fd(actor_loop_t *self, int fd, actor_fd_fn fn);
 /* Handler of message type on the inbox.  0 or -ENOSPC / -EINVAL. */
 int actor_loop_on(actor_loop_t *self, int type, actor_msg_fn fn);
+
+/* ---- typed handlers, one pair per message type, generated from MSG_TYPES
+ * (msgs/msg_types.h):
+ *   actor_loop_handle_<name>(loop, fn)      fn(self, const msg_<name>_t *m)
+ *   actor_loop_handle_<name>_raw(loop, fn)  fn(self, const msg_<name>_t *m, zmq_msg_t *raw)
+ * The loop decodes the frame and calls fn with the message's own struct,
+ * borrowed (the loop clears it afterwards).  The _raw variant is for a
+ * message that carries a second, raw frame (a KV block, expert rows): raw is
+ * it (size 0: none; NULL on an inbox without raw frames), and fn may move it
+ * out (zmq_msg_move).  A handler that takes the decoded message itself over
+ * (keeps its arrays: the frontend's stats_answer, the draft's queued
+ * requests) registers untyped, with actor_loop_on (actor_msg_fn); every other
+ * handler is typed.  0, or -ENOSPC / -EINVAL, as actor_loop_on. */
+typedef void (*actor_typed_fn)(void); /* a typed handler, stored: cast back to call it */
+int actor_loop_on_typed_(actor_loop_t *self, int type, actor_typed_fn fn, bool raw);
+#define ACTOR_X_ON(name, NAME, id, version, family)                                                \
+    typedef void (*actor_on_##name##_fn)(void *self, const msg_##name##_t *m);                     \
+    typedef void (*actor_on_##name##_raw_fn)(void *self, const msg_##name##_t *m, zmq_msg_t *raw); \
+    static inline int actor_loop_handle_##name(actor_loop_t *l, actor_on_##name##_fn fn) {         \
+        return actor_loop_on_typed_(l, MSG_##NAME, (actor_typed_fn)fn, false);                     \
+    }                                                                                              \
+    static inline int actor_loop_handle_##name##_raw(actor_loop_t *l,                              \
+                                                     actor_on_##name##_raw_fn fn) {                \
+        return actor_loop_on_typed_(l, MSG_##NAME, (actor_typed_fn)fn, true);                      \
+    }
+MSG_TYPES(ACTOR_X_ON)
+#undef ACTOR_X_ON
+
 /* fn every interval_ms (first after one interval).  0 or -ENOSPC / -EINVAL. */
 int actor_loop_timer(actor_loop_t *self, int interval_ms, actor_timer_fn fn);
 /* The hook after every wakeup (NULL: none). */

@@ -4,6 +4,7 @@
 #include "actor_supervisor.h"
 
 #include "actor_curve.h"
+#include "actor_registry.h"
 #include "actor_runtime.h"
 #include "base_log.h"
 
@@ -100,38 +101,26 @@ actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const cha
         actor_supervisor_destroy(&self);
         return NULL;
     }
-    self->ctl = actor_sock_inbound(topo, "supervisor", MSG_MAX_INTERNAL_FRAME + 4096, 1000);
-    self->to_router = actor_sock_outbound(topo, "supervisor", "router", 1000);
-    self->to_front = actor_sock_outbound(topo, "supervisor", "frontend", 1000);
+    self->ctl = actor_sock_inbound(topo, "supervisor", ACTOR_MAX_FRAME, ACTOR_HWM_CTL);
+    self->to_router = actor_sock_outbound(topo, "supervisor", "router", ACTOR_HWM_CTL);
+    self->to_front = actor_sock_outbound(topo, "supervisor", "frontend", ACTOR_HWM_CTL);
     if (!self->kids || !self->ctl || !self->to_router || !self->to_front) {
         snprintf(err, errlen, "cannot set up the supervisor (bind %s)", sup);
         actor_supervisor_destroy(&self);
         return NULL;
     }
-    /* the KV tiers and the draft worker first, then workers (they take
-     * longest to load), frontend last */
-    const char *order[] = {"kvtier", "prefetcher", "draft",     "expert",
-                           "worker", "router",     "tokenizer", "frontend"};
-    const int n_order = (int)(sizeof order / sizeof order[0]);
-    for (int o = 0; o <= n_order; o++)
-        for (int i = 0; i < topo->n; i++) {
-            const char *name = topo->entries[i].name;
-            if (actor_topology_reserved(name) || (host && strcmp(topo->entries[i].host, host)))
-                continue;
-            bool listed = false; /* o == n_order: anything not in the list */
-            for (int k = 0; k < n_order && !listed; k++)
-                listed = !strncmp(name, order[k], strlen(order[k]));
-            if (o < n_order ? strncmp(name, order[o], strlen(order[o])) : listed)
-                continue;
-            if (!actor_info_find(name)) {
-                snprintf(err, errlen, "unknown actor '%s' in the topology", name);
-                actor_supervisor_destroy(&self);
-                return NULL;
-            }
-            s_child_t *c = &self->kids[self->n++];
-            snprintf(c->name, sizeof c->name, "%s", name);
-            c->backoff_us = BACKOFF0_US;
-        }
+    /* the one start order of the registry (the frontend after everything behind it) */
+    const char *order[ACTOR_TOPO_MAX_ACTORS];
+    int n = actor_info_start_order(topo, host, order, ACTOR_TOPO_MAX_ACTORS, err, errlen);
+    if (n < 0) {
+        actor_supervisor_destroy(&self);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        s_child_t *c = &self->kids[self->n++];
+        snprintf(c->name, sizeof c->name, "%s", order[i]);
+        c->backoff_us = BACKOFF0_US;
+    }
     return self;
 }
 

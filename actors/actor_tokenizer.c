@@ -24,8 +24,17 @@ typedef struct {
     actor_counters_t *counters; /* the loop's */
 } s_tok_t;
 
+/* the tokenizer's sockets */
+static const actor_sock_decl_t s_socks[] = {
+    {ACTOR_SOCK_FIELD(s_tok_t, in), ACTOR_SOCK_IN, NULL, ACTOR_HWM_STREAM, ACTOR_MAX_FRAME, false},
+    {ACTOR_SOCK_FIELD(s_tok_t, to_router), ACTOR_SOCK_OUT, "router", ACTOR_HWM_STREAM, 0, false},
+    {ACTOR_SOCK_FIELD(s_tok_t, to_front), ACTOR_SOCK_OUT, "frontend", ACTOR_HWM_STREAM, 0, false},
+    {0},
+};
+
 const actor_opt_t actor_tokenizer_opts[] = {
-    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path (vocabulary and chat template)"},
+    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path (vocabulary and chat template)",
+     .field = ACTOR_OPT_FIELD(actor_tokenizer_cfg_t, model)},
     {NULL},
 };
 
@@ -61,9 +70,10 @@ static void s_error_front(s_tok_t *t, uint64_t rid, int code, const char *what) 
         actor_counters_add(t->counters, "send.failed", 1);
 }
 
-static void s_on_request(s_tok_t *t, msg_tok_request_t *q) {
+static void s_on_request(void *self, const msg_tok_request_t *q) {
+    s_tok_t *t = self;
     actor_counters_add(t->counters, "requests", 1);
-    msg_generate_t *g = &q->gen;
+    const msg_generate_t *g = &q->gen;
     char *rendered = NULL;
     const char *text = g->prompt;
     size_t len = g->prompt_len;
@@ -145,38 +155,29 @@ static void s_on_request(s_tok_t *t, msg_tok_request_t *q) {
     }
 }
 
-static void s_on_tok_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_request(self, &m->u.tok_request);
-}
-
 /* cancels follow the request's path, so one never overtakes it */
-static void s_on_cancel(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_cancel(void *self, const msg_work_cancel_t *m) {
     s_tok_t *t = self;
-    actor_send(t->to_router, MSG_WORK_CANCEL, &m->u.work_cancel);
+    actor_send(t->to_router, MSG_WORK_CANCEL, m);
 }
 
-static void s_on_error(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_error(void *self, const msg_work_error_t *m) {
     s_tok_t *t = self;
-    actor_send(t->to_front, MSG_WORK_ERROR, &m->u.work_error);
+    actor_send(t->to_front, MSG_WORK_ERROR, m);
 }
 
 static void s_cleanup(s_tok_t *t) {
     model_tokenizer_destroy(&t->tok);
     actor_loop_destroy(&t->loop);
-    zsock_destroy(&t->in);
-    zsock_destroy(&t->to_router);
-    zsock_destroy(&t->to_front);
+    actor_socks_close(s_socks, t);
 }
 
 int actor_tokenizer_main(actor_env_t *env) {
-    const actor_topology_t *topo = actor_env_topology(env);
+    const actor_tokenizer_cfg_t *conf = actor_env_cfg(env);
     s_tok_t t = {0};
     t.env = env;
     char err[512];
-    const char *path = actor_env_str(env, "model");
+    const char *path = conf->model;
     if (!path) {
         actor_env_fail(env, "tokenizer: no model= option in the topology");
         return 1;
@@ -194,18 +195,17 @@ int actor_tokenizer_main(actor_env_t *env) {
     }
     t.loop = actor_loop_new(env, &t);
     t.counters = t.loop ? actor_loop_counters(t.loop) : NULL;
-    t.in = actor_sock_inbound(topo, "tokenizer", MSG_MAX_INTERNAL_FRAME + 4096, 100000);
-    t.to_router = actor_sock_outbound(topo, "tokenizer", "router", 100000);
-    t.to_front = actor_sock_outbound(topo, "tokenizer", "frontend", 100000);
-    if (!t.loop || !t.in || !t.to_router || !t.to_front) {
-        actor_env_fail(env, "tokenizer: cannot set up (sockets or memory)");
+    char serr[128];
+    int socks = actor_socks_open(env, s_socks, &t, serr, sizeof serr);
+    if (socks || !t.loop) {
+        actor_env_fail(env, "tokenizer: cannot set up (%s)", socks ? serr : "out of memory");
         s_cleanup(&t);
         return 1;
     }
     actor_loop_inbox(t.loop, t.in, t.to_front, false, "");
-    actor_loop_on(t.loop, MSG_TOK_REQUEST, s_on_tok_request);
-    actor_loop_on(t.loop, MSG_WORK_CANCEL, s_on_cancel);
-    actor_loop_on(t.loop, MSG_WORK_ERROR, s_on_error);
+    actor_loop_handle_tok_request(t.loop, s_on_request);
+    actor_loop_handle_work_cancel(t.loop, s_on_cancel);
+    actor_loop_handle_work_error(t.loop, s_on_error);
     actor_env_ready(env);
     actor_loop_run(t.loop, 500);
     s_cleanup(&t);

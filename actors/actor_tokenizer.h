@@ -22,6 +22,12 @@
 
 #include "actor_runtime.h"
 
+/* The options of tokenizer, loaded by the runtime through actor_tokenizer_opts (one
+ * field per option, named after its key): actor_env_cfg(env) in the actor. */
+typedef struct {
+    const char *model; /* GGUF path (vocabulary and chat template) */
+} actor_tokenizer_cfg_t;
+
 int actor_tokenizer_main(actor_env_t *env);
 /* Its options (topology line "tokenizer" or "defaults"). */
 extern const actor_opt_t actor_tokenizer_opts[];

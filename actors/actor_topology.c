@@ -4,8 +4,6 @@
  * reserved "security" line: against actor_topology_security_opts). */
 #include "actor_topology.h"
 
-#include "actor_registry.h"
-
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -15,17 +13,19 @@
 const actor_opt_t actor_topology_security_opts[] = {
     {"keys", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
      "CURVE key pairs: NAME.key and NAME.key_secret per actor (strata keygen); every "
-     "public key in it may connect to an actor"},
+     "public key in it may connect to an actor",
+     .field = 0},
     {"insecure_tcp", ACTOR_OPT_BOOL, "0", 0, 0, NULL,
-     "1: plain tcp:// between actors (no CURVE; a trusted network only)"},
-    {NULL, 0, NULL, 0, 0, NULL, NULL},
+     "1: plain tcp:// between actors (no CURVE; a trusted network only)", .field = 0},
+    {NULL},
 };
 
 const actor_opt_t actor_topology_supervisor_opts[] = {
     {"hang_timeout_ms", ACTOR_OPT_INT, ACTOR_TOPO_HANG_TIMEOUT_MS, 0, 3600000, NULL,
      "an actor process that sent no heartbeat for this long after it was ready is killed and "
-     "restarted; 0: never"},
-    {NULL, 0, NULL, 0, 0, NULL, NULL},
+     "restarted; 0: never",
+     .field = 0},
+    {NULL},
 };
 
 /* Check key=value of reserved line name ("security", "supervisor") against
@@ -156,7 +156,8 @@ static bool s_word(const char **p, const char *end, const char **w, size_t *n) {
     return true;
 }
 
-int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_t errlen) {
+int actor_topology_parse(actor_topology_t *t, const char *text, actor_topology_check_fn check,
+                         char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
     int line = 0;
     const char *p = text;
@@ -201,8 +202,8 @@ int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_
                 snprintf(err, errlen, "topology line %d: security takes '-' as its endpoint", line);
                 return -EINVAL;
             }
-            if (!actor_topology_reserved(name) && !actor_info_find(name)) {
-                actor_info_check_opt(name, "", "", why, sizeof why); /* names the known ones */
+            if (!actor_topology_reserved(name) && check &&
+                check(name, NULL, NULL, why, sizeof why)) {
                 snprintf(err, errlen, "topology line %d: %s", line, why);
                 return -EINVAL;
             }
@@ -232,7 +233,7 @@ int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_
                 }
                 if (!strcmp(name, "supervisor") || !strcmp(name, "security")
                         ? s_check_reserved(name, key, val, why, sizeof why)
-                        : actor_info_check_opt(name, key, val, why, sizeof why)) {
+                        : check && check(name, key, val, why, sizeof why)) {
                     snprintf(err, errlen, "topology line %d: %s", line, why);
                     return -EINVAL;
                 }
@@ -254,7 +255,8 @@ int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_
     return s_check_tcp(t, err, errlen);
 }
 
-int actor_topology_load(actor_topology_t *t, const char *path, char *err, size_t errlen) {
+int actor_topology_load(actor_topology_t *t, const char *path, actor_topology_check_fn check,
+                        char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "cannot read topology file '%s'", path);
@@ -268,7 +270,7 @@ int actor_topology_load(actor_topology_t *t, const char *path, char *err, size_t
         return -ENOMEM;
     }
     buf[n] = 0;
-    int rc = actor_topology_parse(t, buf, err, errlen);
+    int rc = actor_topology_parse(t, buf, check, err, errlen);
     free(buf);
     return rc;
 }

@@ -45,21 +45,35 @@ typedef struct {
 extern const actor_opt_t actor_topology_security_opts[];
 /* Options of the reserved line "supervisor ENDPOINT" (process mode). */
 extern const actor_opt_t actor_topology_supervisor_opts[];
+/* Where clients reach the frontend when its client= option is not set: the
+ * default for the frontend and for the actors that connect to it as clients
+ * (metrics, http), so that none of them includes another actor's header. */
+#define ACTOR_TOPO_CLIENT_ENDPOINT "tcp://127.0.0.1:5555"
 /* The supervisor's hang timeout when no line or flag sets it (ms). */
 #define ACTOR_TOPO_HANG_TIMEOUT_MS "2000"
 
-/* Parse the text (NUL-terminated) and check every option against the table of
- * the actor its line names ("defaults": of every actor that declares it; see
- * actor_registry.h).  0, or -EINVAL with "topology line N: why" in err, e.g.
+/* How the parser checks an actor line: key=value for actor name ("defaults":
+ * for every actor that declares key); with key NULL only that name is an
+ * actor.  0, or -EINVAL with "name: key=value: why" in err.  The registry's
+ * actor_info_check_opt (actor_registry.h) is the one the launchers pass: the
+ * topology knows no actor itself. */
+typedef int (*actor_topology_check_fn)(const char *name, const char *key, const char *value,
+                                       char *err, size_t errlen);
+
+/* Parse the text (NUL-terminated) and check every actor line with check (NULL:
+ * actor names and options are not checked).  0, or -EINVAL with "topology
+ * line N: why" in err, e.g.
  * "topology line 4: worker0: threads=abc: not an integer (1..256)".  A tcp://
  * endpoint between actors needs "security - keys=DIR" or "insecure_tcp=1".
  * Placement: the key host=NAME of an actor line is not an option but the
  * entry's host; once one actor has it every actor needs it and listens on
  * tcp://, and the supervisor endpoint must be local to each host (ipc://,
  * or tcp:// on a loopback address). */
-int actor_topology_parse(actor_topology_t *t, const char *text, char *err, size_t errlen);
+int actor_topology_parse(actor_topology_t *t, const char *text, actor_topology_check_fn check,
+                         char *err, size_t errlen);
 /* Read and parse a file.  0, -ENOENT (cannot read it) or -EINVAL, with err. */
-int actor_topology_load(actor_topology_t *t, const char *path, char *err, size_t errlen);
+int actor_topology_load(actor_topology_t *t, const char *path, actor_topology_check_fn check,
+                        char *err, size_t errlen);
 
 /* Add an entry (for in-memory topologies); NULL when full or a name repeats. */
 actor_topo_entry_t *actor_topology_add(actor_topology_t *t, const char *name, const char *endpoint);
@@ -70,8 +84,8 @@ int actor_topology_set(actor_topo_entry_t *e, const char *key, const char *value
 const actor_topo_entry_t *actor_topology_find(const actor_topology_t *t, const char *name);
 /* The endpoint of name, or NULL (no such actor, or "-"). */
 const char *actor_topology_endpoint(const actor_topology_t *t, const char *name);
-/* Option key of actor name, else of "defaults", else def (the raw text; actors
- * read typed values with actor_env_int & co., which know the defaults). */
+/* Option key of actor name, else of "defaults", else def (the raw text; an
+ * actor gets its own options typed, with their defaults, from actor_env_cfg). */
 const char *actor_topology_opt(const actor_topology_t *t, const char *name, const char *key,
                                const char *def);
 /* Number of target workers: entries named worker0, worker1, ... (contiguous). */

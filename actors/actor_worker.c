@@ -230,41 +230,63 @@ static void s_logprobs(s_worker_t *w, const s_req_t *r, const float *lsm, int32_
     w->lp_n_top = n;
 }
 
+_Static_assert(MSG_DTYPE_F32 == 0 && MSG_DTYPE_F16 == 1,
+               "expert_dtype=f32|f16 loads as its index, a msg_dtype_t");
+
 const actor_opt_t actor_worker_opts[] = {
-    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path"},
-    {"threads", ACTOR_OPT_INT, "1", 1, 256, NULL, "threads of the forward pass"},
-    {"max_batch", ACTOR_OPT_INT, "16", 1, 4096, NULL, "requests running at once"},
+    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, model)},
+    {"threads", ACTOR_OPT_INT, "1", 1, 256, NULL, "threads of the forward pass",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, threads)},
+    {"max_batch", ACTOR_OPT_INT, "16", 1, 4096, NULL, "requests running at once",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, max_batch)},
     {"kv_blocks", ACTOR_OPT_INT, "512", 1, 1 << 24, NULL,
-     "KV blocks (of block_size positions) in the worker's pool"},
-    {"block_size", ACTOR_OPT_INT, "16", 1, KV_MAX_BLOCK_TOKENS, NULL, "positions per KV block"},
+     "KV blocks (of block_size positions) in the worker's pool",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, kv_blocks)},
+    {"block_size", ACTOR_OPT_INT, "16", 1, KV_MAX_BLOCK_TOKENS, NULL, "positions per KV block",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, block_size)},
     {"queue", ACTOR_OPT_INT, "64", 0, 1 << 20, NULL,
-     "requests waiting for admission before overloaded"},
+     "requests waiting for admission before overloaded",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, queue)},
     {"step_tokens", ACTOR_OPT_INT, "256", 1, 1 << 16, NULL,
-     "tokens per forward step: decode tokens first, the rest prefill chunks"},
+     "tokens per forward step: decode tokens first, the rest prefill chunks",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, step_tokens)},
     {"max_ctx", ACTOR_OPT_INT, "2048", 2, 1 << 20, NULL,
-     "positions per request (prompt + max_tokens)"},
-    {"kv_type", ACTOR_OPT_ENUM, "f16", 0, 0, "f32|f16|int8", "T0 KV format"},
-    {"kv_policy", ACTOR_OPT_ENUM, "scored", 0, 0, "lru|lfu|scored", "T0 eviction order"},
+     "positions per request (prompt + max_tokens)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, max_ctx)},
+    {"kv_type", ACTOR_OPT_ENUM, "f16", 0, 0, "f32|f16|int8", "T0 KV format",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, kv_type), .parse = kv_fmt_parse},
+    {"kv_policy", ACTOR_OPT_ENUM, "scored", 0, 0, "lru|lfu|scored", "T0 eviction order",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, kv_policy), .parse = kv_policy_parse},
     {"prefix_cache", ACTOR_OPT_BOOL, "1", 0, 0, NULL,
-     "share cached prompt prefixes (0: every prompt computed)"},
+     "share cached prompt prefixes (0: every prompt computed)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, prefix_cache)},
     {"write_through", ACTOR_OPT_BOOL, "1", 0, 0, NULL,
      "with a KV tier manager: send each full KV block of a running request to T1 at once "
-     "(a request resumed after this worker dies promotes them instead of recomputing)"},
+     "(a request resumed after this worker dies promotes them instead of recomputing)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, write_through)},
     {"prefetch_wait_ms", ACTOR_OPT_INT, "200", 0, 60000, NULL,
-     "how long a request waits for its promotions from T1/T2 before it recomputes"},
+     "how long a request waits for its promotions from T1/T2 before it recomputes",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, prefetch_wait_ms)},
     {"spec", ACTOR_OPT_BOOL, "1", 0, 0, NULL,
-     "with a draft actor: 0 turns speculation off for this worker"},
+     "with a draft actor: 0 turns speculation off for this worker",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, spec)},
     {"spec_k", ACTOR_OPT_INT, "0", 0, MODEL_SPEC_MAX_K, NULL,
-     "fixed draft depth; 0: adaptive (from acceptance and load)"},
-    {"spec_k_max", ACTOR_OPT_INT, "8", 1, MODEL_SPEC_MAX_K, NULL, "adaptive: the largest depth"},
+     "fixed draft depth; 0: adaptive (from acceptance and load)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, spec_k)},
+    {"spec_k_max", ACTOR_OPT_INT, "8", 1, MODEL_SPEC_MAX_K, NULL, "adaptive: the largest depth",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, spec_k_max)},
     {"spec_wait_us", ACTOR_OPT_INT, "20000", 0, 60000000, NULL,
-     "longest wait for a draft before a step runs without it"},
+     "longest wait for a draft before a step runs without it",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, spec_wait_us)},
     {"expert_dtype", ACTOR_OPT_ENUM, "f32", 0, 0, "f32|f16",
      "with expert actors and an MoE model: the rows sent to them (f32: bitwise the local "
-     "forward; f16: half the bytes)"},
+     "forward; f16: half the bytes)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, expert_dtype)},
     {"expert_timeout_ms", ACTOR_OPT_INT, "1000", 1, 600000, NULL,
      "with expert actors: the wait for an expert actor's reply before its rows go to "
-     "another actor hosting the expert (or are computed here)"},
+     "another actor hosting the expert (or are computed here)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, expert_timeout_ms)},
     {NULL},
 };
 
@@ -456,7 +478,8 @@ static int s_replay_carried(s_worker_t *w, s_req_t *r) {
     return 0;
 }
 
-static void s_on_request(s_worker_t *w, msg_work_request_t *q) {
+static void s_on_request(void *self, const msg_work_request_t *q) {
+    s_worker_t *w = self;
     actor_counters_add(w->counters, "requests", 1);
     if (s_holds(w, q->rid)) { /* a duplicated frame: the request runs once */
         actor_counters_add(w->counters, "requests.duplicate", 1);
@@ -642,7 +665,8 @@ static void s_want_draft(s_worker_t *w, s_req_t *r) {
     w->n_pending_drafts++;
 }
 
-static void s_on_draft(s_worker_t *w, const msg_draft_reply_t *m) {
+static void s_on_draft(void *self, const msg_draft_reply_t *m) {
+    s_worker_t *w = self;
     s_req_t *r = sched_batch_find(w->sched, m->rid);
     if (!r || !r->draft_pending || m->seq != r->draft_seq) {
         actor_counters_add(w->counters, "spec.reply_stale", 1);
@@ -968,7 +992,8 @@ static void s_on_written(void *arg, const kv_cache_evicted_t *b) {
 }
 
 /* A block promoted from T1/T2 for request rid. */
-static void s_on_block(s_worker_t *w, const msg_kv_block_t *b, zmq_msg_t *raw) {
+static void s_on_block(void *self, const msg_kv_block_t *b, zmq_msg_t *raw) {
+    s_worker_t *w = self;
     kv_meta_t meta;
     meta.hash = b->hash;
     meta.parent = b->parent;
@@ -1061,50 +1086,32 @@ static void s_on_stats(void *self) {
     serve_metrics_step_export(w->metrics, s_put_counter, w->counters);
 }
 
-static void s_on_kv_block(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    s_on_block(self, &m->u.kv_block, raw);
-}
-
-static void s_on_draft_reply(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_draft(self, &m->u.draft_reply);
-}
-
-static void s_on_promote_done(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_promote_done(void *self, const msg_kv_promote_done_t *m) {
     s_worker_t *w = self;
-    s_req_t *r = s_find_parked(w, m->u.kv_promote_done.rid);
+    s_req_t *r = s_find_parked(w, m->rid);
     if (r) {
         s_unpark(w, r);
         s_trace(w, r, "promote",
                 "the tier manager sent %d blocks from T1/T2 (%d of them new here), %d not there",
-                m->u.kv_promote_done.sent, r->promoted, m->u.kv_promote_done.missing);
+                m->sent, r->promoted, m->missing);
         s_admit(w, r);
     }
 }
 
-static void s_on_work_request(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_request(self, &m->u.work_request);
-}
-
-static void s_on_work_probe(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_work_probe(void *self, const msg_work_probe_t *m) {
     s_worker_t *w = self;
     actor_counters_add(w->counters, "probes", 1);
-    s_status(w, m->u.work_probe.rid, s_holds(w, m->u.work_probe.rid));
+    s_status(w, m->rid, s_holds(w, m->rid));
 }
 
-static void s_on_expert_table(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
+static void s_on_expert_table(void *self, const msg_expert_table_t *m) {
     s_worker_t *w = self;
     if (w->experts)
-        actor_expert_client_table(w->experts, &m->u.expert_table);
+        actor_expert_client_table(w->experts, m);
 }
 
-static void s_on_work_cancel(void *self, msg_any_t *m, zmq_msg_t *raw) {
-    (void)raw;
-    s_on_cancel(self, m->u.work_cancel.rid);
+static void s_on_work_cancel(void *self, const msg_work_cancel_t *m) {
+    s_on_cancel(self, m->rid);
 }
 
 /* After every wakeup: one batch step when there is work.  0 (poll without
@@ -1121,6 +1128,17 @@ static int s_idle(void *self) {
         s_report(w);
     return busy ? 0 : w->parked ? 2 : 100;
 }
+
+/* The worker's sockets (the draft's is opened only with speculation on). */
+static const actor_sock_decl_t s_socks[] = {
+    {ACTOR_SOCK_FIELD(s_worker_t, in), ACTOR_SOCK_IN, NULL, ACTOR_HWM_STREAM, ACTOR_MAX_FRAME,
+     false},
+    {ACTOR_SOCK_FIELD(s_worker_t, to_tok), ACTOR_SOCK_OUT, "tokenizer", ACTOR_HWM_STREAM, 0, false},
+    {ACTOR_SOCK_FIELD(s_worker_t, to_router), ACTOR_SOCK_OUT, "router", ACTOR_HWM_STREAM, 0, false},
+    {ACTOR_SOCK_FIELD(s_worker_t, to_front), ACTOR_SOCK_OUT, "frontend", ACTOR_HWM_CTL, 0, false},
+    {ACTOR_SOCK_FIELD(s_worker_t, to_tier), ACTOR_SOCK_OUT, "kvtier", ACTOR_HWM_SPILL, 0, true},
+    {0},
+};
 
 static void s_cleanup(s_worker_t *w) {
     /* free every request still held */
@@ -1143,10 +1161,7 @@ static void s_cleanup(s_worker_t *w) {
     model_destroy(&w->model);
     actor_loop_destroy(&w->loop);
     serve_metrics_step_destroy(&w->metrics);
-    zsock_destroy(&w->in);
-    zsock_destroy(&w->to_tok);
-    zsock_destroy(&w->to_router);
-    zsock_destroy(&w->to_front);
+    actor_socks_close(s_socks, w);
     free(w->items);
     free(w->b_tok);
     free(w->b_pos);
@@ -1160,6 +1175,7 @@ static void s_cleanup(s_worker_t *w) {
 }
 
 int actor_worker_main(actor_env_t *env) {
+    const actor_worker_cfg_t *conf = actor_env_cfg(env);
     const actor_topology_t *t = actor_env_topology(env);
     const char *name = actor_env_name(env);
     s_worker_t w = {0};
@@ -1167,34 +1183,34 @@ int actor_worker_main(actor_env_t *env) {
     w.name = name;
     w.index = atoi(name + 6);
     char err[512];
-    const char *path = actor_env_str(env, "model");
+    const char *path = conf->model;
     if (!path) {
         actor_env_fail(env, "%s: no model= option in the topology", name);
-        return 1;
+        goto fail;
     }
-    int threads = (int)actor_env_int(env, "threads");
-    w.max_batch = (int)actor_env_int(env, "max_batch");
-    int n_blocks = (int)actor_env_int(env, "kv_blocks");
-    int queue = (int)actor_env_int(env, "queue");
-    w.step_tokens = (int)actor_env_int(env, "step_tokens");
-    int max_ctx = (int)actor_env_int(env, "max_ctx");
-    int bs = (int)actor_env_int(env, "block_size");
-    int kv_fmt = kv_fmt_parse(actor_env_str(env, "kv_type"));
-    int policy = kv_policy_parse(actor_env_str(env, "kv_policy"));
-    bool sharing = actor_env_bool(env, "prefix_cache");
-    w.prefetch_wait_ms = (int)actor_env_int(env, "prefetch_wait_ms");
+    int threads = conf->threads;
+    w.max_batch = conf->max_batch;
+    int n_blocks = conf->kv_blocks;
+    int queue = conf->queue;
+    w.step_tokens = conf->step_tokens;
+    int max_ctx = conf->max_ctx;
+    int bs = conf->block_size;
+    int kv_fmt = conf->kv_type;
+    int policy = conf->kv_policy;
+    bool sharing = conf->prefix_cache;
+    w.prefetch_wait_ms = conf->prefetch_wait_ms;
     w.block_size = bs;
     /* speculative decoding: on when the topology has a draft worker */
-    bool spec = actor_topology_endpoint(t, "draft") != NULL && actor_env_bool(env, "spec");
-    w.spec_k = (int)actor_env_int(env, "spec_k");
-    w.spec_k_max = (int)actor_env_int(env, "spec_k_max");
-    w.spec_wait_us = (int)actor_env_int(env, "spec_wait_us");
+    bool spec = actor_topology_endpoint(t, "draft") != NULL && conf->spec;
+    w.spec_k = conf->spec_k;
+    w.spec_k_max = conf->spec_k_max;
+    w.spec_wait_us = conf->spec_wait_us;
     if (w.step_tokens < w.max_batch)
         w.step_tokens = w.max_batch;
     w.model = model_load(path, err, sizeof err);
     if (!w.model) {
         actor_env_fail(env, "%s: %s", name, err);
-        return 1;
+        goto fail;
     }
     const model_config_t *cfg = model_config(w.model);
     w.n_vocab = cfg->n_vocab;
@@ -1231,48 +1247,33 @@ int actor_worker_main(actor_env_t *env) {
                        !w.tok  ? err
                        : !w.kv ? "KV pool too large"
                                : "out of memory");
-        s_cleanup(&w);
-        return 1;
+        goto fail;
     }
-    w.in = actor_sock_inbound(t, name, MSG_MAX_INTERNAL_FRAME + 4096, 100000);
-    w.to_tok = actor_sock_outbound(t, name, "tokenizer", 100000);
-    w.to_router = actor_sock_outbound(t, name, "router", 100000);
-    w.to_front = actor_sock_outbound(t, name, "frontend", 1000);
-    if (actor_topology_endpoint(t, "kvtier")) {
-        w.to_tier = actor_sock_outbound(t, name, "kvtier", 256);
+    int rc = actor_socks_open(env, s_socks, &w, err, sizeof err);
+    if (!rc && spec && !(w.to_draft = actor_sock_outbound(t, name, "draft", ACTOR_HWM_BULK))) {
+        snprintf(err, sizeof err, "cannot connect to draft");
+        rc = -EIO;
+    }
+    if (rc) {
+        actor_env_fail(env, "%s: %s", name, err);
+        goto fail;
+    }
+    if (w.to_tier) { /* with a KV tier manager */
         w.self_promote = actor_topology_endpoint(t, "prefetcher") == NULL;
-        w.write_through = actor_env_bool(env, "write_through");
-        if (!w.to_tier) {
-            actor_env_fail(env, "%s: cannot connect to the KV tier manager", name);
-            s_cleanup(&w);
-            return 1;
-        }
-    }
-    if (spec && !(w.to_draft = actor_sock_outbound(t, name, "draft", 10000))) {
-        actor_env_fail(env, "%s: cannot connect to the draft worker", name);
-        s_cleanup(&w);
-        return 1;
-    }
-    if (!w.in || !w.to_tok || !w.to_router || !w.to_front) {
-        actor_env_fail(env, "%s: cannot open its sockets", name);
-        s_cleanup(&w);
-        return 1;
+        w.write_through = conf->write_through;
     }
     if (actor_placement_experts(t) > 0 && cfg->n_expert > 0) {
         /* MoE: every MoE layer's experts run on the expert actors */
-        const char *dt = actor_env_str(env, "expert_dtype");
-        w.experts =
-            actor_expert_client_new(t, name, w.index, w.model, w.loop, w.in,
-                                    dt && !strcmp(dt, "f16") ? MSG_DTYPE_F16 : MSG_DTYPE_F32,
-                                    (int)actor_env_int(env, "expert_timeout_ms"), err, sizeof err);
+        w.experts = actor_expert_client_new(t, name, w.index, w.model, w.loop, w.in,
+                                            (msg_dtype_t)conf->expert_dtype,
+                                            conf->expert_timeout_ms, err, sizeof err);
         if (!w.experts) {
             actor_env_fail(env, "%s: expert actors: %s", name, err);
-            s_cleanup(&w);
-            return 1;
+            goto fail;
         }
         model_ctx_set_moe_exec(w.ctx, actor_expert_client_exec, w.experts);
         LOG_I(name, "MoE: %d experts per layer on %d expert actors (%s rows)", cfg->n_expert,
-              actor_placement_experts(t), dt ? dt : "f32");
+              actor_placement_experts(t), conf->expert_dtype == MSG_DTYPE_F16 ? "f16" : "f32");
     } else if (actor_placement_experts(t) > 0) {
         LOG_W(name, "the topology has expert actors but the model is dense: they stay idle");
     }
@@ -1286,17 +1287,20 @@ int actor_worker_main(actor_env_t *env) {
     s_report(&w);
 
     actor_loop_inbox(w.loop, w.in, w.to_front, true, "");
-    actor_loop_on(w.loop, MSG_KV_BLOCK, s_on_kv_block);
-    actor_loop_on(w.loop, MSG_DRAFT_REPLY, s_on_draft_reply);
-    actor_loop_on(w.loop, MSG_KV_PROMOTE_DONE, s_on_promote_done);
-    actor_loop_on(w.loop, MSG_WORK_REQUEST, s_on_work_request);
-    actor_loop_on(w.loop, MSG_WORK_CANCEL, s_on_work_cancel);
-    actor_loop_on(w.loop, MSG_WORK_PROBE, s_on_work_probe);
-    actor_loop_on(w.loop, MSG_EXPERT_TABLE, s_on_expert_table);
+    actor_loop_handle_kv_block_raw(w.loop, s_on_block);
+    actor_loop_handle_draft_reply(w.loop, s_on_draft);
+    actor_loop_handle_kv_promote_done(w.loop, s_on_promote_done);
+    actor_loop_handle_work_request(w.loop, s_on_request);
+    actor_loop_handle_work_cancel(w.loop, s_on_work_cancel);
+    actor_loop_handle_work_probe(w.loop, s_on_work_probe);
+    actor_loop_handle_expert_table(w.loop, s_on_expert_table);
     actor_loop_idle(w.loop, s_idle);
     actor_loop_on_stats(w.loop, s_on_stats);
     actor_loop_run(w.loop, 100);
     LOG_I(name, "stopping");
     s_cleanup(&w);
     return 0;
+fail:
+    s_cleanup(&w);
+    return 1;
 }

@@ -26,6 +26,30 @@
 
 #include "actor_runtime.h"
 
+/* The options of worker, loaded by the runtime through actor_worker_opts (one
+ * field per option, named after its key): actor_env_cfg(env) in the actor. */
+typedef struct {
+    const char *model;     /* GGUF path */
+    int threads;           /* threads of the forward pass */
+    int max_batch;         /* requests running at once */
+    int kv_blocks;         /* KV blocks (of block_size positions) in the worker's pool */
+    int block_size;        /* positions per KV block */
+    int queue;             /* requests waiting for admission before overloaded */
+    int step_tokens;       /* tokens per forward step: decode tokens first */
+    int max_ctx;           /* positions per request (prompt + max_tokens) */
+    int kv_type;           /* f32|f16|int8 = kv_fmt_t: T0 KV format */
+    int kv_policy;         /* lru|lfu|scored = kv_policy_kind_t: T0 eviction order */
+    bool prefix_cache;     /* share cached prompt prefixes (0: every prompt computed) */
+    bool write_through;    /* with a KV tier manager */
+    int prefetch_wait_ms;  /* how long a request waits for its promotions from T1/T2 before it */
+    bool spec;             /* with a draft actor: 0 turns speculation off for this worker */
+    int spec_k;            /* fixed draft depth; 0: adaptive (from acceptance and load) */
+    int spec_k_max;        /* adaptive: the largest depth */
+    int spec_wait_us;      /* longest wait for a draft before a step runs without it */
+    int expert_dtype;      /* f32|f16 (its index): with expert actors and an MoE model */
+    int expert_timeout_ms; /* with expert actors */
+} actor_worker_cfg_t;
+
 int actor_worker_main(actor_env_t *env);
 /* Its options, declared once (name, type, default, range, help). */
 extern const actor_opt_t actor_worker_opts[];

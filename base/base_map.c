@@ -119,3 +119,21 @@ bool base_map_del(base_map_t *m, uint64_t k) {
     m->n--;
     return true;
 }
+
+size_t base_map_del_if(base_map_t *m, bool (*pred)(uint64_t k, uint64_t v, void *ctx), void *ctx) {
+    size_t gone = 0;
+    /* A deletion at i shifts only entries of i's run that lie after it into i
+     * (the map is at most half full, so no run wraps back to i): slot i is
+     * looked at again, nothing unseen moves before it.  An entry that wrapped
+     * from the start of the table to its end was seen and kept already (and is
+     * asked again). */
+    for (size_t i = 0; i < m->cap;) {
+        if (m->used[i] && pred(m->keys[i], m->vals[i], ctx)) {
+            base_map_del(m, m->keys[i]);
+            gone++;
+        } else {
+            i++;
+        }
+    }
+    return gone;
+}

@@ -31,5 +31,11 @@ bool base_map_get(const base_map_t *m, uint64_t k, uint64_t *v);
 int base_map_put(base_map_t *m, uint64_t k, uint64_t v);
 /* Remove k; true when it was present.  Other entries may move. */
 bool base_map_del(base_map_t *m, uint64_t k);
+/* Remove every entry for which pred(k, v, ctx) is true, in slot order.  pred
+ * must not change m; it sees an entry it removes once, one it keeps at least
+ * once (a kept entry may move past the scan and be asked again: keep pred a
+ * function of k and v, with side effects only where it says true).  Returns
+ * how many went. */
+size_t base_map_del_if(base_map_t *m, bool (*pred)(uint64_t k, uint64_t v, void *ctx), void *ctx);
 
 #endif

@@ -95,7 +95,7 @@ int cmd_actor(int argc, char **argv) {
     char err[512];
     if (!topo)
         return 1;
-    if (actor_topology_load(topo, topo_path, err, sizeof err)) {
+    if (actor_topology_load(topo, topo_path, actor_info_check_opt, err, sizeof err)) {
         fprintf(stderr, "strata actor: %s\n", err);
         free(topo);
         return 1;
@@ -107,7 +107,8 @@ int cmd_actor(int argc, char **argv) {
         if (d)
             actor_topology_set(d, "model", cli_default_model());
     }
-    if (!actor_info_find(name) || !actor_topology_endpoint(topo, name)) {
+    const actor_info_t *info = actor_info_find(name);
+    if (!info || !actor_topology_endpoint(topo, name)) {
         fprintf(stderr, "strata actor: no actor '%s' in %s\n", name, topo_path);
         free(topo);
         return 1;
@@ -125,7 +126,7 @@ int cmd_actor(int argc, char **argv) {
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     zsys_init();
-    int rc = actor_process_run(name, topo);
+    int rc = actor_process_run(info, name, topo);
     free(topo);
     return rc;
 }

@@ -216,9 +216,9 @@ static void s_set(char (*vals)[ACTOR_TOPO_VALUE], const char *flag, const char *
 }
 
 /* The embedded default: every actor over inproc:// in this process. */
-static int s_thread_mode(actor_topology_t *topo, int workers, int experts, const char *endpoint) {
-    const char *order_stop[] = {"frontend", "tokenizer", "router"};
-    actor_t **actors = calloc((size_t)workers + (size_t)experts + 8, sizeof *actors);
+static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoint) {
+    actor_t **actors = calloc((size_t)topo->n, sizeof *actors);
+    const char *order[ACTOR_TOPO_MAX_ACTORS];
     int n = 0, rc = 1;
     char err[512];
     if (!actors)
@@ -230,32 +230,18 @@ static int s_thread_mode(actor_topology_t *topo, int workers, int experts, const
         free(actors);
         return 1;
     }
-    /* the KV tiers and workers first (they load what they own), the frontend
-     * last: clients are only accepted when everything behind it is ready */
-    const char *kv_actors[] = {"kvtier", "prefetcher", "draft", "metrics"};
-    for (int i = 0; i < 4; i++)
-        if (actor_topology_endpoint(topo, kv_actors[i]) &&
-            !(actors[n++] = actor_new(kv_actors[i], topo, 0, err, sizeof err)))
-            goto fail;
-    for (int i = 0; i < experts; i++) { /* before the workers that send them rows */
-        char name[32];
-        snprintf(name, sizeof name, "expert%d", i);
-        if (!(actors[n++] = actor_new(name, topo, 0, err, sizeof err)))
-            goto fail;
-    }
-    for (int i = 0; i < workers; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "worker%d", i);
-        if (!(actors[n++] = actor_new(name, topo, 0, err, sizeof err)))
-            goto fail;
-    }
-    for (int i = 2; i >= 0; i--)
-        if (!(actors[n++] = actor_new(order_stop[i], topo, 0, err, sizeof err)))
-            goto fail;
-    /* the HTTP gateway after the frontend it is a client of (and stopped before it) */
-    if (actor_topology_endpoint(topo, "http") &&
-        !(actors[n++] = actor_new("http", topo, 0, err, sizeof err)))
+    /* the registry's one start order, as the supervisor's: what loads the
+     * longest first, the frontend (then its HTTP gateway) last */
+    int n_order = actor_info_start_order(topo, NULL, order, ACTOR_TOPO_MAX_ACTORS, err, sizeof err);
+    if (n_order < 0) {
+        n++; /* fail: undoes one slot too many, and there is none */
         goto fail;
+    }
+    for (int i = 0; i < n_order; i++)
+        if (actor_topology_endpoint(topo, order[i]) &&
+            !(actors[n++] =
+                  actor_new(actor_info_find(order[i]), order[i], topo, 0, err, sizeof err)))
+            goto fail;
     fprintf(stderr, "strata serve: ready on %s (%d worker%s)\n", endpoint, workers,
             workers == 1 ? "" : "s");
     if (actor_topology_endpoint(topo, "http"))
@@ -456,7 +442,7 @@ int cmd_serve(int argc, char **argv) {
     int rc;
     char err[512];
     if (topo_path) {
-        if (actor_topology_load(topo, topo_path, err, sizeof err)) {
+        if (actor_topology_load(topo, topo_path, actor_info_check_opt, err, sizeof err)) {
             fprintf(stderr, "strata serve: %s\n", err);
             free(topo);
             return 1;
@@ -529,7 +515,7 @@ int cmd_serve(int argc, char **argv) {
             snprintf(ep, sizeof ep, "inproc://strata-%d-%s", pid, name);
             actor_topology_add(topo, name, ep);
         }
-        rc = s_thread_mode(topo, (int)workers, (int)experts, endpoint);
+        rc = s_thread_mode(topo, (int)workers, endpoint);
     }
 #undef VAL
     free(topo);

@@ -1,6 +1,8 @@
-/* router_dispatch.c - least-loaded dispatch over a small worker table and an
- * open-addressing hash table rid -> worker. */
+/* router_dispatch.c - least-loaded dispatch over a small worker table and a
+ * map rid -> worker (base_map). */
 #include "router_dispatch.h"
+
+#include "base_map.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -12,20 +14,10 @@ typedef struct {
     int count;        /* requests assigned */
 } s_worker_t;
 
-typedef struct {
-    uint64_t rid;   /* key; 0 with state 0 = empty */
-    int worker;     /* value */
-    int64_t tokens; /* what assign added */
-    int state;      /* 0 empty, 1 used, 2 deleted */
-} s_slot_t;
-
 struct router_dispatch_t {
     int n_workers;
     s_worker_t *workers; /* (n_workers) */
-    s_slot_t *slots;     /* (cap) hash table */
-    int cap;             /* power of two */
-    int used;            /* slots in state 1 */
-    int tomb;            /* slots in state 2 */
+    base_map_t rids;     /* rid -> the worker it was assigned to */
 };
 
 router_dispatch_t *router_dispatch_new(int n_workers) {
@@ -36,9 +28,7 @@ router_dispatch_t *router_dispatch_new(int n_workers) {
         return NULL;
     self->n_workers = n_workers;
     self->workers = calloc((size_t)n_workers, sizeof *self->workers);
-    self->cap = 64;
-    self->slots = calloc((size_t)self->cap, sizeof *self->slots);
-    if (!self->workers || !self->slots) {
+    if (!self->workers || base_map_init(&self->rids, 32)) {
         router_dispatch_destroy(&self);
         return NULL;
     }
@@ -51,7 +41,7 @@ void router_dispatch_destroy(router_dispatch_t **self_p) {
     if (!self_p || !*self_p)
         return;
     free((*self_p)->workers);
-    free((*self_p)->slots);
+    base_map_free(&(*self_p)->rids);
     free(*self_p);
     *self_p = NULL;
 }
@@ -60,64 +50,8 @@ int router_dispatch_workers(const router_dispatch_t *self) {
     return self->n_workers;
 }
 
-static uint64_t s_hash(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return x;
-}
-
-/* Slot holding rid, or -1. */
-static int s_lookup(const router_dispatch_t *self, uint64_t rid) {
-    int mask = self->cap - 1;
-    for (int i = (int)(s_hash(rid) & (uint64_t)mask), k = 0; k < self->cap;
-         i = (i + 1) & mask, k++) {
-        if (self->slots[i].state == 0)
-            return -1;
-        if (self->slots[i].state == 1 && self->slots[i].rid == rid)
-            return i;
-    }
-    return -1;
-}
-
-static int s_insert(router_dispatch_t *self, uint64_t rid, int worker, int64_t tokens);
-
-static int s_grow(router_dispatch_t *self) {
-    int ncap = (self->used + 1) * 4 > self->cap ? self->cap * 2 : self->cap;
-    s_slot_t *old = self->slots;
-    int ocap = self->cap;
-    s_slot_t *ns = calloc((size_t)ncap, sizeof *ns);
-    if (!ns)
-        return -ENOMEM;
-    self->slots = ns;
-    self->cap = ncap;
-    self->used = self->tomb = 0;
-    for (int i = 0; i < ocap; i++)
-        if (old[i].state == 1)
-            s_insert(self, old[i].rid, old[i].worker, old[i].tokens);
-    free(old);
-    return 0;
-}
-
-static int s_insert(router_dispatch_t *self, uint64_t rid, int worker, int64_t tokens) {
-    if ((self->used + self->tomb + 1) * 2 > self->cap) {
-        int rc = s_grow(self);
-        if (rc)
-            return rc;
-    }
-    int mask = self->cap - 1;
-    int i = (int)(s_hash(rid) & (uint64_t)mask);
-    while (self->slots[i].state == 1)
-        i = (i + 1) & mask;
-    if (self->slots[i].state == 2)
-        self->tomb--;
-    self->slots[i] = (s_slot_t){rid, worker, tokens, 1};
-    self->used++;
-    return 0;
-}
-
 int router_dispatch_assign(router_dispatch_t *self, uint64_t rid, int64_t tokens) {
-    if (s_lookup(self, rid) >= 0)
+    if (base_map_get(&self->rids, rid, NULL))
         return -EEXIST;
     int best = -1;
     int64_t best_load = 0;
@@ -135,7 +69,7 @@ int router_dispatch_assign(router_dispatch_t *self, uint64_t rid, int64_t tokens
     }
     if (best < 0)
         return -EHOSTDOWN;
-    int rc = s_insert(self, rid, best, tokens);
+    int rc = base_map_put(&self->rids, rid, (uint64_t)best);
     if (rc)
         return rc;
     self->workers[best].pending += tokens;
@@ -144,18 +78,16 @@ int router_dispatch_assign(router_dispatch_t *self, uint64_t rid, int64_t tokens
 }
 
 int router_dispatch_worker_of(const router_dispatch_t *self, uint64_t rid) {
-    int i = s_lookup(self, rid);
-    return i < 0 ? -ENOENT : self->slots[i].worker;
+    uint64_t w;
+    return base_map_get(&self->rids, rid, &w) ? (int)w : -ENOENT;
 }
 
 int router_dispatch_finish(router_dispatch_t *self, uint64_t rid) {
-    int i = s_lookup(self, rid);
-    if (i < 0)
+    uint64_t x;
+    if (!base_map_get(&self->rids, rid, &x))
         return -ENOENT;
-    int w = self->slots[i].worker;
-    self->slots[i].state = 2;
-    self->used--;
-    self->tomb++;
+    int w = (int)x;
+    base_map_del(&self->rids, rid);
     if (self->workers[w].count > 0)
         self->workers[w].count--;
     return w;
@@ -172,21 +104,29 @@ int router_dispatch_report(router_dispatch_t *self, int w, int64_t queued_tokens
     return 0;
 }
 
+/* base_map_del_if's choice for router_dispatch_down: the rids of one worker,
+ * the first cap of them kept in rids. */
+typedef struct {
+    uint64_t worker;
+    uint64_t *rids; /* (cap) or NULL */
+    int cap, n;
+} s_down_t;
+
+static bool s_on_worker(uint64_t rid, uint64_t worker, void *ctx) {
+    s_down_t *d = ctx;
+    if (worker != d->worker)
+        return false;
+    if (d->rids && d->n < d->cap)
+        d->rids[d->n] = rid;
+    d->n++;
+    return true;
+}
+
 int router_dispatch_down(router_dispatch_t *self, int w, uint64_t *rids, int cap) {
     if (w < 0 || w >= self->n_workers)
         return -EINVAL;
-    int n = 0;
-    for (int i = 0; i < self->cap; i++) {
-        s_slot_t *s = &self->slots[i];
-        if (s->state != 1 || s->worker != w)
-            continue;
-        if (n < cap && rids)
-            rids[n] = s->rid;
-        n++;
-        s->state = 2;
-        self->used--;
-        self->tomb++;
-    }
+    s_down_t d = {(uint64_t)w, rids, cap, 0};
+    int n = (int)base_map_del_if(&self->rids, s_on_worker, &d);
     s_worker_t *x = &self->workers[w];
     x->alive = false;
     x->reported = x->pending = 0;

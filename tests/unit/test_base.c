@@ -75,6 +75,43 @@ typedef struct {
     base_fifo_link_t link;
 } s_item_t;
 
+/* What base_map_del_if removes: exactly the entries its predicate picks, each
+ * once, on a map crowded with long probe runs that wrap around its end. */
+static bool s_odd_value(uint64_t k, uint64_t v, void *ctx) {
+    (void)k;
+    if (!(v & 1))
+        return false;
+    (*(size_t *)ctx)++;
+    return true;
+}
+
+START_TEST(map_del_if) {
+    base_map_t m;
+    ck_assert_int_eq(base_map_init(&m, N), 0);
+    size_t odd = 0;
+    for (int i = 0; i < N; i++) {
+        /* keys that collide: runs form, and the last ones wrap to slot 0 */
+        ck_assert_int_eq(base_map_put(&m, s_key(i) | (uint64_t)(i % 7), (uint64_t)i * 3), 0);
+        odd += i * 3 % 2;
+    }
+    size_t seen = 0;
+    ck_assert_uint_eq(base_map_del_if(&m, s_odd_value, &seen), odd);
+    ck_assert_uint_eq(seen, odd); /* once per removed entry */
+    ck_assert_uint_eq(m.n, (size_t)N - odd);
+    for (int i = 0; i < N; i++) {
+        uint64_t v;
+        bool got = base_map_get(&m, s_key(i) | (uint64_t)(i % 7), &v);
+        ck_assert_int_eq(got, !(i * 3 % 2));
+        if (got)
+            ck_assert_uint_eq(v, (uint64_t)i * 3);
+    }
+    seen = 0;
+    ck_assert_uint_eq(base_map_del_if(&m, s_odd_value, &seen), 0);
+    base_map_free(&m);
+    ck_assert_uint_eq(base_map_del_if(&m, s_odd_value, &seen), 0); /* a zeroed map */
+}
+END_TEST
+
 START_TEST(fifo_order) {
     s_item_t it[5];
     base_fifo_t q = {0};
@@ -107,6 +144,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("base");
     tcase_add_test(tc, map_matches_reference);
     tcase_add_test(tc, map_sized_never_grows);
+    tcase_add_test(tc, map_del_if);
     tcase_add_test(tc, fifo_order);
     tcase_add_test(tc, clock_monotonic);
     suite_add_tcase(s, tc);

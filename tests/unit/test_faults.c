@@ -4,6 +4,7 @@
  * does what it says to the frames of a link, a corrupted frame never reaches
  * a handler, and an actor thread runs its "faults" option. */
 #include "actor_faults.h"
+#include "actor_registry.h"
 #include "actor_runtime.h"
 #include "actor_topology.h"
 #include "base_clock.h"
@@ -78,16 +79,17 @@ START_TEST(spec_as_option) {
     ck_assert_msg(!actor_topology_parse(t,
                                         "defaults - faults=seed=2,drop=0.5\n"
                                         "router inproc://r faults=dup=0.1,to=worker0\n" S_REST,
-                                        err, sizeof err),
+                                        actor_info_check_opt, err, sizeof err),
                   "%s", err);
     ck_assert_str_eq(actor_topology_opt(t, "tokenizer", "faults", ""), "seed=2,drop=0.5");
     ck_assert_str_eq(actor_topology_opt(t, "router", "faults", ""), "dup=0.1,to=worker0");
-    ck_assert_int_ne(
-        actor_topology_parse(t, "router inproc://r faults=drop=2\n" S_REST, err, sizeof err), 0);
+    ck_assert_int_ne(actor_topology_parse(t, "router inproc://r faults=drop=2\n" S_REST,
+                                          actor_info_check_opt, err, sizeof err),
+                     0);
     ck_assert_str_eq(err, "topology line 1: router: faults=drop=2: 'drop=2': probability out of "
                           "range [0, 1]");
     ck_assert_int_ne(actor_topology_parse(t, "defaults - faults=dup=x\nrouter inproc://r\n" S_REST,
-                                          err, sizeof err),
+                                          actor_info_check_opt, err, sizeof err),
                      0);
 #undef S_REST
     ck_assert_ptr_nonnull(strstr(err, "'dup=x': not a probability"));
@@ -528,7 +530,7 @@ static void draft_start(fixture_t *x, const char *tag, const char *spec) {
     actor_topology_set(actor_topology_add(x->topo, "draft", ep), "faults", spec);
     x->front = actor_sock_inbound(x->topo, "frontend", 1 << 20, 1000);
     char err[512];
-    x->draft = actor_new("draft", x->topo, 10000, err, sizeof err);
+    x->draft = actor_new(actor_info_find("draft"), "draft", x->topo, 10000, err, sizeof err);
     ck_assert_msg(x->draft != NULL, "%s", err);
     x->to = actor_sock_outbound(x->topo, "frontend", "draft", 100);
 }

@@ -6,6 +6,7 @@
  * models written by test_synth_model (random F32 weights), so no download is
  * needed. */
 #include "actor_draft.h"
+#include "actor_registry.h"
 #include "model.h"
 #include "model_sampler.h"
 #include "model_spec.h"
@@ -840,7 +841,7 @@ START_TEST(actor_replies_to_the_asking_worker) {
     zsock_t *w1 = actor_sock_inbound(t, "worker1", 1 << 20, 1000);
     zsock_t *front = actor_sock_inbound(t, "frontend", 1 << 20, 1000);
     char err[512];
-    actor_t *a = actor_new("draft", t, 10000, err, sizeof err);
+    actor_t *a = actor_new(actor_info_find("draft"), "draft", t, 10000, err, sizeof err);
     ck_assert_msg(a != NULL, "%s", err);
     zsock_t *to = actor_sock_outbound(t, "worker1", "draft", 100);
     int32_t hist[30];
@@ -901,7 +902,7 @@ START_TEST(actor_replies_to_the_asking_worker) {
     actor_topology_set(e, "draft", "model");
     actor_topology_set(e, "draft_model", OTHER_VOCAB);
     actor_topology_set(e, "model", TARGET);
-    a = actor_new("draft", t, 10000, err, sizeof err);
+    a = actor_new(actor_info_find("draft"), "draft", t, 10000, err, sizeof err);
     ck_assert_ptr_null(a);
     printf("draft actor with another vocabulary: %s\n", err);
     ck_assert_ptr_nonnull(strstr(err, "vocabulary differs"));
@@ -909,7 +910,7 @@ START_TEST(actor_replies_to_the_asking_worker) {
     topo_base(t, "spec-c");
     e = actor_topology_add(t, "draft", "inproc://spec-c-draft");
     zsock_t *w0 = actor_sock_inbound(t, "worker0", 1 << 20, 1000);
-    a = actor_new("draft", t, 10000, err, sizeof err);
+    a = actor_new(actor_info_find("draft"), "draft", t, 10000, err, sizeof err);
     ck_assert_msg(a != NULL, "%s", err);
     to = actor_sock_outbound(t, "worker0", "draft", 100);
     const int32_t rep[] = {5, 6, 7, 8, 5, 6};
