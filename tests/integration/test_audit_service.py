@@ -1,9 +1,10 @@
 """test_audit_service.py - `strata serve --audit-dir DIR` (docs/AUDIT.md): every finished
 request leaves one record, checked against what the client saw with independent hashes
 (Python's hashlib): the prompt's and the completion's BLAKE2b-256, the model file's SHA-256,
-the finish reason, usage, resumes; a traced request's record carries the trace's digest;
-an error leaves a record too; `strata audit verify` accepts the log the service wrote, and
-rejects it once a record is edited."""
+the finish reason, usage (done.usage, the record's and the trace's tokenize step against
+`strata tokenize` of the prompt and the token events), resumes; a traced request's record
+carries the trace's digest; an error leaves a record too; `strata audit verify` accepts the
+log the service wrote, and rejects it once a record is edited, naming its file and line."""
 import hashlib
 import json
 import os
