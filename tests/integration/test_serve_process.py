@@ -35,7 +35,12 @@ def state_of(ep, name):
 def main():
     d = tempfile.mkdtemp(prefix="strata-topo-")
     port = u.free_port()
-    path = u.process_topology(d, port)
+    # a kill, not a hang, is under test: long hang timeouts, so that a worker slowed by a
+    # busy machine (2 shared cores) is not also called hung, which would move its requests
+    # and add worker_down events beyond the one the kill causes (test_faults and
+    # test_supervisor test the hang timeouts)
+    path = u.process_topology(d, port, opts={"supervisor": "hang_timeout_ms=30000",
+                                             "frontend": "hang_timeout_ms=30000"})
     s = u.Server(["--topology", path])
     s.port, s.endpoint = port, "tcp://127.0.0.1:%d" % port
     with s:
