@@ -2,7 +2,8 @@
  * is a whole file.  It opens, or it is refused with a message that names the file offset
  * of the bad item (within the file).  What opens is walked whole: every metadata getter,
  * every array element, every tensor's data and name lookup, and the llama config reader.
- * Built by scripts/fuzz-gguf (not by CMake); the seeds come from fuzz_gguf_seeds.c. */
+ * Built by scripts/fuzz-gguf (libFuzzer) and by CMake with fuzz_replay.c, which replays the
+ * seeds fuzz_gguf_seeds.c writes (CTest fuzz_gguf_replay). */
 #include "model.h"
 #include "model_gguf.h"
 

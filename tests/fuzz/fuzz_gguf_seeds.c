@@ -1,14 +1,20 @@
 /* fuzz_gguf_seeds.c - writes the seed corpus of fuzz_gguf: small GGUFs made with
  * model_gguf_write (a llama-shaped one with tensors of several types, and one with the
  * real model's metadata, its vocabulary cut to a few tokens), the real model's first
- * bytes, and truncated and version-2 variants.  Used by scripts/fuzz-gguf.
- *   fuzz_gguf_seeds OUT_DIR [REAL_MODEL.gguf] */
+ * bytes, and truncated and version-2 variants.  Used by scripts/fuzz-gguf and by CTest
+ * (fuzz_gguf_seeds, then the replay).
+ *   fuzz_gguf_seeds OUT_DIR [REAL_MODEL.gguf | --default-model]
+ * --default-model: the default model (STRATA_MODEL, else ~/.cache/strata/models/...)
+ * when it is there, else the seeds without it. */
 #include "model_gguf.h"
 #include "model_gguf_write.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define S_VOCAB 32 /* tokens kept from the real vocabulary */
 
@@ -156,6 +162,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *dir = argv[1];
+    if (mkdir(dir, 0755) && errno != EEXIST) {
+        fprintf(stderr, "fuzz_gguf_seeds: cannot make %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
     model_gguf_write_t *w = model_gguf_write_new();
     if (!w)
         return 1;
@@ -182,7 +192,20 @@ int main(int argc, char **argv) {
              s_add_tensors(w) || s_save(w, dir, "tiny-llama.gguf") ||
              s_variants(dir, "tiny-llama.gguf");
     model_gguf_write_destroy(&w);
-    if (rc == 0 && argc == 3)
-        rc = s_from_real(dir, argv[2]);
+    const char *real = argc == 3 ? argv[2] : NULL;
+    char path[4096];
+    if (real && !strcmp(real, "--default-model")) {
+        const char *env = getenv("STRATA_MODEL");
+        if (env && *env)
+            snprintf(path, sizeof path, "%s", env);
+        else
+            snprintf(path, sizeof path, "%s/.cache/strata/models/%s",
+                     getenv("HOME") ? getenv("HOME") : "/root", "SmolLM2-135M-Instruct.Q4_1.gguf");
+        real = access(path, R_OK) == 0 ? path : NULL;
+        if (!real)
+            printf("fuzz_gguf_seeds: %s absent: seeds without the real model's metadata\n", path);
+    }
+    if (rc == 0 && real)
+        rc = s_from_real(dir, real);
     return rc ? 1 : 0;
 }

@@ -1,6 +1,7 @@
 /* fuzz_msgs.c - libFuzzer target for msgs/: every input goes through msg_peek_type,
  * msg_peek_id, every typed decoder and msg_any_decode; whatever decodes must re-encode
- * and decode again to the same bytes.  Built by scripts/fuzz-msgs (not by CMake). */
+ * and decode again to the same bytes.  Built by scripts/fuzz-msgs (libFuzzer) and by CMake
+ * with fuzz_replay.c, which replays the seeds of fuzz_msgs_seeds.py (CTest fuzz_msgs_replay). */
 #include "msg_any.h"
 
 #include <stdint.h>

@@ -240,6 +240,32 @@ def reference(prompt, max_tokens):
     return [int(x) for x in out.stdout.split()]
 
 
+# The default model's chat template (SmolLM2's ChatML, as its GGUF's tokenizer.chat_template
+# writes it): a system turn with this text when the messages do not begin with one.
+CHATML_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+def chatml(messages):
+    """The prompt text SmolLM2's chat template makes of messages (with the assistant opener),
+    written here from the template, not taken from strata."""
+    out = ""
+    if not messages or messages[0]["role"] != "system":
+        out += "<|im_start|>system\n%s<|im_end|>\n" % CHATML_SYSTEM
+    for m in messages:
+        out += "<|im_start|>%s\n%s<|im_end|>\n" % (m["role"], m["content"])
+    return out + "<|im_start|>assistant\n"
+
+
+def tokenize(text):
+    """Token ids of text from `strata tokenize` (special-token text such as <|im_start|>
+    parsed as the service's tokenizer actor parses a rendered chat prompt)."""
+    out = subprocess.run([BIN, "tokenize", "-p", text], capture_output=True, text=True,
+                         timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError("strata tokenize failed: " + out.stderr)
+    return [int(x) for x in out.stdout.split()]
+
+
 def stats(endpoint):
     c = Client(zmq.Context.instance(), endpoint)
     try:

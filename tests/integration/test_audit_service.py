@@ -1,12 +1,14 @@
 """test_audit_service.py - `strata serve --audit-dir DIR` (docs/AUDIT.md): every finished
 request leaves one record, checked against what the client saw with independent hashes
 (Python's hashlib): the prompt's and the completion's BLAKE2b-256, the model file's SHA-256,
-the finish reason, usage, resumes; a traced request's record carries the trace's digest;
-an error leaves a record too; `strata audit verify` accepts the log the service wrote, and
-rejects it once a record is edited."""
+the finish reason, usage (done.usage, the record's and the trace's tokenize step against
+`strata tokenize` of the prompt and the token events), resumes; a traced request's record
+carries the trace's digest; an error leaves a record too; `strata audit verify` accepts the
+log the service wrote, and rejects it once a record is edited, naming its file and line."""
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +31,26 @@ def records(d):
     return [r for r in out if r.get("type") == "request"]
 
 
+def check_usage(rid, req, done, n_tok, trace):
+    """done.usage against the oracle: prompt_tokens = `strata tokenize` of the prompt,
+    completion_tokens = the token events the client got (and, greedy, the ids of
+    `strata generate`); a trace's tokenize step names the same prompt count."""
+    n_prompt = len(u.tokenize(req["prompt"]))
+    got = (done["usage"]["prompt_tokens"], done["usage"]["completion_tokens"])
+    u.check(got == (n_prompt, n_tok), "%s: done.usage (prompt, completion) %r, want %r (strata "
+            "tokenize, token events)" % (rid, got, (n_prompt, n_tok)))
+    if req["temperature"] == 0:
+        out = subprocess.run([u.BIN, "generate", "-p", req["prompt"], "-n", str(req["max_tokens"]),
+                              "--greedy", "--print-ids", "-t", "1"], capture_output=True,
+                             text=True, timeout=120)
+        u.check(out.returncode == 0 and len(out.stdout.split()) == n_tok,
+                "%s: %d tokens, strata generate %r" % (rid, n_tok, out.stdout))
+    if trace is not None:
+        tok = [x for x in trace["steps"] if x["what"] == "tokenize"]
+        u.check(len(tok) == 1 and tok[0]["why"] == "raw prompt, %d tokens" % n_prompt,
+                "%s: the trace's tokenize step %r, want %d tokens" % (rid, tok, n_prompt))
+
+
 def main():
     d = tempfile.mkdtemp(prefix="strata-audit-")
     try:
@@ -40,11 +62,12 @@ def main():
                 req = dict({"type": "generate", "v": 1, "id": rid, "max_tokens": 12,
                             "prompt": "The three primary colors are", "temperature": 0}, **extra)
                 c.send(req)
-                text, trace = b"", None
+                text, trace, n_tok = b"", None, 0
                 while True:
                     m = c.recv(120)
                     if m["type"] == "token":
                         text += m["text"].encode()
+                        n_tok += 1
                     elif m["type"] == "trace":
                         trace = m
                     elif m["type"] in ("done", "error"):
@@ -52,6 +75,7 @@ def main():
                 u.check(m["type"] == "done", "%s: %r" % (rid, m))
                 text += m.get("text", "").encode()
                 want[rid] = (req, text, m, trace)
+                check_usage(rid, req, m, n_tok, trace)
             # an error that reaches a worker: prompt + max_tokens over the context
             c.send({"type": "generate", "v": 1, "id": "toolong", "max_tokens": 8192,
                     "prompt": "word " * 50})
@@ -70,8 +94,11 @@ def main():
                     "%s: output hash of the %d bytes the client got" % (rid, len(text)))
             u.check(r["model_sha256"] == model_sha, "%s: model sha256" % rid)
             u.check(r["end"].get("finish") == done["finish_reason"], "%s: finish %r" % (rid, r["end"]))
-            u.check(r["usage"]["completion_tokens"] == done["usage"]["completion_tokens"],
-                    "%s: usage" % rid)
+            got = (r["usage"]["prompt_tokens"], r["usage"]["completion_tokens"])
+            want_u = (done["usage"]["prompt_tokens"], done["usage"]["completion_tokens"])
+            u.check(got == want_u, "%s: the record's usage %r, the client's %r" % (rid, got, want_u))
+            u.check(0 <= r["usage"]["cached_tokens"] <= got[0], "%s: cached tokens %r"
+                    % (rid, r["usage"]))
             u.check(r["params"]["temperature"] == req["temperature"], "%s: params" % rid)
             u.check((r["trace"] is not None) == (trace is not None), "%s: trace digest" % rid)
         u.check(recs["sampled"]["params"]["seed"] == "42", "seed kept: %r" % recs["sampled"]["params"])
@@ -89,8 +116,11 @@ def main():
         open(path, "wb").write(b"\n".join(lines))
         v = subprocess.run([u.BIN, "audit", "verify", d], capture_output=True, text=True,
                            timeout=60)
-        print("after an edit:", (v.stdout + v.stderr).strip())
-        u.check(v.returncode == 1 and "2" in (v.stdout + v.stderr), "the edit is found")
+        said = (v.stdout + v.stderr).strip()
+        print("after an edit:", said)
+        u.check(v.returncode == 1 and re.search(r"BROKEN at \S*%s line 2 \(offset \d+\)"
+                                                % re.escape(name), said),
+                "the edit is found, at %s line 2: %r" % (name, said))
     finally:
         shutil.rmtree(d, ignore_errors=True)
     print("ok")

@@ -2,15 +2,18 @@
 """The benchmark options of the CLI: `strata bench-model --depth D` (llama-bench's
 depth: pp and tg both timed at positions D..) and `strata perplexity --kl-ref
 MODEL` (KL divergence against a reference model).  Small sizes: this checks the
-options work and report what they say, not speed."""
+options work and report what they say, not speed.  Exits 77 (skipped) without the
+default model, a failure under CI=true (tests/testenv.py)."""
 import os
 import re
 import subprocess
 import sys
 
-BIN = os.environ.get("STRATA_BIN", "build/strata")
-MODEL = os.environ.get("STRATA_MODEL") or os.path.expanduser(
-    "~/.cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testenv  # noqa: E402
+
+BIN = testenv.strata_bin()
+MODEL = testenv.model_path()  # a skip without the model (a failure under CI=true)
 TEXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "alice29_ch1-6.txt")
 failures = []
 

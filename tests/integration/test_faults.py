@@ -5,7 +5,8 @@ supervisor), 8 concurrent streaming clients, two workers, the KV tier manager, t
 prefetcher and an n-gram draft actor.  For each actor kind in turn, SIGKILL of its
 process while the 8 requests stream: every request ends with `done`, its token
 events come exactly once and in order (index 0, 1, 2, ...), and the tokens equal
-`strata generate --chat --greedy`.  Seeded sampled requests interrupted by a worker
+`strata generate --chat --greedy`; every kill lands while requests are in flight, and a
+worker's kill resumes some of them (frontend.resumed grows).  Seeded sampled requests interrupted by a worker
 kill equal the same requests served without a fault.  SIGSTOP of a worker: its
 requests move to the other worker within the hang timeout and complete; the
 supervisor kills and restarts the stopped process.  Every process started is
@@ -51,7 +52,8 @@ def request(i, sampled):
 
 def run_round(ep, sampled, fault, timeout=120 * SLOW):
     """8 streaming clients; fault() runs once every client has a token (or after
-    `fault.early` s when set).  Returns ({i: [token ids]}, {i: final event},
+    `fault.early` s when set); fault.in_flight is then set to the requests without a
+    final event at that moment.  Returns ({i: [token ids]}, {i: final event},
     {i: [indexes]})."""
     ctx = zmq.Context.instance()
     clients = [u.Client(ctx, ep) for _ in range(N_CLIENTS)]
@@ -72,6 +74,7 @@ def run_round(ep, sampled, fault, timeout=120 * SLOW):
             early = getattr(fault, "early", None)
             if (early is not None and time.time() - t_start >= early) or \
                     (early is None and all(toks[i] or i in final for i in toks)):
+                fault.in_flight = [i for i in toks if i not in final]
                 fault()
                 fired = True
         for sock, _ in poller.poll(20):
@@ -125,23 +128,39 @@ def main():
 
             # the tokenizer and the router are killed while requests pass through
             # them (10 ms after they were sent), the others mid-stream
+            def resumed():
+                return u.stats(ep).get("frontend.resumed", 0)
+
             for name, early in (("worker0", None), ("worker1", None), ("tokenizer", 0.01),
                                 ("router", 0.01), ("kvtier", None), ("prefetcher", None),
                                 ("draft", None)):
                 old = pid_of(s.read_log(), name)
                 t0 = time.time()
-                toks, final, idx = run_round(ep, False, kill(name, early))
+                resumed0 = resumed()
+                fault = kill(name, early)
+                toks, final, idx = run_round(ep, False, fault)
                 check_round("SIGKILL %s" % name, toks, final, idx, greedy_ref)
-                st = u.stats(ep)
-                print("SIGKILL %-10s: 8/8 complete and equal to the reference in %.1f s, "
-                      "resumed %d" % (name, time.time() - t0, st.get("frontend.resumed", 0)))
+                n_resumed = resumed() - resumed0
+                print("SIGKILL %-10s: %d in flight at the kill, 8/8 complete and equal to the "
+                      "reference in %.1f s, resumed %d" % (name, len(fault.in_flight),
+                                                         time.time() - t0, n_resumed))
+                u.check(fault.in_flight, "SIGKILL %s: no request was in flight" % name)
+                # a worker's requests are resumed elsewhere from their delivered tokens
+                # (8 requests over 2 workers: each has some)
+                u.check(n_resumed >= 1 or not name.startswith("worker"),
+                        "SIGKILL %s hit no in-flight request (frontend.resumed +%d)"
+                        % (name, n_resumed))
                 u.wait_for(lambda: pid_of(s.read_log(), name) != old, 15 * SLOW,
                            "%s restarted" % name)
                 u.wait_for(lambda: u.health(ep)["ok"], 30 * SLOW, "health ok after %s" % name)
 
+            resumed0 = resumed()
             toks, final, idx = run_round(ep, True, kill("worker1"))
             check_round("sampled, SIGKILL worker1", toks, final, idx, sampled_ref)
-            print("SIGKILL worker1 (seeded sampling): 8/8 equal to the fault-free run")
+            n_resumed = resumed() - resumed0
+            u.check(n_resumed >= 1, "sampled SIGKILL worker1 resumed no request")
+            print("SIGKILL worker1 (seeded sampling): %d resumed, 8/8 equal to the fault-free "
+                  "run" % n_resumed)
             u.wait_for(lambda: u.health(ep)["ok"], 30 * SLOW, "health ok")
 
             # a hang: SIGSTOP worker0 mid-stream

@@ -147,6 +147,47 @@ def test_stop(client):
     print("stop string: %r" % ref)
 
 
+def raw_ids(prompt, n):
+    """Token ids `strata generate --greedy` gives for a raw (non-chat) prompt."""
+    out = subprocess.run([u.BIN, "generate", "-p", prompt, "-n", str(n), "--greedy",
+                          "--print-ids", "-t", "1"], capture_output=True, text=True, timeout=120)
+    u.check(out.returncode == 0, "strata generate failed: " + out.stderr)
+    return [int(x) for x in out.stdout.split()]
+
+
+def check_usage(what, usage, prompt_ids, completion_ids):
+    """usage (an openai usage object) against the oracle: the prompt's ids from `strata
+    tokenize`, the completion's from `strata generate --greedy`."""
+    want = (len(prompt_ids), len(completion_ids), len(prompt_ids) + len(completion_ids))
+    got = (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) if usage else None
+    u.check(got == want, "%s usage (prompt, completion, total) %r, want %r from strata tokenize "
+            "and strata generate" % (what, got, want))
+
+
+def test_usage_oracle(client):
+    """usage.prompt_tokens / completion_tokens / total_tokens equal independent counts: the
+    chat prompt rendered with SmolLM2's template (written in the test, serve_util.chatml)
+    and tokenized by `strata tokenize`, the raw prompt tokenized the same way, and the
+    greedy completion of `strata generate`; streamed and not."""
+    msgs = [{"role": "user", "content": u.PROMPTS[3]}]
+    prompt_ids = u.tokenize(u.chatml(msgs))
+    ref_ids = u.reference(u.PROMPTS[3], N)
+    r = client.chat.completions.create(model="any", messages=msgs, max_tokens=N, temperature=0)
+    check_usage("chat", r.usage, prompt_ids, ref_ids)
+    usage = None
+    for ch in client.chat.completions.create(model="any", messages=msgs, max_tokens=N,
+                                             temperature=0, stream=True,
+                                             stream_options={"include_usage": True}):
+        usage = ch.usage or usage
+    check_usage("streamed chat", usage, prompt_ids, ref_ids)
+    prompt = "The capital of France is"
+    prompt_ids, ref_ids = u.tokenize(prompt), raw_ids(prompt, N)
+    r = client.completions.create(model="any", prompt=prompt, max_tokens=N, temperature=0)
+    check_usage("completion", r.usage, prompt_ids, ref_ids)
+    print("usage: chat and completion (prompt %d + %d tokens) as strata tokenize and "
+          "strata generate count them" % (len(prompt_ids), len(ref_ids)))
+
+
 def expect(resp, status, param=None, what=""):
     try:
         body = resp.json()
@@ -351,6 +392,7 @@ def main():
         client = openai.OpenAI(base_url=base, api_key=KEY, max_retries=0, timeout=60)
         test_chat(client)
         test_completions(client)
+        test_usage_oracle(client)
         test_logprobs(client)
         test_stop(client)
         test_errors(base, client)

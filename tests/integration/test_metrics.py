@@ -176,18 +176,11 @@ def main():
         check(value(families, "strata_metrics_scrapes", "counter", "metrics") >= 2,
               "the metrics actor counts its scrapes")
 
-        # a histogram's count: the frontend's TTFT per request once the frontend observes
-        # it (actor_metrics_req_observe); until then the metrics actor's own one
-        if "strata_frontend_ttft_seconds" in counts:
-            got = counts["strata_frontend_ttft_seconds"].get("frontend")
-            check(got == N_REQUESTS, "TTFT histogram count %s = %d requests" % (got, N_REQUESTS))
-        else:
-            print("note: no strata_frontend_ttft_seconds yet (the frontend does not observe "
-                  "it): checking the metrics actor's stats_wait histogram instead")
-            got = counts.get("strata_metrics_stats_wait_seconds", {}).get("metrics")
-            answered = value(families, "strata_metrics_stats_answered", "counter", "metrics")
-            check(got is not None and got >= 1 and got == answered,
-                  "stats_wait histogram count %s = stats answered %s" % (got, answered))
+        # a histogram's count: the frontend observes every finished request's TTFT
+        # (actor_metrics_req_observe), once each
+        got = counts.get("strata_frontend_ttft_seconds", {}).get("frontend")
+        check(got == N_REQUESTS, "strata_frontend_ttft_seconds{actor=frontend} count %s = %d "
+              "requests (histograms: %s)" % (got, N_REQUESTS, sorted(counts)))
 
         # the page with data, and its screenshot
         check_page(base, d, "page after %d requests" % N_REQUESTS,

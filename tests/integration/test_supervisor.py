@@ -1,12 +1,14 @@
 """test_supervisor.py - the supervisor of process mode (`strata serve --topology FILE`)
 against hangs and its own death (docs/TOPOLOGY.md, "Supervision"): a SIGSTOP'd
 worker sends no heartbeat, so the supervisor SIGKILLs it after --hang-timeout-ms,
-restarts it (a new PID, worker_down to the router) and it serves again; the same
+restarts it (a new PID, worker_down to the router) and it serves again, in that
+order and once each (no speed is asserted: the waits only bound liveness); the same
 for the tokenizer; SIGKILL of the supervisor, while one child is stopped, leaves no
-child process within 2 s, and a new `strata serve` on the same topology (same
+child process behind (they go with it), and a new `strata serve` on the same topology (same
 ipc files and ports) is ready at once; a SIGINT to every process at once (a
 terminal's Ctrl-C) stops it cleanly.  Every started PID is killed in the end."""
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -25,28 +27,38 @@ def serves(ep):
 
 
 def hang(s, ep, name, started):
-    """SIGSTOP name; the supervisor kills it, restarts it and health is ok again.
-    Returns the seconds until the kill was logged."""
+    """SIGSTOP name; the supervisor calls it hung (after no heartbeat for at least the
+    hang timeout, by its own clock), kills it, then restarts it, in that order and once
+    each, and health is ok again.  The waits are bounds on liveness, generous on a busy
+    machine, not speed checks.  Returns the silence the supervisor measured (s)."""
+    log0 = len(s.read_log())
     pid = u.actor_pids(s.read_log(), name)[-1]
     t0 = time.time()
     os.kill(pid, signal.SIGSTOP)
-    u.wait_for(lambda: "%s hung (no heartbeat for" % name in s.read_log(), HANG_S + 3,
+    hung = "%s hung (no heartbeat for" % name
+    u.wait_for(lambda: hung in s.read_log()[log0:], HANG_S + 30,
                "the supervisor to call %s hung" % name)
-    detect = time.time() - t0
-    line = [l for l in s.read_log().splitlines() if "%s hung" % name in l][-1]
-    print("%s: %r after %.2f s" % (name, line, detect))
-    u.wait_for(lambda: not u.alive(pid), 2, "the stopped %s to be killed" % name)
+    u.wait_for(lambda: not u.alive(pid), 30, "the stopped %s to be killed" % name)
     new = u.wait_for(lambda: (lambda p: p if p[-1] != pid else None)(
-        u.actor_pids(s.read_log(), name)), 5, "%s restarted" % name)[-1]
+        u.actor_pids(s.read_log(), name)), 30, "%s restarted" % name)[-1]
     started.add(new)
     u.wait_for(lambda: u.health(ep)["ok"], 30, "health ok after %s restarted" % name)
-    print("%s restarted (pid %d -> %d), healthy after %.2f s" % (name, pid, new,
-                                                               time.time() - t0))
-    # the last heartbeat came up to 200 ms before the stop
-    u.check(HANG_S - 0.3 <= detect <= HANG_S + 1.5,
-            "%s detected within the hang timeout + 1.5 s (not before): %.2f s" % (name, detect))
+    after = s.read_log()[log0:]
+    lines = [l for l in after.splitlines() if hung in l]
+    u.check(len(lines) == 1, "%s called hung once: %r" % (name, lines))
+    silence = float(re.search(r"no heartbeat for ([0-9.]+) s", lines[0]).group(1))
+    print("%s: %r; restarted (pid %d -> %d), healthy after %.2f s" % (
+        name, lines[0], pid, new, time.time() - t0))
+    # not before the timeout: the silence it measured (printed to 0.1 s) is at least that
+    u.check(silence >= HANG_S - 0.05, "%s called hung after %.1f s of silence, under the "
+            "hang timeout %.1f s" % (name, silence, HANG_S))
+    restarted = "started %s (pid %d)" % (name, new)
+    u.check(restarted in after and after.index(lines[0]) < after.index(restarted),
+            "%s: hung, then restarted, in order:\n%s" % (name, after[-2000:]))
+    u.check(len(u.actor_pids(after, name)) == 1, "%s restarted once: %r"
+            % (name, u.actor_pids(after, name)))
     u.check(serves(ep), "served after %s restarted" % name)
-    return detect
+    return silence
 
 
 def main():
@@ -83,7 +95,7 @@ def main():
         t0 = time.time()
         s.proc.kill()
         s.proc.wait()
-        u.wait_for(lambda: not any(u.alive(p) for p in kids), 2,
+        u.wait_for(lambda: not any(u.alive(p) for p in kids), 10 * u.TIMEOUT_SCALE,
                    "no child left after the supervisor's SIGKILL: %r" %
                    [p for p in kids if u.alive(p)])
         print("every child gone %.2f s after the supervisor's SIGKILL" % (time.time() - t0))

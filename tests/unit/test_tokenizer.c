@@ -1,6 +1,6 @@
 /* test_tokenizer.c - the tokenizer: known encodings of SmolLM2's byte-level BPE (ids from
  * the `tokenizers` library, an independent implementation), special tokens, the ChatML
- * template, UTF-8-safe incremental detokenization, round trips, speed; and, on tiny
+ * template, UTF-8-safe incremental detokenization, round trips, 100 KB inputs; and, on tiny
  * GGUFs written here, SentencePiece BPE, the pre-tokenizer regexes, other chat styles and
  * bad metadata.
  */
@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 /* ---- helpers --------------------------------------------------------------------------- */
@@ -53,12 +52,6 @@ static int32_t *s_encode(const model_tokenizer_t *t, const char *text, size_t le
     *n = model_tokenizer_encode(t, text, len, bos, special, ids, need);
     ck_assert_int_eq(*n, need);
     return ids;
-}
-
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- SmolLM2 (byte-level BPE, pre = smollm) ---------------------------------------------- */
@@ -277,11 +270,14 @@ START_TEST(test_roundtrip) {
 }
 END_TEST
 
-START_TEST(test_speed) {
+/* 100 KB of prose and one 100 KB "word" (the worst case for merging): both encode and
+ * come back byte-exact.  How fast is not asserted here (a shared machine makes any bound
+ * flaky); a merge that went quadratic shows as the test's CTest timeout. */
+START_TEST(test_long_inputs) {
     OPEN_MODEL(t);
-    /* 100 KB of prose and one 100 KB "word" (the worst case for merging) */
     size_t len = 100 * 1024;
     char *text = malloc(len + 1);
+    ck_assert_ptr_nonnull(text);
     const char *para = "The quick brown fox jumps over the lazy dog 12345 times; "
                        "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x99\x82\n";
     size_t pl = strlen(para);
@@ -289,21 +285,28 @@ START_TEST(test_speed) {
         text[i] = para[i % pl];
     while (len > 0 && ((unsigned char)text[len - 1] & 0xC0) == 0x80)
         len--; /* do not end mid-character (harmless either way) */
-    double t0 = s_now();
-    int n = 0;
+    text[len] = 0;
+    int n = 0, n_para = 0;
     int32_t *ids = s_encode(t, text, len, false, true, &n);
-    double dt = s_now() - t0;
-    ck_assert_int_gt(n, 1000);
-    ck_assert_msg(dt < 1.0, "100 KB of text took %.3f s", dt);
+    int32_t *one = s_encode(t, para, pl, false, true, &n_para);
+    /* the paragraph repeats: so do its ids, about len / pl times */
+    ck_assert_int_ge(n, (int)(len / pl) * (n_para - 2));
+    ck_assert_int_le(n, (int)(len / pl + 1) * (n_para + 2));
+    char *back = model_tokenizer_decode(t, ids, n);
+    ck_assert_uint_eq(strlen(back), len);
+    ck_assert(memcmp(back, text, len) == 0);
+    free(back);
+    free(one);
     free(ids);
 
     memset(text, 'a', len);
-    t0 = s_now();
+    text[len] = 0;
     ids = s_encode(t, text, len, false, true, &n);
-    dt = s_now() - t0;
-    ck_assert_msg(dt < 1.0, "a 100 KB word took %.3f s", dt);
-    char *back = model_tokenizer_decode(t, ids, n);
+    ck_assert_int_gt(n, 1);
+    ck_assert_int_lt(n, (int)len / 2); /* merged: far fewer ids than bytes */
+    back = model_tokenizer_decode(t, ids, n);
     ck_assert_uint_eq(strlen(back), len);
+    ck_assert(memcmp(back, text, len) == 0);
     free(back);
     free(ids);
     free(text);
@@ -589,7 +592,7 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, test_chat_template);
     tcase_add_test(tc, test_detok_utf8);
     tcase_add_test(tc, test_roundtrip);
-    tcase_add_test(tc, test_speed);
+    tcase_add_test(tc, test_long_inputs);
     TCase *syn = tcase_create("synthetic");
     tcase_add_test(syn, test_pretokenizers);
     tcase_add_test(syn, test_sentencepiece);
