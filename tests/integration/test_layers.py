@@ -21,6 +21,7 @@ ALLOWED = {
     "router": {"base"},
     "sched": {"base"},
     "audit": {"msgs", "base"},
+    "grammar": {"base"},
     "clients/c": {"msgs", "base"},
     "actors": {"router", "sched", "kvstore", "model", "kernels", "msgs", "clients/c", "audit",
                "base"},
