@@ -377,8 +377,8 @@ int cmd_grammar(int argc, char **argv) {
     s_times_t all = {malloc(sizeof(double) * (size_t)(walks * steps * n_src + 1)), 0,
                      (int)(walks * steps * n_src)};
     if (bench)
-        printf("vocabulary: %d tokens\n%-40s %9s %9s %8s %9s %9s %7s\n", nv, "grammar", "positions",
-               "build_ms", "index_MB", "median_us", "p99_us", "masks");
+        printf("vocabulary: %d tokens\n%-32s %9s %9s %9s %8s %9s %9s %7s\n", nv, "grammar",
+               "positions", "uncertain", "build_ms", "index_MB", "median_us", "p99_us", "masks");
     for (int k = 0; k < n_src && status == 0; k++) {
         grammar_t *g = s_grammar(&src[k]);
         char err[256];
@@ -417,9 +417,9 @@ int cmd_grammar(int argc, char **argv) {
             grammar_index_stats(ix, &st);
             qsort(t.us, (size_t)t.n, sizeof *t.us, s_cmp_double);
             const char *name = strrchr(src[k].arg, '/') ? strrchr(src[k].arg, '/') + 1 : src[k].arg;
-            printf("%-40.40s %9d %9.1f %8.1f %9.1f %9.1f %7d\n", name, st.positions, st.build_ms,
-                   st.bytes / 1048576.0, t.n ? t.us[t.n / 2] : 0, t.n ? t.us[(int)(t.n * 0.99)] : 0,
-                   t.n);
+            printf("%-32.32s %9d %9lld %9.1f %8.1f %9.1f %9.1f %7d\n", name, st.positions,
+                   (long long)st.uncertain, st.build_ms, st.bytes / 1048576.0,
+                   t.n ? t.us[t.n / 2] : 0, t.n ? t.us[(int)(t.n * 0.99)] : 0, t.n);
             all.n += t.n;
         }
         free(out);
@@ -428,7 +428,7 @@ int cmd_grammar(int argc, char **argv) {
     }
     if (bench && all.n) {
         qsort(all.us, (size_t)all.n, sizeof *all.us, s_cmp_double);
-        printf("%-40s %9s %9s %8s %9.1f %9.1f %7d\n", "all", "", "", "", all.us[all.n / 2],
+        printf("%-32s %9s %9s %9s %8s %9.1f %9.1f %7d\n", "all", "", "", "", "", all.us[all.n / 2],
                all.us[(int)(all.n * 0.99)], all.n);
     }
     free(all.us);

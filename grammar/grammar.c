@@ -951,6 +951,8 @@ static void s_contexts(grammar_t *g) {
             if (g->el[p].kind != GE_RULE)
                 continue;
             int q = g->rule_of[p], r = g->el[p].arg;
+            if (g->ctx[q] == GC_NONE) /* not (yet) reachable: its calls do not count */
+                continue;
             int c = g->el[p + 1].kind == GE_END_ALT ? g->ctx[q] : p + 1;
             if (c == GC_NONE || g->ctx[r] == c || g->ctx[r] == GC_MANY)
                 continue;

@@ -337,8 +337,8 @@ grammar_index_t *grammar_index_new(const grammar_t *g, const grammar_vocab_t *v,
         goto oom;
     ix->st.bytes = (size_t)g->n_el * sizeof *ix->pos;
     for (int p = 0; p < g->n_el; p++) {
-        if (g->el[p].kind != GE_BYTES)
-            continue;
+        if (g->el[p].kind != GE_BYTES || g->ctx[g->rule_of[p]] == GC_NONE)
+            continue; /* not a stack top, or unreachable from the root */
         acc.n = unc.n = 0;
         if (s_classify(ix, pool, lev, mark, hit, p, &acc, &unc) < 0)
             goto oom;
