@@ -70,5 +70,6 @@ int cmd_audit(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_actor(int argc, char **argv);
 int cmd_bench_serve(int argc, char **argv);
+int cmd_grammar(int argc, char **argv); /* bin/cmd_grammar.c */
 
 #endif

@@ -27,6 +27,7 @@ static const s_cmd_t s_cmds[] = {
     {"client", cmd_client, "send a request to a running strata server (stream the answer)"},
     {"audit", cmd_audit, "verify the audit log's hash chain; show one request's record"},
     {"keygen", cmd_keygen, "write CURVE key pairs for actors and clients (docs/SECURITY.md)"},
+    {"grammar", cmd_grammar, "compile/check GBNF, JSON Schema, regex; random walks; mask bench"},
     {"logits", cmd_logits, "dump the logits of every position (for the numerical oracle)"},
 };
 

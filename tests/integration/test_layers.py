@@ -25,11 +25,12 @@ ALLOWED = {
     "router": {"base"},
     "sched": {"base"},
     "audit": {"msgs", "base"},
+    "grammar": {"base"},
     "clients/c": {"msgs", "base"},
     # the serving policy the actors call (request table, OpenAI schema, HTTP routes, ...):
     # library code, testable without ZeroMQ, so never actors/
-    "serve": {"model", "kvstore", "sched", "router", "msgs", "kernels", "base", "audit"},
-    "actors": {"serve", "router", "sched", "kvstore", "model", "kernels", "msgs", "clients/c",
+    "serve": {"grammar", "model", "kvstore", "sched", "router", "msgs", "kernels", "base", "audit"},
+    "actors": {"serve", "grammar", "router", "sched", "kvstore", "model", "kernels", "msgs", "clients/c",
                "audit", "base"},
 }
 
