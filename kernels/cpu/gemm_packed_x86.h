@@ -411,7 +411,7 @@ KX_INLINE void s_gemm_pk(kern_type_t T, int64_t k, int r0, int nr, int nc, const
                 rows = rows > KERN_PK_ROWS ? KERN_PK_ROWS : rows;
                 const uint8_t *rec = packed + ((size_t)g * nb + b0) * REC;
                 float *o = out + (size_t)c0 * os + (size_t)(g * KERN_PK_ROWS - r0);
-                if (cn == 1) {
+                if (PK_HALVES > 1 && cn == 1) { /* one tile for the halves (zmm: one half anyway) */
                     s_tile(T, PK_HALVES, 1, 0, nbk, rec, xc, xs, &prep, 0, o, os, rows, b0 > 0,
                            true);
                     continue;
