@@ -169,8 +169,9 @@ const kern_ops_t *kern_ops_isa(int isa);
 const kern_ops_t *kern_ops_named(const char *name);
 /* The fastest table this CPU runs (the last of KERN_ISA_LIST it runs:
  * avx512, else avxvnni, else avx2, else scalar).  STRATA_KERNELS=NAME picks
- * the table NAME instead; an unknown name, or one this CPU cannot run, is
- * logged as a warning (with the valid names) and the fastest table used. */
+ * the table NAME instead; for an unknown name, or one this CPU cannot run,
+ * the fastest table is used, with a warning (once per process) that says why
+ * and lists the valid names. */
 const kern_ops_t *kern_ops_best(void);
 
 /* The same as kern_ops_isa(KERN_ISA_scalar) / kern_ops_named("avx2") /

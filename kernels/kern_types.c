@@ -5,6 +5,7 @@
 #include "cpu/kern_cpu.h"
 #include "kern_ops.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +184,10 @@ const kern_ops_t *kern_ops_best(void) {
     const kern_ops_t *o = kern_ops_isa(isa);
     if (o)
         return o;
+    /* said once per process: callers ask for the table at every model load */
+    static atomic_flag s_warned = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&s_warned))
+        return best;
     if (isa < 0) {
         char names[128] = "";
         for (int i = 0; i < KERN_ISA_COUNT; i++)

@@ -1,6 +1,7 @@
-/* gemm_x86.h - the x86 SIMD gemm and activation quantization, written once and
- * compiled twice: by gemm_avx2.c (AVX2/FMA/F16C: maddubs + madd) and by
- * gemm_avx512.c (KX_ISA_AVX512: VNNI dot products, 512-bit registers).
+/* gemm_x86.h - the x86 SIMD gemm and activation quantization, written once for
+ * the x86 variants (the scheme: kern_cpu.h): gemm_avx2.c (AVX2/FMA/F16C:
+ * maddubs + madd) and gemm_avx512.c (KX_ISA_AVX512: VNNI dot products,
+ * 512-bit registers).
  * Quantized weights are dotted with Q8 activations in integer arithmetic, one
  * float scale per block.  Where the time goes:
  *   nc = 1 (decode) streams the weights once: AVX-512 applies the block scales

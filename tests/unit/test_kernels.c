@@ -105,6 +105,7 @@ START_TEST(test_traits) {
     ck_assert_ptr_eq(kern_ops_avx2(), kern_ops_named("avx2"));
     ck_assert_ptr_eq(kern_ops_avxvnni(), kern_ops_named("avxvnni"));
     ck_assert_ptr_eq(kern_ops_avx512(), kern_ops_named("avx512"));
+    /* the documented priority, independently of the list's order */
     if (kern_ops_avx512())
         ck_assert_ptr_eq(best, kern_ops_avx512());
     else if (kern_ops_avxvnni())
