@@ -24,7 +24,8 @@
  * walkers, small AVX2 helpers) is in simd_x86.h.
  * A new variant: a row of KERN_ISA_LIST, its flags in CMakeLists.txt, its
  * KX_ISA_ macro in simd_x86.h, the instances of the families it has code
- * for, and its table in kern_tables.c.
+ * for with their declarations below (KERN_<FAMILY>_X86_DECL), and its table
+ * in kern_tables.c.
  */
 #ifndef KERN_CPU_H
 #define KERN_CPU_H
