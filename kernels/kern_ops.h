@@ -1,6 +1,7 @@
 /* kern_ops.h - the CPU compute kernels behind one table of function pointers.
  * Every op has a scalar reference (kernels/cpu/NAME_ref.c) and SIMD variants
- * (AVX2/FMA, AVX-VNNI, AVX-512/VNNI); kern_ops_best() picks once from the CPU's features.
+ * (AVX2/FMA, AVX-VNNI, AVX-512/VNNI: KERN_ISA_LIST below); kern_ops_best()
+ * picks once from the CPU's features.
  * Kernels do compute only: no allocation, no I/O, no threads (callers split work).
  */
 #ifndef KERN_OPS_H
@@ -126,17 +127,58 @@ typedef struct {
     void (*attention)(const kern_attn_args_t *a);
 } kern_ops_t;
 
-/* The scalar reference: slow, obviously correct, always available. */
-const kern_ops_t *kern_ops_ref(void);
-/* The AVX2/FMA table, or NULL if this build or this CPU lacks AVX2+FMA+F16C. */
-const kern_ops_t *kern_ops_avx2(void);
-/* The AVX2 table with an AVX-VNNI (VEX vpdpbusd) packed gemm, or NULL if this
- * build or CPU lacks AVX-VNNI. */
-const kern_ops_t *kern_ops_avxvnni(void);
-/* The AVX-512 (F, BW, VL, VNNI) table, or NULL if this build or CPU lacks it. */
-const kern_ops_t *kern_ops_avx512(void);
-/* The fastest table this CPU runs (avx512, else avxvnni, else avx2, else scalar);
- * STRATA_KERNELS=scalar|avx2|avxvnni|avx512 overrides. */
+/* ---- the variants ---------------------------------------------------------
+ * KERN_ISA_LIST(X) is the one list of kernel variants: X(name, tab, cpu) per
+ * variant, in ascending priority (the reference first, the preferred table
+ * last).  name: how STRATA_KERNELS and kern_ops_t.name spell it; tab: the
+ * table's symbol is kern_ops_<tab>_tab (kernels/cpu/kern_tables.c); cpu: the
+ * condition on the CPU for the table to run, an && of KERN_CPU(feature) with
+ * the feature spelled as GCC's __builtin_cpu_supports does (each SIMD file is
+ * compiled with the matching -m flags: CMakeLists.txt, by file-name suffix).
+ * kern_types.c reads it to check the CPU, choose the best table and parse
+ * STRATA_KERNELS; the tests read it to run every table against the reference.
+ * How a variant's code is compiled: kernels/cpu/kern_cpu.h. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KERN_ISA_LIST_X86(X)                                                                       \
+    X(avx2, avx2, KERN_CPU(avx2) && KERN_CPU(fma) && KERN_CPU(f16c) && KERN_CPU(bmi2))             \
+    X(avxvnni, avxvnni,                                                                            \
+      KERN_CPU(avx2) && KERN_CPU(fma) && KERN_CPU(f16c) && KERN_CPU(bmi2) && KERN_CPU(avxvnni))    \
+    X(avx512, avx512,                                                                              \
+      KERN_CPU(avx2) && KERN_CPU(fma) && KERN_CPU(f16c) && KERN_CPU(bmi2) && KERN_CPU(avx512f) &&  \
+          KERN_CPU(avx512bw) && KERN_CPU(avx512vl) && KERN_CPU(avx512dq) && KERN_CPU(avx512vnni))
+#else
+#define KERN_ISA_LIST_X86(X)
+#endif
+#define KERN_ISA_LIST(X) X(scalar, ref, 1) KERN_ISA_LIST_X86(X)
+
+/* KERN_ISA_scalar = 0, then one value per variant of the list, in its order. */
+typedef enum {
+#define KERN_ISA_ENUM_(name, tab, cpu) KERN_ISA_##name,
+    KERN_ISA_LIST(KERN_ISA_ENUM_)
+#undef KERN_ISA_ENUM_
+        KERN_ISA_COUNT
+} kern_isa_t;
+
+/* The name of variant isa ("avx2"), or NULL when isa is not one. */
+const char *kern_isa_name(int isa);
+/* The table of variant isa (0 .. KERN_ISA_COUNT-1), or NULL when isa is not
+ * one or this CPU cannot run it.  kern_ops_isa(KERN_ISA_scalar) never fails. */
+const kern_ops_t *kern_ops_isa(int isa);
+/* The table named name ("ref" is accepted for "scalar"), or NULL when no
+ * variant has that name or this CPU cannot run it. */
+const kern_ops_t *kern_ops_named(const char *name);
+/* The fastest table this CPU runs (the last of KERN_ISA_LIST it runs:
+ * avx512, else avxvnni, else avx2, else scalar).  STRATA_KERNELS=NAME picks
+ * the table NAME instead; for an unknown name, or one this CPU cannot run,
+ * the fastest table is used, with a warning (once per process) that says why
+ * and lists the valid names. */
 const kern_ops_t *kern_ops_best(void);
+
+/* The same as kern_ops_isa(KERN_ISA_scalar) / kern_ops_named("avx2") /
+ * ("avxvnni") / ("avx512"): the names callers used before the list. */
+const kern_ops_t *kern_ops_ref(void);
+const kern_ops_t *kern_ops_avx2(void);
+const kern_ops_t *kern_ops_avxvnni(void);
+const kern_ops_t *kern_ops_avx512(void);
 
 #endif

@@ -1,11 +1,16 @@
 /* kern_types.c - what each tensor type is (traits, row sizes), scalar
  * half/bfloat16 conversions, and the choice of the kernel table for this CPU.
  */
+#include "base_log.h"
 #include "cpu/kern_cpu.h"
 #include "kern_ops.h"
 
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define TAG "kern"
 
 static const kern_type_traits_t s_traits[KERN_TYPE_COUNT] = {
     [KERN_F32] = {"f32", 1, 4, KERN_F32, true},
@@ -109,61 +114,105 @@ kern_bf16_t kern_f32_to_bf16(float f) {
 
 /* ---- table choice ------------------------------------------------------- */
 
-const kern_ops_t *kern_ops_ref(void) {
-    return &kern_ops_ref_tab;
-}
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KERN_CPU(feature) __builtin_cpu_supports(#feature)
+#else
+#define KERN_CPU(feature) 0
+#endif
 
-const kern_ops_t *kern_ops_avx2(void) {
+/* One row per variant of KERN_ISA_LIST, in its order. */
+static const struct {
+    const char *name;
+    const kern_ops_t *tab;
+} s_isa[KERN_ISA_COUNT] = {
+#define S_ROW(name, tab, cpu) {#name, &kern_ops_##tab##_tab},
+    KERN_ISA_LIST(S_ROW)
+#undef S_ROW
+};
+
+/* Whether this CPU runs variant isa (a valid index). */
+static bool s_runs(int isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2"))
-        return &kern_ops_avx2_tab;
 #endif
-    return NULL;
+    switch (isa) {
+#define S_CASE(name, tab, cpu)                                                                     \
+    case KERN_ISA_##name:                                                                          \
+        return (cpu);
+        KERN_ISA_LIST(S_CASE)
+#undef S_CASE
+    default:
+        return false;
+    }
 }
 
-const kern_ops_t *kern_ops_avxvnni(void) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (kern_ops_avx2() != NULL && __builtin_cpu_supports("avxvnni"))
-        return &kern_ops_avxvnni_tab;
-#endif
-    return NULL;
+const char *kern_isa_name(int isa) {
+    return isa >= 0 && isa < KERN_ISA_COUNT ? s_isa[isa].name : NULL;
 }
 
-const kern_ops_t *kern_ops_avx512(void) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (kern_ops_avx2() == NULL)
+const kern_ops_t *kern_ops_isa(int isa) {
+    if (isa < 0 || isa >= KERN_ISA_COUNT || !s_runs(isa))
         return NULL;
-    /* the table uses F, BW, VL, DQ and VNNI instructions (no BF16 ones) */
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512vnni"))
-        return &kern_ops_avx512_tab;
-#endif
-    return NULL;
+    return s_isa[isa].tab;
+}
+
+/* The variant named name, or -1. */
+static int s_isa_of(const char *name) {
+    if (strcmp(name, "ref") == 0)
+        return KERN_ISA_scalar;
+    for (int i = 0; i < KERN_ISA_COUNT; i++)
+        if (strcmp(name, s_isa[i].name) == 0)
+            return i;
+    return -1;
+}
+
+const kern_ops_t *kern_ops_named(const char *name) {
+    return name ? kern_ops_isa(s_isa_of(name)) : NULL;
 }
 
 const kern_ops_t *kern_ops_best(void) {
+    const kern_ops_t *best = s_isa[KERN_ISA_scalar].tab;
+    for (int i = KERN_ISA_COUNT - 1; i > KERN_ISA_scalar; i--)
+        if (s_runs(i)) {
+            best = s_isa[i].tab;
+            break;
+        }
     const char *e = getenv("STRATA_KERNELS");
-    if (e && *e) {
-        const kern_ops_t *o = NULL;
-        if (strcmp(e, "scalar") == 0 || strcmp(e, "ref") == 0)
-            return kern_ops_ref();
-        if (strcmp(e, "avx2") == 0)
-            o = kern_ops_avx2();
-        else if (strcmp(e, "avxvnni") == 0)
-            o = kern_ops_avxvnni();
-        else if (strcmp(e, "avx512") == 0)
-            o = kern_ops_avx512();
-        if (o)
-            return o;
-        /* unknown name or unsupported table: fall through to the best one */
+    if (e == NULL || *e == 0)
+        return best;
+    const int isa = s_isa_of(e);
+    const kern_ops_t *o = kern_ops_isa(isa);
+    if (o)
+        return o;
+    /* said once per process: callers ask for the table at every model load */
+    static atomic_flag s_warned = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&s_warned))
+        return best;
+    if (isa < 0) {
+        char names[128] = "";
+        for (int i = 0; i < KERN_ISA_COUNT; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     s_isa[i].name);
+        LOG_W(TAG, "STRATA_KERNELS=%s is no kernel table (valid: %s); using %s", e, names,
+              best->name);
+    } else {
+        LOG_W(TAG, "STRATA_KERNELS=%s: this CPU cannot run that table; using %s", e, best->name);
     }
-    const kern_ops_t *o = kern_ops_avx512();
-    if (o == NULL)
-        o = kern_ops_avxvnni();
-    if (o == NULL)
-        o = kern_ops_avx2();
-    return o ? o : kern_ops_ref();
+    return best;
+}
+
+const kern_ops_t *kern_ops_ref(void) {
+    return kern_ops_isa(KERN_ISA_scalar);
+}
+
+const kern_ops_t *kern_ops_avx2(void) {
+    return kern_ops_named("avx2");
+}
+
+const kern_ops_t *kern_ops_avxvnni(void) {
+    return kern_ops_named("avxvnni");
+}
+
+const kern_ops_t *kern_ops_avx512(void) {
+    return kern_ops_named("avx512");
 }

@@ -1,8 +1,9 @@
 /* gemm_kpacked_x86.h - gemm of packed K-quant weights (Q4_K, Q5_K, Q6_K;
  * layout and float contract in kern_cpu.h) against Q8_K activations, written
- * once and compiled twice: by gemm_kpacked_avx512.c (KX_AVX512: a zmm lane is
- * a row, VNNI dot products, 16 rows per tile) and by gemm_kpacked_avx2.c
- * (a ymm lane is a row, maddubs + madd, 8 rows per tile).
+ * once for the x86 variants (the scheme: kern_cpu.h): gemm_kpacked_avx512.c
+ * (KX_ISA_AVX512: a zmm lane is a row, VNNI dot products, 16 rows per tile)
+ * and gemm_kpacked_avx2.c (a ymm lane is a row, maddubs + madd, 8 rows per
+ * tile; the AVX-VNNI table runs it too).
  * Within a tile every lane sums its own row, so no horizontal sums: per step
  * (4 levels of each row) the activation bytes are broadcast and multiplied
  * into a per-sub-block chain; at the end of a sub-block the chain is scaled
@@ -14,13 +15,14 @@
  * output equals the scalar reference bitwise, whatever nc, r0 or the tile.
  * KX(name) gives the exported name of this variant.
  */
+#if defined(__x86_64__)
 #include "kern_cpu.h"
+#include "simd_x86.h"
 
 #include <assert.h>
 #include <immintrin.h>
 #include <string.h>
 
-#define KP_INLINE static inline __attribute__((always_inline))
 #define KP_XB ((int)sizeof(kern_block_q8_K)) /* d at 0, qs at 4, bsums at 260 */
 #define KP_XQ 4
 #define KP_XS 260
@@ -29,11 +31,11 @@
 #define KP_PF 8192 /* bytes of weights to prefetch ahead (0: none) */
 #endif
 
-KP_INLINE int s_hbits(kern_type_t T) {
+KX_INLINE int s_hbits(kern_type_t T) {
     return T == KERN_Q4_K ? 0 : T == KERN_Q5_K ? 1 : 2;
 }
 
-#ifdef KX_AVX512
+#ifdef KX_ISA_AVX512
 /* ---- AVX-512 VNNI: 16 rows (zmm lanes) -------------------------------- */
 #define KP_CT 6 /* columns per register tile */
 #define KP_ROWS 16
@@ -43,7 +45,7 @@ typedef __m512 s_vf;
 /* acc + VNNI dot of the unsigned bytes of w with the 4 signed bytes at p in
  * every lane (one instruction with an embedded broadcast; GCC would emit a
  * separate vpbroadcastd). */
-KP_INLINE __m512i s_dpb(__m512i acc, __m512i w, const uint8_t *p) {
+KX_INLINE __m512i s_dpb(__m512i acc, __m512i w, const uint8_t *p) {
 #if defined(__GNUC__) && !defined(KP_NO_ASM)
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const char(*)[4])p));
     return acc;
@@ -55,7 +57,7 @@ KP_INLINE __m512i s_dpb(__m512i acc, __m512i w, const uint8_t *p) {
 }
 
 /* acc + per lane: int16 pair of w times the int16 pair at p (vpdpwssd). */
-KP_INLINE __m512i s_dpw(__m512i acc, __m512i w, const uint8_t *p) {
+KX_INLINE __m512i s_dpw(__m512i acc, __m512i w, const uint8_t *p) {
 #if defined(__GNUC__) && !defined(KP_NO_ASM)
     __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const char(*)[4])p));
     return acc;
@@ -68,7 +70,7 @@ KP_INLINE __m512i s_dpw(__m512i acc, __m512i w, const uint8_t *p) {
 
 /* Levels of step st for the tile's rows (h: row half, unused here): low
  * nibbles to *lo, high to *hi, with the qh bits added. */
-KP_INLINE void s_levels(kern_type_t T, const uint8_t *o, int st, int h, s_vi *lo, s_vi *hi) {
+KX_INLINE void s_levels(kern_type_t T, const uint8_t *o, int st, int h, s_vi *lo, s_vi *hi) {
     (void)h;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i z = _mm512_loadu_si512((const void *)(o + 64 * st));
@@ -89,26 +91,26 @@ KP_INLINE void s_levels(kern_type_t T, const uint8_t *o, int st, int h, s_vi *lo
 /* The chain of a sub-block: a VNNI int32 sum per lane.  Its bound: 32 levels
  * (Q4_K/Q5_K) or 16 (Q6_K) times 63 * 128, far inside int32. */
 #define KP_FLUSH(T) ((T) == KERN_Q6_K ? 4 : 8) /* steps per sub-block */
-KP_INLINE s_vi s_chain(s_vi acc, s_vi w, const uint8_t *p) {
+KX_INLINE s_vi s_chain(s_vi acc, s_vi w, const uint8_t *p) {
     return s_dpb(acc, w, p);
 }
 /* Scale of sub-block u for each row, ready for s_flush. */
-KP_INLINE s_vi s_scale(kern_type_t T, const uint8_t *o, int u, int h) {
+KX_INLINE s_vi s_scale(kern_type_t T, const uint8_t *o, int u, int h) {
     (void)h;
     const __m128i v = _mm_loadu_si128((const __m128i *)(o + kern_kpk_sc_off(T) + 16 * u));
     return T == KERN_Q6_K ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
 }
 /* isum + chain * scale (exact: below 2^31 by the bounds above). */
-KP_INLINE s_vi s_flush(s_vi isum, s_vi chain, s_vi sc) {
+KX_INLINE s_vi s_flush(s_vi isum, s_vi chain, s_vi sc) {
     return _mm512_add_epi32(isum, _mm512_mullo_epi32(chain, sc));
 }
 /* int16 pairs (a, b) per lane from two int32 vectors. */
-KP_INLINE s_vi s_pair(s_vi a, s_vi b) {
+KX_INLINE s_vi s_pair(s_vi a, s_vi b) {
     return _mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu, a, _mm512_slli_epi32(b, 16));
 }
 /* Correction coefficient pair u of the rows: (m_u, m_u) for Q4_K / Q5_K (times
  * the bsums of sub-block u), (sc_2u, sc_2u+1) for Q6_K. */
-KP_INLINE s_vi s_corr_coef(kern_type_t T, const uint8_t *o, int u, int h) {
+KX_INLINE s_vi s_corr_coef(kern_type_t T, const uint8_t *o, int u, int h) {
     (void)h;
     const uint8_t *p = o + kern_kpk_sc_off(T);
     if (T == KERN_Q6_K)
@@ -117,7 +119,7 @@ KP_INLINE s_vi s_corr_coef(kern_type_t T, const uint8_t *o, int u, int h) {
     const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 128 + 16 * u)));
     return s_pair(m, m);
 }
-KP_INLINE s_vf s_f16v(const uint8_t *p, int h) {
+KX_INLINE s_vf s_f16v(const uint8_t *p, int h) {
     (void)h;
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
@@ -134,7 +136,7 @@ KP_INLINE s_vf s_f16v(const uint8_t *p, int h) {
 typedef __mmask16 s_rmask;
 #define v_fload(rm, p) _mm512_maskz_loadu_ps(rm, p)
 #define v_fstore(p, rm, v) _mm512_mask_storeu_ps(p, rm, v)
-KP_INLINE s_rmask s_rowmask(int rows) {
+KX_INLINE s_rmask s_rowmask(int rows) {
     return rows >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rows) - 1);
 }
 
@@ -145,14 +147,14 @@ KP_INLINE s_rmask s_rowmask(int rows) {
 typedef __m256i s_vi;
 typedef __m256 s_vf;
 
-KP_INLINE __m256i s_bcast(const uint8_t *p) {
+KX_INLINE __m256i s_bcast(const uint8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
 }
 
 /* 32 mask bits (bit p for byte p) -> bytes of `val` or 0. */
-KP_INLINE __m256i s_bits(const uint8_t *q, char val) {
+KX_INLINE __m256i s_bits(const uint8_t *q, char val) {
     uint32_t h;
     memcpy(&h, q, 4);
     const __m256i idx = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
@@ -163,7 +165,7 @@ KP_INLINE __m256i s_bits(const uint8_t *q, char val) {
     return _mm256_and_si256(v, _mm256_set1_epi8(val));
 }
 
-KP_INLINE void s_levels(kern_type_t T, const uint8_t *o, int st, int h, s_vi *lo, s_vi *hi) {
+KX_INLINE void s_levels(kern_type_t T, const uint8_t *o, int st, int h, s_vi *lo, s_vi *hi) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i z = _mm256_loadu_si256((const __m256i *)(o + 64 * st + 32 * h));
     __m256i l = _mm256_and_si256(z, m4), u = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
@@ -181,23 +183,23 @@ KP_INLINE void s_levels(kern_type_t T, const uint8_t *o, int st, int h, s_vi *lo
  * (Q5_K), 2 * 63 * 128 * 2 (Q6_K) are all below 32768, hence the flush
  * periods, shorter than a sub-block for Q5_K and Q6_K. */
 #define KP_FLUSH(T) ((T) == KERN_Q4_K ? 8 : (T) == KERN_Q5_K ? 4 : 2)
-KP_INLINE s_vi s_chain(s_vi acc, s_vi w, const uint8_t *p) {
+KX_INLINE s_vi s_chain(s_vi acc, s_vi w, const uint8_t *p) {
     return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, s_bcast(p)));
 }
 /* int16 pairs (a, b) per lane from two int32 vectors. */
-KP_INLINE s_vi s_pair(s_vi a, s_vi b) {
+KX_INLINE s_vi s_pair(s_vi a, s_vi b) {
     return _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xAA);
 }
 /* (sc_u, sc_u) per lane: madd with the chain's pair applies the scale. */
-KP_INLINE s_vi s_scale(kern_type_t T, const uint8_t *o, int u, int h) {
+KX_INLINE s_vi s_scale(kern_type_t T, const uint8_t *o, int u, int h) {
     const __m128i v = _mm_loadl_epi64((const __m128i *)(o + kern_kpk_sc_off(T) + 16 * u + 8 * h));
     const __m256i s = T == KERN_Q6_K ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
     return s_pair(s, s);
 }
-KP_INLINE s_vi s_flush(s_vi isum, s_vi chain, s_vi sc) {
+KX_INLINE s_vi s_flush(s_vi isum, s_vi chain, s_vi sc) {
     return _mm256_add_epi32(isum, _mm256_madd_epi16(chain, sc));
 }
-KP_INLINE s_vi s_corr_coef(kern_type_t T, const uint8_t *o, int u, int h) {
+KX_INLINE s_vi s_corr_coef(kern_type_t T, const uint8_t *o, int u, int h) {
     const uint8_t *p = o + kern_kpk_sc_off(T) + 8 * h;
     if (T == KERN_Q6_K)
         return s_pair(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 32 * u))),
@@ -205,10 +207,10 @@ KP_INLINE s_vi s_corr_coef(kern_type_t T, const uint8_t *o, int u, int h) {
     const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 128 + 16 * u)));
     return s_pair(m, m);
 }
-KP_INLINE s_vi s_dpw(s_vi acc, s_vi w, const uint8_t *p) {
+KX_INLINE s_vi s_dpw(s_vi acc, s_vi w, const uint8_t *p) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(w, s_bcast(p)));
 }
-KP_INLINE s_vf s_f16v(const uint8_t *p, int h) {
+KX_INLINE s_vf s_f16v(const uint8_t *p, int h) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
 }
 #define v_zero() _mm256_setzero_si256()
@@ -224,7 +226,7 @@ KP_INLINE s_vf s_f16v(const uint8_t *p, int h) {
 typedef __m256i s_rmask;
 #define v_fload(rm, p) _mm256_maskload_ps(p, rm)
 #define v_fstore(p, rm, v) _mm256_maskstore_ps(p, rm, v)
-KP_INLINE s_rmask s_rowmask(int rows) {
+KX_INLINE s_rmask s_rowmask(int rows) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 #endif
@@ -233,7 +235,7 @@ KP_INLINE s_rmask s_rowmask(int rows) {
  * C columns over nbk super-blocks: rec is the first record, x column 0 at
  * the first super-block.  add: continue from the values in out (a later
  * pass over k); pf: prefetch the weights ahead (the first tile of a group). */
-KP_INLINE void s_tile(kern_type_t T, const int C, int nbk, const uint8_t *rec, int h,
+KX_INLINE void s_tile(kern_type_t T, const int C, int nbk, const uint8_t *rec, int h,
                       const uint8_t *x, size_t xs, float *out, size_t os, s_rmask rm, bool add,
                       bool pf) {
     const int REC = kern_kpk_rec(T), DOF = kern_kpk_d_off(T), FL = KP_FLUSH(T);
@@ -311,7 +313,7 @@ KP_INLINE void s_tile(kern_type_t T, const int C, int nbk, const uint8_t *rec, i
  * column tiles: a group's records stay in L1 while every column tile of the
  * pass uses them.  Splitting k only stores and reloads the float
  * accumulators, so it changes no result. */
-KP_INLINE void s_gemm_kpk(kern_type_t T, int64_t k, int r0, int nr, int nc, const uint8_t *packed,
+KX_INLINE void s_gemm_kpk(kern_type_t T, int64_t k, int r0, int nr, int nc, const uint8_t *packed,
                           const uint8_t *x, size_t xs, float *out, size_t os) {
     const int64_t nb = k / KERN_QK_K;
     const int REC = kern_kpk_rec(T);
@@ -327,59 +329,14 @@ KP_INLINE void s_gemm_kpk(kern_type_t T, int64_t k, int r0, int nr, int nc, cons
                     break;
                 const s_rmask rm = s_rowmask(rows);
                 float *o = out + (size_t)(g * KERN_PK_ROWS + h * KP_ROWS - r0);
-                int c = 0;
-                for (; c + KP_CT <= nc; c += KP_CT)
-                    s_tile(T, KP_CT, nbk, rec, h, xb + (size_t)c * xs, xs, o + (size_t)c * os, os,
-                           rm, b0 > 0, c == 0);
-                const uint8_t *xt = xb + (size_t)c * xs;
-                float *ot = o + (size_t)c * os;
-                switch (nc - c) {
-#define KP_CASE(n)                                                                                 \
-    case n:                                                                                        \
-        if (n < KP_CT)                                                                             \
-            s_tile(T, n, nbk, rec, h, xt, xs, ot, os, rm, b0 > 0, c == 0);                         \
-        break;
-                    KP_CASE(1)
-                    KP_CASE(2)
-                    KP_CASE(3)
-                    KP_CASE(4)
-                    KP_CASE(5)
-                    KP_CASE(6)
-                    KP_CASE(7)
-#undef KP_CASE
-                default:
-                    break;
-                }
+#define S_TILE(c, n)                                                                               \
+    s_tile(T, n, nbk, rec, h, xb + (size_t)(c)*xs, xs, o + (size_t)(c)*os, os, rm, b0 > 0, (c) == 0)
+                KX_COLUMN_TILES(nc, KP_CT, S_TILE);
+#undef S_TILE
             }
         }
     }
 }
 
-#define KP_FN(name, TT)                                                                            \
-    static __attribute__((noinline)) void name(int64_t k, int r0, int nr, int nc,                  \
-                                               const uint8_t *packed, const uint8_t *x, size_t xs, \
-                                               float *out, size_t os) {                            \
-        s_gemm_kpk(TT, k, r0, nr, nc, packed, x, xs, out, os);                                     \
-    }
-KP_FN(s_kpk_q4_K, KERN_Q4_K)
-KP_FN(s_kpk_q5_K, KERN_Q5_K)
-KP_FN(s_kpk_q6_K, KERN_Q6_K)
-#undef KP_FN
-
-void KX(kern_gemm_kpacked)(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
-                           const void *x, size_t x_stride, float *out, size_t out_stride) {
-    assert(kern_kpk_type(wt) && r0 % KERN_PK_ROWS == 0 && nr >= 1 && nc >= 1);
-    switch (wt) {
-    case KERN_Q4_K:
-        s_kpk_q4_K(k, r0, nr, nc, packed, x, x_stride, out, out_stride);
-        break;
-    case KERN_Q5_K:
-        s_kpk_q5_K(k, r0, nr, nc, packed, x, x_stride, out, out_stride);
-        break;
-    case KERN_Q6_K:
-        s_kpk_q6_K(k, r0, nr, nc, packed, x, x_stride, out, out_stride);
-        break;
-    default: /* not a packed K type: programmer error */
-        break;
-    }
-}
+KX_PACKED_ENTRY(KX(kern_gemm_kpacked), s_gemm_kpk, KX_KPK_TYPES, kx86_not_packed)
+#endif

@@ -1,6 +1,7 @@
-/* gemm_x86.h - the x86 SIMD gemm and activation quantization, written once and
- * compiled twice: by gemm_avx2.c (AVX2/FMA/F16C: maddubs + madd) and by
- * gemm_avx512.c (KX_AVX512: VNNI dot products, 512-bit registers).
+/* gemm_x86.h - the x86 SIMD gemm and activation quantization, written once for
+ * the x86 variants (the scheme: kern_cpu.h): gemm_avx2.c (AVX2/FMA/F16C:
+ * maddubs + madd) and gemm_avx512.c (KX_ISA_AVX512: VNNI dot products,
+ * 512-bit registers).
  * Quantized weights are dotted with Q8 activations in integer arithmetic, one
  * float scale per block.  Where the time goes:
  *   nc = 1 (decode) streams the weights once: AVX-512 applies the block scales
@@ -14,13 +15,13 @@
  * KX(name) gives the exported name of this variant.  No allocation: the
  * largest stack frame is about 40 KiB (prepared activation scales).
  */
+#if defined(__x86_64__)
 #include "kern_cpu.h"
 #include "simd_x86.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-#define KX_INLINE static inline __attribute__((always_inline))
 /* 1: every column of a gemm is computed by the same code whatever nc is (see s_gemm32). */
 #ifndef KX_BATCH_INVARIANT
 #define KX_BATCH_INVARIANT 1
@@ -45,7 +46,7 @@ KX_INLINE int s_hsum256i(__m256i v) {
 /* acc + per-lane sums of u[i] * s[i] over groups of 4 bytes (u unsigned, s signed).
  * Without VNNI, u * s pairs must fit int16: u <= 127 or s small. */
 KX_INLINE __m256i s_dot_us(__m256i acc, __m256i u, __m256i s) {
-#ifdef KX_AVX512
+#ifdef KX_ISA_AVX512
     return _mm256_dpbusd_epi32(acc, u, s);
 #else
     __m256i p = _mm256_maddubs_epi16(u, s);
@@ -108,7 +109,7 @@ KX_INLINE int s_offset(kern_type_t T) {
         return 8;
     case KERN_Q5_0:
         return 16;
-#ifdef KX_AVX512
+#ifdef KX_ISA_AVX512
     case KERN_Q8_0:
         return 128;
 #endif
@@ -161,7 +162,7 @@ KX_INLINE void s_tile32(kern_type_t T, const int RT, const int CT, int64_t nb, c
                 _mm_prefetch((const char *)(w + (size_t)r * ws + (size_t)(b + 12) * WB),
                              _MM_HINT_T0);
             __m256i q = s_wblock(T, w + (size_t)r * ws + (size_t)b * WB, &d, &m);
-#if !defined(KX_AVX512)
+#if !defined(KX_ISA_AVX512)
             __m256i qa = T == KERN_Q8_0 ? _mm256_sign_epi8(q, q) : q;
 #else
             __m256i qa = T == KERN_Q8_0 ? _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)) : q;
@@ -171,7 +172,7 @@ KX_INLINE void s_tile32(kern_type_t T, const int RT, const int CT, int64_t nb, c
 #pragma GCC unroll 4
             for (int c = 0; c < CT; c++) {
                 __m256i xs_ = xq[c];
-#if !defined(KX_AVX512)
+#if !defined(KX_ISA_AVX512)
                 if (T == KERN_Q8_0)
                     xs_ = _mm256_sign_epi8(xs_, q);
 #endif
@@ -190,7 +191,7 @@ KX_INLINE void s_tile32(kern_type_t T, const int RT, const int CT, int64_t nb, c
             out[(size_t)c * os + r] = s_hsum256(acc[r][c]);
 }
 
-#ifdef KX_AVX512
+#ifdef KX_ISA_AVX512
 /* ---- matrix x vector (nc = 1) for the 32-element types with AVX-512 -------
  * Decode is bound by the instructions spent per weight block, so the scales
  * are applied 16 blocks at a time: integer dot products whose reduction tree
@@ -453,7 +454,7 @@ static const s_gemv_fn s_gemv_tab[5][4] = {KX_GEMV_ROW(q4_0), KX_GEMV_ROW(q4_1),
 #undef KX_GEMV_ROW
 #endif
 
-#ifdef KX_AVX512
+#ifdef KX_ISA_AVX512
 #define KX_RT 4
 #define KX_CT 4
 #else
@@ -497,7 +498,7 @@ KX_INLINE void s_block32(kern_type_t T, int64_t nb, int nr, int nc, const uint8_
     }
 }
 
-#ifdef KX_AVX512
+#ifdef KX_ISA_AVX512
 /* ---- prompt processing (nc > 1) for the 32-element types with AVX-512 ------
  * A zmm holds one block of two columns (c, c+1); the weight block is
  * broadcast to both halves, so each VNNI instruction does 64 products.  The
@@ -680,7 +681,7 @@ KX_INLINE void s_block512(kern_type_t T, int64_t nb, int nr, int nc, const uint8
 KX_INLINE void s_gemm32(kern_type_t T, int64_t k, int nr, int nc, const uint8_t *w, size_t ws,
                         const uint8_t *x, size_t xs, float *out, size_t os) {
     int64_t nb = k / KERN_QK;
-#ifdef KX_AVX512
+#ifdef KX_ISA_AVX512
     if (nc <= 4 || KX_BATCH_INVARIANT) {
         /* A few columns: decode and matrix x vector are the same problem.  With
          * KX_BATCH_INVARIANT every nc takes this path, 4 columns at a time: each
@@ -720,7 +721,7 @@ KX_INLINE void s_gemm32(kern_type_t T, int64_t k, int nr, int nc, const uint8_t 
     }
     int rp, cp;
     s_panels(nb * s_wbytes(T), nb * (s_has_min(T) ? 36 : 34), nr, nc, KX_RT, KX_CT, &rp, &cp);
-#ifdef KX_AVX512
+#ifdef KX_ISA_AVX512
     /* the prepared activation scales of a column panel must fit KP_MAXF */
     int cz = (int64_t)cp * nb > KP_MAXF ? (int)(KP_MAXF / nb) & ~7 : cp;
     if (cz >= 1 && (cz >= 8 || cz >= nc)) {
@@ -745,7 +746,7 @@ KX_INLINE void s_gemm32(kern_type_t T, int64_t k, int nr, int nc, const uint8_t 
  * offset (Q6_K) comes from the activation group sums:
  *   dot = dx * (d * sum_t <q_t, x_t>_scaled + dm * sum_g mc[g] * bsums[g]). */
 
-#ifdef KX_AVX512
+#ifdef KX_ISA_AVX512
 /* AVX-512: a zmm holds two chunks (t = 2p, 2p+1), so each instruction covers
  * 64 levels; the per-chunk scales are laid out by vpermw. */
 typedef struct {
@@ -1039,7 +1040,7 @@ KX_INLINE void s_gemm_k(kern_type_t T, int64_t k, int nr, int nc, const uint8_t 
 
 /* ---- float weights (F32, F16, BF16) against F32 activations -------------- */
 
-#ifdef KX_AVX512
+#ifdef KX_ISA_AVX512
 typedef __m512 s_vf;
 #define VL 16
 KX_INLINE s_vf s_vload(kern_type_t T, const uint8_t *w, int64_t i) {
@@ -1194,68 +1195,20 @@ KX_INLINE void s_gemm_f(kern_type_t T, int64_t k, int nr, int nc, const uint8_t 
 /* ---- entry points -------------------------------------------------------- */
 
 /* One function per weight type: each inlines only its own kernels. */
-#define KX_GEMM_FN(name, impl, TT)                                                                 \
-    static __attribute__((noinline)) void name(int64_t k, int nr, int nc, const uint8_t *w,        \
-                                               size_t ws, const uint8_t *x, size_t xs, float *out, \
-                                               size_t os) {                                        \
-        impl(TT, k, nr, nc, w, ws, x, xs, out, os);                                                \
-    }
-KX_GEMM_FN(s_gemm_q4_0, s_gemm32, KERN_Q4_0)
-KX_GEMM_FN(s_gemm_q4_1, s_gemm32, KERN_Q4_1)
-KX_GEMM_FN(s_gemm_q5_0, s_gemm32, KERN_Q5_0)
-KX_GEMM_FN(s_gemm_q5_1, s_gemm32, KERN_Q5_1)
-KX_GEMM_FN(s_gemm_q8_0, s_gemm32, KERN_Q8_0)
-KX_GEMM_FN(s_gemm_q4_K, s_gemm_k, KERN_Q4_K)
-KX_GEMM_FN(s_gemm_q5_K, s_gemm_k, KERN_Q5_K)
-KX_GEMM_FN(s_gemm_q6_K, s_gemm_k, KERN_Q6_K)
-KX_GEMM_FN(s_gemm_f32, s_gemm_f, KERN_F32)
-KX_GEMM_FN(s_gemm_f16, s_gemm_f, KERN_F16)
-KX_GEMM_FN(s_gemm_bf16, s_gemm_f, KERN_BF16)
-#undef KX_GEMM_FN
+KX_PK_TYPES(KX_GEMM_FN_, s_gemm32)
+KX_KPK_TYPES(KX_GEMM_FN_, s_gemm_k)
+KX_F_TYPES(KX_GEMM_FN_, s_gemm_f)
 
 void KX(kern_gemm)(kern_type_t wt, int64_t k, int nr, int nc, const void *w, size_t w_stride,
                    const void *x, size_t x_stride, float *out, size_t out_stride) {
-    void (*fn)(int64_t, int, int, const uint8_t *, size_t, const uint8_t *, size_t, float *,
-               size_t);
     switch (wt) {
-    case KERN_Q4_0:
-        fn = s_gemm_q4_0;
-        break;
-    case KERN_Q4_1:
-        fn = s_gemm_q4_1;
-        break;
-    case KERN_Q5_0:
-        fn = s_gemm_q5_0;
-        break;
-    case KERN_Q5_1:
-        fn = s_gemm_q5_1;
-        break;
-    case KERN_Q8_0:
-        fn = s_gemm_q8_0;
-        break;
-    case KERN_Q4_K:
-        fn = s_gemm_q4_K;
-        break;
-    case KERN_Q5_K:
-        fn = s_gemm_q5_K;
-        break;
-    case KERN_Q6_K:
-        fn = s_gemm_q6_K;
-        break;
-    case KERN_F32:
-        fn = s_gemm_f32;
-        break;
-    case KERN_F16:
-        fn = s_gemm_f16;
-        break;
-    case KERN_BF16:
-        fn = s_gemm_bf16;
-        break;
+        KX_PK_TYPES(KX_GEMM_CASE_, s_gemm32)
+        KX_KPK_TYPES(KX_GEMM_CASE_, s_gemm_k)
+        KX_F_TYPES(KX_GEMM_CASE_, s_gemm_f)
     default: /* not a weight type: the reference decides what that means */
-        kern_ref_gemm(wt, k, nr, nc, w, w_stride, x, x_stride, out, out_stride);
-        return;
+        break;
     }
-    fn(k, nr, nc, w, w_stride, x, x_stride, out, out_stride);
+    kern_ref_gemm(wt, k, nr, nc, w, w_stride, x, x_stride, out, out_stride);
 }
 
 /* Q8_0 / Q8_1 block: d = amax / 127, q = round(x / d), as the reference does. */
@@ -1341,3 +1294,4 @@ void KX(kern_dequant_row)(kern_type_t t, const void *src, float *dst, int64_t n)
     }
     kern_ref_dequant_row(t, src, dst, n);
 }
+#endif

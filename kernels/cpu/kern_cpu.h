@@ -1,6 +1,31 @@
 /* kern_cpu.h - private to kernels/: the pieces the CPU kernel tables share
- * (scalar reference entry points that SIMD tables reuse, the tables themselves,
- * and the K-quant scale unpacking).  Not part of the public kernel API.
+ * (the entry points of every variant, the tables themselves, the packed
+ * layouts and the K-quant scale unpacking).  Not part of the public kernel API.
+ *
+ * ---- how a variant is compiled: one scheme for every file of kernels/cpu/ --
+ *   <family>_ref.c    the scalar reference of a family of ops (ops, quant,
+ *                     gemm, gemm_packed, gemm_kpacked), plain C17.
+ *   <family>_x86.h    the family's SIMD code, written once for every x86
+ *                     variant: a template that selects its code with
+ *                     KX_ISA_AVX2 / KX_ISA_AVXVNNI / KX_ISA_AVX512 and names
+ *                     what it exports KX(name), that is name_<isa>.
+ *   <family>_<isa>.c  an instance: `#define KX_ISA_<ISA> 1` then
+ *                     `#include "<family>_x86.h"`, nothing else.
+ *                     CMakeLists.txt compiles every *_<isa>.c with the -m
+ *                     flags of that variant (by file-name suffix);
+ *                     simd_x86.h checks that exactly one KX_ISA_ is defined
+ *                     and that the flags agree with it.
+ *   kern_tables.c     one kern_ops_t per variant of KERN_ISA_LIST
+ *                     (kern_ops.h): which function each op of it runs.
+ * A family has an instance only for the variants that have code of their own
+ * in it; a table names another variant's function otherwise (the AVX-VNNI
+ * table is the AVX2 one with its own gemm_packed).  What the templates share
+ * (the per-type dispatch of an entry point, the column tiles of the tile
+ * walkers, small AVX2 helpers) is in simd_x86.h.
+ * A new variant: a row of KERN_ISA_LIST, its flags in CMakeLists.txt, its
+ * KX_ISA_ macro in simd_x86.h, the instances of the families it has code
+ * for with their declarations below (KERN_<FAMILY>_X86_DECL), and its table
+ * in kern_tables.c.
  */
 #ifndef KERN_CPU_H
 #define KERN_CPU_H
@@ -24,18 +49,47 @@ void kern_ref_gemm_packed(kern_type_t wt, int64_t k, int r0, int nr, int nc, con
                           const void *x, size_t x_stride, float *out, size_t out_stride);
 /* packed_size of a table without a packed layout: always 0 (no table uses it now). */
 size_t kern_no_packed_size(kern_type_t wt, int64_t k, int nr);
-/* The AVX-512 VNNI gemm of packed weights (gemm_packed_avx512.c). */
-void kern_gemm_packed_avx512(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
-                             const void *x, size_t x_stride, float *out, size_t out_stride);
-/* The ymm gemm of packed weights: AVX2 maddubs (gemm_packed_avx2.c) and the
- * same code with AVX-VNNI (gemm_packed_avxvnni.c), both sending K types to
- * kern_gemm_kpacked_avx2; the packed_size of both tables (kern_ref_packed_size
- * for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants, else 0). */
-size_t kern_packed_size_avx2(kern_type_t wt, int64_t k, int nr);
-void kern_gemm_packed_avx2(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
-                           const void *x, size_t x_stride, float *out, size_t out_stride);
-void kern_gemm_packed_avxvnni(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
-                              const void *x, size_t x_stride, float *out, size_t out_stride);
+
+/* ---- the x86 variants' entry points: what each family's template exports
+ * (arguments as kern_ops_t's ops of the same name). */
+/* gemm_x86.h: gemm and activation quantization. */
+#define KERN_GEMM_X86_DECL(isa)                                                                    \
+    void kern_dequant_row_##isa(kern_type_t t, const void *src, float *dst, int64_t n);            \
+    void kern_quant_row_##isa(kern_type_t t, const float *src, void *dst, int64_t n);              \
+    void kern_gemm_##isa(kern_type_t wt, int64_t k, int nr, int nc, const void *w,                 \
+                         size_t w_stride, const void *x, size_t x_stride, float *out,              \
+                         size_t out_stride);
+/* ops_x86.h: element-wise ops and attention. */
+#define KERN_OPS_X86_DECL(isa)                                                                     \
+    void kern_rmsnorm_##isa(float *out, const float *x, const float *w, int n, float eps);         \
+    void kern_softmax_##isa(float *x, int n);                                                      \
+    void kern_rope_##isa(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin,     \
+                         bool neox);                                                               \
+    void kern_swiglu_##isa(float *out, const float *gate, const float *up, int n);                 \
+    void kern_attention_##isa(const kern_attn_args_t *a);
+/* gemm_packed_x86.h: the packed gemm (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 here, the
+ * K-quants passed on to a gemm_kpacked), and the packed_size of the table
+ * (the reference layout, for the types this gemm_packed packs: the ymm
+ * variants leave Q6_K unpacked). */
+#define KERN_PACKED_X86_DECL(isa)                                                                  \
+    size_t kern_packed_size_##isa(kern_type_t wt, int64_t k, int nr);                              \
+    void kern_gemm_packed_##isa(kern_type_t wt, int64_t k, int r0, int nr, int nc,                 \
+                                const void *packed, const void *x, size_t x_stride, float *out,    \
+                                size_t out_stride);
+/* gemm_kpacked_x86.h: the packed gemm of the K-quants (Q4_K, Q5_K, Q6_K). */
+#define KERN_KPACKED_X86_DECL(isa)                                                                 \
+    void kern_gemm_kpacked_##isa(kern_type_t wt, int64_t k, int r0, int nr, int nc,                \
+                                 const void *packed, const void *x, size_t x_stride, float *out,   \
+                                 size_t out_stride);
+KERN_GEMM_X86_DECL(avx2)
+KERN_GEMM_X86_DECL(avx512)
+KERN_OPS_X86_DECL(avx2)
+KERN_OPS_X86_DECL(avx512)
+KERN_PACKED_X86_DECL(avx2)
+KERN_PACKED_X86_DECL(avxvnni)
+KERN_PACKED_X86_DECL(avx512)
+KERN_KPACKED_X86_DECL(avx2) /* the AVX-VNNI table's gemm_packed sends K types here too */
+KERN_KPACKED_X86_DECL(avx512)
 
 /* ---- the packed weight layout (kern_ops_t.pack) --------------------------
  * Rows in groups of KERN_PK_ROWS = 16, the last group padded with zero rows.
@@ -128,24 +182,18 @@ static inline int kern_kpk_rec(kern_type_t t) {
 }
 
 /* The K-quant half of the packed layout (gemm_kpacked_ref.c), which
- * kern_ref_packed_size / kern_ref_pack / kern_ref_gemm_packed call for K types,
- * and its SIMD gemms (gemm_kpacked_avx512.c, gemm_kpacked_avx2.c); arguments
- * as kern_ops_t's packed_size / pack / gemm_packed. */
+ * kern_ref_packed_size / kern_ref_pack / kern_ref_gemm_packed call for K
+ * types; arguments as kern_ops_t's packed_size / pack / gemm_packed. */
 size_t kern_ref_kpacked_size(kern_type_t wt, int64_t k, int nr);
 void kern_ref_kpack(kern_type_t wt, int64_t k, int nr, const void *w, size_t w_stride, void *dst);
 void kern_ref_gemm_kpacked(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
                            const void *x, size_t x_stride, float *out, size_t out_stride);
-void kern_gemm_kpacked_avx512(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
-                              const void *x, size_t x_stride, float *out, size_t out_stride);
-/* AVX2/FMA: the AVX2 and AVX-VNNI tables' gemm_packed send K types here. */
-void kern_gemm_kpacked_avx2(kern_type_t wt, int64_t k, int r0, int nr, int nc, const void *packed,
-                            const void *x, size_t x_stride, float *out, size_t out_stride);
 
-/* The tables; kern_types.c hands them out after checking the CPU's features. */
-extern const kern_ops_t kern_ops_ref_tab;
-extern const kern_ops_t kern_ops_avx2_tab;
-extern const kern_ops_t kern_ops_avxvnni_tab;
-extern const kern_ops_t kern_ops_avx512_tab;
+/* The tables (kern_tables.c), kern_ops_<tab>_tab for each row of
+ * KERN_ISA_LIST; kern_types.c hands them out after checking the CPU. */
+#define KERN_TAB_DECL_(name, tab, cpu) extern const kern_ops_t kern_ops_##tab##_tab;
+KERN_ISA_LIST(KERN_TAB_DECL_)
+#undef KERN_TAB_DECL_
 
 /* Scale and minimum j (0..7) of a Q4_K / Q5_K super-block, 6 bits each. */
 static inline void kern_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {

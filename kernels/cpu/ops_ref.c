@@ -1,5 +1,6 @@
 /* ops_ref.c - scalar reference of the element-wise ops (rmsnorm, softmax,
- * rope, swiglu) and of paged attention, plus the reference kernel table.
+ * rope, swiglu) and of paged attention (the reference table is in
+ * kern_tables.c).
  */
 #include "kern_cpu.h"
 
@@ -123,18 +124,3 @@ void kern_ref_attention(const kern_attn_args_t *a) {
         }
     }
 }
-
-const kern_ops_t kern_ops_ref_tab = {
-    .name = "scalar",
-    .dequant_row = kern_ref_dequant_row,
-    .quant_row = kern_ref_quant_row,
-    .gemm = kern_ref_gemm,
-    .packed_size = kern_ref_packed_size,
-    .pack = kern_ref_pack,
-    .gemm_packed = kern_ref_gemm_packed,
-    .rmsnorm = kern_ref_rmsnorm,
-    .softmax = kern_ref_softmax,
-    .rope = kern_ref_rope,
-    .swiglu = kern_ref_swiglu,
-    .attention = kern_ref_attention,
-};

@@ -1,23 +1,24 @@
 /* ops_x86.h - rmsnorm, softmax, rope, swiglu and paged attention in AVX2/FMA,
- * written once and compiled by ops_avx2.c and ops_avx512.c, each of which also
- * defines its kernel table.  KX(name) gives the exported name of the variant.
+ * written once for the x86 variants (the scheme: kern_cpu.h): ops_avx2.c and
+ * ops_avx512.c (KX_ISA_AVX512: zmm attention).  KX(name) gives the exported
+ * name of the variant.
  */
+#if defined(__x86_64__)
 #include "kern_cpu.h"
+#include "simd_x86.h"
 
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-#define KO_INLINE static inline __attribute__((always_inline))
-
-KO_INLINE float s_hsum(__m256 v) {
+KX_INLINE float s_hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
 
-KO_INLINE float s_hmax(__m256 v) {
+KX_INLINE float s_hmax(__m256 v) {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
@@ -27,7 +28,7 @@ KO_INLINE float s_hmax(__m256 v) {
 /* e^x for x in float range: 2^n * p(r), n = round(x / ln2), |r| <= ln2 / 2,
  * p a degree-6 Taylor polynomial (relative error ~2e-7).  Saturates to 0 below
  * -87.3 and to +inf above 88.7. */
-KO_INLINE __m256 s_exp(__m256 x) {
+KX_INLINE __m256 s_exp(__m256 x) {
     const __m256 hi = _mm256_set1_ps(88.7f), lo = _mm256_set1_ps(-87.3f);
     __m256 big = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
     __m256 small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
@@ -179,12 +180,12 @@ void KX(kern_swiglu)(float *out, const float *gate, const float *up, int n) {
 #define S_KT_I8 2
 #define S_KV_ELT(kt) ((kt) == S_KT_I8 ? 1 : (kt) == S_KT_F16 ? 2 : 4)
 
-KO_INLINE int s_kt_of(kern_type_t t) {
+KX_INLINE int s_kt_of(kern_type_t t) {
     return t == KERN_I8 ? S_KT_I8 : t == KERN_F16 ? S_KT_F16 : S_KT_F32;
 }
 
 /* The INT8 scale of slot `slot` of the slab at base + blk_off. */
-KO_INLINE float s_kv_scale(const kern_attn_args_t *a, const uint8_t *base, size_t blk_off,
+KX_INLINE float s_kv_scale(const kern_attn_args_t *a, const uint8_t *base, size_t blk_off,
                            int slot) {
     float f;
     memcpy(&f, base + blk_off + (size_t)a->block_size * a->head_dim + 4 * (size_t)slot, 4);
@@ -192,7 +193,7 @@ KO_INLINE float s_kv_scale(const kern_attn_args_t *a, const uint8_t *base, size_
 }
 
 /* 8 elements of a K or V row as floats. */
-KO_INLINE __m256 s_kv8(const int kt, const uint8_t *row, int i) {
+KX_INLINE __m256 s_kv8(const int kt, const uint8_t *row, int i) {
     if (kt == S_KT_I8)
         return _mm256_cvtepi32_ps(
             _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + i))));
@@ -202,7 +203,7 @@ KO_INLINE __m256 s_kv8(const int kt, const uint8_t *row, int i) {
 }
 
 /* Element i of a row (INT8: the integer, unscaled). */
-KO_INLINE float s_kv1(const int kt, const uint8_t *row, int i) {
+KX_INLINE float s_kv1(const int kt, const uint8_t *row, int i) {
     if (kt == S_KT_I8)
         return (float)((const int8_t *)row)[i];
     if (kt == S_KT_F16)
@@ -211,7 +212,7 @@ KO_INLINE float s_kv1(const int kt, const uint8_t *row, int i) {
 }
 
 /* Fallback for any head_dim: scores into scratch, softmax, weighted sum. */
-KO_INLINE void s_attention(const kern_attn_args_t *a, const int kt) {
+KX_INLINE void s_attention(const kern_attn_args_t *a, const int kt) {
     const int D = a->head_dim, nq = a->n_q, n = a->n_ctx;
     const size_t rowb = (size_t)D * S_KV_ELT(kt);
     /* scores: each K row is read once for the whole query group */
@@ -257,18 +258,18 @@ KO_INLINE void s_attention(const kern_attn_args_t *a, const int kt) {
 
 /* Transposing reduction, ymm.  s_sum2_8: per 128-bit half (a0+a2, b0+b2,
  * a1+a3, b1+b3); s_sum4_8 of two such: per half, partial sums of a, b, c, d. */
-KO_INLINE __m256 s_sum2_8(__m256 a, __m256 b) {
+KX_INLINE __m256 s_sum2_8(__m256 a, __m256 b) {
     return _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
 }
 
-KO_INLINE __m256 s_sum4_8(__m256 t01, __m256 t23) {
+KX_INLINE __m256 s_sum4_8(__m256 t01, __m256 t23) {
     __m256d lo = _mm256_unpacklo_pd(_mm256_castps_pd(t01), _mm256_castps_pd(t23));
     __m256d hi = _mm256_unpackhi_pd(_mm256_castps_pd(t01), _mm256_castps_pd(t23));
     return _mm256_add_ps(_mm256_castpd_ps(lo), _mm256_castpd_ps(hi));
 }
 
 /* Lane j = the sum of the 8 lanes of acc[j]. */
-KO_INLINE __m256 s_reduce8(const __m256 *acc) {
+KX_INLINE __m256 s_reduce8(const __m256 *acc) {
     __m256 u0 = s_sum4_8(s_sum2_8(acc[0], acc[1]), s_sum2_8(acc[2], acc[3]));
     __m256 u1 = s_sum4_8(s_sum2_8(acc[4], acc[5]), s_sum2_8(acc[6], acc[7]));
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
@@ -283,7 +284,7 @@ KO_INLINE __m256 s_reduce8(const __m256 *acc) {
 /* Online-softmax step of one head: s = this tile's scores (lanes past the
  * tile hold -inf).  Rescales the head's D outputs at o when the max grows;
  * returns p = e^(s - m) (0 in the -inf lanes) and adds it to *l. */
-KO_INLINE __m256 s_online8(__m256 s, float *m, __m256 *l, float *o, int D) {
+KX_INLINE __m256 s_online8(__m256 s, float *m, __m256 *l, float *o, int D) {
     if (_mm256_movemask_ps(_mm256_cmp_ps(s, _mm256_set1_ps(*m + S_ATTN_SLACK), _CMP_GT_OQ))) {
         float mt = s_hmax(s);
         __m256 al = _mm256_set1_ps(expf(*m - mt)); /* 0 on the first tile */
@@ -299,7 +300,7 @@ KO_INLINE __m256 s_online8(__m256 s, float *m, __m256 *l, float *o, int D) {
 
 /* head_dim a multiple of 8, any n_q: tiles of 8 positions, heads in groups
  * of up to 8 (each group reads K and V once), outputs accumulated in out. */
-KO_INLINE void s_attn8(const kern_attn_args_t *a, const int kt) {
+KX_INLINE void s_attn8(const kern_attn_args_t *a, const int kt) {
     const int D = a->head_dim, n = a->n_ctx, bs = a->block_size;
     const size_t rowb = (size_t)D * S_KV_ELT(kt);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -385,7 +386,7 @@ KO_INLINE void s_attn8(const kern_attn_args_t *a, const int kt) {
     }
 }
 
-#ifndef KX_AVX512
+#ifndef KX_ISA_AVX512
 /* ---- the AVX2 path for head_dim a multiple of 16 (DV = head_dim / 8 ymm per
  * row): query heads in groups of up to 3 (NQ) that share every K and V load
  * (and, F16 / INT8, its conversion to floats).  Positions go in chunks of 32:
@@ -412,7 +413,7 @@ KO_INLINE void s_attn8(const kern_attn_args_t *a, const int kt) {
 /* One chunk of rc <= S_CH positions for heads h0 .. h0+NQ-1 (q, out at their
  * first head); off[j]: byte offset of row j from k_base / v_base; ks, vs: the
  * INT8 rows' scales.  m, l: the heads' running max and sum. */
-KO_INLINE void s_chunk32(const kern_attn_args_t *a, const int kt, const int NQ, const int DB,
+KX_INLINE void s_chunk32(const kern_attn_args_t *a, const int kt, const int NQ, const int DB,
                          const float *q, float *out, const int rc, const size_t *off,
                          const float *ks, const float *vs, float *m, __m256 *l) {
     const int D = a->head_dim, DV = D / 8, nt = (rc + 7) / 8;
@@ -525,7 +526,7 @@ KO_INLINE void s_chunk32(const kern_attn_args_t *a, const int kt, const int NQ, 
 /* Prefetch K and V of positions p0 .. p1-1 (into L1): a block's rows are
  * contiguous, but the blocks of a sequence lie far apart (a block holds every
  * layer and head), and the hardware prefetchers stop at page edges. */
-KO_INLINE void s_prefetch_rows(const kern_attn_args_t *a, size_t rowb, int p0, int p1) {
+KX_INLINE void s_prefetch_rows(const kern_attn_args_t *a, size_t rowb, int p0, int p1) {
     const int bs = a->block_size;
     while (p0 < p1) {
         const int b = p0 / bs, s0 = p0 % bs, s1 = p1 - p0 < bs - s0 ? s0 + p1 - p0 : bs;
@@ -540,7 +541,7 @@ KO_INLINE void s_prefetch_rows(const kern_attn_args_t *a, size_t rowb, int p0, i
 }
 
 /* Heads h0 .. h0+NQ-1 over all positions. */
-KO_INLINE void s_group16(const kern_attn_args_t *a, const int kt, const int NQ, const int DB,
+KX_INLINE void s_group16(const kern_attn_args_t *a, const int kt, const int NQ, const int DB,
                          int h0) {
     const int D = a->head_dim, n = a->n_ctx, bs = a->block_size;
     const size_t rowb = (size_t)D * S_KV_ELT(kt);
@@ -619,7 +620,7 @@ static bool s_attention16(const kern_attn_args_t *a, int kt) {
 }
 #endif
 
-#ifdef KX_AVX512
+#ifdef KX_ISA_AVX512
 /* ---- the same in zmm for head_dim 16, 32, 64, 128: tiles of 16 positions
  * in chunks of 64 (the scores of a whole chunk first, so that the latency of
  * the reductions and the exponentials overlaps other work), the outputs in
@@ -632,7 +633,7 @@ static bool s_attention16(const kern_attn_args_t *a, int kt) {
  * than the compiler folding the load into each of them. */
 #define S_IN_REG(v) __asm__("" : "+v"(v))
 
-KO_INLINE __m512 s_kv16(const int kt, const uint8_t *row, int i) {
+KX_INLINE __m512 s_kv16(const int kt, const uint8_t *row, int i) {
     if (kt == S_KT_I8)
         return _mm512_cvtepi32_ps(
             _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(row + i))));
@@ -642,11 +643,11 @@ KO_INLINE __m512 s_kv16(const int kt, const uint8_t *row, int i) {
 }
 
 /* As s_sum2_8 and s_sum4_8, per 128-bit quarter. */
-KO_INLINE __m512 s_sum2_16(__m512 a, __m512 b) {
+KX_INLINE __m512 s_sum2_16(__m512 a, __m512 b) {
     return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
 }
 
-KO_INLINE __m512 s_sum4_16(__m512 t01, __m512 t23) {
+KX_INLINE __m512 s_sum4_16(__m512 t01, __m512 t23) {
     __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23));
     __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23));
     return _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
@@ -654,19 +655,19 @@ KO_INLINE __m512 s_sum4_16(__m512 t01, __m512 t23) {
 
 /* u0, u1 from s_sum4_16 (positions 0-3 and 4-7 of a tile): quarters
  * (u0 q0+q2, u0 q1+q3, u1 q0+q2, u1 q1+q3). */
-KO_INLINE __m512 s_sum8_16(__m512 u0, __m512 u1) {
+KX_INLINE __m512 s_sum8_16(__m512 u0, __m512 u1) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x44), _mm512_shuffle_f32x4(u0, u1, 0xEE));
 }
 
 /* Two s_sum8_16 results: lane j = the full sum for position j of 16. */
-KO_INLINE __m512 s_sum16_16(__m512 s01, __m512 s23) {
+KX_INLINE __m512 s_sum16_16(__m512 s01, __m512 s23) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88),
                          _mm512_shuffle_f32x4(s01, s23, 0xDD));
 }
 
 /* e^x for x <= 0 (NaN-free; -inf gives 0): 2^n p(r) as s_exp, via scalef;
  * 0 below -87.3. */
-KO_INLINE __m512 s_exp16(__m512 x) {
+KX_INLINE __m512 s_exp16(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.3f);
     __mmask16 ok = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
     x = _mm512_max_ps(x, lo);
@@ -685,7 +686,7 @@ KO_INLINE __m512 s_exp16(__m512 x) {
 }
 
 /* o[h] += p[h][j] * (row v) for the NQ heads; p[h] at pb + 64 h. */
-KO_INLINE void s_vrow16(const int kt, const int DV, const int NQ, const uint8_t *v, const float *pb,
+KX_INLINE void s_vrow16(const int kt, const int DV, const int NQ, const uint8_t *v, const float *pb,
                         int j, __m512 (*o)[8]) {
 #pragma GCC unroll 8
     for (int d = 0; d < DV; d++) {
@@ -701,7 +702,7 @@ KO_INLINE void s_vrow16(const int kt, const int DV, const int NQ, const uint8_t 
  * into sb[64 h .. 64 h + 15].  Row j is at kb + j * rowb (contig) or
  * kb + off[j]; rows j >= r repeat a valid row and their lanes get -inf.
  * INT8: ks holds the 16 rows' scales. */
-KO_INLINE void s_scores16(const int kt, const int DV, const int NQ, const bool contig,
+KX_INLINE void s_scores16(const int kt, const int DV, const int NQ, const bool contig,
                           const uint8_t *kb, const size_t *off, const int r, const float *q,
                           const int D, const float scale, const float *ks, float *sb) {
     const size_t rowb = (size_t)DV * 16 * S_KV_ELT(kt);
@@ -757,7 +758,7 @@ KO_INLINE void s_scores16(const int kt, const int DV, const int NQ, const bool c
  * has its rows at kv offsets tb[t] + j * rowb when contig[t], else off[t][j];
  * INT8: row j's K and V scales in ks[t][j], vs[t][j].  The outputs ob
  * (NQ x DV zmm) stay in memory between chunks. */
-KO_INLINE void s_chunk64(const kern_attn_args_t *a, const int kt, const int DV, const int NQ,
+KX_INLINE void s_chunk64(const kern_attn_args_t *a, const int kt, const int DV, const int NQ,
                          const float *q, const int rc, const bool *contig, const size_t *tb,
                          const size_t (*off)[16], const float (*ks)[16], const float (*vs)[16],
                          __m512 (*ob)[8], float *m, __m512 *l) {
@@ -826,7 +827,7 @@ KO_INLINE void s_chunk64(const kern_attn_args_t *a, const int kt, const int DV, 
     __asm__ volatile("" ::: "memory");
 }
 
-KO_INLINE void s_attn_group(const kern_attn_args_t *a, const int kt, const int DV, const int NQ,
+KX_INLINE void s_attn_group(const kern_attn_args_t *a, const int kt, const int DV, const int NQ,
                             int h0) {
     const int D = a->head_dim, n = a->n_ctx, bs = a->block_size;
     const size_t rowb = (size_t)D * S_KV_ELT(kt);
@@ -951,7 +952,7 @@ static bool s_attention512(const kern_attn_args_t *a, int kt) {
 
 void KX(kern_attention)(const kern_attn_args_t *a) {
     const int kt = s_kt_of(a->kv_type);
-#ifdef KX_AVX512
+#ifdef KX_ISA_AVX512
     if (s_attention512(a, kt))
         return;
 #else
@@ -974,8 +975,4 @@ void KX(kern_attention)(const kern_attn_args_t *a) {
         s_attention(a, S_KT_F32);
     }
 }
-
-void KX(kern_gemm)(kern_type_t wt, int64_t k, int nr, int nc, const void *w, size_t w_stride,
-                   const void *x, size_t x_stride, float *out, size_t out_stride);
-void KX(kern_quant_row)(kern_type_t t, const float *src, void *dst, int64_t n);
-void KX(kern_dequant_row)(kern_type_t t, const void *src, float *dst, int64_t n);
+#endif

@@ -16,27 +16,22 @@ static const kern_type_t s_wtypes[] = {KERN_F32,  KERN_F16,  KERN_BF16, KERN_Q4_
                                        KERN_Q4_K, KERN_Q5_K, KERN_Q6_K};
 #define N_WTYPES ((int)(sizeof s_wtypes / sizeof s_wtypes[0]))
 
-/* The SIMD tables this machine runs (the reference excluded): at most
- * N_SIMD; s_all_tables(0 .. N_TABLES-1) adds the reference as table 0. */
-#define N_SIMD 3
-#define N_TABLES (1 + N_SIMD)
-static int s_simd_tables(const kern_ops_t *t[N_SIMD]) {
-    int n = 0;
-    if (kern_ops_avx2())
-        t[n++] = kern_ops_avx2();
-    if (kern_ops_avxvnni())
-        t[n++] = kern_ops_avxvnni();
-    if (kern_ops_avx512())
-        t[n++] = kern_ops_avx512();
-    return n;
+/* The tables of KERN_ISA_LIST: s_all_tables(0 .. N_TABLES-1) is the table of
+ * variant i, the reference first (KERN_ISA_scalar = 0), NULL where this CPU
+ * cannot run it; s_simd_tables gives those this machine runs but the
+ * reference, at most N_SIMD. */
+#define N_TABLES KERN_ISA_COUNT
+#define N_SIMD (N_TABLES - 1)
+static const kern_ops_t *s_all_tables(int i) {
+    return kern_ops_isa(i);
 }
 
-static const kern_ops_t *s_all_tables(int i) {
-    const kern_ops_t *tabs[N_SIMD];
-    int nt = s_simd_tables(tabs);
-    if (i == 0)
-        return kern_ops_ref();
-    return i - 1 < nt ? tabs[i - 1] : NULL;
+static int s_simd_tables(const kern_ops_t *t[N_SIMD]) {
+    int n = 0;
+    for (int i = 0; i < N_TABLES; i++)
+        if (i != KERN_ISA_scalar && kern_ops_isa(i))
+            t[n++] = kern_ops_isa(i);
+    return n;
 }
 
 static void s_fill(uint64_t *rng, float *x, int64_t n, float lo, float hi) {
@@ -69,26 +64,48 @@ START_TEST(test_traits) {
     ck_assert_uint_eq(kern_row_size(KERN_F16, 7), 14);
     ck_assert_ptr_nonnull(kern_ops_best());
     ck_assert_ptr_nonnull(kern_ops_ref());
-    /* STRATA_KERNELS picks a table; an unknown or unsupported name is ignored */
+    /* the list: names, the reference always there, kern_ops_best the last table
+     * of the list that this CPU runs */
+    ck_assert_str_eq(kern_isa_name(KERN_ISA_scalar), "scalar");
+    ck_assert_ptr_eq(kern_ops_isa(KERN_ISA_scalar), kern_ops_ref());
+    ck_assert_ptr_null(kern_isa_name(-1));
+    ck_assert_ptr_null(kern_isa_name(KERN_ISA_COUNT));
+    ck_assert_ptr_null(kern_ops_isa(KERN_ISA_COUNT));
+    ck_assert_ptr_null(kern_ops_named("bogus"));
+    ck_assert_ptr_eq(kern_ops_named("ref"), kern_ops_ref());
     const char *env = getenv("STRATA_KERNELS");
     char saved[32] = "";
     if (env)
         snprintf(saved, sizeof saved, "%s", env);
     unsetenv("STRATA_KERNELS");
     const kern_ops_t *best = kern_ops_best();
-    setenv("STRATA_KERNELS", "scalar", 1);
-    ck_assert_str_eq(kern_ops_best()->name, "scalar");
-    setenv("STRATA_KERNELS", "avx2", 1);
-    ck_assert_str_eq(kern_ops_best()->name, kern_ops_avx2() ? "avx2" : best->name);
-    setenv("STRATA_KERNELS", "avxvnni", 1);
-    ck_assert_str_eq(kern_ops_best()->name, kern_ops_avxvnni() ? "avxvnni" : best->name);
-    setenv("STRATA_KERNELS", "avx512", 1);
-    ck_assert_str_eq(kern_ops_best()->name, kern_ops_avx512() ? "avx512" : best->name);
+    const kern_ops_t *last = NULL;
+    for (int i = 0; i < KERN_ISA_COUNT; i++) {
+        const kern_ops_t *o = kern_ops_isa(i);
+        ck_assert_ptr_nonnull(kern_isa_name(i));
+        for (int j = 0; j < i; j++)
+            ck_assert_str_ne(kern_isa_name(i), kern_isa_name(j));
+        ck_assert_ptr_eq(kern_ops_named(kern_isa_name(i)), o);
+        if (o) {
+            ck_assert_str_eq(o->name, kern_isa_name(i));
+            last = o;
+        }
+        /* STRATA_KERNELS picks a table; one this CPU cannot run is ignored */
+        setenv("STRATA_KERNELS", kern_isa_name(i), 1);
+        ck_assert_ptr_eq(kern_ops_best(), o ? o : best);
+    }
+    ck_assert_ptr_eq(best, last);
+    /* an unknown name is ignored too (with a warning that lists the names) */
     setenv("STRATA_KERNELS", "bogus", 1);
     ck_assert_ptr_eq(kern_ops_best(), best);
     unsetenv("STRATA_KERNELS");
     if (env)
         setenv("STRATA_KERNELS", saved, 1);
+    /* the aliases of the names before the list */
+    ck_assert_ptr_eq(kern_ops_avx2(), kern_ops_named("avx2"));
+    ck_assert_ptr_eq(kern_ops_avxvnni(), kern_ops_named("avxvnni"));
+    ck_assert_ptr_eq(kern_ops_avx512(), kern_ops_named("avx512"));
+    /* the documented priority, independently of the list's order */
     if (kern_ops_avx512())
         ck_assert_ptr_eq(best, kern_ops_avx512());
     else if (kern_ops_avxvnni())
@@ -1066,7 +1083,7 @@ START_TEST(test_gemm_kpacked_tables) {
                 continue;
             if (t == KERN_Q6_K && ops->packed_size(t, k, nr) == 0 &&
                 strcmp(ops->name, "avx512") != 0)
-                continue; /* the ymm tables keep Q6_K unpacked (gemm_packed_avx2.c) */
+                continue; /* the ymm tables keep Q6_K unpacked (gemm_packed_x86.h) */
             void *pk = s_pack(ops, t, k, nr, w, ws);
             ck_assert_msg(pk != NULL, "%s has no packed %s", ops->name,
                           kern_type_traits((int)t)->name);

@@ -22,23 +22,16 @@ typedef void (*s_gemm_packed_fn)(kern_type_t wt, int64_t k, int r0, int nr, int 
                                  const void *packed, const void *x, size_t x_stride, float *out,
                                  size_t out_stride);
 
-/* The packed K gemms this machine runs: 0 the reference, 1 AVX2 (called
- * directly until the AVX2 table routes K types to it), 2 the AVX-512 table.
- * NULL where the CPU lacks the features. */
+/* The packed K gemm of table i of KERN_ISA_LIST (0 .. N_VARIANTS-1, the
+ * reference first), called directly whether or not the table's packed_size
+ * offers the type (the ymm tables leave Q6_K unpacked); NULL where this CPU
+ * cannot run it. */
 static s_gemm_packed_fn s_variant(int i, const char **name) {
-    switch (i) {
-    case 0:
-        *name = "scalar";
-        return kern_ops_ref()->gemm_packed;
-    case 1:
-        *name = "avx2";
-        return kern_ops_avx2() ? kern_gemm_kpacked_avx2 : NULL;
-    default:
-        *name = "avx512";
-        return kern_ops_avx512() ? kern_ops_avx512()->gemm_packed : NULL;
-    }
+    const kern_ops_t *ops = kern_ops_isa(i);
+    *name = kern_isa_name(i);
+    return ops ? ops->gemm_packed : NULL;
 }
-#define N_VARIANTS 3
+#define N_VARIANTS KERN_ISA_COUNT
 
 /* Rows of weights: kind 0 random in [-1, 1), 1 all positive (large minimums),
  * 2 with outliers, 3 zero rows between random ones. */
@@ -341,7 +334,7 @@ START_TEST(test_kpacked_bench) {
             for (int vi = 1; vi < N_VARIANTS; vi++) {
                 const char *name;
                 s_gemm_packed_fn fn = s_variant(vi, &name);
-                const kern_ops_t *ops = vi == 1 ? kern_ops_avx2() : kern_ops_avx512();
+                const kern_ops_t *ops = kern_ops_isa(vi);
                 if (!fn || !ops)
                     continue;
                 for (size_t ni = 0; ni < 2; ni++) {
