@@ -280,3 +280,31 @@ def model_add_bos(path):
     b = r.fields.get("tokenizer.ggml.bos_token_id")
     bos = int(b.contents()) if b is not None else None
     return (bool(f.contents()) if f is not None else False) and bos is not None, bos
+
+
+def quantized_oracle(title, tolerances, prompt_names=("count", "chat-count"), n_gen=32):
+    """`strata quantize` the default model to each type of tolerances {type: Tolerance}, then
+    the forward oracle (run_oracle: the reference reads the new file through gguf.dequantize)
+    on the prompts named, with n_gen greedy tokens.  Returns the exit code (0 pass, 1 fail)."""
+    import time
+
+    t0 = time.time()
+    model = model_path()
+    binp = strata_bin()
+    prompts = [p for p in PROMPTS if p[0] in prompt_names]
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="strata_qtypes_") as d:
+        for qtype, tol in tolerances.items():
+            out = os.path.join(d, f"model-{qtype}.gguf")
+            t1 = time.time()
+            run([binp, "quantize", "--threads", "2", "--quiet", model, out, qtype])
+            ref = R.load(out)
+            kinds = sorted(set(ref.types.values()))
+            print(f"{qtype}: quantized in {time.time() - t1:.1f}s, tensor types {kinds}, "
+                  f"limits max/std {tol.max_rel} rms/std {tol.rms_rel} tie {tol.tie_abs}")
+            ok = run_oracle(ref, binp, out, tol, prompts, n_gen) and ok
+            del ref
+            os.unlink(out)
+    print(f"{'PASS' if ok else 'FAIL'}: {title} ({', '.join(tolerances)}), "
+          f"{time.time() - t0:.1f}s")
+    return 0 if ok else 1
