@@ -282,26 +282,34 @@ def model_add_bos(path):
     return (bool(f.contents()) if f is not None else False) and bos is not None, bos
 
 
-def quantized_oracle(title, tolerances, prompt_names=("count", "chat-count"), n_gen=32):
+def quantized_oracle(title, tolerances, prompt_names=("count", "chat-count"), n_gen=32,
+                     prompts_for=None):
     """`strata quantize` the default model to each type of tolerances {type: Tolerance}, then
     the forward oracle (run_oracle: the reference reads the new file through gguf.dequantize)
-    on the prompts named, with n_gen greedy tokens.  Returns the exit code (0 pass, 1 fail)."""
+    on the prompts named (prompts_for {type: names} overrides them per type), with n_gen
+    greedy tokens.  STRATA_ORACLE_TYPES (comma-separated) narrows the types.  Returns the
+    exit code (0 pass, 1 fail)."""
     import time
 
     t0 = time.time()
     model = model_path()
     binp = strata_bin()
-    prompts = [p for p in PROMPTS if p[0] in prompt_names]
+    only = os.environ.get("STRATA_ORACLE_TYPES")
+    if only:
+        tolerances = {t: v for t, v in tolerances.items() if t in only.split(",")}
     ok = True
     with tempfile.TemporaryDirectory(prefix="strata_qtypes_") as d:
         for qtype, tol in tolerances.items():
+            names = (prompts_for or {}).get(qtype, prompt_names)
+            prompts = [p for p in PROMPTS if p[0] in names]
             out = os.path.join(d, f"model-{qtype}.gguf")
             t1 = time.time()
             run([binp, "quantize", "--threads", "2", "--quiet", model, out, qtype])
             ref = R.load(out)
             kinds = sorted(set(ref.types.values()))
             print(f"{qtype}: quantized in {time.time() - t1:.1f}s, tensor types {kinds}, "
-                  f"limits max/std {tol.max_rel} rms/std {tol.rms_rel} tie {tol.tie_abs}")
+                  f"limits max/std {tol.max_rel} rms/std {tol.rms_rel} tie {tol.tie_abs}, "
+                  f"prompts {', '.join(names)}")
             ok = run_oracle(ref, binp, out, tol, prompts, n_gen) and ok
             del ref
             os.unlink(out)
