@@ -14,10 +14,11 @@ kernels; "count" / "chat-count"):
   at top-2 gaps <= 0.17.  Limits: the Q8_0-activation ones of test_forward_oracle.py, 1.0 /
   0.5, near-tie 1.0.
 - q4_0: "count" 0.40, rms 0.21, "tens" 0.45, rms 0.21: the same Q8_0 limits, but on the
-  prompts "count" and "tens" only.  On "chat-count" this coarse file (Q4_0 requantized from Q4_1) is not a usable
-  oracle: the reference's own Q8_0 activation simulation (ref_llama act_q8) moves its logits
-  by 2.55 std (rms 1.24) at position 18, strata drifts 1.18 (AVX-512) to 1.49 (scalar) there,
-  and its greedy continuation meets a top-2 gap of 0.084 at step 9 and flips.
+  prompts "count" and "tens" only.  On "chat-count" this coarse file (Q4_0 requantized
+  from Q4_1) is not a usable oracle: the reference's own Q8_0 activation simulation
+  (ref_llama act_q8) moves its logits by 2.55 std (rms 1.24) at position 18, strata drifts
+  1.18 (AVX-512) to 1.49 (scalar) there, and its greedy continuation meets a top-2 gap of
+  0.084 at step 9 and flips.
 
 Env: STRATA_BIN (set by CTest), STRATA_MODEL (optional).  Exit 0 pass, 1 fail, 77 skip.
 """
