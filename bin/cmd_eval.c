@@ -2,7 +2,9 @@
  * whole-model evaluation without sampling. */
 #include "cli.h"
 #include "kv_codec.h"
+#include "model_klbase.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -151,7 +153,7 @@ out:
 
 static void s_ppl_help(FILE *f) {
     fprintf(f,
-            "usage: strata perplexity [-m MODEL] -f FILE [options]\n"
+            "usage: strata perplexity [-m MODEL] (-f FILE | --kl-base FILE) [options]\n"
             "\n"
             "Splits the tokenized file into chunks of --ctx tokens and scores the second\n"
             "half of each chunk given the first (as llama.cpp's perplexity does).\n"
@@ -174,6 +176,15 @@ static void s_ppl_help(FILE *f) {
             "                           distributions over the scored positions (mean,\n"
             "                           median, p99, max) and how often the top token agrees,\n"
             "                           as llama-perplexity --kl-divergence does\n"
+            "      --kl-base FILE       compare with the log-probabilities that\n"
+            "                           llama-perplexity --kl-divergence-base FILE saved\n"
+            "                           (llama.cpp's own forward pass): evaluate the file's\n"
+            "                           tokens and chunking (its n_ctx; -c must match or be\n"
+            "                           left out; -f, if given, is only checked against\n"
+            "                           the file's tokens) and print the same KL and\n"
+            "                           top-token lines, with KL(base || this) summed over\n"
+            "                           the tokens whose base log-probability is above -16,\n"
+            "                           as llama.cpp sums it\n"
             "  -h, --help\n"
             "\n"
             "Prints the perplexity and the KV bytes per token (K and V, all layers) of\n"
@@ -244,9 +255,64 @@ static void s_ppl_kl(const float *p, const float *q, int nv, double *kl, double 
     *top_q = aq;
 }
 
+/* KL(base || q) in nats of a --kl-base row of log-probabilities lp (the file's
+ * dequantized values) and the logit row q, summed over the tokens with log p > -16 as
+ * llama-perplexity sums it (the file clips logits 16 below the maximum); with the
+ * first argmax of each row. */
+static void s_klbase_kl(const float *lp, const float *q, int nv, double *kl, int *top_p,
+                        int *top_q) {
+    int ap = 0, aq = 0;
+    for (int v = 1; v < nv; v++) {
+        ap = lp[v] > lp[ap] ? v : ap;
+        aq = q[v] > q[aq] ? v : aq;
+    }
+    double sq = 0;
+    for (int v = 0; v < nv; v++)
+        sq += exp((double)q[v] - q[aq]);
+    double lq = q[aq] + log(sq), k = 0;
+    for (int v = 0; v < nv; v++)
+        if (lp[v] > -16.f)
+            k += exp((double)lp[v]) * ((double)lp[v] - (q[v] - lq));
+    *kl = k > 0 ? k : 0;
+    *top_p = ap;
+    *top_q = aq;
+}
+
+/* --kl-base: the file's tokens replace the tokenized text (-f, when given, is
+ * compared with them: a note, not an error).  Returns the ids (n_chunks * n_ctx,
+ * malloc'd) and sets *n, or NULL after a message. */
+static int32_t *s_klbase_ids(const model_klbase_t *kb, const model_tokenizer_t *tok,
+                             const char *file, const char *text, size_t len, int *n) {
+    const int nt = model_klbase_n_ctx(kb) * model_klbase_n_chunks(kb);
+    int32_t *ids = malloc((size_t)nt * sizeof *ids);
+    if (!ids) {
+        fprintf(stderr, "strata perplexity: out of memory\n");
+        return NULL;
+    }
+    memcpy(ids, model_klbase_tokens(kb), (size_t)nt * sizeof *ids);
+    *n = nt;
+    if (!text)
+        return ids;
+    /* llama.cpp tokenizes with the model's BOS (if it asks for one) in front */
+    bool bos = model_tokenizer_bos(tok) >= 0 && model_tokenizer_add_bos(tok);
+    int need = model_tokenizer_encode(tok, text, len, bos, false, NULL, 0);
+    int32_t *mine = malloc((size_t)(need > 0 ? need : 1) * sizeof *mine);
+    int m = mine && need > 0 ? model_tokenizer_encode(tok, text, len, bos, false, mine, need) : 0;
+    int same = 0, k = m < nt ? m : nt;
+    while (same < k && mine[same] == ids[same])
+        same++;
+    fprintf(stderr,
+            "strata perplexity: '%s' tokenizes to %d tokens; the first %d of the --kl-base "
+            "file's %d %s\n",
+            file, m, same, nt, same == nt ? "agree" : "agree (the file's tokens are used)");
+    free(mine);
+    return ids;
+}
+
 int cmd_perplexity(int argc, char **argv) {
-    const char *C = "perplexity", *model = NULL, *file = NULL, *kl_ref = NULL;
+    const char *C = "perplexity", *model = NULL, *file = NULL, *kl_ref = NULL, *kl_base = NULL;
     long threads = cli_default_threads(), ctx = 512, max_chunks = 0;
+    bool ctx_set = false;
     kern_type_t kv_type = KERN_F16;
     int tier = -1; /* kv_fmt_t of --kv-tier-type, or none */
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
@@ -257,6 +323,7 @@ int cmd_perplexity(int argc, char **argv) {
                                          {"kv-type", required_argument, 0, 2},
                                          {"kv-tier-type", required_argument, 0, 3},
                                          {"kl-ref", required_argument, 0, 4},
+                                         {"kl-base", required_argument, 0, 5},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int o;
@@ -272,6 +339,7 @@ int cmd_perplexity(int argc, char **argv) {
         case 'c':
             if (!cli_int(C, "--ctx", optarg, 8, 1 << 16, &ctx))
                 return 1;
+            ctx_set = true;
             break;
         case 1:
             if (!cli_int(C, "--chunks", optarg, 0, 1 << 30, &max_chunks))
@@ -298,6 +366,9 @@ int cmd_perplexity(int argc, char **argv) {
         case 4:
             kl_ref = optarg;
             break;
+        case 5:
+            kl_base = optarg;
+            break;
         case 'h':
             s_ppl_help(stdout);
             return 0;
@@ -306,23 +377,47 @@ int cmd_perplexity(int argc, char **argv) {
             return 2;
         }
     }
-    if (!file) {
-        fprintf(stderr, "strata perplexity: -f FILE is required (see --help)\n");
+    if (!file && !kl_base) {
+        fprintf(stderr,
+                "strata perplexity: -f FILE (or --kl-base FILE) is required (see --help)\n");
+        return 2;
+    }
+    if (kl_ref && kl_base) {
+        fprintf(stderr, "strata perplexity: give --kl-ref or --kl-base, not both\n");
         return 2;
     }
     if (optind < argc) {
         fprintf(stderr, "strata perplexity: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
-    size_t len;
-    char *text = cli_read_file(file, &len);
-    if (!text) {
+    model_klbase_t *kb = NULL;
+    if (kl_base) {
+        char err[512];
+        if (!(kb = model_klbase_open(kl_base, err, sizeof err))) {
+            fprintf(stderr, "strata perplexity: --kl-base: %s\n", err);
+            return 1;
+        }
+        if (ctx_set && ctx != model_klbase_n_ctx(kb)) {
+            fprintf(stderr,
+                    "strata perplexity: --kl-base '%s' was computed with n_ctx %d, not --ctx "
+                    "%ld (leave -c out to use the file's)\n",
+                    kl_base, model_klbase_n_ctx(kb), ctx);
+            model_klbase_destroy(&kb);
+            return 1;
+        }
+        ctx = model_klbase_n_ctx(kb);
+    }
+    size_t len = 0;
+    char *text = file ? cli_read_file(file, &len) : NULL;
+    if (file && !text) {
         fprintf(stderr, "strata perplexity: cannot read '%s'\n", file);
+        model_klbase_destroy(&kb);
         return 1;
     }
     cli_runner_t r, rr; /* rr: the --kl-ref model */
     if (!cli_runner_open(&r, C, model ? model : cli_default_model())) {
         free(text);
+        model_klbase_destroy(&kb);
         return 1;
     }
     if (kl_ref && !cli_runner_open(&rr, C, kl_ref)) {
@@ -335,12 +430,26 @@ int cmd_perplexity(int argc, char **argv) {
     double *kld = NULL;
     long same_top = 0;
     double ref_nll = 0;
-    int32_t *chunk = NULL;
+    int32_t *chunk = NULL, *ids = NULL;
+    float *base_lp = NULL; /* (n_vocab) one --kl-base row */
     void *tmp = NULL;
-    int need = model_tokenizer_encode(r.tok, text, len, false, false, NULL, 0);
-    int32_t *ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
-    int n = ids && need > 0 ? model_tokenizer_encode(r.tok, text, len, false, false, ids, need) : 0;
+    int n = 0;
     const model_config_t *cfg = model_config(r.model);
+    if (kb && model_klbase_n_vocab(kb) != cfg->n_vocab) {
+        fprintf(stderr,
+                "strata perplexity: --kl-base '%s' has a vocabulary of %d tokens, the model %d "
+                "(computed with another model family)\n",
+                kl_base, model_klbase_n_vocab(kb), cfg->n_vocab);
+        goto out;
+    }
+    if (kb) {
+        if (!(ids = s_klbase_ids(kb, r.tok, file, text, len, &n)))
+            goto out;
+    } else {
+        int need = model_tokenizer_encode(r.tok, text, len, false, false, NULL, 0);
+        ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
+        n = ids && need > 0 ? model_tokenizer_encode(r.tok, text, len, false, false, ids, need) : 0;
+    }
     int n_chunks = n / (int)ctx;
     if (max_chunks && n_chunks > max_chunks)
         n_chunks = (int)max_chunks;
@@ -366,11 +475,14 @@ int cmd_perplexity(int argc, char **argv) {
     logits = malloc((size_t)(hi - lo) * cfg->n_vocab * sizeof(float));
     chunk = malloc((size_t)ctx * sizeof *chunk);
     tmp = tier >= 0 ? malloc(kv_fmt_block_bytes(&shape, tier)) : NULL;
-    if (kl_ref) {
+    if (kl_ref)
         ref_logits = malloc((size_t)(hi - lo) * cfg->n_vocab * sizeof(float));
+    if (kb)
+        base_lp = malloc((size_t)cfg->n_vocab * sizeof *base_lp);
+    if (kl_ref || kb)
         kld = malloc((size_t)n_chunks * (hi - lo) * sizeof *kld);
-    }
-    if (!logits || !chunk || (tier >= 0 && !tmp) || (kl_ref && (!ref_logits || !kld))) {
+    if (!logits || !chunk || (tier >= 0 && !tmp) || (kl_ref && !ref_logits) || (kb && !base_lp) ||
+        ((kl_ref || kb) && !kld)) {
         fprintf(stderr, "strata perplexity: out of memory\n");
         goto out;
     }
@@ -402,6 +514,21 @@ int cmd_perplexity(int argc, char **argv) {
             same_top += top_p == top_q;
             ref_nll += lse_p - p[ids[(size_t)c * ctx + i + 1]];
         }
+        for (int i = lo; kb && i < hi; i++) {
+            int e = model_klbase_row(kb, c, i - lo, base_lp);
+            if (e) {
+                fprintf(stderr, "strata perplexity: --kl-base '%s': chunk %d row %d: %s\n", kl_base,
+                        c, i - lo, e == -EPROTO ? "bad scale" : strerror(-e));
+                goto out;
+            }
+            double kl;
+            int top_p, top_q;
+            s_klbase_kl(base_lp, logits + (size_t)(i - lo) * cfg->n_vocab, cfg->n_vocab, &kl,
+                        &top_p, &top_q);
+            kld[count + (i - lo)] = kl;
+            same_top += top_p == top_q;
+            ref_nll -= base_lp[ids[(size_t)c * ctx + i + 1]];
+        }
         for (int i = lo; i < hi; i++) {
             const float *lg = logits + (size_t)(i - lo) * cfg->n_vocab;
             float mx = lg[0];
@@ -425,7 +552,7 @@ int cmd_perplexity(int argc, char **argv) {
                kv_fmt_name(t0), kv_fmt_name(tier), kv_fmt_name(t0));
     printf("perplexity %.4f over %ld scored tokens (%d chunks of %ld)\n", exp(nll / count), count,
            n_chunks, ctx);
-    if (kl_ref) {
+    if (kl_ref || kb) {
         double sum = 0, sq = 0;
         for (long i = 0; i < count; i++) {
             sum += kld[i];
@@ -434,7 +561,12 @@ int cmd_perplexity(int argc, char **argv) {
         double mean = sum / count, var = count > 1 ? (sq / count - mean * mean) : 0;
         qsort(kld, (size_t)count, sizeof *kld, s_cmp_double);
         double pt = (double)same_top / count;
-        printf("kl-ref %s: perplexity %.4f\n", kl_ref, exp(ref_nll / count));
+        if (kl_ref)
+            printf("kl-ref %s: perplexity %.4f\n", kl_ref, exp(ref_nll / count));
+        else
+            printf("kl-base %s: perplexity %.4f (n_ctx %d, %d of its %d chunks)\n", kl_base,
+                   exp(ref_nll / count), model_klbase_n_ctx(kb), n_chunks,
+                   model_klbase_n_chunks(kb));
         printf("kl-divergence mean %.6f +/- %.6f  median %.6f  p99 %.6f  max %.6f\n", mean,
                sqrt((var > 0 ? var : 0) / count), kld[count / 2], kld[(long)(0.99 * (count - 1))],
                kld[count - 1]);
@@ -443,6 +575,8 @@ int cmd_perplexity(int argc, char **argv) {
     rc = 0;
 out:
     free(ref_logits);
+    free(base_lp);
+    model_klbase_destroy(&kb);
     free(kld);
     if (kl_ref)
         cli_runner_close(&rr);

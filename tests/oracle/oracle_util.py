@@ -208,3 +208,111 @@ def run_oracle(ref, binp, model, tol, prompts=PROMPTS, n_gen=64, threads=LOGITS_
         ids = tokenize(binp, model, text, known)
         ok = compare_prompt(ref, binp, model, name, ids, tol, n_gen, threads) and ok
     return ok
+
+
+# ---- llama.cpp's KL-divergence base file (model/model_klbase.h has the layout) -----------
+
+
+def klbase_row(logits):
+    """One row of the file, as llama-perplexity --kl-divergence-base writes it from a logit
+    row: float32 scale and min log-prob (4 uint16), then the n_vocab log-probabilities as
+    uint16 steps of scale above the minimum (logits more than 16 below the maximum clip to
+    0), padded to an even count."""
+    lg = np.asarray(logits, dtype=np.float32)
+    mx = np.float32(lg.max())
+    mn = np.float32(max(lg.min(), mx - 16))
+    lse = np.float32(np.log(np.exp((lg - mx).astype(np.float64)).sum()))
+    min_lp = np.float32(mn - mx - lse)
+    scale = np.float32((mx - mn) / np.float32(65535))
+    nv = 2 * ((lg.size + 1) // 2)
+    u = np.zeros(nv, dtype="<u2")
+    if scale > 0:
+        q = np.rint((lg - mn) * np.float32(1 / scale))
+        u[: lg.size] = np.where(lg > mn, np.clip(q, 0, 65535), 0).astype("<u2")
+    head = np.array([scale, min_lp], dtype="<f4").view("<u2")
+    return np.concatenate([head, u])
+
+
+def write_klbase(path, n_ctx, n_vocab, tokens, rows):
+    """Write a --kl-divergence-base file: tokens (n_chunk * n_ctx ids) and rows, the logits
+    of each chunk's scored positions n_ctx/2 .. n_ctx-2 in order (n_chunk * (n_ctx-1-n_ctx/2)
+    rows of n_vocab)."""
+    n_chunk = len(tokens) // n_ctx
+    assert len(tokens) == n_chunk * n_ctx and len(rows) == n_chunk * (n_ctx - 1 - n_ctx // 2)
+    with open(path, "wb") as f:
+        f.write(b"_logits_")
+        f.write(np.array([n_ctx], dtype="<u4").tobytes())
+        f.write(np.array([n_vocab, n_chunk], dtype="<i4").tobytes())
+        f.write(np.asarray(tokens, dtype="<i4").tobytes())
+        for r in rows:
+            f.write(klbase_row(r).tobytes())
+
+
+def parse_kl_lines(out):
+    """{'ppl', 'base_ppl', 'kl_mean', 'kl_median', 'kl_p99', 'kl_max', 'top1'} from the
+    output of strata perplexity --kl-base / --kl-ref (top1 in percent)."""
+    import re
+
+    def num(pat):
+        m = re.search(pat, out, re.M)
+        if not m:
+            fail_exit(f"strata perplexity output lacks /{pat}/:\n{out}")
+        return float(m.group(1))
+
+    return {
+        "ppl": num(r"^perplexity ([0-9.]+) over"),
+        "base_ppl": num(r"^kl-(?:base|ref) .*: perplexity ([0-9.]+)"),
+        "kl_mean": num(r"^kl-divergence mean ([0-9.]+)"),
+        "kl_median": num(r"median ([0-9.]+)"),
+        "kl_p99": num(r"p99 ([0-9.]+)"),
+        "kl_max": num(r"max ([0-9.]+)"),
+        "top1": num(r"^same top token ([0-9.]+)"),
+    }
+
+
+def model_add_bos(path):
+    """Whether the GGUF asks for a BOS token in front (tokenizer.ggml.add_bos_token), and the
+    BOS id (None without one): what a chunk's first token becomes in perplexity runs."""
+    from gguf import GGUFReader
+
+    r = GGUFReader(path)
+    f = r.fields.get("tokenizer.ggml.add_bos_token")
+    b = r.fields.get("tokenizer.ggml.bos_token_id")
+    bos = int(b.contents()) if b is not None else None
+    return (bool(f.contents()) if f is not None else False) and bos is not None, bos
+
+
+def quantized_oracle(title, tolerances, prompt_names=("count", "chat-count"), n_gen=32,
+                     prompts_for=None):
+    """`strata quantize` the default model to each type of tolerances {type: Tolerance}, then
+    the forward oracle (run_oracle: the reference reads the new file through gguf.dequantize)
+    on the prompts named (prompts_for {type: names} overrides them per type), with n_gen
+    greedy tokens.  STRATA_ORACLE_TYPES (comma-separated) narrows the types.  Returns the
+    exit code (0 pass, 1 fail)."""
+    import time
+
+    t0 = time.time()
+    model = model_path()
+    binp = strata_bin()
+    only = os.environ.get("STRATA_ORACLE_TYPES")
+    if only:
+        tolerances = {t: v for t, v in tolerances.items() if t in only.split(",")}
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="strata_qtypes_") as d:
+        for qtype, tol in tolerances.items():
+            names = (prompts_for or {}).get(qtype, prompt_names)
+            prompts = [p for p in PROMPTS if p[0] in names]
+            out = os.path.join(d, f"model-{qtype}.gguf")
+            t1 = time.time()
+            run([binp, "quantize", "--threads", "2", "--quiet", model, out, qtype])
+            ref = R.load(out)
+            kinds = sorted(set(ref.types.values()))
+            print(f"{qtype}: quantized in {time.time() - t1:.1f}s, tensor types {kinds}, "
+                  f"limits max/std {tol.max_rel} rms/std {tol.rms_rel} tie {tol.tie_abs}, "
+                  f"prompts {', '.join(names)}")
+            ok = run_oracle(ref, binp, out, tol, prompts, n_gen) and ok
+            del ref
+            os.unlink(out)
+    print(f"{'PASS' if ok else 'FAIL'}: {title} ({', '.join(tolerances)}), "
+          f"{time.time() - t0:.1f}s")
+    return 0 if ok else 1
