@@ -169,7 +169,7 @@ static void s_fail(serve_step_t *st, serve_step_seq_t *s, int rc, const char *wh
 static bool s_emit(serve_step_t *st, serve_step_seq_t *s, int32_t t, const float *lsm,
                    int advance) {
     int index = serve_step_done(s);
-    if (model_tokenizer_is_eog(st->cfg.tok, t)) {
+    if (st->cfg.tok && model_tokenizer_is_eog(st->cfg.tok, t)) {
         s_finish(st, s, -1, -1, SERVE_STEP_EOS, NULL);
         return false;
     }

@@ -95,7 +95,7 @@ typedef struct {
 /* What the step runs on: all borrowed, they outlive the step. */
 typedef struct {
     const model_t *model;          /* weights (n_vocab) */
-    const model_tokenizer_t *tok;  /* end-of-generation tokens */
+    const model_tokenizer_t *tok;  /* end-of-generation tokens (NULL: none end it) */
     model_ctx_t *ctx;              /* forward scratch: room for max_tokens() tokens */
     kv_cache_t *kv;                /* T0 */
     sched_batch_t *sched;          /* what runs */
