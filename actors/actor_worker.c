@@ -1,8 +1,9 @@
-/* actor_worker.c - the target worker actor: a thin loop around sched_batch
- * (what runs), kv_cache (where its KV lives: T0, with prefix sharing) and
- * model_ctx_forward (one batched step), emitting a text_event per generated
- * token.  With a KV tier manager in the topology it demotes evicted blocks to
- * it and takes in the blocks the prefetcher has it promote. */
+/* actor_worker.c - the target worker actor: a thin loop around serve_step (what a
+ * batched step computes and in which order: sched_batch, kv_cache with prefix
+ * sharing, model_ctx_forward, sampling and draft verification), emitting a
+ * text_event per generated token.  With a KV tier manager in the topology it
+ * demotes evicted blocks to it and takes in the blocks the prefetcher has it
+ * promote. */
 #include "actor_worker.h"
 
 #include "actor_expert_client.h"
@@ -20,7 +21,6 @@
 
 #include <assert.h>
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -233,9 +233,8 @@ static void s_req_free(s_worker_t *w, s_req_t **rp) {
     s_req_t *r = *rp;
     if (!r)
         return;
-    if (r->seq.kv.n)
-        serve_step_publish(w->step, &r->seq, r->seq.n_computed,
-                           true); /* what it computed serves later requests */
+    if (r->seq.kv.n) /* what it computed serves later requests */
+        serve_step_publish(w->step, &r->seq, r->seq.n_computed, true);
     if (r->draft_pending)
         w->n_pending_drafts--;
     if (w->to_draft && r->draft_seq) {
