@@ -164,7 +164,7 @@ static void s_fail(serve_step_t *st, serve_step_seq_t *s, int rc, const char *wh
 }
 
 /* Token t of s was sampled: the end of generation ends it, max_tokens too (with t),
- * otherwise it goes to the sink.  generated: positions the scheduler records before
+ * otherwise it goes to the sink.  advance: positions the scheduler records before
  * the sink hears of it (-1: none, the caller advances later).  True while s goes on. */
 static bool s_emit(serve_step_t *st, serve_step_seq_t *s, int32_t t, const float *lsm,
                    int advance) {
