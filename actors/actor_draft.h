@@ -1,9 +1,9 @@
 /* actor_draft.h - the draft worker: proposes k tokens that continue a request's
  * history, for the target workers to verify (model/model_spec.h).  Two
- * drafters: n-gram lookup in the history itself (no model), or greedy decoding
- * with a small draft model that shares the target's vocabulary, keeping per
- * (worker, rid) KV in its own paged pool so that each request only prefills
- * what changed since the last one.
+ * drafters behind one interface (serve/serve_drafter.h): n-gram lookup in the
+ * history itself (no model), or greedy decoding with a small draft model that
+ * shares the target's vocabulary, keeping per (worker, rid) KV in its own paged
+ * pool so that each request only prefills what changed since the last one.
  *
  * Options: actor_draft_opts in actor_draft.c (`strata actor --help`).
  *
@@ -29,7 +29,6 @@
 #define ACTOR_DRAFT_H
 
 #include "actor_runtime.h"
-#include "model_gguf.h"
 
 #include <stdint.h>
 
@@ -51,64 +50,5 @@ typedef struct {
 int actor_draft_main(actor_env_t *env);
 /* Its options, declared once (name, type, default, range, help). */
 extern const actor_opt_t actor_draft_opts[];
-
-/* ---- the drafter, without sockets (what the actor runs; usable from tests) */
-
-typedef enum { ACTOR_DRAFT_NGRAM = 0, ACTOR_DRAFT_MODEL = 1 } actor_draft_mode_t;
-
-typedef struct {
-    actor_draft_mode_t mode;    /* n-gram lookup or a draft model */
-    const char *draft_model;    /* GGUF of the draft model (MODEL) */
-    const char *target_model;   /* GGUF of the target, for the vocabulary check; NULL: none */
-    int threads;                /* forward-pass threads (1) */
-    int ngram_min, ngram_max;   /* n-gram lengths tried, longest first (1, 4) */
-    int kv_blocks, block_size;  /* the draft model's KV pool (256 blocks of 16) */
-    int max_ctx;                /* longest history drafted with the model (4096); longer
-                                 * histories fall back to n-gram lookup */
-    int step_tokens;            /* tokens per forward pass (256) */
-    actor_counters_t *counters; /* borrowed; NULL: no stats */
-} actor_draft_config_t;
-
-/* One request to draft for. */
-typedef struct {
-    int worker;            /* target worker index (state key with rid) */
-    uint64_t rid;          /* request id */
-    const int32_t *tokens; /* (n) history, borrowed */
-    int n;                 /* history length */
-    int k;                 /* proposals wanted, 1..MODEL_SPEC_MAX_K */
-    int32_t *out;          /* (k) proposals */
-    int n_out;             /* set: proposals written, 0..k */
-    actor_draft_mode_t by; /* set: the drafter that answered (NGRAM: also a model fallback) */
-} actor_draft_job_t;
-
-typedef struct actor_draft_t actor_draft_t;
-
-/* Zero fields of cfg take the defaults above.  For MODEL: loads the draft
- * model and, when target_model is set, checks the vocabularies
- * (actor_draft_check_vocab).  NULL with a one-line reason in err. */
-actor_draft_t *actor_draft_new(const actor_draft_config_t *cfg, char *err, size_t errlen);
-void actor_draft_destroy(actor_draft_t **self_p);
-
-/* Draft for n_jobs requests (at most one job per (worker, rid)): fills each
- * job's out and n_out.  MODEL: greedy decoding with the draft model, batched
- * across the jobs; each (worker, rid) keeps the KV of the tokens it has seen,
- * rolled back to the longest common prefix with the new history, so only the
- * difference is prefilled; when the pool is full the least recently used
- * states are dropped; a job that still does not fit (or whose history is
- * longer than max_ctx) falls back to n-gram lookup.  0, or a negative errno
- * (-EINVAL: bad arguments or a repeated (worker, rid); a forward-pass failure
- * leaves the jobs it did not finish with n_out 0). */
-int actor_draft_run(actor_draft_t *self, actor_draft_job_t *jobs, int n_jobs);
-/* Forget (worker, rid): its KV blocks return to the pool.  Unknown: no-op. */
-void actor_draft_end(actor_draft_t *self, int worker, uint64_t rid);
-/* States held (requests with KV in the pool). */
-int actor_draft_states(const actor_draft_t *self);
-
-/* 0 when draft and target have the same vocabulary: the same number of token
- * embeddings and tokenizer.ggml.tokens, and every token string equal (both
- * tokenizers must load).  Otherwise -EINVAL with one line in err naming both
- * files and the first difference. */
-int actor_draft_check_vocab(const model_gguf_t *target, const model_gguf_t *draft, char *err,
-                            size_t errlen);
 
 #endif

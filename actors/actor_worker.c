@@ -1,8 +1,9 @@
-/* actor_worker.c - the target worker actor: a thin loop around sched_batch
- * (what runs), kv_cache (where its KV lives: T0, with prefix sharing) and
- * model_ctx_forward (one batched step), emitting a text_event per generated
- * token.  With a KV tier manager in the topology it demotes evicted blocks to
- * it and takes in the blocks the prefetcher has it promote. */
+/* actor_worker.c - the target worker actor: a thin loop around serve_step (what a
+ * batched step computes and in which order: sched_batch, kv_cache with prefix
+ * sharing, model_ctx_forward, sampling and draft verification), emitting a
+ * text_event per generated token.  With a KV tier manager in the topology it
+ * demotes evicted blocks to it and takes in the blocks the prefetcher has it
+ * promote. */
 #include "actor_worker.h"
 
 #include "actor_expert_client.h"
@@ -16,10 +17,12 @@
 #include "model_tokenizer.h"
 #include "sched_batch.h"
 #include "serve_metrics.h"
+#include "serve_step.h"
 
+#include <assert.h>
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,50 +30,29 @@
 
 /* One request the worker holds (waiting or running). */
 typedef struct s_req_t {
-    uint64_t rid;                /* server-side request id */
-    int32_t *hist;               /* (n_prompt + max_tokens) prompt then generated tokens */
-    int n_prompt;                /* positions prefilled: the prompt, then the n_carried
-                                    completion tokens a resumed request arrived with */
-    int n_carried;               /* completion tokens delivered before it came here */
-    int n_hist;                  /* tokens in hist */
-    int max_tokens;              /* generation limit */
-    model_sampler_params_t sp;   /* sampling */
-    kv_seq_t kv;                 /* its blocks */
-    int n_cached;                /* prompt positions attached from the prefix cache */
-    int n_computed;              /* positions whose KV is computed (cached ones included) */
-    int pin_tokens;              /* leading tokens that are the system prompt */
+    serve_step_seq_t seq;        /* what the step reads and writes (first: the scheduler's
+                                    user pointer is the request's address) */
     bool parked;                 /* waiting for promotions (not yet in the scheduler) */
-    bool fresh;                  /* not run yet: its cached prefix is attached when it first runs */
-    int skip;                    /* positions of this step's item that came from the cache */
     uint64_t park_deadline;      /* stop waiting then (us) */
     struct s_req_t *next_parked; /* parked list */
     /* speculative decoding */
-    model_spec_adapt_t adapt;        /* depth from observed acceptance */
-    uint64_t draft_seq;              /* last draft_request sent (0: none yet) */
-    bool draft_pending;              /* its reply has not arrived */
-    uint64_t draft_sent_us;          /* when it was sent */
-    int draft_k;                     /* proposals it asked for */
-    int32_t draft[MODEL_SPEC_MAX_K]; /* proposals continuing hist[0..draft_base) */
-    int n_draft;
-    int draft_base;
-    int proposed, accepted;  /* totals for the final event */
+    uint64_t draft_seq;      /* last draft_request sent (0: none yet) */
+    bool draft_pending;      /* its reply has not arrived */
+    uint64_t draft_sent_us;  /* when it was sent */
+    int draft_k;             /* proposals it asked for */
     uint64_t t_arrival;      /* frontend arrival (us) */
-    uint64_t t_prefill;      /* first prefill chunk started */
-    uint64_t t_first;        /* first token sampled */
-    uint64_t t_last;         /* last token sampled */
     model_detok_t detok;     /* UTF-8-safe incremental decoding of its tokens */
     model_stopper_t stopper; /* its stop strings (n_stops may be 0) */
     /* explainability (docs/PROTOCOL.md, trace and logprobs) */
-    bool logprobs;           /* each token's log-probability */
     int top_logprobs;        /* alternatives per token */
-    bool trace;              /* record the decisions */
     msg_trace_step_t *steps; /* (cap_steps) the chain: the tokenizer's and router's, then ours */
     int n_steps, cap_steps;
     int64_t trace_end_us; /* where the chain ends, after the arrival */
     int n_more;           /* steps summed up in the last one once the trace is full */
     int promoted;         /* blocks promoted for it while it waited */
-    char spec_why[96];    /* how the depth of its last draft request was chosen */
 } s_req_t;
+/* the step hands back &r->seq: the request itself */
+static_assert(offsetof(s_req_t, seq) == 0, "seq must come first");
 
 typedef struct {
     actor_env_t *env;          /* runtime */
@@ -94,7 +76,6 @@ typedef struct {
     int spec_k_max;            /* adaptive: the largest depth */
     int spec_wait_us;          /* longest wait for a draft before a step runs without it */
     int n_pending_drafts;      /* draft replies outstanding */
-    double step_us;            /* EMA of a forward step's wall time */
     double draft_us_per_token; /* EMA of a draft reply's latency per proposed token */
     int block_size;
     sched_batch_t *sched;       /* continuous batching policy */
@@ -105,21 +86,15 @@ typedef struct {
     char *piece; /* (S_SCRATCH) one token's text */
     char *text;  /* (S_SCRATCH) text of one event */
     int max_batch, step_tokens;
-    /* step buffers */
-    sched_batch_item_t *items;      /* (max_batch) */
-    int32_t *b_tok, *b_pos, *b_seq; /* (step_tokens) */
-    bool *b_want;                   /* (step_tokens) */
-    model_seq_view_t *b_seqs;       /* (max_batch) */
-    float *logits;                  /* (max_batch, n_vocab) */
-    uint64_t last_report_us;        /* last load_report */
-    bool dirty;                     /* state changed since the last report */
+    serve_step_t *step;      /* the step: what a forward pass computes, in order */
+    uint64_t last_report_us; /* last load_report */
+    bool dirty;              /* state changed since the last report */
     /* the log-probabilities of the token s_event sends next (set by s_logprobs) */
     float lp;                               /* of the token */
     msg_top_t lp_top[MSG_MAX_TOP_LOGPROBS]; /* the most likely tokens */
     int lp_n_top;
     char lp_piece[MSG_MAX_PIECE_BYTES + 1]; /* the token's own text */
     bool lp_valid;
-    float *lp_rows;                 /* ((1 + MODEL_SPEC_MAX_K), n_vocab) log-softmax rows */
     serve_metrics_step_t *metrics;  /* per-step histograms (docs/METRICS.md) */
     actor_expert_client_t *experts; /* MoE layers over expert actors, or NULL: in process */
 } s_worker_t;
@@ -128,7 +103,7 @@ typedef struct {
 
 /* Completion tokens of r so far (carried ones included): the next one's index. */
 static int s_done(const s_req_t *r) {
-    return r->n_hist - r->n_prompt + r->n_carried;
+    return serve_step_done(&r->seq);
 }
 
 /* Append a decision to r's trace: it ends now and began where the chain ended, so
@@ -137,7 +112,7 @@ static int s_done(const s_req_t *r) {
 static void s_trace(s_worker_t *w, s_req_t *r, const char *what, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void s_trace(s_worker_t *w, s_req_t *r, const char *what, const char *fmt, ...) {
-    if (!r->trace)
+    if (!r->seq.trace)
         return;
     uint64_t now = base_now_us();
     int64_t end = now > r->t_arrival ? (int64_t)(now - r->t_arrival) : r->trace_end_us;
@@ -191,25 +166,11 @@ static void s_piece(s_worker_t *w, int32_t t, char *out, size_t cap) {
     out[o] = 0;
 }
 
-/* Log-softmax of a row of raw logits (the model's own distribution, before any
- * sampling transform) into out (n_vocab). */
-static void s_log_softmax(const float *logits, float *out, int n) {
-    float mx = -INFINITY;
-    for (int i = 0; i < n; i++)
-        mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < n; i++)
-        sum += exp((double)(logits[i] - mx));
-    float lse = mx + (float)log(sum);
-    for (int i = 0; i < n; i++)
-        out[i] = logits[i] - lse;
-}
-
 /* Set what s_event sends with the next token: token t's log-probability in the row
  * lsm (log-softmax) and r's top_logprobs most likely alternatives. */
 static void s_logprobs(s_worker_t *w, const s_req_t *r, const float *lsm, int32_t t) {
-    w->lp_valid = r->logprobs;
-    if (!r->logprobs)
+    w->lp_valid = r->seq.logprobs;
+    if (!r->seq.logprobs)
         return;
     w->lp = lsm[t] > -1e30f ? lsm[t] : -1e30f;
     s_piece(w, t, w->lp_piece, sizeof w->lp_piece);
@@ -290,36 +251,22 @@ const actor_opt_t actor_worker_opts[] = {
     {NULL},
 };
 
-/* Publish r's computed positions [0, upto) in the prefix index: the system
- * prompt's blocks with a high pin, the rest with none.  last_partial: also the
- * partial block at the end (when r is done writing). */
-static void s_publish(s_worker_t *w, s_req_t *r, int upto, bool last_partial) {
-    if (upto > r->n_hist)
-        upto = r->n_hist;
-    int pin_end = r->pin_tokens / w->block_size * w->block_size;
-    if (pin_end > upto)
-        pin_end = upto / w->block_size * w->block_size;
-    if (pin_end > 0)
-        kv_cache_publish(w->kv, &r->kv, r->hist, pin_end, false, 200);
-    kv_cache_publish(w->kv, &r->kv, r->hist, upto, last_partial, 0);
-}
-
 static void s_req_free(s_worker_t *w, s_req_t **rp) {
     s_req_t *r = *rp;
     if (!r)
         return;
-    if (r->kv.n)
-        s_publish(w, r, r->n_computed, true); /* what it computed serves later requests */
+    if (r->seq.kv.n) /* what it computed serves later requests */
+        serve_step_publish(w->step, &r->seq, r->seq.n_computed, true);
     if (r->draft_pending)
         w->n_pending_drafts--;
     if (w->to_draft && r->draft_seq) {
-        msg_draft_end_t e = {r->rid, w->index};
+        msg_draft_end_t e = {r->seq.rid, w->index};
         actor_send(w->to_draft, MSG_DRAFT_END, &e); /* a lost one ages out of the drafter */
     }
-    kv_cache_release(w->kv, &r->kv);
+    kv_cache_release(w->kv, &r->seq.kv);
     model_stopper_free(&r->stopper);
     free(r->steps);
-    free(r->hist);
+    free(r->seq.hist);
     free(r);
     *rp = NULL;
 }
@@ -359,13 +306,13 @@ static void s_error(s_worker_t *w, uint64_t rid, int code, const char *what) {
 static int s_event(s_worker_t *w, s_req_t *r, int index, int32_t token, int finish) {
     msg_text_event_t te;
     msg_text_event_init(&te);
-    te.rid = r->rid;
+    te.rid = r->seq.rid;
     te.worker = w->index;
     te.index = index;
     te.token = token;
     te.count = s_done(r);
     te.finish = finish;
-    te.prompt_tokens = r->n_prompt - r->n_carried;
+    te.prompt_tokens = r->seq.n_prompt - r->seq.n_carried;
     size_t n = 0;
     if (index >= 0 && token >= 0) {
         int pl = model_detok_push(&r->detok, token, w->piece, S_SCRATCH);
@@ -394,7 +341,7 @@ static int s_event(s_worker_t *w, s_req_t *r, int index, int32_t token, int fini
         memcpy(te.piece, w->lp_piece, sizeof te.piece);
     }
     w->lp_valid = false;
-    if (te.finish && r->trace) {
+    if (te.finish && r->seq.trace) {
         static const char *const why[] = {"", "the model ended the text (end of generation)",
                                           "max_tokens reached", "a stop string matched",
                                           "cancelled"};
@@ -406,20 +353,21 @@ static int s_event(s_worker_t *w, s_req_t *r, int index, int32_t token, int fini
     }
     if (te.finish) {
         uint64_t now = base_now_us();
-        uint64_t tp = r->t_prefill ? r->t_prefill : now, tf = r->t_first ? r->t_first : now;
+        uint64_t tp = r->seq.t_prefill ? r->seq.t_prefill : now,
+                 tf = r->seq.t_first ? r->seq.t_first : now;
         te.timings.queued_us = tp > r->t_arrival ? tp - r->t_arrival : 0;
         te.timings.prefill_us = tf - tp;
         te.timings.ttft_us = tf > r->t_arrival ? tf - r->t_arrival : 0;
-        te.timings.decode_us = r->t_last > tf ? r->t_last - tf : 0;
-        te.cached_tokens = r->n_cached < te.prompt_tokens ? r->n_cached : te.prompt_tokens;
-        te.draft_proposed = r->proposed;
-        te.draft_accepted = r->accepted;
+        te.timings.decode_us = r->seq.t_last > tf ? r->seq.t_last - tf : 0;
+        te.cached_tokens = r->seq.n_cached < te.prompt_tokens ? r->seq.n_cached : te.prompt_tokens;
+        te.draft_proposed = r->seq.proposed;
+        te.draft_accepted = r->seq.accepted;
     }
     s_send(w, w->to_front, MSG_TEXT_EVENT, &te);
     if (te.finish) {
         msg_work_event_t ev;
         msg_work_event_init(&ev);
-        ev.rid = r->rid;
+        ev.rid = r->seq.rid;
         ev.index = index;
         ev.token = token;
         ev.finish = te.finish;
@@ -446,7 +394,7 @@ static bool s_unpark(s_worker_t *w, s_req_t *r) {
 
 static s_req_t *s_find_parked(s_worker_t *w, uint64_t rid) {
     for (s_req_t *r = w->parked; r; r = r->next_parked)
-        if (r->rid == rid)
+        if (r->seq.rid == rid)
             return r;
     return NULL;
 }
@@ -467,13 +415,13 @@ static bool s_holds(s_worker_t *w, uint64_t rid) {
  * token continues exactly where the client's text ends.  The finish reason when the
  * carried tokens already end the request (its final event was lost), else 0. */
 static int s_replay_carried(s_worker_t *w, s_req_t *r) {
-    for (int i = r->n_prompt - r->n_carried; i < r->n_prompt; i++) {
-        int pl = model_detok_push(&r->detok, r->hist[i], w->piece, S_SCRATCH);
+    for (int i = r->seq.n_prompt - r->seq.n_carried; i < r->seq.n_prompt; i++) {
+        int pl = model_detok_push(&r->detok, r->seq.hist[i], w->piece, S_SCRATCH);
         model_stopper_push(&r->stopper, w->piece, (size_t)(pl > 0 ? pl : 0), w->text, S_SCRATCH);
     }
     if (r->stopper.stopped)
         return MSG_FINISH_STOP;
-    if (r->n_carried >= r->max_tokens)
+    if (r->seq.n_carried >= r->seq.max_tokens)
         return MSG_FINISH_LENGTH;
     return 0;
 }
@@ -501,18 +449,18 @@ static void s_on_request(void *self, const msg_work_request_t *q) {
     }
     s_req_t *r = calloc(1, sizeof *r);
     if (r)
-        r->hist = malloc(((size_t)q->n_tokens + q->max_tokens) * sizeof *r->hist);
-    if (!r || !r->hist) {
+        r->seq.hist = malloc(((size_t)q->n_tokens + q->max_tokens) * sizeof *r->seq.hist);
+    if (!r || !r->seq.hist) {
         free(r);
         s_error(w, q->rid, MSG_CODE_INTERNAL, "out of memory");
         return;
     }
-    r->rid = q->rid;
-    memcpy(r->hist, q->tokens, (size_t)q->n_tokens * sizeof *r->hist);
-    r->n_prompt = r->n_hist = q->n_tokens;
-    r->n_carried = q->n_gen;
-    r->max_tokens = q->max_tokens;
-    r->sp = sp;
+    r->seq.rid = q->rid;
+    memcpy(r->seq.hist, q->tokens, (size_t)q->n_tokens * sizeof *r->seq.hist);
+    r->seq.n_prompt = r->seq.n_hist = q->n_tokens;
+    r->seq.n_carried = q->n_gen;
+    r->seq.max_tokens = q->max_tokens;
+    r->seq.sp = sp;
     r->t_arrival = q->t_arrival_us;
     model_detok_init(&r->detok, w->tok);
     const char *stops[MSG_MAX_STOP];
@@ -524,11 +472,11 @@ static void s_on_request(void *self, const msg_work_request_t *q) {
         s_req_free(w, &r);
         return;
     }
-    r->pin_tokens = q->pin_tokens < r->n_prompt ? q->pin_tokens : r->n_prompt;
-    r->logprobs = q->logprobs || q->top_logprobs > 0;
+    r->seq.pin_tokens = q->pin_tokens < r->seq.n_prompt ? q->pin_tokens : r->seq.n_prompt;
+    r->seq.logprobs = q->logprobs || q->top_logprobs > 0;
     r->top_logprobs = q->top_logprobs;
-    r->trace = q->trace;
-    if (r->trace && q->n_steps) { /* the chain so far: tokenizer, router */
+    r->seq.trace = q->trace;
+    if (r->seq.trace && q->n_steps) { /* the chain so far: tokenizer, router */
         r->steps = malloc((size_t)q->n_steps * sizeof *r->steps);
         if (r->steps) {
             memcpy(r->steps, q->steps, (size_t)q->n_steps * sizeof *r->steps);
@@ -536,34 +484,34 @@ static void s_on_request(void *self, const msg_work_request_t *q) {
             r->trace_end_us = q->steps[q->n_steps - 1].t_us + q->steps[q->n_steps - 1].dur_us;
         }
     }
-    model_spec_adapt_init(&r->adapt, w->spec_k, w->spec_k_max);
-    if (r->n_carried) {
+    model_spec_adapt_init(&r->seq.adapt, w->spec_k, w->spec_k_max);
+    if (r->seq.n_carried) {
         actor_counters_add(w->counters, "requests.resumed", 1);
-        actor_counters_add(w->counters, "tokens.carried", r->n_carried);
+        actor_counters_add(w->counters, "tokens.carried", r->seq.n_carried);
         int fin = s_replay_carried(w, r);
         if (fin) { /* nothing left to generate: end it here */
-            s_status(w, r->rid, true);
+            s_status(w, r->seq.rid, true);
             s_event(w, r, -1, -1, fin);
             s_req_free(w, &r);
             return;
         }
     }
-    s_status(w, r->rid, true);
-    int in_t0 = kv_cache_match(w->kv, r->hist, r->n_prompt);
+    s_status(w, r->seq.rid, true);
+    int in_t0 = kv_cache_match(w->kv, r->seq.hist, r->seq.n_prompt);
     s_trace(w, r, "arrive",
             "%d prompt tokens%s%.0d%s; the prefix cache (T0) holds %d of them; %d requests "
             "running, %d waiting here",
-            r->n_prompt - r->n_carried, r->n_carried ? " + " : "", r->n_carried,
-            r->n_carried ? " completion tokens carried (a resumed request)" : "", in_t0,
+            r->seq.n_prompt - r->seq.n_carried, r->seq.n_carried ? " + " : "", r->seq.n_carried,
+            r->seq.n_carried ? " completion tokens carried (a resumed request)" : "", in_t0,
             sched_batch_load(w->sched).n_running, sched_batch_load(w->sched).n_waiting);
-    if (w->to_tier && in_t0 / w->block_size < (r->n_prompt - 1) / w->block_size) {
+    if (w->to_tier && in_t0 / w->block_size < (r->seq.n_prompt - 1) / w->block_size) {
         /* part of the prompt may be in T1/T2: the prefetcher is having it sent
          * here; run it when the tier manager says it is done (or at the deadline) */
         /* make what T0 has now the most recently used, so that the promoted
          * blocks evict other blocks before this prompt's head (nothing is held:
          * only running requests hold blocks, which the scheduler accounts for) */
-        kv_cache_attach_prefix(w->kv, &r->kv, r->hist, r->n_prompt);
-        kv_cache_release(w->kv, &r->kv);
+        kv_cache_attach_prefix(w->kv, &r->seq.kv, r->seq.hist, r->seq.n_prompt);
+        kv_cache_release(w->kv, &r->seq.kv);
         r->parked = true;
         r->park_deadline = base_now_us() + (uint64_t)w->prefetch_wait_ms * 1000;
         r->next_parked = w->parked;
@@ -572,10 +520,10 @@ static void s_on_request(void *self, const msg_work_request_t *q) {
         if (w->self_promote) { /* no prefetcher in this deployment: ask directly */
             msg_kv_promote_t p;
             msg_kv_promote_init(&p);
-            p.rid = r->rid;
+            p.rid = r->seq.rid;
             p.worker = w->index;
-            p.tokens = r->hist;
-            p.n_tokens = r->n_prompt;
+            p.tokens = r->seq.hist;
+            p.n_tokens = r->seq.n_prompt;
             if (actor_send(w->to_tier, MSG_KV_PROMOTE, &p))
                 actor_counters_add(w->counters, "kv.promote.dropped", 1);
         }
@@ -584,18 +532,12 @@ static void s_on_request(void *self, const msg_work_request_t *q) {
     s_admit(w, r);
 }
 
-/* Hand r to the scheduler.  Its cached prefix is attached when it first runs
- * (s_attach): a request waiting in the queue holds no blocks, so the
- * scheduler's reservations (running requests only) stay a true bound. */
+/* Hand r to the scheduler (serve_step_admit), or refuse it. */
 static void s_admit(s_worker_t *w, s_req_t *r) {
-    r->fresh = true;
-    int rc = sched_batch_submit(w->sched, r->rid, r->n_prompt, r->max_tokens - r->n_carried, r);
+    const char *why = "";
+    int rc = serve_step_admit(w->step, &r->seq, &why);
     if (rc) {
-        s_error(w, r->rid, rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_BAD_REQUEST,
-                rc == -EAGAIN   ? "the worker's queue is full"
-                : rc == -E2BIG  ? "prompt + max_tokens do not fit in the context or KV pool"
-                : rc == -EEXIST ? "duplicate request id"
-                                : "invalid request");
+        s_error(w, r->seq.rid, rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_BAD_REQUEST, why);
         s_req_free(w, &r);
         return;
     }
@@ -618,42 +560,35 @@ static void s_on_cancel(s_worker_t *w, uint64_t rid) {
     w->dirty = true;
 }
 
-/* Finish r (already out of the scheduler). */
-static void s_finish(s_worker_t *w, s_req_t *r, int index, int32_t token, int finish) {
-    sched_batch_remove(w->sched, r->rid);
-    s_event(w, r, index, token, finish);
-    actor_counters_add(w->counters, "completed", 1);
-    s_req_free(w, &r);
-}
-
 /* Ask the draft worker for proposals continuing r's history (when
  * speculation is on and the adaptive depth says it pays). */
 static void s_want_draft(s_worker_t *w, s_req_t *r) {
-    r->n_draft = 0;
+    r->seq.n_draft = 0;
     if (!w->to_draft || r->draft_pending)
         return;
-    int left = r->max_tokens - s_done(r); /* tokens it may still emit */
+    int left = r->seq.max_tokens - s_done(r); /* tokens it may still emit */
     /* drafting is serial with the target's step: its measured latency per
      * token, in target steps, is part of what a deeper k costs */
-    if (w->step_us > 0)
-        r->adapt.draft_cost = (float)(w->draft_us_per_token / w->step_us);
-    int k = model_spec_adapt_next_k(&r->adapt, sched_batch_count(w->sched));
-    if (r->trace)
-        snprintf(r->spec_why, sizeof r->spec_why,
+    double step_us = serve_step_us(w->step);
+    if (step_us > 0)
+        r->seq.adapt.draft_cost = (float)(w->draft_us_per_token / step_us);
+    int k = model_spec_adapt_next_k(&r->seq.adapt, sched_batch_count(w->sched));
+    if (r->seq.trace)
+        snprintf(r->seq.spec_why, sizeof r->seq.spec_why,
                  "k %d %s (acceptance %.2f, draft cost %.2f steps/token, %d running)", k,
-                 r->adapt.k_fixed ? "fixed" : "adaptive", r->adapt.rate, r->adapt.draft_cost,
-                 sched_batch_count(w->sched));
+                 r->seq.adapt.k_fixed ? "fixed" : "adaptive", r->seq.adapt.rate,
+                 r->seq.adapt.draft_cost, sched_batch_count(w->sched));
     if (k > left - 1)
         k = left - 1; /* every verified position stays inside the request's reservation */
     if (k < 1)
         return;
     msg_draft_request_t q;
     msg_draft_request_init(&q);
-    q.rid = r->rid;
+    q.rid = r->seq.rid;
     q.worker = w->index;
     q.seq = ++r->draft_seq;
-    q.tokens = r->hist;
-    q.n_tokens = r->n_hist;
+    q.tokens = r->seq.hist;
+    q.n_tokens = r->seq.n_hist;
     q.k = k;
     if (actor_send(w->to_draft, MSG_DRAFT_REQUEST, &q)) {
         actor_counters_add(w->counters, "spec.request_dropped", 1);
@@ -677,17 +612,10 @@ static void s_on_draft(void *self, const msg_draft_reply_t *m) {
     double per = (double)(base_now_us() - r->draft_sent_us) / (r->draft_k > 0 ? r->draft_k : 1);
     w->draft_us_per_token =
         w->draft_us_per_token > 0 ? 0.8 * w->draft_us_per_token + 0.2 * per : per;
-    if (m->base != r->n_hist || m->n_tokens > MODEL_SPEC_MAX_K) {
+    int rc = serve_step_draft(w->step, &r->seq, m->base, m->tokens, m->n_tokens);
+    if (rc == -ESTALE || (rc && m->n_tokens > MODEL_SPEC_MAX_K))
         actor_counters_add(w->counters, "spec.reply_stale", 1);
-        return;
-    }
-    for (int i = 0; i < m->n_tokens; i++)
-        if (m->tokens[i] >= w->n_vocab)
-            return;
-    memcpy(r->draft, m->tokens, (size_t)m->n_tokens * sizeof *r->draft);
-    r->n_draft = m->n_tokens;
-    r->draft_base = m->base;
-    if (!m->n_tokens)
+    else if (!rc && !m->n_tokens)
         actor_counters_add(w->counters, "spec.reply_empty", 1);
 }
 
@@ -731,7 +659,7 @@ static bool s_wait_drafts(s_worker_t *w) {
             w->n_pending_drafts--;
             /* a draft that misses the wait is a failed attempt, and its latency
              * (at least the wait) makes deep drafts look as costly as they are */
-            model_spec_adapt_observe(&r->adapt, r->draft_k, 0);
+            model_spec_adapt_observe(&r->seq.adapt, r->draft_k, 0);
             double per = (double)w->spec_wait_us / (r->draft_k > 0 ? r->draft_k : 1);
             w->draft_us_per_token = 0.8 * w->draft_us_per_token + 0.2 * per;
         }
@@ -739,218 +667,64 @@ static bool s_wait_drafts(s_worker_t *w) {
     return false;
 }
 
-/* A decode item ran with nd drafts: verify them (model_spec_verify), emit the
- * accepted tokens and the target's own next one, roll the KV of the rejected
- * positions back.  lg: (nd + 1, n_vocab) logits. */
-static void s_emit_verified(s_worker_t *w, s_req_t *r, const sched_batch_item_t *it, float *lg,
-                            int nd) {
-    int32_t out[MODEL_SPEC_MAX_K + 1];
-    int h = r->n_hist;                           /* position of the first new token */
-    for (int i = 0; r->logprobs && i <= nd; i++) /* before verify changes the rows */
-        s_log_softmax(lg + (size_t)i * w->n_vocab, w->lp_rows + (size_t)i * w->n_vocab, w->n_vocab);
-    int e = model_spec_verify(w->sampler, &r->sp, lg, r->draft, nd, r->hist, r->n_hist, h, out);
-    r->n_draft = 0;
-    if (e < 1) {
-        LOG_E(w->name, "verification failed (%d)", e);
-        sched_batch_remove(w->sched, r->rid);
-        s_error(w, r->rid, MSG_CODE_INTERNAL, "speculative verification failed");
-        s_req_free(w, &r);
-        return;
-    }
-    int acc = e - 1;
-    model_spec_adapt_observe(&r->adapt, nd, acc);
-    r->proposed += nd;
-    r->accepted += acc;
-    actor_counters_add(w->counters, "spec.proposed", nd);
-    actor_counters_add(w->counters, "spec.accepted", acc);
-    actor_counters_add(w->counters, "spec.steps", 1);
-    /* positions it->pos0 .. it->pos0 + acc hold valid KV; the rest is rolled back */
-    r->n_computed = it->pos0 + 1 + acc;
-    kv_cache_truncate(w->kv, &r->kv, r->n_computed);
-    int n_emit = 0;
-    for (int i = 0; i < e; i++) {
-        int index = s_done(r);
-        int32_t t = out[i];
-        if (r->logprobs)
-            s_logprobs(w, r, w->lp_rows + (size_t)i * w->n_vocab, t);
-        if (model_tokenizer_is_eog(w->tok, t)) {
-            s_finish(w, r, -1, -1, MSG_FINISH_EOS);
-            return;
-        }
-        r->hist[r->n_hist++] = t;
-        n_emit++;
-        actor_counters_add(w->counters, "tokens.generated", 1);
-        if (index + 1 >= r->max_tokens) {
-            s_finish(w, r, index, t, MSG_FINISH_LENGTH);
-            return;
-        }
-        if (s_event(w, r, index, t, MSG_FINISH_NONE) == MSG_FINISH_STOP) {
-            sched_batch_remove(w->sched, r->rid);
-            actor_counters_add(w->counters, "stopped", 1);
-            actor_counters_add(w->counters, "completed", 1);
-            s_req_free(w, &r);
-            return;
-        }
-    }
-    sched_batch_advance_spec(w->sched, r->rid, 1 + acc, n_emit);
-    s_want_draft(w, r);
+/* ---- the step's results (serve_step_sink_t): events to the frontend and router */
+
+static bool s_step_token(void *arg, serve_step_seq_t *seq, int index, int32_t token,
+                         const float *lsm) {
+    s_worker_t *w = arg;
+    s_req_t *r = (s_req_t *)seq;
+    if (lsm)
+        s_logprobs(w, r, lsm, token);
+    return s_event(w, r, index, token, MSG_FINISH_NONE) == MSG_FINISH_STOP;
 }
 
-/* A request runs for the first time: attach its cached prefix and start its
- * first prefill chunk after it (the positions skipped are reported to the
- * scheduler with the chunk, in r->skip). */
-static void s_attach(s_worker_t *w, s_req_t *r, sched_batch_item_t *it) {
-    r->fresh = false;
-    r->skip = 0;
-    if (!it->prefill || it->pos0 != 0)
-        return;
-    int c = kv_cache_attach_prefix(w->kv, &r->kv, r->hist, r->n_prompt);
-    s_trace(w, r, "admit",
-            "a batch slot and KV room (its reservation: prompt + max_tokens); %d of %d positions "
-            "attached from the prefix cache",
-            c > 0 ? c : 0, r->n_prompt);
-    serve_metrics_step_prefix(w->metrics, c > 0 ? c : 0);
-    if (c <= 0)
-        return;
-    r->n_cached = r->n_computed = r->skip = c;
-    actor_counters_add(w->counters, "kv.cached_tokens", c);
-    it->pos0 = c;
-    if (it->n > r->n_prompt - c)
-        it->n = r->n_prompt - c;
-    it->sample = it->pos0 + it->n == r->n_prompt;
+static void s_step_finish(void *arg, serve_step_seq_t *seq, int index, int32_t token, int why,
+                          const float *lsm) {
+    s_worker_t *w = arg;
+    s_req_t *r = (s_req_t *)seq;
+    if (lsm)
+        s_logprobs(w, r, lsm, token);
+    s_event(w, r, index, token, why == SERVE_STEP_EOS ? MSG_FINISH_EOS : MSG_FINISH_LENGTH);
+    actor_counters_add(w->counters, "completed", 1);
+    s_req_free(w, &r);
+}
+
+static void s_step_ended(void *arg, serve_step_seq_t *seq) {
+    s_req_t *r = (s_req_t *)seq;
+    s_req_free(arg, &r);
+}
+
+static void s_step_error(void *arg, serve_step_seq_t *seq, int rc, const char *why) {
+    s_worker_t *w = arg;
+    s_req_t *r = (s_req_t *)seq;
+    LOG_E(w->name, "%s (%d): failing request %llu", why, rc, (unsigned long long)seq->rid);
+    s_error(w, seq->rid, MSG_CODE_INTERNAL, why);
+    s_req_free(w, &r);
+}
+
+static void s_step_decoded(void *arg, serve_step_seq_t *seq) {
+    s_want_draft(arg, (s_req_t *)seq);
+}
+
+static void s_step_note(void *arg, serve_step_seq_t *seq, const char *what, const char *why) {
+    s_trace(arg, (s_req_t *)seq, what, "%s", why);
+}
+
+static void s_step_count(void *arg, const char *name, int64_t value) {
+    s_worker_t *w = arg;
+    actor_counters_add(w->counters, name, value);
 }
 
 static void s_on_written(void *arg, const kv_cache_evicted_t *b);
 
-/* One forward step over everything the scheduler picked. */
+/* One forward step over everything the scheduler picked (serve_step_run). */
 static int s_step(s_worker_t *w) {
-    int n_items = sched_batch_plan(w->sched, w->items, w->max_batch);
-    if (n_items <= 0)
-        return 0;
-    uint64_t now = base_now_us();
-    int nt = 0;
-    for (int k = 0; k < n_items; k++) {
-        sched_batch_item_t *it = &w->items[k];
-        s_req_t *r = it->user;
-        if (r->fresh)
-            s_attach(w, r, it);
-        if (kv_cache_reserve(w->kv, &r->kv, it->pos0, it->pos0 + it->n)) {
-            /* cannot happen while the scheduler's accounting holds: every
-             * block in use belongs to a running request's reservation */
-            actor_counters_add(w->counters, "kv.reserve_failed", 1);
-            LOG_E(w->name, "KV reservation failed: the scheduler's accounting is off");
-            return -ENOSPC;
-        }
-        if (it->prefill && !r->t_prefill)
-            r->t_prefill = now;
-        /* a decode item verifies its drafts in the same pass: the last known
-         * token then draft[0..nd) at the following positions, logits for all */
-        int nd = 0;
-        if (!it->prefill && it->sample && r->n_draft > 0 && r->draft_base == r->n_hist) {
-            nd = r->n_draft;
-            if (kv_cache_reserve(w->kv, &r->kv, it->pos0, it->pos0 + 1 + nd))
-                nd = 0; /* no room: plain decode this step */
-        }
-        r->n_draft = nd; /* what this step verifies */
-        w->b_seqs[k] = (model_seq_view_t){r->kv.blocks, r->kv.n};
-        for (int j = 0; j < it->n; j++, nt++) {
-            w->b_tok[nt] = r->hist[it->pos0 + j];
-            w->b_pos[nt] = it->pos0 + j;
-            w->b_seq[nt] = k;
-            w->b_want[nt] = it->sample && j == it->n - 1;
-        }
-        for (int j = 0; j < nd; j++, nt++) {
-            w->b_tok[nt] = r->draft[j];
-            w->b_pos[nt] = it->pos0 + 1 + j;
-            w->b_seq[nt] = k;
-            w->b_want[nt] = true;
-        }
-        if (nd)
-            actor_counters_add(w->counters, "tokens.verified", nd);
-        actor_counters_add(w->counters, it->prefill ? "tokens.prefill" : "tokens.decode", it->n);
-    }
-    model_batch_t b = {nt, w->b_tok, w->b_pos, w->b_seq, w->b_want, n_items, w->b_seqs};
-    uint64_t t_fwd = base_now_us();
-    int got = model_ctx_forward(w->ctx, &b, kv_cache_pool(w->kv), w->logits);
-    double dt = (double)(base_now_us() - t_fwd);
-    w->step_us = w->step_us > 0 ? 0.9 * w->step_us + 0.1 * dt : dt;
-    actor_counters_add(w->counters, "steps", 1);
-    serve_metrics_step_observe(w->metrics, n_items, nt);
-    if (got < 0) {
-        LOG_E(w->name, "forward pass failed (%d): failing the batch", got);
-        for (int k = 0; k < n_items; k++) {
-            s_req_t *r = sched_batch_remove(w->sched, w->items[k].rid);
-            s_error(w, r->rid, MSG_CODE_INTERNAL, "forward pass failed");
-            s_req_free(w, &r);
-        }
-        return got;
-    }
-    now = base_now_us();
-    int row = 0;
-    for (int k = 0; k < n_items; k++) {
-        sched_batch_item_t *it = &w->items[k];
-        s_req_t *r = it->user;
-        if (r->trace && it->prefill)
-            s_trace(w, r, "prefill", "positions %d..%d of %d in a step of %d requests, %d tokens",
-                    it->pos0, it->pos0 + it->n, r->n_prompt, n_items, nt);
-        else if (r->trace)
-            s_trace(w, r, "decode",
-                    "token %d in a step of %d requests, %d tokens; %d drafts verified%s%s",
-                    s_done(r), n_items, nt, r->n_draft, r->n_draft ? ": " : "",
-                    r->n_draft ? r->spec_why : "");
-        r->n_computed = it->pos0 + it->n;
-        /* full blocks are shareable as soon as they are computed; with write-through
-         * they go to T1 then too */
-        if (it->prefill || (w->write_through && r->n_computed % w->block_size == 0))
-            s_publish(w, r, r->n_computed, false);
-        if (w->write_through)
-            kv_cache_write_through(w->kv, &r->kv, s_on_written, w);
-        int skip = r->skip; /* cached positions before this chunk (first chunk only) */
-        r->skip = 0;
-        if (!it->sample) {
-            sched_batch_advance(w->sched, r->rid, skip + it->n, false);
-            continue;
-        }
-        float *lg = w->logits + (size_t)row * w->n_vocab;
-        int nd = it->prefill ? 0 : r->n_draft;
-        row += 1 + nd;
-        int pos = it->pos0 + it->n;
-        if (!r->t_first)
-            r->t_first = now;
-        r->t_last = now;
-        if (nd > 0) {
-            s_emit_verified(w, r, it, lg, nd);
-            continue;
-        }
-        int index = s_done(r);
-        if (r->logprobs)
-            s_log_softmax(lg, w->lp_rows, w->n_vocab);
-        int32_t next = model_sampler_sample(w->sampler, &r->sp, lg, r->hist, r->n_hist, pos);
-        if (r->logprobs)
-            s_logprobs(w, r, w->lp_rows, next);
-        if (model_tokenizer_is_eog(w->tok, next)) {
-            s_finish(w, r, -1, -1, MSG_FINISH_EOS);
-            continue;
-        }
-        r->hist[r->n_hist++] = next;
-        actor_counters_add(w->counters, "tokens.generated", 1);
-        if (index + 1 >= r->max_tokens) {
-            s_finish(w, r, index, next, MSG_FINISH_LENGTH);
-            continue;
-        }
-        sched_batch_advance(w->sched, r->rid, skip + it->n, true);
-        if (s_event(w, r, index, next, MSG_FINISH_NONE) == MSG_FINISH_STOP) {
-            sched_batch_remove(w->sched, r->rid);
-            actor_counters_add(w->counters, "stopped", 1);
-            actor_counters_add(w->counters, "completed", 1);
-            s_req_free(w, &r);
-            continue;
-        }
-        if (!it->prefill || it->sample)
-            s_want_draft(w, r);
-    }
-    w->dirty = true;
-    return n_items;
+    int n = serve_step_run(w->step);
+    if (n == -ENOSPC)
+        LOG_E(w->name, "KV reservation failed: the scheduler's accounting is off");
+    if (n > 0)
+        w->dirty = true;
+    return n;
 }
 
 /* Send a full block to the tier manager (what: "demoted" or "written").  Never
@@ -1151,6 +925,7 @@ static void s_cleanup(s_worker_t *w) {
         s_unpark(w, r);
         s_req_free(w, &r);
     }
+    serve_step_destroy(&w->step);
     kv_cache_destroy(&w->kv);
     actor_expert_client_destroy(&w->experts);
     zsock_destroy(&w->to_tier);
@@ -1162,14 +937,6 @@ static void s_cleanup(s_worker_t *w) {
     actor_loop_destroy(&w->loop);
     serve_metrics_step_destroy(&w->metrics);
     actor_socks_close(s_socks, w);
-    free(w->items);
-    free(w->b_tok);
-    free(w->b_pos);
-    free(w->b_seq);
-    free(w->b_want);
-    free(w->b_seqs);
-    free(w->logits);
-    free(w->lp_rows);
     free(w->piece);
     free(w->text);
 }
@@ -1216,33 +983,21 @@ int actor_worker_main(actor_env_t *env) {
     w.n_vocab = cfg->n_vocab;
     w.tok = model_tokenizer_new(model_file(w.model), err, sizeof err);
     /* with speculation a decode item carries up to MODEL_SPEC_MAX_K drafts */
-    int room = w.step_tokens + (spec ? w.max_batch * MODEL_SPEC_MAX_K : 0);
-    int rows = w.max_batch * (spec ? 1 + MODEL_SPEC_MAX_K : 1);
-    w.ctx = model_ctx_new(w.model, spec ? room : w.step_tokens, max_ctx, threads, NULL);
+    sched_batch_config_t sc = {w.max_batch, queue, n_blocks, bs, w.step_tokens, max_ctx};
+    w.ctx = model_ctx_new(w.model, serve_step_max_tokens(&sc, spec), max_ctx, threads, NULL);
     kv_cache_config_t kc = {kv_fmt, bs, n_blocks, (kv_policy_kind_t)policy, sharing};
     kern_kv_shape_t shape = model_kv_shape(cfg, bs);
     w.kv = kv_cache_new(&shape, &kc);
     if (w.kv)
         kv_cache_on_evict(w.kv, s_on_evict, &w);
-    sched_batch_config_t sc = {w.max_batch, queue, n_blocks, bs, w.step_tokens, max_ctx};
     w.sched = sched_batch_new(&sc);
     w.sampler = model_sampler_new(cfg->n_vocab);
     w.loop = actor_loop_new(env, &w);
     w.counters = w.loop ? actor_loop_counters(w.loop) : NULL;
     w.metrics = serve_metrics_step_new(); /* NULL (out of memory): no histograms */
-    w.items = malloc((size_t)w.max_batch * sizeof *w.items);
-    w.b_tok = malloc((size_t)room * sizeof *w.b_tok);
-    w.b_pos = malloc((size_t)room * sizeof *w.b_pos);
-    w.b_seq = malloc((size_t)room * sizeof *w.b_seq);
-    w.b_want = malloc((size_t)room * sizeof *w.b_want);
-    w.b_seqs = malloc((size_t)w.max_batch * sizeof *w.b_seqs);
-    w.logits = malloc((size_t)rows * cfg->n_vocab * sizeof *w.logits);
-    w.lp_rows = malloc((size_t)(1 + MODEL_SPEC_MAX_K) * cfg->n_vocab * sizeof *w.lp_rows);
     w.piece = malloc(S_SCRATCH);
     w.text = malloc(S_SCRATCH);
-    if (!w.tok || !w.ctx || !w.kv || !w.sched || !w.sampler || !w.loop || !w.items || !w.b_tok ||
-        !w.b_pos || !w.b_seq || !w.b_want || !w.b_seqs || !w.logits || !w.lp_rows || !w.piece ||
-        !w.text) {
+    if (!w.tok || !w.ctx || !w.kv || !w.sched || !w.sampler || !w.loop || !w.piece || !w.text) {
         actor_env_fail(env, "%s: cannot set up (%s)", name,
                        !w.tok  ? err
                        : !w.kv ? "KV pool too large"
@@ -1276,6 +1031,16 @@ int actor_worker_main(actor_env_t *env) {
               actor_placement_experts(t), conf->expert_dtype == MSG_DTYPE_F16 ? "f16" : "f32");
     } else if (actor_placement_experts(t) > 0) {
         LOG_W(name, "the topology has expert actors but the model is dense: they stay idle");
+    }
+    serve_step_config_t stc = {w.model,   w.tok,     w.ctx, w.kv,           w.sched,
+                               w.sampler, w.metrics, spec,  w.write_through};
+    serve_step_sink_t sink = {&w,           s_step_token, s_step_finish,
+                              s_step_ended, s_step_error, s_step_decoded,
+                              s_step_note,  s_step_count, s_on_written};
+    if (!(w.step = serve_step_new(&stc, &sink))) {
+        actor_env_fail(env, "%s: cannot set up (out of memory)", name);
+        s_cleanup(&w);
+        return 1;
     }
     actor_counters_set(w.counters, "kv.total_blocks", n_blocks);
     LOG_I(name,

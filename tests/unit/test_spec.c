@@ -10,6 +10,7 @@
 #include "model.h"
 #include "model_sampler.h"
 #include "model_spec.h"
+#include "serve_drafter.h"
 #include "test_util.h"
 
 #include <check.h>
@@ -308,7 +309,7 @@ typedef enum { DRAFT_NONE, DRAFT_NGRAM, DRAFT_MODEL, DRAFT_WRONG } draft_kind_t;
  * proposed / accepted. */
 static void generate(const int32_t *prompt, int n_prompt, int n_gen,
                      const model_sampler_params_t *sp, draft_kind_t kind, int k_fixed,
-                     actor_draft_t *drafter, int32_t *out, int *proposed, int *accepted) {
+                     serve_drafter_t *drafter, int32_t *out, int *proposed, int *accepted) {
     eng_t g;
     eng_init(&g);
     model_sampler_t *s = model_sampler_new(NV);
@@ -329,8 +330,8 @@ static void generate(const int32_t *prompt, int n_prompt, int n_gen,
         if (k > 0 && kind == DRAFT_NGRAM)
             nd = model_spec_ngram(hist, n, 1, 4, k, draft);
         if (k > 0 && kind == DRAFT_MODEL) {
-            actor_draft_job_t j = {0, 42, hist, n, k, draft, 0, 0};
-            ck_assert_int_eq(actor_draft_run(drafter, &j, 1), 0);
+            serve_drafter_job_t j = {0, 42, hist, n, k, draft, 0, 0};
+            ck_assert_int_eq(serve_drafter_propose(drafter, &j, 1), 0);
             nd = j.n_out;
         }
         if (k > 0 && kind == DRAFT_WRONG) {
@@ -351,7 +352,7 @@ static void generate(const int32_t *prompt, int n_prompt, int n_gen,
     }
     memcpy(out, hist + n_prompt, (size_t)n_gen * sizeof *out);
     if (drafter)
-        actor_draft_end(drafter, 0, 42);
+        serve_drafter_reset(drafter, 0, 42);
     model_sampler_destroy(&s);
     eng_free(&g);
 }
@@ -369,13 +370,13 @@ START_TEST(greedy_equals_plain) {
     model_sampler_params_t sp = model_sampler_defaults();
     sp.temperature = 0;
     char err[256];
-    actor_draft_config_t same = {
-        .mode = ACTOR_DRAFT_MODEL, .draft_model = TARGET, .target_model = TARGET};
-    actor_draft_config_t other = same;
+    serve_drafter_config_t same = {
+        .mode = SERVE_DRAFTER_MODEL, .draft_model = TARGET, .target_model = TARGET};
+    serve_drafter_config_t other = same;
     other.draft_model = DRAFT;
-    actor_draft_t *d_same = actor_draft_new(&same, err, sizeof err);
+    serve_drafter_t *d_same = serve_drafter_new(&same, err, sizeof err);
     ck_assert_msg(d_same != NULL, "%s", err);
-    actor_draft_t *d_other = actor_draft_new(&other, err, sizeof err);
+    serve_drafter_t *d_other = serve_drafter_new(&other, err, sizeof err);
     ck_assert_msg(d_other != NULL, "%s", err);
     const int ks[] = {0, 1, 2, 4, 7, 16};
     int prop[4] = {0}, acc[4] = {0};
@@ -407,8 +408,8 @@ START_TEST(greedy_equals_plain) {
            acc[0], prop[0], acc[1], prop[1], acc[2], prop[2], acc[3], prop[3]);
     ck_assert_int_gt(acc[0], 0);
     ck_assert_int_gt(prop[2], 100);
-    actor_draft_destroy(&d_same);
-    actor_draft_destroy(&d_other);
+    serve_drafter_destroy(&d_same);
+    serve_drafter_destroy(&d_other);
     ck_assert_ptr_null(d_same);
 }
 END_TEST
@@ -710,20 +711,29 @@ static void greedy_fresh(const char *path, const int32_t *hist, int n, int k, in
         model_destroy(&m);
 }
 
+/* The drafter's counters into an actor_counters_t (serve_drafter_count_fn). */
+static void s_count(void *counters, const char *name, int64_t value, bool set) {
+    if (set)
+        actor_counters_set(counters, name, value);
+    else
+        actor_counters_add(counters, name, value);
+}
+
 /* The drafter rolls each request's KV back to the common prefix with the new
  * history: extending, diverging, shrinking, batching several requests, and
  * evicting under a small pool all give what a fresh greedy decode gives. */
 START_TEST(model_drafter_rollback_and_lru) {
     char err[256];
     actor_counters_t *cnt = actor_counters_new();
-    actor_draft_config_t cfg = {.mode = ACTOR_DRAFT_MODEL,
-                                .draft_model = DRAFT,
-                                .target_model = TARGET,
-                                .kv_blocks = 16,
-                                .block_size = 16,
-                                .step_tokens = 32,
-                                .counters = cnt};
-    actor_draft_t *d = actor_draft_new(&cfg, err, sizeof err);
+    serve_drafter_config_t cfg = {.mode = SERVE_DRAFTER_MODEL,
+                                  .draft_model = DRAFT,
+                                  .target_model = TARGET,
+                                  .kv_blocks = 16,
+                                  .block_size = 16,
+                                  .step_tokens = 32,
+                                  .count = s_count,
+                                  .count_arg = cnt};
+    serve_drafter_t *d = serve_drafter_new(&cfg, err, sizeof err);
     ck_assert_msg(d != NULL, "%s", err);
     uint64_t rs = 5;
     int32_t base[4][200];
@@ -733,7 +743,7 @@ START_TEST(model_drafter_rollback_and_lru) {
     int drafted = 0, fallbacks = 0;
     for (int step = 0; step < 40; step++) {
         /* a batch of 1..3 requests with histories that wander around their base */
-        actor_draft_job_t jobs[3];
+        serve_drafter_job_t jobs[3];
         int32_t outs[3][16], hists[3][200];
         int nj = 1 + (int)(test_rand_u64(&rs) % 3);
         for (int x = 0; x < nj; x++) {
@@ -743,12 +753,12 @@ START_TEST(model_drafter_rollback_and_lru) {
             if (test_rand_u64(&rs) % 3 == 0) /* diverge somewhere */
                 hists[x][(int)(test_rand_u64(&rs) % (uint64_t)n)] = 3 + step % 7;
             int k = 1 + (int)(test_rand_u64(&rs) % 8);
-            jobs[x] = (actor_draft_job_t){r % 2, (uint64_t)r, hists[x], n, k, outs[x], 0, 0};
+            jobs[x] = (serve_drafter_job_t){r % 2, (uint64_t)r, hists[x], n, k, outs[x], 0, 0};
         }
-        ck_assert_int_eq(actor_draft_run(d, jobs, nj), 0);
+        ck_assert_int_eq(serve_drafter_propose(d, jobs, nj), 0);
         for (int x = 0; x < nj; x++) {
             ck_assert_int_eq(jobs[x].n_out, jobs[x].k);
-            if (jobs[x].by != ACTOR_DRAFT_MODEL) { /* the pool could not hold the whole batch */
+            if (jobs[x].by != SERVE_DRAFTER_MODEL) { /* the pool could not hold the whole batch */
                 fallbacks++;
                 continue;
             }
@@ -768,25 +778,25 @@ START_TEST(model_drafter_rollback_and_lru) {
     ck_assert_int_eq(actor_counters_get(cnt, "fallback.ngram"), fallbacks);
     ck_assert_int_gt(drafted, 4 * fallbacks);
     /* a repeated (worker, rid) in one batch is refused */
-    actor_draft_job_t two[2] = {{0, 9, base[0], 10, 2, got, 0, 0},
-                                {0, 9, base[0], 12, 2, want, 0, 0}};
-    ck_assert_int_eq(actor_draft_run(d, two, 2), -EINVAL);
+    serve_drafter_job_t two[2] = {{0, 9, base[0], 10, 2, got, 0, 0},
+                                  {0, 9, base[0], 12, 2, want, 0, 0}};
+    ck_assert_int_eq(serve_drafter_propose(d, two, 2), -EINVAL);
     /* a history longer than the pool: n-gram fallback, no failure */
     int32_t longh[400];
     for (int i = 0; i < 400; i++)
         longh[i] = 3 + i % 5;
-    actor_draft_job_t lj = {1, 77, longh, 400, 4, got, 0, 0};
-    ck_assert_int_eq(actor_draft_run(d, &lj, 1), 0);
+    serve_drafter_job_t lj = {1, 77, longh, 400, 4, got, 0, 0};
+    ck_assert_int_eq(serve_drafter_propose(d, &lj, 1), 0);
     ck_assert_int_eq(lj.n_out, 4);
-    ck_assert_int_eq(lj.by, ACTOR_DRAFT_NGRAM);
+    ck_assert_int_eq(lj.by, SERVE_DRAFTER_NGRAM);
     ck_assert_int_eq(got[0], 3 + 400 % 5);
     ck_assert_int_ge(actor_counters_get(cnt, "fallback.ngram"), 1);
     /* end frees the state */
-    int before = actor_draft_states(d);
-    actor_draft_end(d, 0, 0);
-    actor_draft_end(d, 5, 12345); /* unknown: no-op */
-    ck_assert_int_le(actor_draft_states(d), before);
-    actor_draft_destroy(&d);
+    int before = serve_drafter_states(d);
+    serve_drafter_reset(d, 0, 0);
+    serve_drafter_reset(d, 5, 12345); /* unknown: no-op */
+    ck_assert_int_le(serve_drafter_states(d), before);
+    serve_drafter_destroy(&d);
     actor_counters_destroy(&cnt);
 }
 END_TEST
@@ -800,18 +810,18 @@ START_TEST(vocab_check) {
     model_gguf_t *o = model_gguf_open(OTHER_VOCAB, err, sizeof err);
     model_gguf_t *b = model_gguf_open(BIG_VOCAB, err, sizeof err);
     ck_assert(t && d && o && b);
-    ck_assert_int_eq(actor_draft_check_vocab(t, d, err, sizeof err), 0);
-    ck_assert_int_eq(actor_draft_check_vocab(t, o, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(serve_drafter_check_vocab(t, d, err, sizeof err), 0);
+    ck_assert_int_eq(serve_drafter_check_vocab(t, o, err, sizeof err), -EINVAL);
     printf("vocab check: %s\n", err);
     ck_assert_ptr_nonnull(strstr(err, "vocabulary differs"));
     ck_assert_ptr_nonnull(strstr(err, "token 3"));
-    ck_assert_int_eq(actor_draft_check_vocab(t, b, err, sizeof err), -EINVAL);
+    ck_assert_int_eq(serve_drafter_check_vocab(t, b, err, sizeof err), -EINVAL);
     printf("vocab check: %s\n", err);
     ck_assert_ptr_nonnull(strstr(err, "vocabulary differs"));
     /* the drafter refuses to start with it */
-    actor_draft_config_t cfg = {
-        .mode = ACTOR_DRAFT_MODEL, .draft_model = OTHER_VOCAB, .target_model = TARGET};
-    ck_assert_ptr_null(actor_draft_new(&cfg, err, sizeof err));
+    serve_drafter_config_t cfg = {
+        .mode = SERVE_DRAFTER_MODEL, .draft_model = OTHER_VOCAB, .target_model = TARGET};
+    ck_assert_ptr_null(serve_drafter_new(&cfg, err, sizeof err));
     ck_assert_ptr_nonnull(strstr(err, "vocabulary differs"));
     model_gguf_destroy(&t);
     model_gguf_destroy(&d);

@@ -1,0 +1,370 @@
+/* serve_step.c - the target worker's step (serve_step.h): plan, attach cached
+ * prefixes, reserve KV, assemble one batch (drafts after their decode token), run the
+ * forward pass, then per item publish / write through, sample or verify, and end what
+ * is done.  Owns only the step buffers. */
+#include "serve_step.h"
+
+#include "base_clock.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct serve_step_t {
+    serve_step_config_t cfg;        /* borrowed objects and switches */
+    serve_step_sink_t sink;         /* where results go */
+    int n_vocab;                    /* logits per row */
+    int block_size;                 /* positions per KV block */
+    int max_batch;                  /* items per step */
+    double step_us;                 /* EMA of a forward step's wall time */
+    sched_batch_item_t *items;      /* (max_batch) */
+    int32_t *b_tok, *b_pos, *b_seq; /* (room) */
+    bool *b_want;                   /* (room) */
+    model_seq_view_t *b_seqs;       /* (max_batch) */
+    float *logits;                  /* (rows, n_vocab) rows = max_batch * (1 + K with spec) */
+    float *lp_rows;                 /* ((1 + MODEL_SPEC_MAX_K), n_vocab) log-softmax rows */
+};
+
+static void s_count(serve_step_t *st, const char *name, int64_t v) {
+    if (st->sink.count)
+        st->sink.count(st->sink.arg, name, v);
+}
+
+static void s_note(serve_step_t *st, serve_step_seq_t *s, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void s_note(serve_step_t *st, serve_step_seq_t *s, const char *what, const char *fmt, ...) {
+    if (!s->trace || !st->sink.note)
+        return;
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    st->sink.note(st->sink.arg, s, what, why);
+}
+
+int serve_step_max_tokens(const sched_batch_config_t *sc, bool spec) {
+    int step = sc->step_tokens < sc->max_batch ? sc->max_batch : sc->step_tokens;
+    return step + (spec ? sc->max_batch * MODEL_SPEC_MAX_K : 0);
+}
+
+void serve_step_destroy(serve_step_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    serve_step_t *st = *self_p;
+    free(st->items);
+    free(st->b_tok);
+    free(st->b_pos);
+    free(st->b_seq);
+    free(st->b_want);
+    free(st->b_seqs);
+    free(st->logits);
+    free(st->lp_rows);
+    free(st);
+    *self_p = NULL;
+}
+
+serve_step_t *serve_step_new(const serve_step_config_t *cfg, const serve_step_sink_t *sink) {
+    serve_step_t *st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    st->cfg = *cfg;
+    st->sink = *sink;
+    const sched_batch_config_t *sc = sched_batch_config(cfg->sched);
+    st->n_vocab = model_config(cfg->model)->n_vocab;
+    st->block_size = kv_cache_block_size(cfg->kv);
+    st->max_batch = sc->max_batch;
+    int room = serve_step_max_tokens(sc, cfg->spec);
+    int rows = st->max_batch * (cfg->spec ? 1 + MODEL_SPEC_MAX_K : 1);
+    st->items = malloc((size_t)st->max_batch * sizeof *st->items);
+    st->b_tok = malloc((size_t)room * sizeof *st->b_tok);
+    st->b_pos = malloc((size_t)room * sizeof *st->b_pos);
+    st->b_seq = malloc((size_t)room * sizeof *st->b_seq);
+    st->b_want = malloc((size_t)room * sizeof *st->b_want);
+    st->b_seqs = malloc((size_t)st->max_batch * sizeof *st->b_seqs);
+    st->logits = malloc((size_t)rows * st->n_vocab * sizeof *st->logits);
+    st->lp_rows = malloc((size_t)(1 + MODEL_SPEC_MAX_K) * st->n_vocab * sizeof *st->lp_rows);
+    if (!st->items || !st->b_tok || !st->b_pos || !st->b_seq || !st->b_want || !st->b_seqs ||
+        !st->logits || !st->lp_rows)
+        serve_step_destroy(&st);
+    return st;
+}
+
+double serve_step_us(const serve_step_t *self) {
+    return self->step_us;
+}
+
+int serve_step_admit(serve_step_t *self, serve_step_seq_t *s, const char **why) {
+    s->fresh = true;
+    int rc =
+        sched_batch_submit(self->cfg.sched, s->rid, s->n_prompt, s->max_tokens - s->n_carried, s);
+    if (why)
+        *why = rc == 0         ? ""
+               : rc == -EAGAIN ? "the worker's queue is full"
+               : rc == -E2BIG  ? "prompt + max_tokens do not fit in the context or KV pool"
+               : rc == -EEXIST ? "duplicate request id"
+                               : "invalid request";
+    return rc;
+}
+
+int serve_step_draft(serve_step_t *self, serve_step_seq_t *s, int base, const int32_t *tokens,
+                     int n) {
+    if (base != s->n_hist)
+        return -ESTALE;
+    if (n < 0 || n > MODEL_SPEC_MAX_K)
+        return -EINVAL;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= self->n_vocab)
+            return -EINVAL;
+    memcpy(s->draft, tokens, (size_t)n * sizeof *s->draft);
+    s->n_draft = n;
+    s->draft_base = base;
+    return 0;
+}
+
+void serve_step_publish(serve_step_t *self, serve_step_seq_t *s, int upto, bool last_partial) {
+    int bs = self->block_size;
+    if (upto > s->n_hist)
+        upto = s->n_hist;
+    int pin_end = s->pin_tokens / bs * bs;
+    if (pin_end > upto)
+        pin_end = upto / bs * bs;
+    if (pin_end > 0)
+        kv_cache_publish(self->cfg.kv, &s->kv, s->hist, pin_end, false, 200);
+    kv_cache_publish(self->cfg.kv, &s->kv, s->hist, upto, last_partial, 0);
+}
+
+/* Log-softmax of a row of raw logits (the model's own distribution, before any
+ * sampling transform) into out (n). */
+static void s_log_softmax(const float *logits, float *out, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++)
+        mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += exp((double)(logits[i] - mx));
+    float lse = mx + (float)log(sum);
+    for (int i = 0; i < n; i++)
+        out[i] = logits[i] - lse;
+}
+
+/* s ends (out of the scheduler first). */
+static void s_finish(serve_step_t *st, serve_step_seq_t *s, int index, int32_t token, int why,
+                     const float *lsm) {
+    sched_batch_remove(st->cfg.sched, s->rid);
+    st->sink.finish(st->sink.arg, s, index, token, why, lsm);
+}
+
+static void s_fail(serve_step_t *st, serve_step_seq_t *s, int rc, const char *why) {
+    sched_batch_remove(st->cfg.sched, s->rid);
+    st->sink.error(st->sink.arg, s, rc, why);
+}
+
+/* Token t of s was sampled: the end of generation ends it, max_tokens too (with t),
+ * otherwise it goes to the sink.  advance: positions the scheduler records before
+ * the sink hears of it (-1: none, the caller advances later).  True while s goes on. */
+static bool s_emit(serve_step_t *st, serve_step_seq_t *s, int32_t t, const float *lsm,
+                   int advance) {
+    int index = serve_step_done(s);
+    if (st->cfg.tok && model_tokenizer_is_eog(st->cfg.tok, t)) {
+        s_finish(st, s, -1, -1, SERVE_STEP_EOS, NULL);
+        return false;
+    }
+    s->hist[s->n_hist++] = t;
+    s_count(st, "tokens.generated", 1);
+    if (index + 1 >= s->max_tokens) {
+        s_finish(st, s, index, t, SERVE_STEP_LENGTH, lsm);
+        return false;
+    }
+    if (advance >= 0)
+        sched_batch_advance(st->cfg.sched, s->rid, advance, true);
+    if (st->sink.token(st->sink.arg, s, index, t, lsm)) { /* a stop string matched */
+        sched_batch_remove(st->cfg.sched, s->rid);
+        s_count(st, "stopped", 1);
+        s_count(st, "completed", 1);
+        st->sink.ended(st->sink.arg, s);
+        return false;
+    }
+    return true;
+}
+
+/* A decode item ran with nd drafts: verify them (model_spec_verify), emit the
+ * accepted tokens and the target's own next one, roll the KV of the rejected
+ * positions back.  lg: (nd + 1, n_vocab) logits. */
+static void s_verify(serve_step_t *st, serve_step_seq_t *s, const sched_batch_item_t *it, float *lg,
+                     int nd) {
+    int32_t out[MODEL_SPEC_MAX_K + 1];
+    int nv = st->n_vocab;
+    int h = s->n_hist;                           /* position of the first new token */
+    for (int i = 0; s->logprobs && i <= nd; i++) /* before verify changes the rows */
+        s_log_softmax(lg + (size_t)i * nv, st->lp_rows + (size_t)i * nv, nv);
+    int e =
+        model_spec_verify(st->cfg.sampler, &s->sp, lg, s->draft, nd, s->hist, s->n_hist, h, out);
+    s->n_draft = 0;
+    if (e < 1) {
+        s_fail(st, s, e < 0 ? e : -EIO, "speculative verification failed");
+        return;
+    }
+    int acc = e - 1;
+    model_spec_adapt_observe(&s->adapt, nd, acc);
+    s->proposed += nd;
+    s->accepted += acc;
+    s_count(st, "spec.proposed", nd);
+    s_count(st, "spec.accepted", acc);
+    s_count(st, "spec.steps", 1);
+    /* positions it->pos0 .. it->pos0 + acc hold valid KV; the rest is rolled back */
+    s->n_computed = it->pos0 + 1 + acc;
+    kv_cache_truncate(st->cfg.kv, &s->kv, s->n_computed);
+    int n_emit = 0;
+    for (int i = 0; i < e; i++) {
+        const float *lsm = s->logprobs ? st->lp_rows + (size_t)i * nv : NULL;
+        if (!s_emit(st, s, out[i], lsm, -1))
+            return;
+        n_emit++;
+    }
+    sched_batch_advance_spec(st->cfg.sched, s->rid, 1 + acc, n_emit);
+    if (st->sink.decoded)
+        st->sink.decoded(st->sink.arg, s);
+}
+
+/* A request runs for the first time: attach its cached prefix and start its
+ * first prefill chunk after it (the positions skipped are reported to the
+ * scheduler with the chunk, in s->skip). */
+static void s_attach(serve_step_t *st, serve_step_seq_t *s, sched_batch_item_t *it) {
+    s->fresh = false;
+    s->skip = 0;
+    if (!it->prefill || it->pos0 != 0)
+        return;
+    int c = kv_cache_attach_prefix(st->cfg.kv, &s->kv, s->hist, s->n_prompt);
+    s_note(st, s, "admit",
+           "a batch slot and KV room (its reservation: prompt + max_tokens); %d of %d positions "
+           "attached from the prefix cache",
+           c > 0 ? c : 0, s->n_prompt);
+    serve_metrics_step_prefix(st->cfg.metrics, c > 0 ? c : 0);
+    if (c <= 0)
+        return;
+    s->n_cached = s->n_computed = s->skip = c;
+    s_count(st, "kv.cached_tokens", c);
+    it->pos0 = c;
+    if (it->n > s->n_prompt - c)
+        it->n = s->n_prompt - c;
+    it->sample = it->pos0 + it->n == s->n_prompt;
+}
+
+/* The batch of the step's items: each item's tokens, then a decode item's drafts.
+ * The number of tokens, or -ENOSPC. */
+static int s_assemble(serve_step_t *st, int n_items) {
+    uint64_t now = base_now_us();
+    int nt = 0;
+    for (int k = 0; k < n_items; k++) {
+        sched_batch_item_t *it = &st->items[k];
+        serve_step_seq_t *s = it->user;
+        if (s->fresh)
+            s_attach(st, s, it);
+        if (kv_cache_reserve(st->cfg.kv, &s->kv, it->pos0, it->pos0 + it->n)) {
+            /* cannot happen while the scheduler's accounting holds: every
+             * block in use belongs to a running request's reservation */
+            s_count(st, "kv.reserve_failed", 1);
+            return -ENOSPC;
+        }
+        if (it->prefill && !s->t_prefill)
+            s->t_prefill = now;
+        /* a decode item verifies its drafts in the same pass: the last known
+         * token then draft[0..nd) at the following positions, logits for all */
+        int nd = 0;
+        if (st->cfg.spec && !it->prefill && it->sample && s->n_draft > 0 &&
+            s->draft_base == s->n_hist) {
+            nd = s->n_draft;
+            if (kv_cache_reserve(st->cfg.kv, &s->kv, it->pos0, it->pos0 + 1 + nd))
+                nd = 0; /* no room: plain decode this step */
+        }
+        s->n_draft = nd; /* what this step verifies */
+        st->b_seqs[k] = (model_seq_view_t){s->kv.blocks, s->kv.n};
+        for (int j = 0; j < it->n; j++, nt++) {
+            st->b_tok[nt] = s->hist[it->pos0 + j];
+            st->b_pos[nt] = it->pos0 + j;
+            st->b_seq[nt] = k;
+            st->b_want[nt] = it->sample && j == it->n - 1;
+        }
+        for (int j = 0; j < nd; j++, nt++) {
+            st->b_tok[nt] = s->draft[j];
+            st->b_pos[nt] = it->pos0 + 1 + j;
+            st->b_seq[nt] = k;
+            st->b_want[nt] = true;
+        }
+        if (nd)
+            s_count(st, "tokens.verified", nd);
+        s_count(st, it->prefill ? "tokens.prefill" : "tokens.decode", it->n);
+    }
+    return nt;
+}
+
+int serve_step_run(serve_step_t *self) {
+    serve_step_t *st = self;
+    int n_items = sched_batch_plan(st->cfg.sched, st->items, st->max_batch);
+    if (n_items <= 0)
+        return 0;
+    int nt = s_assemble(st, n_items);
+    if (nt < 0)
+        return nt;
+    model_batch_t b = {nt, st->b_tok, st->b_pos, st->b_seq, st->b_want, n_items, st->b_seqs};
+    uint64_t t_fwd = base_now_us();
+    int got = model_ctx_forward(st->cfg.ctx, &b, kv_cache_pool(st->cfg.kv), st->logits);
+    double dt = (double)(base_now_us() - t_fwd);
+    st->step_us = st->step_us > 0 ? 0.9 * st->step_us + 0.1 * dt : dt;
+    s_count(st, "steps", 1);
+    serve_metrics_step_observe(st->cfg.metrics, n_items, nt);
+    if (got < 0) {
+        for (int k = 0; k < n_items; k++)
+            s_fail(st, st->items[k].user, got, "forward pass failed");
+        return got;
+    }
+    uint64_t now = base_now_us();
+    int row = 0, nv = st->n_vocab;
+    for (int k = 0; k < n_items; k++) {
+        sched_batch_item_t *it = &st->items[k];
+        serve_step_seq_t *s = it->user;
+        if (it->prefill)
+            s_note(st, s, "prefill", "positions %d..%d of %d in a step of %d requests, %d tokens",
+                   it->pos0, it->pos0 + it->n, s->n_prompt, n_items, nt);
+        else
+            s_note(st, s, "decode",
+                   "token %d in a step of %d requests, %d tokens; %d drafts verified%s%s",
+                   serve_step_done(s), n_items, nt, s->n_draft, s->n_draft ? ": " : "",
+                   s->n_draft ? s->spec_why : "");
+        s->n_computed = it->pos0 + it->n;
+        /* full blocks are shareable as soon as they are computed; with write-through
+         * they go to the lower tiers then too */
+        bool wt = st->cfg.write_through && st->sink.written;
+        if (it->prefill || (wt && s->n_computed % st->block_size == 0))
+            serve_step_publish(st, s, s->n_computed, false);
+        if (wt)
+            kv_cache_write_through(st->cfg.kv, &s->kv, st->sink.written, st->sink.arg);
+        int skip = s->skip; /* cached positions before this chunk (first chunk only) */
+        s->skip = 0;
+        if (!it->sample) {
+            sched_batch_advance(st->cfg.sched, s->rid, skip + it->n, false);
+            continue;
+        }
+        float *lg = st->logits + (size_t)row * nv;
+        int nd = it->prefill ? 0 : s->n_draft;
+        row += 1 + nd;
+        int pos = it->pos0 + it->n;
+        if (!s->t_first)
+            s->t_first = now;
+        s->t_last = now;
+        if (nd > 0) {
+            s_verify(st, s, it, lg, nd);
+            continue;
+        }
+        if (s->logprobs)
+            s_log_softmax(lg, st->lp_rows, nv);
+        int32_t next = model_sampler_sample(st->cfg.sampler, &s->sp, lg, s->hist, s->n_hist, pos);
+        if (s_emit(st, s, next, s->logprobs ? st->lp_rows : NULL, skip + it->n) && st->sink.decoded)
+            st->sink.decoded(st->sink.arg, s);
+    }
+    return n_items;
+}

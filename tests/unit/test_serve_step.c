@@ -1,0 +1,382 @@
+/* test_serve_step.c - serve/serve_step: the target worker's step without sockets.  A
+ * step admits requests, runs a prompt in prefill chunks (no token before its last chunk),
+ * puts decode tokens before prefill chunks, ends a request on max_tokens or when the sink
+ * says a stop string matched, and refuses what cannot fit.  On the default model, greedy
+ * generation through the step gives the same tokens as plain greedy decoding with the
+ * model API (model_ctx_forward, one position at a time from an empty cache), and a draft
+ * is verified in the decode pass: the accepted part and the target's own token are
+ * emitted, the KV of the rejected positions rolled back.  The ordering cases run on a
+ * small synthetic model (test_synth_model), so they need no download. */
+#include "serve_step.h"
+
+#include "kern_kv.h"
+#include "kv_codec.h"
+#include "test_util.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char DIR_[256], SYNTH[300];
+
+/* A request as a test holds it: the step's part first, then what the sink collected. */
+typedef struct {
+    serve_step_seq_t seq;
+    int32_t got[64]; /* tokens delivered (token and finish), in order */
+    int n_got;
+    int finish;      /* SERVE_STEP_*, or -1 while it runs */
+    bool freed;      /* finish, ended or error came */
+    int stop_after;  /* the sink reports a stop string after this many tokens (0: never) */
+    int32_t buf[96]; /* hist */
+} s_req_t;
+
+/* Everything a worker would own, and the counters of the last step. */
+typedef struct {
+    model_t *model;
+    model_tokenizer_t *tok;
+    model_ctx_t *ctx;
+    kv_cache_t *kv;
+    sched_batch_t *sched;
+    model_sampler_t *sampler;
+    serve_step_t *step;
+    int64_t prefill, decode, verified; /* tokens of the last step */
+    int errors;
+} s_world_t;
+
+static bool s_token(void *arg, serve_step_seq_t *seq, int index, int32_t token, const float *lsm) {
+    (void)arg, (void)lsm;
+    s_req_t *r = (s_req_t *)seq;
+    ck_assert_int_eq(index, r->n_got); /* in order, once */
+    r->got[r->n_got++] = token;
+    return r->stop_after && r->n_got >= r->stop_after;
+}
+
+static void s_finish(void *arg, serve_step_seq_t *seq, int index, int32_t token, int why,
+                     const float *lsm) {
+    (void)arg, (void)lsm;
+    s_req_t *r = (s_req_t *)seq;
+    if (index >= 0) {
+        ck_assert_int_eq(index, r->n_got);
+        r->got[r->n_got++] = token;
+    }
+    r->finish = why;
+    r->freed = true;
+}
+
+static void s_ended(void *arg, serve_step_seq_t *seq) {
+    (void)arg;
+    ((s_req_t *)seq)->freed = true;
+}
+
+static void s_error(void *arg, serve_step_seq_t *seq, int rc, const char *why) {
+    (void)rc, (void)why;
+    ((s_world_t *)arg)->errors++;
+    ((s_req_t *)seq)->freed = true;
+}
+
+static void s_count(void *arg, const char *name, int64_t value) {
+    s_world_t *w = arg;
+    if (!strcmp(name, "tokens.prefill"))
+        w->prefill += value;
+    else if (!strcmp(name, "tokens.decode"))
+        w->decode += value;
+    else if (!strcmp(name, "tokens.verified"))
+        w->verified += value;
+}
+
+/* A world on the model at path: max_batch, step_tokens, KV blocks of 4 positions (f32,
+ * so that the step computes what the oracle computes); with_tok: end on EOG tokens. */
+static void s_world_init(s_world_t *w, const char *path, int max_batch, int step_tokens,
+                         bool with_tok, bool spec) {
+    char err[256];
+    memset(w, 0, sizeof *w);
+    w->model = model_load(path, err, sizeof err);
+    ck_assert_msg(w->model != NULL, "%s", err);
+    const model_config_t *cfg = model_config(w->model);
+    if (with_tok) {
+        w->tok = model_tokenizer_new(model_file(w->model), err, sizeof err);
+        ck_assert_msg(w->tok != NULL, "%s", err);
+    }
+    sched_batch_config_t sc = {max_batch, 2, 64, 4, step_tokens, 256};
+    w->sched = sched_batch_new(&sc);
+    w->ctx = model_ctx_new(w->model, serve_step_max_tokens(&sc, spec), 256, 1, NULL);
+    kv_cache_config_t kc = {KV_FMT_F32, 4, 64, KV_POLICY_LRU, true};
+    kern_kv_shape_t shape = model_kv_shape(cfg, 4);
+    w->kv = kv_cache_new(&shape, &kc);
+    w->sampler = model_sampler_new(cfg->n_vocab);
+    ck_assert(w->sched && w->ctx && w->kv && w->sampler);
+    serve_step_config_t stc = {w->model,   w->tok, w->ctx, w->kv, w->sched,
+                               w->sampler, NULL,   spec,   false};
+    serve_step_sink_t sink = {w, s_token, s_finish, s_ended, s_error, NULL, NULL, s_count, NULL};
+    w->step = serve_step_new(&stc, &sink);
+    ck_assert_ptr_nonnull(w->step);
+}
+
+static void s_world_free(s_world_t *w) {
+    serve_step_destroy(&w->step);
+    serve_step_destroy(&w->step); /* safe twice */
+    sched_batch_destroy(&w->sched);
+    kv_cache_destroy(&w->kv);
+    model_ctx_destroy(&w->ctx);
+    model_sampler_destroy(&w->sampler);
+    model_tokenizer_destroy(&w->tok);
+    model_destroy(&w->model);
+}
+
+/* A greedy request for prompt[0..n) generating max_tokens. */
+static void s_req_init(s_req_t *r, uint64_t rid, const int32_t *prompt, int n, int max_tokens) {
+    memset(r, 0, sizeof *r);
+    ck_assert_int_le(n + max_tokens, 96);
+    r->seq.rid = rid;
+    r->seq.hist = r->buf;
+    memcpy(r->buf, prompt, (size_t)n * sizeof *prompt);
+    r->seq.n_prompt = r->seq.n_hist = n;
+    r->seq.max_tokens = max_tokens;
+    r->seq.sp.temperature = 0; /* greedy */
+    r->seq.sp.repeat_penalty = 1;
+    r->finish = -1;
+}
+
+/* One step; the counters then say what it ran. */
+static int s_run(s_world_t *w) {
+    w->prefill = w->decode = w->verified = 0;
+    return serve_step_run(w->step);
+}
+
+/* The model's greedy continuation of prompt (n_gen tokens, fewer when an EOG token
+ * comes first; tok may be NULL): one position per forward pass from an empty cache,
+ * without the scheduler or kv_cache.  Returns the tokens written. */
+static int s_greedy(const s_world_t *w, const int32_t *prompt, int n, int n_gen, int32_t *out) {
+    const model_config_t *cfg = model_config(w->model);
+    kern_kv_shape_t shape = model_kv_shape(cfg, 16);
+    kern_kv_pool_t kv;
+    ck_assert_int_eq(kern_kv_pool_init(&kv, &shape, KERN_F32, 8), 0);
+    int32_t blocks[8] = {0, 1, 2, 3, 4, 5, 6, 7}, seq[128], zero = 0;
+    model_ctx_t *ctx = model_ctx_new(w->model, 1, 128, 1, NULL);
+    float *logits = malloc((size_t)cfg->n_vocab * sizeof *logits);
+    ck_assert(ctx && logits);
+    memcpy(seq, prompt, (size_t)n * sizeof *seq);
+    int got = 0;
+    for (int p = 0; p < n + n_gen - 1; p++) {
+        bool want = p >= n - 1;
+        model_seq_view_t sv = {blocks, 8};
+        model_batch_t b = {1, &seq[p], &p, &zero, &want, 1, &sv};
+        ck_assert_int_eq(model_ctx_forward(ctx, &b, &kv, logits), want ? 1 : 0);
+        if (!want)
+            continue;
+        int32_t t = model_argmax(logits, cfg->n_vocab);
+        if (w->tok && model_tokenizer_is_eog(w->tok, t))
+            break;
+        seq[p + 1] = out[got++] = t;
+    }
+    free(logits);
+    model_ctx_destroy(&ctx);
+    kern_kv_pool_free(&kv);
+    return got;
+}
+
+/* ------------------------------------------------------------------ no model needed */
+
+/* A 10-token prompt with 4 tokens per step: two prefill chunks without a token, the
+ * third chunk (2 tokens) samples the first token, then one decode token per step until
+ * max_tokens ends it with its last token. */
+START_TEST(prefill_chunks_then_decode) {
+    s_world_t w;
+    s_world_init(&w, SYNTH, 4, 4, false, false);
+    const int32_t prompt[10] = {3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    s_req_t r;
+    s_req_init(&r, 1, prompt, 10, 5);
+    const char *why = NULL;
+    ck_assert_int_eq(serve_step_admit(w.step, &r.seq, &why), 0);
+    int chunks[] = {4, 4, 2};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(s_run(&w), 1);
+        ck_assert_int_eq(w.prefill, chunks[i]);
+        ck_assert_int_eq(r.n_got, i < 2 ? 0 : 1);
+    }
+    for (int i = 1; i < 5; i++) {
+        ck_assert_int_eq(s_run(&w), 1);
+        ck_assert_int_eq(w.decode, 1);
+        ck_assert_int_eq(w.prefill, 0);
+        ck_assert_int_eq(r.n_got, i + 1);
+    }
+    ck_assert_int_eq(r.finish, SERVE_STEP_LENGTH);
+    ck_assert(r.freed);
+    ck_assert(!sched_batch_has(w.sched, 1));
+    ck_assert_int_eq(s_run(&w), 0); /* nothing left */
+    /* the prompt's full blocks were published: the same prompt attaches them */
+    ck_assert_int_ge(kv_cache_match(w.kv, prompt, 10), 8);
+    kv_cache_release(w.kv, &r.seq.kv);
+    s_world_free(&w);
+}
+END_TEST
+
+/* A running request's decode token goes first; a new prompt gets the rest of the step. */
+START_TEST(decode_before_prefill) {
+    s_world_t w;
+    s_world_init(&w, SYNTH, 4, 4, false, false);
+    const int32_t pa[3] = {3, 4, 5}, pb[8] = {6, 7, 8, 9, 10, 11, 12, 13};
+    s_req_t a, b;
+    s_req_init(&a, 1, pa, 3, 8);
+    s_req_init(&b, 2, pb, 8, 8);
+    ck_assert_int_eq(serve_step_admit(w.step, &a.seq, NULL), 0);
+    ck_assert_int_eq(s_run(&w), 1); /* a's prompt, and its first token */
+    ck_assert_int_eq(a.n_got, 1);
+    ck_assert_int_eq(serve_step_admit(w.step, &b.seq, NULL), 0);
+    ck_assert_int_eq(s_run(&w), 2);
+    ck_assert_int_eq(w.decode, 1);  /* a */
+    ck_assert_int_eq(w.prefill, 3); /* b's first chunk: what is left of the step */
+    ck_assert_int_eq(a.n_got, 2);
+    ck_assert_int_eq(b.n_got, 0);
+    /* the sink reports a stop string: the request leaves the scheduler at once */
+    a.stop_after = 3;
+    ck_assert_int_eq(s_run(&w), 2);
+    ck_assert(a.freed);
+    ck_assert_int_eq(a.finish, -1);
+    ck_assert(!sched_batch_has(w.sched, 1));
+    ck_assert(sched_batch_has(w.sched, 2));
+    kv_cache_release(w.kv, &a.seq.kv);
+    sched_batch_remove(w.sched, 2);
+    kv_cache_release(w.kv, &b.seq.kv);
+    s_world_free(&w);
+}
+END_TEST
+
+/* What cannot run is refused with the scheduler's reason; a draft must continue the
+ * current history and stay in the vocabulary. */
+START_TEST(refusals) {
+    s_world_t w;
+    s_world_init(&w, SYNTH, 1, 4, false, true);
+    const int32_t p[4] = {3, 4, 5, 6};
+    s_req_t r[4];
+    const char *why = NULL;
+    s_req_init(&r[0], 1, p, 4, 90);
+    ck_assert_int_eq(serve_step_admit(w.step, &r[0].seq, &why), 0);
+    ck_assert_str_eq(why, "");
+    s_req_init(&r[1], 1, p, 4, 4);
+    ck_assert_int_eq(serve_step_admit(w.step, &r[1].seq, &why), -EEXIST);
+    /* one running, a queue of 2: the fourth is overloaded */
+    s_req_init(&r[1], 2, p, 4, 4);
+    s_req_init(&r[2], 3, p, 4, 4);
+    s_req_init(&r[3], 4, p, 4, 4);
+    ck_assert_int_eq(s_run(&w), 1); /* r[0] runs (admitted), the others wait */
+    ck_assert_int_eq(serve_step_admit(w.step, &r[1].seq, &why), 0);
+    ck_assert_int_eq(serve_step_admit(w.step, &r[2].seq, &why), 0);
+    ck_assert_int_eq(serve_step_admit(w.step, &r[3].seq, &why), -EAGAIN);
+    ck_assert_str_eq(why, "the worker's queue is full");
+    /* drafts */
+    int32_t d[2] = {5, 6}, bad = 1 << 20;
+    ck_assert_int_eq(serve_step_draft(w.step, &r[0].seq, r[0].seq.n_hist - 1, d, 2), -ESTALE);
+    ck_assert_int_eq(serve_step_draft(w.step, &r[0].seq, r[0].seq.n_hist, &bad, 1), -EINVAL);
+    ck_assert_int_eq(serve_step_draft(w.step, &r[0].seq, r[0].seq.n_hist, d, 2), 0);
+    ck_assert_int_eq(r[0].seq.n_draft, 2);
+    for (int i = 1; i <= 3; i++)
+        sched_batch_remove(w.sched, (uint64_t)i);
+    kv_cache_release(w.kv, &r[0].seq.kv);
+    s_world_free(&w);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ the default model */
+
+/* Two greedy requests batched through the step, prompts in chunks of at most 4
+ * tokens: each gives the tokens of plain greedy decoding. */
+START_TEST(step_equals_greedy) {
+    s_world_t w;
+    s_world_init(&w, test_model_path(), 2, 4, true, false);
+    const int32_t pa[7] = {504, 3458, 282, 4649, 314, 3575, 30};
+    const int32_t pb[5] = {1, 339, 1435, 288, 1117};
+    s_req_t a, b;
+    s_req_init(&a, 1, pa, 7, 12);
+    s_req_init(&b, 2, pb, 5, 12);
+    ck_assert_int_eq(serve_step_admit(w.step, &a.seq, NULL), 0);
+    ck_assert_int_eq(serve_step_admit(w.step, &b.seq, NULL), 0);
+    for (int i = 0; i < 64 && !(a.freed && b.freed); i++)
+        ck_assert_int_gt(s_run(&w), 0);
+    ck_assert(a.freed && b.freed);
+    ck_assert_int_eq(w.errors, 0);
+    s_req_t *rs[2] = {&a, &b};
+    for (int q = 0; q < 2; q++) {
+        s_req_t *r = rs[q];
+        int32_t want[16];
+        int n = s_greedy(&w, r->seq.hist, r->seq.n_prompt, 12, want);
+        ck_assert_int_eq(r->finish, n < 12 ? SERVE_STEP_EOS : SERVE_STEP_LENGTH);
+        ck_assert_int_eq(r->n_got, n);
+        for (int i = 0; i < n; i++)
+            ck_assert_int_eq(r->got[i], want[i]);
+        kv_cache_release(w.kv, &r->seq.kv);
+    }
+    s_world_free(&w);
+}
+END_TEST
+
+/* A draft whose first token is the model's and whose second is not: the decode pass
+ * verifies it, emits the accepted token and the target's own next one, and keeps the
+ * KV of those positions only; generation then goes on exactly as plain greedy. */
+START_TEST(verify_draft_rolls_back) {
+    s_world_t w;
+    s_world_init(&w, test_model_path(), 1, 16, true, true);
+    const int32_t p[6] = {504, 3458, 282, 4649, 314, 3575};
+    int32_t want[16];
+    s_req_t r;
+    s_req_init(&r, 7, p, 6, 10);
+    int n = s_greedy(&w, p, 6, 10, want);
+    ck_assert_int_ge(n, 4); /* the prompt is chosen so that no EOG comes early */
+    ck_assert_int_eq(serve_step_admit(w.step, &r.seq, NULL), 0);
+    ck_assert_int_eq(s_run(&w), 1); /* prefill, and the first token */
+    ck_assert_int_eq(r.n_got, 1);
+    int32_t d[3] = {want[1], (want[2] + 1) % 1000, want[3]};
+    ck_assert_int_eq(serve_step_draft(w.step, &r.seq, r.seq.n_hist, d, 3), 0);
+    int pos0 = r.seq.n_hist - 1; /* the decode token's position */
+    ck_assert_int_eq(s_run(&w), 1);
+    ck_assert_int_eq(w.verified, 3);
+    ck_assert_int_eq(r.seq.proposed, 3);
+    ck_assert_int_eq(r.seq.accepted, 1);
+    ck_assert_int_eq(r.n_got, 3); /* want[1] accepted, want[2] the target's own */
+    ck_assert_int_eq(r.seq.n_computed, pos0 + 2);
+    ck_assert_int_eq(r.seq.kv.n, (r.seq.n_computed + 3) / 4); /* rejected blocks released */
+    ck_assert_int_eq(r.seq.n_draft, 0);
+    for (int i = 0; i < 20 && !r.freed; i++)
+        ck_assert_int_gt(s_run(&w), 0);
+    ck_assert_int_eq(r.n_got, n);
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(r.got[i], want[i]);
+    kv_cache_release(w.kv, &r.seq.kv);
+    s_world_free(&w);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    char err[512];
+    const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(DIR_, sizeof DIR_, "%s/strata-test-step-XXXXXX", tmp);
+    if (!mkdtemp(DIR_)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(SYNTH, sizeof SYNTH, "%s/synth.gguf", DIR_);
+    test_synth_t sc = {.seed = 11};
+    if (test_synth_model(SYNTH, &sc, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        rmdir(DIR_);
+        return 1;
+    }
+    Suite *s = suite_create("serve_step");
+    TCase *tc = tcase_create("ordering");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, prefill_chunks_then_decode);
+    tcase_add_test(tc, decode_before_prefill);
+    tcase_add_test(tc, refusals);
+    suite_add_tcase(s, tc);
+    TCase *tm = test_tcase_model(s, "model");
+    tcase_set_timeout(tm, 300);
+    tcase_add_test(tm, step_equals_greedy);
+    tcase_add_test(tm, verify_draft_rolls_back);
+    int rc = test_run_suite(argc, argv, s, CK_NOFORK);
+    unlink(SYNTH);
+    rmdir(DIR_);
+    return rc;
+}
