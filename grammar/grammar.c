@@ -458,8 +458,7 @@ static int s_hex(s_parser_t *ps, int digits) {
     return v;
 }
 
-/* Decode one UTF-8 character at *p (advancing); -1 on invalid UTF-8. */
-static int s_utf8(const char **pp) {
+int grammar_utf8_decode(const char **pp) {
     const unsigned char *p = (const unsigned char *)*pp;
     int c = p[0], n = c < 0x80 ? 0 : c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
     if (n < 0)
@@ -516,7 +515,7 @@ static int s_char(s_parser_t *ps, bool raw_hex) {
         s_fail(ps, "unterminated literal or class");
         return -1;
     }
-    int v = s_utf8(&ps->p);
+    int v = grammar_utf8_decode(&ps->p);
     if (v < 0)
         s_fail(ps, "invalid UTF-8");
     return v;

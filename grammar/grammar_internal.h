@@ -117,4 +117,8 @@ typedef struct {
 } grange_t;
 void grammar_emit_class(gbuf_t *out, const grange_t *r, int n, bool json_string);
 
+/* Decode one UTF-8 character at *pp, advancing *pp past it: its code point, or -1 (and *pp
+ * unchanged) on invalid UTF-8 (grammar.c; the GBNF and the regex parsers read text with it). */
+int grammar_utf8_decode(const char **pp);
+
 #endif

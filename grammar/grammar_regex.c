@@ -140,21 +140,6 @@ void grammar_emit_class(gbuf_t *out, const grange_t *r, int n, bool json) {
     gbuf_add(out, ")");
 }
 
-static int s_utf8(const char **pp) {
-    const unsigned char *p = (const unsigned char *)*pp;
-    int c = p[0], n = c < 0x80 ? 0 : c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
-    if (n < 0)
-        return -1;
-    int v = n == 0 ? c : c & (0x3F >> n);
-    for (int i = 1; i <= n; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-            return -1;
-        v = (v << 6) | (p[i] & 0x3F);
-    }
-    *pp += n + 1;
-    return v;
-}
-
 static int s_hexn(s_rx_t *rx, int n) {
     int v = 0;
     for (int i = 0; i < n; i++) {
@@ -274,7 +259,7 @@ static int s_class(s_rx_t *rx, grange_t *r) {
             if (lo == -2)
                 continue;
         } else
-            lo = s_utf8(&rx->p);
+            lo = grammar_utf8_decode(&rx->p);
         if (lo < 0) {
             s_fail(rx, "invalid character in class");
             return -1;
@@ -286,7 +271,7 @@ static int s_class(s_rx_t *rx, grange_t *r) {
                 rx->p++;
                 hi = s_escape(rx, r, &n, true);
             } else
-                hi = s_utf8(&rx->p);
+                hi = grammar_utf8_decode(&rx->p);
             if (hi < lo) {
                 s_fail(rx, "bad range in class");
                 return -1;
@@ -394,7 +379,7 @@ static void s_seq(s_rx_t *rx) {
                 rx->p++;
                 cp = s_escape(rx, r, &n, false);
             } else
-                cp = s_utf8(&rx->p);
+                cp = grammar_utf8_decode(&rx->p);
             if (cp == -1) {
                 s_fail(rx, "invalid character");
                 return;
