@@ -14,8 +14,10 @@
 
 #define KC_S_THREADS KERN_CUDA_TOPK_MAX // one candidate per thread in the sort
 
+// Order-preserving unsigned key of a float (not NaN); -0 and +0 share one
+// key, as they compare equal on the CPU (and then tie by id).
 __device__ __forceinline__ uint32_t kc_key(float f) {
-    uint32_t u = __float_as_uint(f);
+    uint32_t u = __float_as_uint(f + 0.0f); // -0 + 0 = +0 under round-to-nearest
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 

@@ -334,9 +334,9 @@ extern "C" int kern_cuda_copy_bandwidth(kern_cuda_ctx_t *c, size_t bytes, int it
         double s = 0;
         if (!rc)
             rc = kern_cuda_timer_stop(c, &s);
-        if (!rc && i > 0 && s > 0) // the first run warms up
-            best =
-                best > 2.0 * (bytes / 16 * 16) / s / 1e9 ? best : 2.0 * (bytes / 16 * 16) / s / 1e9;
+        double gb = 2.0 * (double)(bytes / 16 * 16) / 1e9; // read + written
+        if (!rc && i > 0 && s > 0 && gb / s > best)        // the first run warms up
+            best = gb / s;
     }
     kern_cuda_free(c, a);
     kern_cuda_free(c, b);
