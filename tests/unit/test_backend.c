@@ -90,7 +90,7 @@ END_TEST
 START_TEST(row_ops_are_the_kernels) {
     const kern_ops_t *ops = kern_ops_best();
     kern_backend_t *be = kern_backend_cpu_new(ops);
-    enum { R = 3, N = 200, T = 4, NH = 5, HD = 32, NROT = 24 };
+    enum { R = 3, N = 256, T = 4, NH = 5, HD = 32, NROT = 24 }; /* R * N >= T * NH * HD */
     uint64_t st = 5;
     float x[R * N], w[N], u[R * N], got[R * N], want[R * N], cs[T * NROT];
     rand_fill(x, R * N, &st, -4, 4);
