@@ -46,14 +46,34 @@ int kc_gemm(kern_cuda_ctx_t *c, kern_type_t wt, int64_t k, int nr, int nc, const
             return kern_cuda_fail((c), kc_e, #call);                                               \
     } while (0)
 
-// ---- device-side block decoding -------------------------------------------
+// ---- block decoding, device and host ----------------------------------------
+// The decoders are __host__ __device__ so that test_cuda_decode can check them
+// against the CPU reference on a machine without a GPU.
+#define KC_HD __host__ __device__ __forceinline__
+// #pragma unroll for the device pass only (the host compiler does not know it).
+#ifdef __CUDA_ARCH__
+#define KC_UNROLL _Pragma("unroll")
+#else
+#define KC_UNROLL
+#endif
+
 // kc_f16: raw IEEE half bits to float (exact).
-__device__ __forceinline__ float kc_f16(uint16_t h) {
+KC_HD float kc_f16(uint16_t h) {
     return __half2float(__ushort_as_half(h));
 }
 
+// a * b rounded once, never fused into a following add (the reference's
+// expression order; nvcc would otherwise contract d * q - m into an fma).
+KC_HD float kc_mul(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b; // host: compiled without FMA contraction (x86-64 baseline)
+#endif
+}
+
 // Q4_K / Q5_K 6-bit scale and minimum of sub-block j (as kern_k4_scale_min).
-__device__ __forceinline__ void kc_k4_scale_min(int j, const uint8_t *q, float *sc, float *mn) {
+KC_HD void kc_k4_scale_min(int j, const uint8_t *q, float *sc, float *mn) {
     if (j < 4) {
         *sc = (float)(q[j] & 63);
         *mn = (float)(q[j + 4] & 63);
@@ -71,13 +91,11 @@ __device__ __forceinline__ void kc_k4_scale_min(int j, const uint8_t *q, float *
 
 // Decode group g (elements 32g .. 32g+31) of a row of type T into y[0..32).
 // The arithmetic is the reference's, element for element, so it is exact in F32.
-template <int T>
-__device__ __forceinline__ void kc_dequant_group(const void *row, int64_t g, float *y);
+template <int T> KC_HD void kc_dequant_group(const void *row, int64_t g, float *y);
 
-template <>
-__device__ __forceinline__ void kc_dequant_group<KERN_F32>(const void *row, int64_t g, float *y) {
+template <> KC_HD void kc_dequant_group<KERN_F32>(const void *row, int64_t g, float *y) {
     const float4 *p = (const float4 *)((const float *)row + g * 32);
-#pragma unroll
+    KC_UNROLL
     for (int i = 0; i < 8; i++) {
         float4 v = p[i];
         y[4 * i] = v.x;
@@ -87,14 +105,13 @@ __device__ __forceinline__ void kc_dequant_group<KERN_F32>(const void *row, int6
     }
 }
 
-template <>
-__device__ __forceinline__ void kc_dequant_group<KERN_F16>(const void *row, int64_t g, float *y) {
+template <> KC_HD void kc_dequant_group<KERN_F16>(const void *row, int64_t g, float *y) {
     const uint4 *p = (const uint4 *)((const uint16_t *)row + g * 32);
-#pragma unroll
+    KC_UNROLL
     for (int i = 0; i < 4; i++) {
         uint4 v = p[i];
         uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
+        KC_UNROLL
         for (int j = 0; j < 4; j++) {
             y[8 * i + 2 * j] = kc_f16((uint16_t)(w[j] & 0xFFFF));
             y[8 * i + 2 * j + 1] = kc_f16((uint16_t)(w[j] >> 16));
@@ -102,41 +119,37 @@ __device__ __forceinline__ void kc_dequant_group<KERN_F16>(const void *row, int6
     }
 }
 
-template <>
-__device__ __forceinline__ void kc_dequant_group<KERN_Q4_0>(const void *row, int64_t g, float *y) {
+template <> KC_HD void kc_dequant_group<KERN_Q4_0>(const void *row, int64_t g, float *y) {
     const kern_block_q4_0 *b = (const kern_block_q4_0 *)row + g;
     float d = kc_f16(b->d);
-#pragma unroll
+    KC_UNROLL
     for (int j = 0; j < 16; j++) {
         y[j] = d * (float)((b->qs[j] & 0xF) - 8);
         y[j + 16] = d * (float)((b->qs[j] >> 4) - 8);
     }
 }
 
-template <>
-__device__ __forceinline__ void kc_dequant_group<KERN_Q4_1>(const void *row, int64_t g, float *y) {
+template <> KC_HD void kc_dequant_group<KERN_Q4_1>(const void *row, int64_t g, float *y) {
     const kern_block_q4_1 *b = (const kern_block_q4_1 *)row + g;
     float d = kc_f16(b->d), m = kc_f16(b->m);
-#pragma unroll
+    KC_UNROLL
     for (int j = 0; j < 16; j++) {
-        y[j] = __fmul_rn(d, (float)(b->qs[j] & 0xF)) + m;
-        y[j + 16] = __fmul_rn(d, (float)(b->qs[j] >> 4)) + m;
+        y[j] = kc_mul(d, (float)(b->qs[j] & 0xF)) + m;
+        y[j + 16] = kc_mul(d, (float)(b->qs[j] >> 4)) + m;
     }
 }
 
-template <>
-__device__ __forceinline__ void kc_dequant_group<KERN_Q8_0>(const void *row, int64_t g, float *y) {
+template <> KC_HD void kc_dequant_group<KERN_Q8_0>(const void *row, int64_t g, float *y) {
     const kern_block_q8_0 *b = (const kern_block_q8_0 *)row + g;
     float d = kc_f16(b->d);
-#pragma unroll
+    KC_UNROLL
     for (int j = 0; j < 32; j++)
         y[j] = d * (float)b->qs[j];
 }
 
 // Q4_K: super-block g/8; group c2 = g%8 is sub-block c2: 64-element chunk
 // c2/2, low nibbles for even c2, high for odd.
-template <>
-__device__ __forceinline__ void kc_dequant_group<KERN_Q4_K>(const void *row, int64_t g, float *y) {
+template <> KC_HD void kc_dequant_group<KERN_Q4_K>(const void *row, int64_t g, float *y) {
     const kern_block_q4_K *b = (const kern_block_q4_K *)row + g / 8;
     int j = (int)(g % 8);
     float sc, mn;
@@ -144,16 +157,15 @@ __device__ __forceinline__ void kc_dequant_group<KERN_Q4_K>(const void *row, int
     float d1 = kc_f16(b->d) * sc, m1 = kc_f16(b->dmin) * mn;
     const uint8_t *q = b->qs + 32 * (j / 2);
     int shift = (j & 1) * 4;
-#pragma unroll
+    KC_UNROLL
     for (int l = 0; l < 32; l++)
-        y[l] = __fmul_rn(d1, (float)((q[l] >> shift) & 0xF)) - m1;
+        y[l] = kc_mul(d1, (float)((q[l] >> shift) & 0xF)) - m1;
 }
 
 // Q6_K: super-block g/8; group j = g%8 covers elements 32j .. 32j+31: half
 // n = j/4 (128 elements), quarter r = j%4 (q1..q4 of the reference), scales
 // sc[8n + 2r + l/16].
-template <>
-__device__ __forceinline__ void kc_dequant_group<KERN_Q6_K>(const void *row, int64_t g, float *y) {
+template <> KC_HD void kc_dequant_group<KERN_Q6_K>(const void *row, int64_t g, float *y) {
     const kern_block_q6_K *b = (const kern_block_q6_K *)row + g / 8;
     int j = (int)(g % 8), n = j / 4, r = j % 4;
     float d = kc_f16(b->d);
@@ -161,10 +173,10 @@ __device__ __forceinline__ void kc_dequant_group<KERN_Q6_K>(const void *row, int
     const uint8_t *qh = b->qh + 32 * n;
     const int8_t *sc = b->scales + 8 * n + 2 * r;
     int lshift = (r >> 1) * 4, hshift = 2 * r;
-#pragma unroll
+    KC_UNROLL
     for (int l = 0; l < 32; l++) {
         int q = (((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
-        y[l] = __fmul_rn(d, (float)sc[l / 16]) * (float)q;
+        y[l] = kc_mul(d, (float)sc[l / 16]) * (float)q;
     }
 }
 
