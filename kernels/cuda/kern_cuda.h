@@ -54,10 +54,11 @@ const char *kern_cuda_last_error(const kern_cuda_ctx_t *self);
 int kern_cuda_malloc(kern_cuda_ctx_t *self, void **dptr, size_t bytes);
 /* Free device memory from kern_cuda_malloc; NULL is a no-op. */
 void kern_cuda_free(kern_cuda_ctx_t *self, void *dptr);
-/* Copy host -> device / device -> host / device -> device, ordered on the
- * compute stream and waited for (plain host memory: synchronous). */
+/* Copy host -> device / device -> host, ordered after the work queued on the
+ * compute stream and waited for: complete on return. */
 int kern_cuda_upload(kern_cuda_ctx_t *self, void *dst, const void *src, size_t bytes);
 int kern_cuda_download(kern_cuda_ctx_t *self, void *dst, const void *src, size_t bytes);
+/* Copy device -> device, queued on the compute stream (not waited for). */
 int kern_cuda_copy(kern_cuda_ctx_t *self, void *dst, const void *src, size_t bytes);
 /* Free and total device memory of the context's device, in bytes. */
 int kern_cuda_mem_info(kern_cuda_ctx_t *self, size_t *free_bytes, size_t *total_bytes);
