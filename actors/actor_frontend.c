@@ -415,6 +415,14 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
                           const char *client_key, msg_generate_t *g, bool resume, int have,
                           const int32_t *tokens) {
     actor_counters_add(f->counters, resume ? "resumes" : "requests", 1);
+    char gwhy[256];
+    if (serve_requests_grammar(g, gwhy, sizeof gwhy)) { /* fail-closed: never unconstrained */
+        actor_counters_add(f->counters, "rejected.grammar", 1);
+        s_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_BAD_REQUEST, gwhy);
+        return;
+    }
+    if (g->grammar)
+        actor_counters_add(f->counters, "requests.constrained", 1);
     int err = 0;
     s_req_t *r =
         serve_requests_add(f->reqs, ident, ident_len, g, have, tokens, base_now_us(), &err);

@@ -131,6 +131,8 @@ static void s_on_request(void *self, const msg_tok_request_t *q) {
     w.trace = g->trace;
     w.logprobs = g->logprobs;
     w.top_logprobs = g->top_logprobs;
+    w.grammar = g->grammar; /* borrowed: compiled to GBNF by the frontend */
+    w.grammar_len = g->grammar_len;
     msg_trace_step_t step;
     if (g->trace) { /* from where the chain ended (the arrival, or a resume) to now */
         uint64_t now = base_now_us();

@@ -10,6 +10,7 @@
 #include "actor_placement.h"
 
 #include "base_log.h"
+#include "grammar_mask.h"
 #include "kv_cache.h"
 #include "model.h"
 #include "model_sampler.h"
@@ -29,6 +30,18 @@
 #include <unistd.h>
 
 /* One request the worker holds (waiting or running). */
+/* A compiled grammar and its token index, shared by the requests that use the same GBNF
+ * text (the worker's bounded cache; one freed when no cache slot and no request holds it). */
+typedef struct {
+    char *text; /* its GBNF */
+    grammar_t *g;
+    grammar_index_t *ix; /* over the worker's vocabulary */
+    int refs;            /* requests using it */
+    bool cached;         /* in the cache */
+    uint64_t used;       /* last use (LRU) */
+} s_gram_t;
+#define S_GRAM_CACHE 8 /* compiled grammars kept */
+
 typedef struct s_req_t {
     serve_step_seq_t seq;        /* what the step reads and writes (first: the scheduler's
                                     user pointer is the request's address) */
@@ -50,6 +63,7 @@ typedef struct s_req_t {
     int64_t trace_end_us; /* where the chain ends, after the arrival */
     int n_more;           /* steps summed up in the last one once the trace is full */
     int promoted;         /* blocks promoted for it while it waited */
+    s_gram_t *gram;       /* its grammar (seq.grammar follows it), or NULL */
 } s_req_t;
 /* the step hands back &r->seq: the request itself */
 static_assert(offsetof(s_req_t, seq) == 0, "seq must come first");
@@ -97,6 +111,9 @@ typedef struct {
     bool lp_valid;
     serve_metrics_step_t *metrics;  /* per-step histograms (docs/METRICS.md) */
     actor_expert_client_t *experts; /* MoE layers over expert actors, or NULL: in process */
+    grammar_vocab_t *gvocab;        /* the vocabulary as bytes (built at the first grammar) */
+    s_gram_t *grams[S_GRAM_CACHE];  /* compiled grammars by GBNF text (LRU) */
+    uint64_t gram_clock;            /* LRU ticks */
 } s_worker_t;
 
 #define TAG "worker"
@@ -251,6 +268,114 @@ const actor_opt_t actor_worker_opts[] = {
     {NULL},
 };
 
+/* ---- structured output: the vocabulary as bytes, the grammar cache */
+
+static void s_gram_free(s_gram_t **gp) {
+    s_gram_t *g = *gp;
+    if (!g)
+        return;
+    grammar_index_destroy(&g->ix);
+    grammar_destroy(&g->g);
+    free(g->text);
+    free(g);
+    *gp = NULL;
+}
+
+static void s_gram_release(s_gram_t **gp) {
+    s_gram_t *g = *gp;
+    *gp = NULL;
+    if (g && --g->refs == 0 && !g->cached)
+        s_gram_free(&g);
+}
+
+/* The model's pieces as a grammar vocabulary (end-of-generation tokens end a sentence). */
+static grammar_vocab_t *s_gram_vocab(s_worker_t *w) {
+    if (w->gvocab)
+        return w->gvocab;
+    int n = w->n_vocab, n_eog = 0;
+    const char **p = malloc((size_t)n * sizeof *p);
+    uint32_t *len = malloc((size_t)n * sizeof *len);
+    int32_t *eog = model_tokenizer_eog_ids(w->tok, n, &n_eog);
+    if (p && len && eog) {
+        for (int i = 0; i < n; i++) {
+            size_t l = 0;
+            const char *s = model_tokenizer_piece(w->tok, i, false, &l);
+            p[i] = s ? s : "";
+            len[i] = s && !model_tokenizer_is_eog(w->tok, i) ? (uint32_t)l : 0;
+        }
+        w->gvocab = grammar_vocab_new(n, p, len, eog, n_eog);
+    }
+    free(p);
+    free(len);
+    free(eog);
+    return w->gvocab;
+}
+
+/* The compiled grammar of GBNF text (from the cache, or built and cached), with one
+ * reference for the caller.  NULL with the reason in err. */
+static s_gram_t *s_gram_get(s_worker_t *w, const char *text, char *err, size_t errlen) {
+    int lru = 0;
+    for (int i = 0; i < S_GRAM_CACHE; i++) {
+        s_gram_t *g = w->grams[i];
+        if (g && !strcmp(g->text, text)) {
+            g->refs++;
+            g->used = ++w->gram_clock;
+            actor_counters_add(w->counters, "grammar.cache_hits", 1);
+            return g;
+        }
+        if (!g || (w->grams[lru] && g->used < w->grams[lru]->used))
+            lru = i;
+    }
+    grammar_vocab_t *v = s_gram_vocab(w);
+    s_gram_t *g = calloc(1, sizeof *g);
+    if (!v || !g || !(g->text = strdup(text))) {
+        snprintf(err, errlen, "out of memory");
+        free(g);
+        return NULL;
+    }
+    uint64_t t0 = base_now_us();
+    g->g = grammar_new(text, err, errlen);
+    g->ix = g->g ? grammar_index_new(g->g, v, err, errlen) : NULL;
+    if (!g->ix) {
+        s_gram_free(&g);
+        return NULL;
+    }
+    actor_counters_add(w->counters, "grammar.compiled", 1);
+    actor_counters_add(w->counters, "grammar.compile_us", (int64_t)(base_now_us() - t0));
+    if (w->grams[lru]) { /* evict: freed now, or by its last request */
+        w->grams[lru]->cached = false;
+        if (w->grams[lru]->refs == 0)
+            s_gram_free(&w->grams[lru]);
+    }
+    g->cached = true;
+    g->refs = 1;
+    g->used = ++w->gram_clock;
+    w->grams[lru] = g;
+    return g;
+}
+
+/* r follows GBNF text: its grammar, and a fresh state replayed over the completion
+ * tokens it carries (the state is a function of them, so a resumed request goes on
+ * exactly as the uninterrupted one).  0, or -1 with the reason in err. */
+static int s_gram_attach(s_worker_t *w, s_req_t *r, const char *text, char *err, size_t errlen) {
+    r->gram = s_gram_get(w, text, err, errlen);
+    if (!r->gram)
+        return -1;
+    r->seq.gindex = r->gram->ix;
+    r->seq.grammar = grammar_state_new(r->gram->g);
+    if (!r->seq.grammar) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int i = r->seq.n_prompt - r->seq.n_carried; i < r->seq.n_prompt; i++)
+        if (grammar_state_accept_token(r->seq.grammar, r->seq.gindex, r->seq.hist[i])) {
+            snprintf(err, errlen, "completion token %d does not follow the grammar",
+                     i - (r->seq.n_prompt - r->seq.n_carried));
+            return -1;
+        }
+    return 0;
+}
+
 static void s_req_free(s_worker_t *w, s_req_t **rp) {
     s_req_t *r = *rp;
     if (!r)
@@ -265,6 +390,8 @@ static void s_req_free(s_worker_t *w, s_req_t **rp) {
     }
     kv_cache_release(w->kv, &r->seq.kv);
     model_stopper_free(&r->stopper);
+    grammar_state_destroy(&r->seq.grammar);
+    s_gram_release(&r->gram);
     free(r->steps);
     free(r->seq.hist);
     free(r);
@@ -485,11 +612,22 @@ static void s_on_request(void *self, const msg_work_request_t *q) {
         }
     }
     model_spec_adapt_init(&r->seq.adapt, w->spec_k, w->spec_k_max);
+    char gerr[256];
+    if (q->grammar && s_gram_attach(w, r, q->grammar, gerr, sizeof gerr)) {
+        actor_counters_add(w->counters, "rejected.grammar", 1);
+        s_error(w, q->rid, MSG_CODE_BAD_REQUEST, gerr);
+        s_req_free(w, &r);
+        return;
+    }
+    if (r->seq.grammar)
+        actor_counters_add(w->counters, "requests.constrained", 1);
     if (r->seq.n_carried) {
         actor_counters_add(w->counters, "requests.resumed", 1);
         actor_counters_add(w->counters, "tokens.carried", r->seq.n_carried);
         int fin = s_replay_carried(w, r);
-        if (fin) { /* nothing left to generate: end it here */
+        if (!fin && r->seq.grammar && !grammar_state_can_continue(r->seq.grammar))
+            fin = MSG_FINISH_EOS; /* the carried tokens complete the grammar */
+        if (fin) {                /* nothing left to generate: end it here */
             s_status(w, r->seq.rid, true);
             s_event(w, r, -1, -1, fin);
             s_req_free(w, &r);
@@ -703,7 +841,8 @@ static void s_step_error(void *arg, serve_step_seq_t *seq, int rc, const char *w
 }
 
 static void s_step_decoded(void *arg, serve_step_seq_t *seq) {
-    s_want_draft(arg, (s_req_t *)seq);
+    if (!seq->grammar) /* a constrained request is not drafted for (the step would skip it) */
+        s_want_draft(arg, (s_req_t *)seq);
 }
 
 static void s_step_note(void *arg, serve_step_seq_t *seq, const char *what, const char *why) {
@@ -926,6 +1065,9 @@ static void s_cleanup(s_worker_t *w) {
         s_req_free(w, &r);
     }
     serve_step_destroy(&w->step);
+    for (int i = 0; i < S_GRAM_CACHE; i++) /* no request holds one any more */
+        s_gram_free(&w->grams[i]);
+    grammar_vocab_destroy(&w->gvocab);
     kv_cache_destroy(&w->kv);
     actor_expert_client_destroy(&w->experts);
     zsock_destroy(&w->to_tier);

@@ -53,6 +53,9 @@ static int s_generate_check(const void *p, msg_err_t *err) {
         return msg_err_set(err, -EPROTO, MSG_E_TOO_LONG, "messages",
                            "field 'messages': %zu content bytes in all, limit %u", total,
                            MSG_MAX_PROMPT_BYTES);
+    if ((m->grammar != NULL) + (m->json_schema != NULL) + m->json_object > 1)
+        return msg_err_set(err, -EPROTO, MSG_E_INVALID, "grammar",
+                           "give at most one of 'grammar', 'json_schema' and 'json_object'");
     return 0;
 }
 
@@ -97,6 +100,21 @@ static const msg_field_t s_generate_fields[] = {
      .off = offsetof(msg_generate_t, top_logprobs),
      .lo = 0,
      .hi = MSG_MAX_TOP_LOGPROBS},
+    {.key = "grammar",
+     .kind = MSG_F_STR_HEAP,
+     .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_generate_t, grammar),
+     .off2 = offsetof(msg_generate_t, grammar_len),
+     .min = 1,
+     .max = MSG_MAX_GRAMMAR_BYTES},
+    {.key = "json_schema",
+     .kind = MSG_F_STR_HEAP,
+     .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_generate_t, json_schema),
+     .off2 = offsetof(msg_generate_t, json_schema_len),
+     .min = 1,
+     .max = MSG_MAX_GRAMMAR_BYTES},
+    {.key = "json_object", .kind = MSG_F_BOOL, .off = offsetof(msg_generate_t, json_object)},
 };
 const msg_schema_t msg_schema_generate = {"generate",        sizeof(msg_generate_t),
                                           s_generate_fields, MSG_NFIELDS(s_generate_fields),

@@ -37,6 +37,14 @@ typedef struct {
     bool trace;                                      /* a `trace` event before `done` */
     bool logprobs;                                   /* each token's log-probability */
     int top_logprobs; /* 0..MSG_MAX_TOP_LOGPROBS alternatives per token (implies logprobs) */
+    /* structured output: at most one of grammar / json_schema / json_object
+     * (docs/PROTOCOL.md).  The frontend compiles json_schema and json_object to GBNF
+     * in grammar (and clears them), so a resume re-sends the compiled grammar. */
+    char *grammar;      /* GBNF text (docs/GRAMMAR.md), or NULL */
+    size_t grammar_len; /* 1..MSG_MAX_GRAMMAR_BYTES when given */
+    char *json_schema;  /* JSON Schema text, or NULL */
+    size_t json_schema_len;
+    bool json_object; /* any JSON object */
 } msg_generate_t;
 
 /* 2 cancel: stop the generation with this id (answered by its done, "cancelled") */

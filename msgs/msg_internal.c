@@ -99,6 +99,13 @@ static const msg_field_t s_work_request_fields[] = {
      .off2 = offsetof(msg_work_request_t, n_steps),
      .max = MSG_MAX_TRACE_STEPS,
      .sub = &msg_schema_trace_step},
+    {.key = "grammar",
+     .kind = MSG_F_STR_HEAP,
+     .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_work_request_t, grammar),
+     .off2 = offsetof(msg_work_request_t, grammar_len),
+     .min = 1,
+     .max = MSG_MAX_GRAMMAR_BYTES},
 };
 static int s_work_request_check(const void *p, msg_err_t *err) {
     const msg_work_request_t *m = p;

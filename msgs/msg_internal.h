@@ -53,6 +53,8 @@ typedef struct {
     int top_logprobs; /* 0..MSG_MAX_TOP_LOGPROBS alternatives */
     msg_trace_step_t *steps; /* (n_steps) decisions so far (tokenizer, router) */
     int n_steps;
+    char *grammar; /* GBNF text the output must follow (compiled by the frontend), or NULL */
+    size_t grammar_len;
 } msg_work_request_t;
 
 /* 22 work_event (worker -> tokenizer): one token, or the end.  When finish != 0 the

@@ -90,13 +90,14 @@ int msg_type_family(int type);
 size_t msg_type_max_frame(int type);
 
 /* ---- limits (every decoder enforces them; encoders refuse to exceed them) */
-#define MSG_MAX_CLIENT_FRAME (1u << 20)   /* 1 MiB: any client-protocol frame */
-#define MSG_MAX_INTERNAL_FRAME (4u << 20) /* 4 MiB: internal and control frames */
-#define MSG_MAX_ID_BYTES 64               /* client request id */
-#define MSG_MAX_PROMPT_BYTES (512u << 10) /* prompt, and the sum of all message contents */
-#define MSG_MAX_MESSAGES 256              /* chat messages in one generate */
-#define MSG_MAX_ROLE_BYTES 32             /* "system", "user", "assistant", ... */
-#define MSG_MAX_TOKENS 8192               /* max_tokens per request */
+#define MSG_MAX_CLIENT_FRAME (1u << 20)     /* 1 MiB: any client-protocol frame */
+#define MSG_MAX_INTERNAL_FRAME (4u << 20)   /* 4 MiB: internal and control frames */
+#define MSG_MAX_ID_BYTES 64                 /* client request id */
+#define MSG_MAX_PROMPT_BYTES (512u << 10)   /* prompt, and the sum of all message contents */
+#define MSG_MAX_GRAMMAR_BYTES (256u * 1024) /* grammar / json_schema text */
+#define MSG_MAX_MESSAGES 256                /* chat messages in one generate */
+#define MSG_MAX_ROLE_BYTES 32               /* "system", "user", "assistant", ... */
+#define MSG_MAX_TOKENS 8192                 /* max_tokens per request */
 #define MSG_DEFAULT_MAX_TOKENS 256
 #define MSG_MAX_STOP 8                  /* stop strings per request */
 #define MSG_MAX_STOP_BYTES 64           /* bytes per stop string */

@@ -4,6 +4,8 @@
  * that are implemented. */
 #include "serve_openai.h"
 
+#include "grammar.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -34,11 +36,6 @@ static bool s_only_empty(const cJSON *v) { /* [] or {} */
 static bool s_only_no_tool(const cJSON *v) {
     return cJSON_IsString(v) &&
            (!strcmp(v->valuestring, "none") || !strcmp(v->valuestring, "auto"));
-}
-/* {"type": "text"}: the default, plain text */
-static bool s_only_text_format(const cJSON *v) {
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
-    return cJSON_IsString(t) && !strcmp(t->valuestring, "text") && cJSON_GetArraySize(v) == 1;
 }
 /* ["text"] */
 static bool s_only_text_modality(const cJSON *v) {
@@ -124,8 +121,10 @@ static const serve_openai_field_t s_fields[] = {
      "function calling is not supported (only [])"},
     {"function_call", CHAT, SERVE_OPENAI_STRING_OR_OBJECT, 0, 0, SERVE_OPENAI_ONLY, s_only_no_tool,
      "function calling is not supported (only \"none\" or \"auto\")"},
-    {"response_format", CHAT, SERVE_OPENAI_OBJECT, 0, 0, SERVE_OPENAI_ONLY, s_only_text_format,
-     "structured output is not supported (only {\"type\": \"text\"})"},
+    {"response_format", CHAT, SERVE_OPENAI_OBJECT, 0, 0, SERVE_OPENAI_MAP, NULL,
+     "{type: text} (the default); {type: json_object}: json_object; {type: json_schema, "
+     "json_schema: {name, description, schema, strict}}: json_schema (enforced whatever strict "
+     "says; a schema the grammar engine cannot enforce is a 400 naming its path and keyword)"},
     {"modalities", CHAT, SERVE_OPENAI_ARRAY, 0, 0, SERVE_OPENAI_ONLY, s_only_text_modality,
      "only text is produced (only [\"text\"])"},
     /* refused whatever their value */
@@ -450,6 +449,59 @@ static void s_sampling(msg_generate_t *g, const cJSON *root, const serve_openai_
         g->sampling.seed = v >= S_SEED_MAX ? UINT64_MAX : (uint64_t)v;
 }
 
+/* response_format (an object, checked by its row): text, json_object or json_schema. */
+static int s_response_format(serve_openai_request_t *req, const cJSON *f, serve_openai_bad_t *b) {
+    msg_generate_t *g = &req->gen;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(f, "type"), *k;
+    if (!cJSON_IsString(t))
+        return s_bad(b, "response_format", "'response_format.type' must be a string");
+    const char *type = t->valuestring;
+    bool schema = !strcmp(type, "json_schema");
+    if (strcmp(type, "text") && strcmp(type, "json_object") && !schema)
+        return s_bad(b, "response_format",
+                     "'response_format.type': '%.64s' is not one of text, json_object, json_schema",
+                     type);
+    cJSON_ArrayForEach(k, f) {
+        if (strcmp(k->string, "type") && !(schema && !strcmp(k->string, "json_schema")))
+            return s_bad(b, "response_format", "'response_format.%.64s' is not supported with %s",
+                         k->string, type);
+    }
+    if (!strcmp(type, "json_object"))
+        g->json_object = true;
+    if (!schema)
+        return 0;
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(f, "json_schema");
+    if (!cJSON_IsObject(js))
+        return s_bad(b, "response_format", "'response_format.json_schema' must be an object");
+    cJSON_ArrayForEach(k, js) {
+        if (strcmp(k->string, "name") && strcmp(k->string, "description") &&
+            strcmp(k->string, "schema") && strcmp(k->string, "strict"))
+            return s_bad(b, "response_format",
+                         "'response_format.json_schema.%.64s' is not supported", k->string);
+    }
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(js, "schema");
+    if (sc && !cJSON_IsObject(sc) && !cJSON_IsBool(sc))
+        return s_bad(b, "response_format",
+                     "'response_format.json_schema.schema' must be an object, got %s",
+                     serve_openai_json_type(sc));
+    /* no schema: any JSON value (the engine's "{}") */
+    req->schema = sc ? cJSON_PrintUnformatted(sc) : strdup("{}");
+    if (!req->schema)
+        return -ENOMEM;
+    size_t len = strlen(req->schema);
+    if (len > MSG_MAX_GRAMMAR_BYTES)
+        return s_bad(b, "response_format", "the schema is %zu bytes, limit %u", len,
+                     MSG_MAX_GRAMMAR_BYTES);
+    char why[256];
+    char *gbnf = grammar_schema_to_gbnf(req->schema, len, why, sizeof why);
+    if (!gbnf) /* fail-closed: the frontend would refuse it too; here it is a 400 at once */
+        return s_bad(b, "response_format", "the schema cannot be enforced: %s", why);
+    free(gbnf);
+    g->json_schema = req->schema;
+    g->json_schema_len = len;
+    return 0;
+}
+
 static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
                        const serve_openai_defaults_t *def, uint64_t seed, serve_openai_bad_t *b) {
     const cJSON *root = req->root, *f;
@@ -492,6 +544,9 @@ static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
         g->max_tokens = (int)v;
     s_sampling(g, root, def, seed);
     if ((f = s_field(root, "stop")) && (rc = s_stop(g, f, b)))
+        return rc;
+    if (api == CHAT && (f = s_field(root, "response_format")) &&
+        (rc = s_response_format(req, f, b)))
         return rc;
     /* the answer's shape */
     g->stream = (f = s_field(root, "stream")) && cJSON_IsTrue(f);
@@ -539,6 +594,10 @@ void serve_openai_request_clear(serve_openai_request_t *req) {
         free(req->owned[i]);
         req->owned[i] = NULL;
     }
+    free(req->schema);
+    req->schema = NULL;
+    req->gen.json_schema = NULL;
+    req->gen.json_schema_len = 0;
     free(req->gen.messages); /* the rest points into root */
     req->gen.messages = NULL;
     req->gen.n_messages = 0;

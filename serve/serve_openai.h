@@ -82,6 +82,7 @@ typedef struct {
     bool include_usage;                /* stream_options.include_usage */
     cJSON *root;                       /* the parsed body (owned) */
     char *owned[MSG_MAX_MESSAGES + 1]; /* malloc'd joins of content parts */
+    char *schema;                      /* response_format's schema as text (gen.json_schema) */
 } serve_openai_request_t;
 
 /* Parse body (len bytes; body[len] must be its NUL) as a request of api and translate it

@@ -3,6 +3,8 @@
  * map sized for every slot, so it never grows and never fails after new. */
 #include "serve_requests.h"
 
+#include "grammar.h"
+
 #include "base_map.h"
 
 #include <errno.h>
@@ -118,6 +120,8 @@ serve_request_t *serve_requests_add(serve_requests_t *self, const uint8_t *ident
     g->prompt_len = 0;
     g->messages = NULL;
     g->n_messages = 0;
+    g->grammar = g->json_schema = NULL; /* the grammar too: a resume re-sends it */
+    g->grammar_len = g->json_schema_len = 0;
     if (tokens) {
         memcpy(r->toks, tokens, (size_t)have * sizeof *r->toks);
         r->n_tokens = have;
@@ -274,4 +278,29 @@ serve_due_t serve_requests_due(serve_requests_t *self, serve_request_t *r, uint6
     r->probes++;
     r->t_heard_us = now_us;
     return SERVE_DUE_PROBE;
+}
+
+int serve_requests_grammar(msg_generate_t *g, char *err, size_t errlen) {
+    static const char object[] = "{\"type\":\"object\"}";
+    if (g->json_schema || g->json_object) {
+        char *gbnf = g->json_schema
+                         ? grammar_schema_to_gbnf(g->json_schema, g->json_schema_len, err, errlen)
+                         : grammar_schema_to_gbnf(object, sizeof object - 1, err, errlen);
+        if (!gbnf)
+            return -EINVAL;
+        free(g->grammar);
+        free(g->json_schema);
+        g->json_schema = NULL;
+        g->json_schema_len = 0;
+        g->json_object = false;
+        g->grammar = gbnf;
+        g->grammar_len = strlen(gbnf);
+    }
+    if (!g->grammar)
+        return 0;
+    grammar_t *gr = grammar_new(g->grammar, err, errlen);
+    if (!gr)
+        return -EINVAL;
+    grammar_destroy(&gr);
+    return 0;
 }

@@ -169,4 +169,10 @@ typedef enum {
 /* What r needs at now_us. */
 serve_due_t serve_requests_due(serve_requests_t *self, serve_request_t *r, uint64_t now_us);
 
+/* Structured output of g (msgs/msg_client.h): json_schema or json_object compiled to GBNF
+ * in g->grammar (malloc'd; json_schema freed and cleared, json_object cleared), and the
+ * grammar checked by building it.  0 (also when g asks for none), -EINVAL with the reason in
+ * err ("PATH: keyword: why" for a schema the engine cannot enforce), -ENOMEM. */
+int serve_requests_grammar(msg_generate_t *g, char *err, size_t errlen);
+
 #endif

@@ -26,6 +26,7 @@ struct serve_step_t {
     model_seq_view_t *b_seqs;       /* (max_batch) */
     float *logits;                  /* (rows, n_vocab) rows = max_batch * (1 + K with spec) */
     float *lp_rows;                 /* ((1 + MODEL_SPEC_MAX_K), n_vocab) log-softmax rows */
+    uint64_t *mask;                 /* a grammar's token mask (words for n_vocab) */
 };
 
 static void s_count(serve_step_t *st, const char *name, int64_t v) {
@@ -63,6 +64,7 @@ void serve_step_destroy(serve_step_t **self_p) {
     free(st->b_seqs);
     free(st->logits);
     free(st->lp_rows);
+    free(st->mask);
     free(st);
     *self_p = NULL;
 }
@@ -87,8 +89,9 @@ serve_step_t *serve_step_new(const serve_step_config_t *cfg, const serve_step_si
     st->b_seqs = malloc((size_t)st->max_batch * sizeof *st->b_seqs);
     st->logits = malloc((size_t)rows * st->n_vocab * sizeof *st->logits);
     st->lp_rows = malloc((size_t)(1 + MODEL_SPEC_MAX_K) * st->n_vocab * sizeof *st->lp_rows);
-    if (!st->items || !st->b_tok || !st->b_pos || !st->b_seq || !st->b_want || !st->b_seqs ||
-        !st->logits || !st->lp_rows)
+    st->mask = malloc(((size_t)st->n_vocab + 63) / 64 * sizeof *st->mask);
+    if (!st->mask || !st->items || !st->b_tok || !st->b_pos || !st->b_seq || !st->b_want ||
+        !st->b_seqs || !st->logits || !st->lp_rows)
         serve_step_destroy(&st);
     return st;
 }
@@ -191,6 +194,43 @@ static bool s_emit(serve_step_t *st, serve_step_seq_t *s, int32_t t, const float
     return true;
 }
 
+/* Mask lg (n_vocab logits) with s's grammar: refused tokens get -INFINITY, so greedy
+ * takes the best allowed one and temperature / top-k / top-p see only allowed ones.
+ * False when s ended here (nothing allowed: the sentence is complete, or the mask
+ * failed). */
+static bool s_constrain(serve_step_t *st, serve_step_seq_t *s, float *lg) {
+    uint64_t t0 = base_now_ns();
+    int rc = grammar_state_mask(s->grammar, s->gindex, st->mask);
+    if (rc) {
+        s_fail(st, s, rc, "the grammar's token mask failed");
+        return false;
+    }
+    grammar_mask_apply(st->mask, lg, st->n_vocab);
+    uint64_t ns = base_now_ns() - t0;
+    s_count(st, "grammar.masks", 1);
+    s_count(st, "grammar.mask_ns", (int64_t)ns);
+    size_t words = ((size_t)st->n_vocab + 63) / 64, any = 0;
+    for (size_t i = 0; i < words && !any; i++)
+        any = st->mask[i] != 0;
+    if (!any) {
+        s_count(st, "grammar.completed", 1);
+        s_finish(st, s, -1, -1, SERVE_STEP_EOS, NULL);
+        return false;
+    }
+    return true;
+}
+
+/* Advance s's grammar over token t (an end-of-generation token ends the sentence).
+ * True when s failed here (the grammar refused a token its mask allowed). */
+static bool s_advance(serve_step_t *st, serve_step_seq_t *s, int32_t t) {
+    int rc = grammar_state_accept_token(s->grammar, s->gindex, t);
+    if (rc == 0)
+        return false;
+    s_count(st, "grammar.refused", 1);
+    s_fail(st, s, rc, "the grammar refused a token its mask allowed");
+    return true;
+}
+
 /* A decode item ran with nd drafts: verify them (model_spec_verify), emit the
  * accepted tokens and the target's own next one, roll the KV of the rejected
  * positions back.  lg: (nd + 1, n_vocab) logits. */
@@ -276,7 +316,7 @@ static int s_assemble(serve_step_t *st, int n_items) {
          * token then draft[0..nd) at the following positions, logits for all */
         int nd = 0;
         if (st->cfg.spec && !it->prefill && it->sample && s->n_draft > 0 &&
-            s->draft_base == s->n_hist) {
+            s->draft_base == s->n_hist && !s->grammar) { /* no drafts under a grammar */
             nd = s->n_draft;
             if (kv_cache_reserve(st->cfg.kv, &s->kv, it->pos0, it->pos0 + 1 + nd))
                 nd = 0; /* no room: plain decode this step */
@@ -362,8 +402,19 @@ int serve_step_run(serve_step_t *self) {
         }
         if (s->logprobs)
             s_log_softmax(lg, st->lp_rows, nv);
+        if (s->grammar && !s_constrain(st, s, lg))
+            continue;
         int32_t next = model_sampler_sample(st->cfg.sampler, &s->sp, lg, s->hist, s->n_hist, pos);
-        if (s_emit(st, s, next, s->logprobs ? st->lp_rows : NULL, skip + it->n) && st->sink.decoded)
+        if (s->grammar && s_advance(st, s, next))
+            continue;
+        if (!s_emit(st, s, next, s->logprobs ? st->lp_rows : NULL, skip + it->n))
+            continue;
+        if (s->grammar && !grammar_state_can_continue(s->grammar)) { /* the sentence is done */
+            s_count(st, "grammar.completed", 1);
+            s_finish(st, s, -1, -1, SERVE_STEP_EOS, NULL);
+            continue;
+        }
+        if (st->sink.decoded)
             st->sink.decoded(st->sink.arg, s);
     }
     return n_items;

@@ -11,6 +11,7 @@
 #ifndef SERVE_STEP_H
 #define SERVE_STEP_H
 
+#include "grammar_mask.h"
 #include "kv_cache.h"
 #include "model.h"
 #include "model_sampler.h"
@@ -39,11 +40,18 @@ typedef struct {
     model_sampler_params_t sp; /* sampling */
     bool logprobs;             /* pass each token's log-softmax row to the sink */
     bool trace;                /* describe each step to the sink */
-    kv_seq_t kv;               /* its blocks */
-    int n_cached;              /* prompt positions attached from the prefix cache */
-    int n_computed;            /* positions whose KV is computed (cached ones included) */
-    bool fresh;                /* not run yet: its cached prefix is attached when it first runs */
-    int skip;                  /* positions of this step's item that came from the cache */
+    /* structured output: the grammar state (a function of the completion tokens so far)
+     * and its grammar's token index, both owned by the caller; NULL: unconstrained.  The
+     * step masks the logits with it before sampling, advances it with each token, ends
+     * the request (SERVE_STEP_EOS) when the grammar allows nothing more, and gives such a
+     * request no drafts. */
+    grammar_state_t *grammar;
+    const grammar_index_t *gindex;
+    kv_seq_t kv;    /* its blocks */
+    int n_cached;   /* prompt positions attached from the prefix cache */
+    int n_computed; /* positions whose KV is computed (cached ones included) */
+    bool fresh;     /* not run yet: its cached prefix is attached when it first runs */
+    int skip;       /* positions of this step's item that came from the cache */
     /* speculative decoding */
     model_spec_adapt_t adapt;        /* depth from observed acceptance */
     int32_t draft[MODEL_SPEC_MAX_K]; /* proposals continuing hist[0..draft_base) */

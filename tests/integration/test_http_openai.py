@@ -222,7 +222,9 @@ def test_errors(base, client):
         expect(x.post(base + "/completions", headers=h,
                       json={"model": "m", "prompt": ["a", "b"]}), 400, "prompt", "two prompts")
         # the field rule (docs/HTTP.md): what would change the answer is refused, naming it
-        for field, value in [("response_format", {"type": "json_object"}),
+        unenforceable = {"type": "json_schema",
+                         "json_schema": {"name": "n", "schema": {"type": "integer", "multipleOf": 3}}}
+        for field, value in [("response_format", unenforceable),
                              ("tools", [{"type": "function", "function": {"name": "f"}}]),
                              ("logit_bias", {"50256": -100}),
                              ("presence_penalty", 0.5),
@@ -253,7 +255,8 @@ def test_errors(base, client):
     # the openai package's own error classes
     for kwargs, exc in [({"n": 2}, openai.BadRequestError),
                         ({"temperature": 5}, openai.BadRequestError),
-                        ({"response_format": {"type": "json_object"}}, openai.BadRequestError)]:
+                        ({"response_format": {"type": "json_schema", "json_schema": {
+                            "name": "n", "schema": {"not": {}}}}}, openai.BadRequestError)]:
         try:
             client.chat.completions.create(model="m", messages=good["messages"], max_tokens=2,
                                            **kwargs)

@@ -525,6 +525,60 @@ static int dec_gen(frame_t *f, msg_err_t *err) {
     return rc;
 }
 
+/* The structured-output fields of generate and work_request survive a round trip; at
+ * most one of grammar / json_schema / json_object. */
+START_TEST(generate_grammar_fields) {
+    msg_generate_t g, d;
+    msg_err_t err;
+    void *buf = NULL;
+    size_t len = 0;
+    msg_generate_init(&g);
+    msg_set_str(g.id, sizeof g.id, "s");
+    g.prompt = "hi";
+    g.prompt_len = 2;
+    g.json_schema = "{\"type\":\"integer\"}";
+    g.json_schema_len = strlen(g.json_schema);
+    ck_assert_int_eq(msg_generate_encode(&g, &buf, &len, &err), 0);
+    ck_assert_int_eq(msg_generate_decode(buf, len, &d, &err), 0);
+    ck_assert_str_eq(d.json_schema, "{\"type\":\"integer\"}");
+    ck_assert_uint_eq(d.json_schema_len, g.json_schema_len);
+    ck_assert_ptr_null(d.grammar);
+    ck_assert(!d.json_object);
+    msg_generate_clear(&d);
+    ck_assert_ptr_null(d.json_schema);
+    free(buf);
+    /* none given: no keys on the wire, all unset after decoding */
+    g.json_schema = NULL;
+    g.json_schema_len = 0;
+    ck_assert_int_eq(msg_generate_encode(&g, &buf, &len, &err), 0);
+    ck_assert_int_eq(msg_generate_decode(buf, len, &d, &err), 0);
+    ck_assert(!d.grammar && !d.json_schema && !d.json_object);
+    msg_generate_clear(&d);
+    free(buf);
+    /* two of them: refused, naming the rule */
+    g.json_object = true;
+    g.grammar = "root ::= \"a\"";
+    g.grammar_len = strlen(g.grammar);
+    ck_assert_int_ne(msg_generate_encode(&g, &buf, &len, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "at most one"));
+    /* work_request carries the compiled grammar */
+    msg_work_request_t w, wd;
+    msg_work_request_init(&w);
+    int32_t toks[2] = {1, 2};
+    w.rid = 9;
+    w.tokens = toks;
+    w.n_tokens = 2;
+    w.t_arrival_us = 1;
+    w.grammar = "root ::= \"a\"";
+    w.grammar_len = strlen(w.grammar);
+    ck_assert_int_eq(msg_work_request_encode(&w, &buf, &len, &err), 0);
+    ck_assert_int_eq(msg_work_request_decode(buf, len, &wd, &err), 0);
+    ck_assert_str_eq(wd.grammar, "root ::= \"a\"");
+    msg_work_request_clear(&wd);
+    free(buf);
+}
+END_TEST
+
 START_TEST(generate_errors) {
     frame_t f;
     msg_err_t err;
@@ -1318,6 +1372,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, roundtrip_values);
     tcase_add_test(tc, missing_and_wrong_type_every_field);
     tcase_add_test(tc, required_fields_named);
+    tcase_add_test(tc, generate_grammar_fields);
     tcase_add_test(tc, generate_errors);
     tcase_add_test(tc, resume_and_explain_errors);
     tcase_add_test(tc, envelope_errors);

@@ -3,11 +3,13 @@
  * when it is absent, the 400 (naming the field) of a wrong type, a value out of range, an
  * unsupported value or an unknown field, and the fields accepted because they cannot
  * change the answer.  No HTTP, no sockets: JSON text in, a msg_generate_t out. */
+#include "grammar.h"
 #include "serve_openai.h"
 #include "test_util.h"
 
 #include <check.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CHAT SERVE_OPENAI_CHAT
@@ -242,7 +244,8 @@ static const s_case_t s_cases[] = {
     {"tool_choice", CHAT, "\"none\"", "\"required\""},
     {"functions", CHAT, "[]", "[{\"name\": \"f\"}]"},
     {"function_call", CHAT, "\"auto\"", "{\"name\": \"f\"}"},
-    {"response_format", CHAT, "{\"type\": \"text\"}", "{\"type\": \"json_object\"}"},
+    {"response_format", CHAT, "{\"type\": \"text\"}",
+     "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"n\", \"schema\": {\"not\": {}}}}"},
     {"modalities", CHAT, "[\"text\"]", "[\"text\", \"audio\"]"},
     {"suffix", COMPL, NULL, "\"end\""},
     {"audio", CHAT, NULL, "{\"voice\": \"alloy\", \"format\": \"wav\"}"},
@@ -274,6 +277,51 @@ static void s_same_as_minimal(serve_openai_api_t api) {
     if (m->n_messages)
         ck_assert_str_eq(prompt0, m->messages[0].content);
 }
+
+START_TEST(response_format_mapped) {
+    /* text: nothing; json_object: the flag */
+    ck_assert_int_eq(s_chat(", \"response_format\": {\"type\": \"text\"}"), 0);
+    ck_assert_ptr_null(s_req.gen.json_schema);
+    ck_assert(!s_req.gen.json_object);
+    ck_assert_int_eq(s_chat(", \"response_format\": {\"type\": \"json_object\"}"), 0);
+    ck_assert(s_req.gen.json_object);
+    ck_assert_ptr_null(s_req.gen.json_schema);
+    /* json_schema: the schema's text, which the engine compiles */
+    ck_assert_int_eq(s_chat(", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+                            "{\"name\": \"p\", \"strict\": true, \"schema\": {\"type\": "
+                            "\"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}}}}"),
+                     0);
+    ck_assert(!s_req.gen.json_object);
+    ck_assert_ptr_nonnull(s_req.gen.json_schema);
+    ck_assert_uint_eq(s_req.gen.json_schema_len, strlen(s_req.gen.json_schema));
+    char err[256];
+    char *gbnf =
+        grammar_schema_to_gbnf(s_req.gen.json_schema, s_req.gen.json_schema_len, err, sizeof err);
+    ck_assert_msg(gbnf != NULL, "%s", err);
+    free(gbnf);
+    ck_assert_ptr_nonnull(strstr(s_req.gen.json_schema, "\"a\""));
+    /* what the engine cannot enforce: 400 naming the path and keyword */
+    ck_assert_int_eq(s_chat(", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+                            "{\"name\": \"p\", \"schema\": {\"type\": \"object\", \"properties\": "
+                            "{\"n\": {\"type\": \"integer\", \"multipleOf\": 3}}}}}"),
+                     -EINVAL);
+    ck_assert_str_eq(s_why.param, "response_format");
+    ck_assert_ptr_nonnull(strstr(s_why.msg, "#/properties/n"));
+    ck_assert_ptr_nonnull(strstr(s_why.msg, "multipleOf"));
+    /* other shapes */
+    ck_assert_int_eq(s_chat(", \"response_format\": {\"type\": \"xml\"}"), -EINVAL);
+    ck_assert_int_eq(s_chat(", \"response_format\": {\"type\": \"json_schema\"}"), -EINVAL);
+    ck_assert_int_eq(s_chat(", \"response_format\": {\"type\": \"json_object\", \"x\": 1}"),
+                     -EINVAL);
+    ck_assert_int_eq(s_chat(", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+                            "{\"name\": \"p\", \"schema\": 5}}"),
+                     -EINVAL);
+    /* the legacy completions API does not know it */
+    ck_assert_int_ne(s_parse(COMPL, "{\"prompt\": \"a\", \"response_format\": {\"type\": "
+                                    "\"json_object\"}}"),
+                     0);
+}
+END_TEST
 
 START_TEST(unimplemented_fields_one_by_one) {
     for (int i = 0; i < N_CASES; i++) {
@@ -388,6 +436,7 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, stop_strings);
     tcase_add_test(tc, stream_and_usage);
     tcase_add_test(tc, logprobs_chat_and_legacy);
+    tcase_add_test(tc, response_format_mapped);
     tcase_add_test(tc, unimplemented_fields_one_by_one);
     tcase_add_test(tc, table_covered);
     tcase_add_test(tc, unknown_fields_refused);
