@@ -1131,7 +1131,8 @@ static int s_record(grammar_state_t *s) {
         s->cp = v;
         s->cap_cp = cap;
     }
-    memcpy(s->log + s->n_log, s->cur.v, (size_t)s->cur.n * sizeof *s->log);
+    if (s->cur.n > 0) /* an empty set has no array: memcpy may not take NULL */
+        memcpy(s->log + s->n_log, s->cur.v, (size_t)s->cur.n * sizeof *s->log);
     s->cp[s->n_cp++] = (s_cp_t){s->n_log, s->cur.n, s->cur.acc};
     s->n_log += s->cur.n;
     return 0;
