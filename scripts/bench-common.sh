@@ -76,7 +76,7 @@ bench_cpu_lines() {
 
 # peer_setup BUILDS OMPS [NOBUILD]: BUILDS a comma list of native|avx2, OMPS of
 # unset|passive.  Sets peer_cfgs (build/omp, every combination) and
-# peer_bin[build] (the folder of the four tools; STRATA_PEER_BIN_NATIVE /
+# peer_bin[build] (the folder of the tools; STRATA_PEER_BIN_NATIVE /
 # STRATA_PEER_BIN_AVX2 override scripts/peer-llamacpp, which builds on first use
 # unless NOBUILD is 1: then a missing build is only reported).
 declare -gA peer_bin
