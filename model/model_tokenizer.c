@@ -32,14 +32,20 @@ enum {
 };
 
 typedef enum { TOK_BPE = 0, TOK_SPM = 1 } tok_kind_t;
-typedef enum { CHAT_NONE = 0, CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA2 } chat_style_t;
+typedef enum { CHAT_NONE = 0, CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA2, CHAT_GEMMA } chat_style_t;
 
 /* The regexes of the pre-tokenizers (PCRE2 syntax, compiled with UTF + UCP). */
 static const char *RE_GPT2 =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-static const char *RE_LLAMA3 = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
-                               "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
-                               "\\s+(?!\\S)|\\s+";
+/* Llama 3: contractions in either case (ASCII classes, not (?i), which would let "'\u017f"
+ * match), letters with one leading non-letter, numbers of up to three digits. */
+static const char *RE_LLAMA3 = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|"
+                               "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
+                               " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Qwen2: Llama 3's rule except the digits, each of which is a word of its own. */
+static const char *RE_QWEN2 = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|"
+                              "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
+                              " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char *RE_DIGIT = "\\p{N}";
 
 /* One merge in the pair index: (left id, right id) -> rank and result. */
@@ -75,6 +81,7 @@ struct model_tokenizer_t {
 
     pcre2_code *re_main;  /* the pre-tokenizer regex (BPE only) */
     pcre2_code *re_digit; /* \p{N}: isolates each digit first (smollm, starcoder), or NULL */
+    bool ignore_merges;   /* BPE: a word that is a token is that token, unmerged (llama3) */
 
     int32_t bos, eos, unk; /* -1 if none */
     bool add_bos;          /* tokenizer.ggml.add_bos_token */
@@ -545,11 +552,24 @@ static char *s_chatml_default_system(const char *tmpl) {
     return NULL;
 }
 
+/* Whether the vocabulary has a special (non-normal) token with text name. */
+static bool s_has_special(const model_tokenizer_t *t, const char *name) {
+    int32_t id = s_lookup(t, name, strlen(name));
+    return id >= 0 && t->type[id] != TT_NORMAL && t->type[id] != TT_UNDEF;
+}
+
+/* The template style, from tokenizer.chat_template's text; a GGUF without that key (Gemma 3
+ * 270M's has none) gets Gemma's when the vocabulary has <start_of_turn> and <end_of_turn>. */
 static void s_build_chat(model_tokenizer_t *t, const model_gguf_t *g) {
     char *tmpl = NULL;
-    if (!model_gguf_get_str(g, "tokenizer.chat_template", &tmpl) || !tmpl)
+    if (!model_gguf_get_str(g, "tokenizer.chat_template", &tmpl) || !tmpl) {
+        if (s_has_special(t, "<start_of_turn>") && s_has_special(t, "<end_of_turn>"))
+            t->chat = CHAT_GEMMA;
         return;
-    if (strstr(tmpl, "<|im_start|>")) {
+    }
+    if (strstr(tmpl, "<start_of_turn>")) {
+        t->chat = CHAT_GEMMA;
+    } else if (strstr(tmpl, "<|im_start|>")) {
         t->chat = CHAT_CHATML;
         t->chat_default_system = s_chatml_default_system(tmpl);
     } else if (strstr(tmpl, "<|start_header_id|>")) {
@@ -557,7 +577,7 @@ static void s_build_chat(model_tokenizer_t *t, const model_gguf_t *g) {
     } else if (strstr(tmpl, "[INST]")) {
         t->chat = CHAT_LLAMA2;
     } else {
-        LOG_W(TAG, "chat template not recognised (not ChatML, Llama 3 or Llama 2)");
+        LOG_W(TAG, "chat template not recognised (not ChatML, Llama 3, Llama 2 or Gemma)");
     }
     free(tmpl);
 }
@@ -632,6 +652,9 @@ static int s_setup_pretokenizer(model_tokenizer_t *t, const model_gguf_t *g, cha
         digits = true;
     } else if (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3") || !strcmp(pre, "llama-v3")) {
         re = RE_LLAMA3;
+        t->ignore_merges = true;
+    } else if (!strcmp(pre, "qwen2") || !strcmp(pre, "deepseek-r1-qwen")) {
+        re = RE_QWEN2;
     } else {
         LOG_W(TAG, "unknown pre-tokenizer '%s': using the GPT-2 regex", pre);
     }
@@ -983,6 +1006,25 @@ static void s_bpe_word(const model_tokenizer_t *t, scratch_t *s, const char *p, 
                        emit_t *e) {
     if (n == 0 || !s_reserve_syms(s, n))
         return;
+    if (t->ignore_merges) { /* the whole word, in byte-level characters, may be a token */
+        if (2 * n + 1 > s->buf_cap) {
+            char *b = realloc(s->buf, 2 * n + 1);
+            if (!b) {
+                s->oom = 1;
+                return;
+            }
+            s->buf = b;
+            s->buf_cap = 2 * n + 1;
+        }
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            m += (size_t)s_utf8_encode(s_byte_to_cp((uint8_t)p[i]), s->buf + m);
+        int32_t id = s_lookup(t, s->buf, m);
+        if (id >= 0) {
+            s_emit(e, id);
+            return;
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         sym_t *y = &s->sym[i];
         y->id = t->byte_tok[(uint8_t)p[i]];
@@ -1077,8 +1119,9 @@ static void s_spm_try(const model_tokenizer_t *t, scratch_t *s, int32_t left) {
     if (right < 0)
         return;
     const sym_t *l = &s->sym[left], *r = &s->sym[right];
+    /* any token of the vocabulary may be a merge, whatever its type, as in llama.cpp */
     int32_t id = s_lookup(t, s->buf + l->off, l->len + r->len);
-    if (id < 0 || (t->type[id] != TT_NORMAL && t->type[id] != TT_UNDEF))
+    if (id < 0)
         return;
     cand_t c = {-(double)t->score[id], left, right, 0, (int32_t)(l->len + r->len), id};
     s_heap_push(s, c);
@@ -1149,7 +1192,7 @@ static void s_spm_text(const model_tokenizer_t *t, scratch_t *s, const char *p, 
     for (int32_t i = 0; i >= 0; i = s->sym[i].next) {
         const sym_t *y = &s->sym[i];
         int32_t id = s_lookup(t, s->buf + y->off, y->len);
-        if (id >= 0 && t->type[id] != TT_CONTROL && t->type[id] != TT_UNUSED) {
+        if (id >= 0) {
             s_emit(e, id);
             continue;
         }
@@ -1198,7 +1241,7 @@ int model_tokenizer_encode(const model_tokenizer_t *self, const char *text, size
         s_emit(&e, self->bos);
     /* split out special tokens, tokenize the text between them */
     size_t start = 0, i = 0;
-    bool first_text = true;
+    bool after_special = true; /* SPM: a space prefix starts the text and follows a special */
     while (i <= len && !s.oom) {
         int32_t sp = i < len ? s_match_special(self, text + i, len - i, parse_special) : -1;
         if (sp < 0 && i < len) {
@@ -1210,12 +1253,13 @@ int model_tokenizer_encode(const model_tokenizer_t *self, const char *text, size
                 s_bpe_text(self, &s, text + start, i - start, &e);
             else
                 s_spm_text(self, &s, text + start, i - start,
-                           first_text && start == 0 && self->add_space_prefix, &e);
-            first_text = false;
+                           after_special && self->add_space_prefix, &e);
+            after_special = false;
         }
         if (sp < 0)
             break; /* i == len */
         s_emit(&e, sp);
+        after_special = true;
         i += self->text_len[sp];
         start = i;
         if (i == len)
@@ -1374,6 +1418,37 @@ char *model_tokenizer_chat(const model_tokenizer_t *self, const model_chat_msg_t
         if (add_assistant)
             s_puts(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
+    case CHAT_GEMMA: {
+        /* <start_of_turn>user\n...<end_of_turn>\n, the assistant's role called "model"; Gemma
+         * has no system role: the system text (trimmed) opens the next user turn, followed by
+         * a blank line; contents are trimmed */
+        sbuf_t sys = {0};
+        s_put(&sys, "", 0);
+        for (int i = 0; i < n; i++) {
+            const char *role = msgs[i].role ? msgs[i].role : "";
+            if (!strcmp(role, "system")) {
+                s_put_trimmed(&sys, msgs[i].content);
+                continue;
+            }
+            bool model = !strcmp(role, "assistant") || !strcmp(role, "model");
+            s_puts(&b, "<start_of_turn>");
+            s_puts(&b, model ? "model" : role);
+            s_puts(&b, "\n");
+            if (sys.n > 0 && !model) {
+                s_put(&b, sys.p, sys.n);
+                s_puts(&b, "\n\n");
+                sys.n = 0;
+            }
+            s_put_trimmed(&b, msgs[i].content);
+            s_puts(&b, "<end_of_turn>\n");
+        }
+        if (sys.oom)
+            b.oom = true;
+        free(sys.p);
+        if (add_assistant)
+            s_puts(&b, "<start_of_turn>model\n");
+        break;
+    }
     case CHAT_LLAMA2: {
         /* [INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] answer </s><s>[INST] user [/INST] */
         const char *sys = NULL;
