@@ -127,6 +127,13 @@ typedef struct s_req_t {
     int32_t *toks; /* (n_toks, cap_toks) the token ids received, in index order */
     int n_toks, cap_toks;
     int finish; /* msg_finish_t of done */
+    /* tool calls (docs/HTTP.md): the answer read as a call array */
+    serve_openai_tools_t tools; /* how the answer is read */
+    int tool_mode;              /* stream: 0 undecided, 1 text, 2 calls */
+    char *acc;                  /* stream under tools: the completion so far (acc_len) */
+    size_t acc_len, acc_cap;
+    int n_calls;                              /* calls whose first chunk is sent */
+    size_t call_sent[SERVE_OPENAI_MAX_CALLS]; /* argument bytes sent, per call */
     msg_usage_t usage;
     time_t created;
 } s_req_t;
@@ -367,6 +374,7 @@ static unsigned s_submit(s_http_t *h, s_req_t *r, serve_openai_bad_t *b) {
     r->stream = g->stream;
     r->include_usage = q.include_usage;
     r->logprobs = g->logprobs;
+    r->tools = q.tools;
     memcpy(g->id, r->id, sizeof g->id);
     void *buf = NULL;
     size_t len = 0;
@@ -508,6 +516,124 @@ static void s_chunk_lp(s_req_t *r, const char *text, size_t len, bool role, cons
     s_sse(r, o);
 }
 
+/* The id of call i of r: call_ + the response id's tail + the index (stable across a
+ * resume: the calls are a function of the request). */
+static void s_call_id(const s_req_t *r, int i, char *out, size_t len) {
+    const char *tail = strchr(r->id, '-');
+    snprintf(out, len, "call_%s_%d", tail ? tail + 1 : r->id, i);
+}
+
+/* One tool-call chunk: delta.tool_calls = [{index, (id, type, name when first), arguments}]. */
+static void s_call_chunk(s_req_t *r, int i, const char *name, size_t name_len, const char *args,
+                         size_t args_len) {
+    cJSON *o = s_head(r, "chat.completion.chunk");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON *delta = cJSON_AddObjectToObject(c, "delta");
+    cJSON *calls = cJSON_AddArrayToObject(delta, "tool_calls"), *call = cJSON_CreateObject();
+    cJSON_AddItemToArray(calls, call);
+    cJSON_AddNumberToObject(call, "index", i);
+    char buf[MSG_MAX_ID_BYTES + 32];
+    if (name) {
+        s_call_id(r, i, buf, sizeof buf);
+        cJSON_AddStringToObject(call, "id", buf);
+        cJSON_AddStringToObject(call, "type", "function");
+    }
+    cJSON *fn = cJSON_AddObjectToObject(call, "function");
+    if (name) {
+        snprintf(buf, sizeof buf, "%.*s", (int)name_len, name);
+        cJSON_AddStringToObject(fn, "name", buf);
+    }
+    char *a = malloc(args_len + 1);
+    if (a) {
+        memcpy(a, args, args_len);
+        a[args_len] = 0;
+    }
+    cJSON_AddStringToObject(fn, "arguments", a ? a : "");
+    free(a);
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddNullToObject(c, "finish_reason");
+    if (r->include_usage)
+        cJSON_AddNullToObject(o, "usage");
+    s_sse(r, o);
+}
+
+/* Stream text under tools: held until its first byte says text or calls; then text goes
+ * out as content, calls as OpenAI's tool_calls deltas (a call's first chunk once its name
+ * is complete, then its arguments as they come). */
+static void s_tool_text(s_req_t *r, const char *text, size_t len) {
+    if (s_append(&r->acc, &r->acc_len, &r->acc_cap, text, len)) {
+        r->peer_gone = true;
+        return;
+    }
+    if (r->tool_mode == 0) {
+        size_t p = 0;
+        while (p < r->acc_len && strchr(" \t\r\n", r->acc[p]))
+            p++;
+        if (p == r->acc_len)
+            return; /* nothing that decides yet */
+        r->tool_mode = r->acc[p] == '[' || r->tools == SERVE_OPENAI_TOOLS_FORCED ? 2 : 1;
+        if (r->tool_mode == 1) { /* text: what was held, then as it comes */
+            s_chunk(r, r->acc, r->acc_len, false, "");
+            return;
+        }
+    } else if (r->tool_mode == 1) {
+        s_chunk(r, text, len, false, "");
+        return;
+    }
+    serve_openai_call_t calls[SERVE_OPENAI_MAX_CALLS];
+    int n = 0;
+    bool complete;
+    serve_openai_scan_calls(r->acc, r->acc_len, calls, SERVE_OPENAI_MAX_CALLS, &n, &complete);
+    for (int i = 0; i < n; i++) {
+        const serve_openai_call_t *c = &calls[i];
+        if (i == r->n_calls) {
+            if (!c->named)
+                break;
+            s_call_chunk(r, i, r->acc + c->name_at, c->name_len, "", 0);
+            r->n_calls++;
+            r->call_sent[i] = 0;
+        }
+        if (c->args_begun && c->args_end > c->args_at + r->call_sent[i]) {
+            size_t from = c->args_at + r->call_sent[i];
+            s_call_chunk(r, i, NULL, 0, r->acc + from, c->args_end - from);
+            r->call_sent[i] = c->args_end - c->args_at;
+        }
+    }
+}
+
+/* The calls of a finished answer under tools, or NULL when it is not a complete call array. */
+static cJSON *s_tool_calls(const s_req_t *r, const char *text, size_t len) {
+    serve_openai_call_t calls[SERVE_OPENAI_MAX_CALLS];
+    int n = 0;
+    bool complete;
+    if (serve_openai_scan_calls(text, len, calls, SERVE_OPENAI_MAX_CALLS, &n, &complete) ||
+        !complete || !n)
+        return NULL;
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) {
+        const serve_openai_call_t *c = &calls[i];
+        if (!c->named || !c->args_done) {
+            cJSON_Delete(arr);
+            return NULL;
+        }
+        cJSON *call = cJSON_CreateObject(), *fn;
+        cJSON_AddItemToArray(arr, call);
+        char buf[MSG_MAX_ID_BYTES + 32];
+        s_call_id(r, i, buf, sizeof buf);
+        cJSON_AddStringToObject(call, "id", buf);
+        cJSON_AddStringToObject(call, "type", "function");
+        fn = cJSON_AddObjectToObject(call, "function");
+        snprintf(buf, sizeof buf, "%.*s", (int)c->name_len, text + c->name_at);
+        cJSON_AddStringToObject(fn, "name", buf);
+        char *a = strndup(text + c->args_at, c->args_end - c->args_at);
+        cJSON_AddStringToObject(fn, "arguments", a ? a : "");
+        free(a);
+    }
+    return arr;
+}
+
 static void s_open_stream(s_req_t *r) {
     if (!r->started) {
         r->started = true;
@@ -541,6 +667,8 @@ static void s_on_token(s_http_t *h, const msg_token_t *t) {
         cJSON *lp = cJSON_CreateObject();
         s_lp_add(r, lp, t->piece, t->logprob, t->top, t->n_top, r->out_text);
         s_chunk_lp(r, t->text, t->text_len, false, "", lp);
+    } else if (t->text_len && r->tools) {
+        s_tool_text(r, t->text, t->text_len);
     } else if (t->text_len) {
         s_chunk(r, t->text, t->text_len, false, "");
     }
@@ -565,9 +693,18 @@ static void s_on_done(s_http_t *h, msg_done_t *d) {
     r->usage = d->usage;
     if (r->stream) {
         s_open_stream(r);
-        if (d->text && d->text_len)
+        const char *finish = serve_openai_finish(d->finish_reason);
+        if (r->tools) {
+            if (d->text && d->text_len)
+                s_tool_text(r, d->text, d->text_len);
+            cJSON *calls = r->tool_mode == 2 ? s_tool_calls(r, r->acc, r->acc_len) : NULL;
+            if (calls) /* else cut short (length): the deltas sent are what there is */
+                finish = "tool_calls";
+            cJSON_Delete(calls);
+        } else if (d->text && d->text_len) {
             s_chunk(r, d->text, d->text_len, false, "");
-        s_chunk(r, NULL, 0, false, serve_openai_finish(d->finish_reason));
+        }
+        s_chunk(r, NULL, 0, false, finish);
         if (r->include_usage) {
             cJSON *o = s_head(r, r->route == SERVE_HANDLER_CHAT ? "chat.completion.chunk"
                                                                 : "text_completion");
@@ -655,10 +792,18 @@ static enum MHD_Result s_respond_json(s_req_t *r) {
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
     cJSON_AddNumberToObject(c, "index", 0);
+    const char *finish = serve_openai_finish(r->finish);
     if (chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddStringToObject(m, "content", r->text ? r->text : "");
+        cJSON *calls = r->tools && r->text ? s_tool_calls(r, r->text, strlen(r->text)) : NULL;
+        if (calls) {
+            cJSON_AddNullToObject(m, "content");
+            cJSON_AddItemToObject(m, "tool_calls", calls);
+            finish = "tool_calls";
+        } else {
+            cJSON_AddStringToObject(m, "content", r->text ? r->text : "");
+        }
     } else {
         cJSON_AddStringToObject(c, "text", r->text ? r->text : "");
     }
@@ -668,7 +813,7 @@ static enum MHD_Result s_respond_json(s_req_t *r) {
     } else {
         cJSON_AddNullToObject(c, "logprobs");
     }
-    cJSON_AddStringToObject(c, "finish_reason", serve_openai_finish(r->finish));
+    cJSON_AddStringToObject(c, "finish_reason", finish);
     cJSON_AddItemToObject(o, "usage", serve_openai_usage(&r->usage));
     return s_queue_json(r, 200, o, NULL, NULL);
 }
@@ -828,6 +973,7 @@ static void s_on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
     free(r->body);
     free(r->out);
     free(r->text);
+    free(r->acc);
     free(r->gen);
     free(r->toks);
     cJSON_Delete(r->lp);

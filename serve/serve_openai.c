@@ -48,8 +48,8 @@ static bool s_only_text_modality(const cJSON *v) {
 static const serve_openai_field_t s_fields[] = {
     /* the prompt */
     {"messages", CHAT, SERVE_OPENAI_ARRAY, 0, 0, SERVE_OPENAI_MAP, NULL,
-     "messages: 1..256 of {role: system|user|assistant (developer = system), content: a "
-     "string or text parts}"},
+     "messages: 1..256 of {role: system|user|assistant|tool (developer = system), content: a "
+     "string or text parts; assistant: tool_calls; tool: tool_call_id}"},
     {"prompt", COMPL, SERVE_OPENAI_STRING_OR_ARRAY, 0, 0, SERVE_OPENAI_MAP, NULL,
      "prompt: one non-empty string (or an array of exactly one)"},
     /* length */
@@ -96,8 +96,6 @@ static const serve_openai_field_t s_fields[] = {
      "a cache-routing hint; the prefix cache never changes the answer"},
     {"cache_prompt", BOTH, SERVE_OPENAI_BOOL, 0, 0, SERVE_OPENAI_ACCEPT, NULL,
      "llama-server's cache hint; the prefix cache is always on and never changes the answer"},
-    {"parallel_tool_calls", CHAT, SERVE_OPENAI_BOOL, 0, 0, SERVE_OPENAI_ACCEPT, NULL,
-     "means nothing without tools (which are refused)"},
     /* accepted at their default only */
     {"n", BOTH, SERVE_OPENAI_INTEGER, 1, 128, SERVE_OPENAI_ONLY, s_only_one,
      "only 1 choice per request is supported"},
@@ -113,14 +111,19 @@ static const serve_openai_field_t s_fields[] = {
      "echoing the prompt is not supported (only false)"},
     {"store", BOTH, SERVE_OPENAI_BOOL, 0, 0, SERVE_OPENAI_ONLY, s_only_false,
      "strata stores no completion (only false)"},
-    {"tools", CHAT, SERVE_OPENAI_ARRAY, 0, 0, SERVE_OPENAI_ONLY, s_only_empty,
-     "function calling is not supported (only [])"},
-    {"tool_choice", CHAT, SERVE_OPENAI_STRING_OR_OBJECT, 0, 0, SERVE_OPENAI_ONLY, s_only_no_tool,
-     "function calling is not supported (only \"none\" or \"auto\")"},
     {"functions", CHAT, SERVE_OPENAI_ARRAY, 0, 0, SERVE_OPENAI_ONLY, s_only_empty,
      "function calling is not supported (only [])"},
     {"function_call", CHAT, SERVE_OPENAI_STRING_OR_OBJECT, 0, 0, SERVE_OPENAI_ONLY, s_only_no_tool,
      "function calling is not supported (only \"none\" or \"auto\")"},
+    {"tools", CHAT, SERVE_OPENAI_ARRAY, 0, 0, SERVE_OPENAI_MAP, NULL,
+     "tools: 0..32 of {type: function, function: {name, description, parameters, strict}}; "
+     "described in the system turn, the calls' arguments constrained by parameters (a schema "
+     "the grammar engine cannot enforce is a 400 naming its path and keyword)"},
+    {"tool_choice", CHAT, SERVE_OPENAI_STRING_OR_OBJECT, 0, 0, SERVE_OPENAI_MAP, NULL,
+     "none (text), auto (text or calls; the default with tools), required (calls), "
+     "{type: function, function: {name}} (calls of that function)"},
+    {"parallel_tool_calls", CHAT, SERVE_OPENAI_BOOL, 0, 0, SERVE_OPENAI_MAP, NULL,
+     "true (the default): 1..8 calls per answer; false: exactly 1"},
     {"response_format", CHAT, SERVE_OPENAI_OBJECT, 0, 0, SERVE_OPENAI_MAP, NULL,
      "{type: text} (the default); {type: json_object}: json_object; {type: json_schema, "
      "json_schema: {name, description, schema, strict}}: json_schema (enforced whatever strict "
@@ -337,12 +340,72 @@ static int s_content(const cJSON *c, const char *param, const char **text, char 
 
 /* ---- the mapping, field group by field group (types and ranges already checked) */
 
+/* The generic rendering of an assistant turn's tool_calls (docs/HTTP.md): its text, a
+ * newline, then the calls as the answer format, [{"name": ..., "arguments": ...}]. */
+static int s_render_calls(const char *text, const cJSON *calls, const char *param, char **out,
+                          serve_openai_bad_t *b) {
+    cJSON *arr = cJSON_CreateArray();
+    if (!arr)
+        return -ENOMEM;
+    int j = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, calls) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (!cJSON_IsObject(c) || !cJSON_IsString(name) || !cJSON_IsString(args)) {
+            cJSON_Delete(arr);
+            return s_bad(b, param,
+                         "'%s[%d]': expected {id, type: function, function: {name, arguments: a "
+                         "string}}",
+                         param, j);
+        }
+        cJSON *one = cJSON_CreateObject(), *parsed = cJSON_Parse(args->valuestring);
+        cJSON_AddItemToArray(arr, one);
+        cJSON_AddStringToObject(one, "name", name->valuestring);
+        /* arguments are a JSON text: rendered as that JSON (as the model writes them) */
+        cJSON_AddItemToObject(one, "arguments",
+                              parsed ? parsed : cJSON_CreateString(args->valuestring));
+        j++;
+    }
+    char *js = cJSON_PrintUnformatted(arr);
+    cJSON_Delete(arr);
+    if (!js)
+        return -ENOMEM;
+    size_t n = strlen(text), m = strlen(js);
+    char *o = malloc(n + m + 2);
+    if (!o) {
+        free(js);
+        return -ENOMEM;
+    }
+    size_t k = 0;
+    if (n) {
+        memcpy(o, text, n);
+        o[n] = '\n';
+        k = n + 1;
+    }
+    memcpy(o + k, js, m + 1);
+    free(js);
+    *out = o;
+    return 0;
+}
+
+/* The generic rendering of a role "tool" turn: a user turn that names the call. */
+static int s_render_result(const char *id, const char *text, char **out) {
+    static const char head[] = "Result of tool call ";
+    size_t n = strlen(head) + strlen(id) + strlen(text) + 4;
+    if (!(*out = malloc(n)))
+        return -ENOMEM;
+    snprintf(*out, n, "%s%s:\n%s", head, id, text);
+    return 0;
+}
+
 static int s_messages(serve_openai_request_t *req, const cJSON *ms, serve_openai_bad_t *b) {
     msg_generate_t *g = &req->gen;
     int n = cJSON_GetArraySize(ms);
     if (n < 1 || n > MSG_MAX_MESSAGES)
         return s_bad(b, "messages", "'messages': %d messages, expected 1..%d", n, MSG_MAX_MESSAGES);
-    if (!(g->messages = calloc((size_t)n, sizeof *g->messages)))
+    if (!(g->messages = calloc((size_t)n + 1, sizeof *g->messages))) /* + the tools' turn */
         return -ENOMEM;
     g->n_messages = n;
     int i = 0;
@@ -353,32 +416,59 @@ static int s_messages(serve_openai_request_t *req, const cJSON *ms, serve_openai
         if (!cJSON_IsObject(m))
             return s_bad(b, param, "'messages[%d]': expected an object, got %s", i,
                          serve_openai_json_type(m));
-        const cJSON *k;
-        cJSON_ArrayForEach(k, m) { /* name, tool_calls, ... would change the prompt */
-            if (strcmp(k->string, "role") && strcmp(k->string, "content") && !cJSON_IsNull(k)) {
-                snprintf(param, sizeof param, "messages[%d].%s", i, k->string);
-                return s_bad(b, param, "'%s' is not supported (a message has role and content)",
-                             param);
-            }
-        }
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         if (!cJSON_IsString(role))
             return s_bad(b, param, "'%s': expected a string", param);
         const char *rs = role->valuestring;
         if (!strcmp(rs, "developer"))
             rs = "system"; /* OpenAI's newer name for it */
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
-            return s_bad(b, param, "'%s': '%s' is not supported (system, user, assistant)", param,
-                         role->valuestring);
-        snprintf(g->messages[i].role, sizeof g->messages[i].role, "%s", rs);
+        bool assistant = !strcmp(rs, "assistant"), tool = !strcmp(rs, "tool");
+        if (strcmp(rs, "system") && strcmp(rs, "user") && !assistant && !tool)
+            return s_bad(b, param, "'%s': '%s' is not supported (system, user, assistant, tool)",
+                         param, role->valuestring);
+        const cJSON *k;
+        cJSON_ArrayForEach(k, m) { /* name, audio, ... would change the prompt */
+            if (strcmp(k->string, "role") && strcmp(k->string, "content") && !cJSON_IsNull(k) &&
+                !(assistant && !strcmp(k->string, "tool_calls")) &&
+                !(tool && !strcmp(k->string, "tool_call_id"))) {
+                snprintf(param, sizeof param, "messages[%d].%s", i, k->string);
+                return s_bad(b, param,
+                             "'%s' is not supported (a message has role and content; an "
+                             "assistant's tool_calls; a tool's tool_call_id)",
+                             param);
+            }
+        }
+        snprintf(g->messages[i].role, sizeof g->messages[i].role, "%s", tool ? "user" : rs);
         snprintf(param, sizeof param, "messages[%d].content", i);
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!c)
+        const cJSON *calls = s_field(m, "tool_calls");
+        if (!c && !calls)
             return s_bad(b, param, "'%s' is required", param);
         const char *text = "";
-        int rc;
-        if (!cJSON_IsNull(c) && (rc = s_content(c, param, &text, &req->owned[i], b)))
+        int rc = 0;
+        if (c && !cJSON_IsNull(c) && (rc = s_content(c, param, &text, &req->owned[i], b)))
             return rc;
+        char *rendered = NULL;
+        if (calls) {
+            snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+            if (!cJSON_IsArray(calls))
+                return s_bad(b, param, "'%s': expected an array, got %s", param,
+                             serve_openai_json_type(calls));
+            rc = s_render_calls(text, calls, param, &rendered, b);
+        } else if (tool) {
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
+            snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
+            if (!cJSON_IsString(id))
+                return s_bad(b, param, "'%s' is required (a string)", param);
+            rc = s_render_result(id->valuestring, text, &rendered);
+        }
+        if (rc)
+            return rc;
+        if (rendered) {
+            free(req->owned[i]);
+            req->owned[i] = rendered;
+            text = rendered;
+        }
         g->messages[i].content = (char *)text;
         g->messages[i].content_len = strlen(text);
         i++;
@@ -502,6 +592,264 @@ static int s_response_format(serve_openai_request_t *req, const cJSON *f, serve_
     return 0;
 }
 
+/* ---- tools (docs/HTTP.md, tool calls) */
+
+/* The first "$ref" under v (a tool's parameters are compiled inside the call schema, where
+ * a local pointer would mean something else), its path in path. */
+static bool s_has_ref(const cJSON *v, char *path, size_t len) {
+    const cJSON *k;
+    int i = 0;
+    cJSON_ArrayForEach(k, v) {
+        size_t at = strlen(path);
+        if (k->string && !strcmp(k->string, "$ref") && cJSON_IsObject(v))
+            return true;
+        if (cJSON_IsObject(k) || cJSON_IsArray(k)) {
+            if (k->string)
+                snprintf(path + at, len - at, "/%s", k->string);
+            else
+                snprintf(path + at, len - at, "/%d", i);
+            if (s_has_ref(k, path, len))
+                return true;
+            path[at] = 0;
+        }
+        i++;
+    }
+    return false;
+}
+
+/* The system turn's description of the tools. */
+static char *s_tools_text(cJSON *fns, bool auto_, bool parallel) {
+    char *list = cJSON_PrintUnformatted(fns);
+    if (!list)
+        return NULL;
+    const char *fmt = "# Tools\n"
+                      "You can call these functions:\n%s\n"
+                      "To call %s, answer with nothing but a JSON array of calls: "
+                      "[{\"name\": \"<function name>\", \"arguments\": {<its parameters>}}].%s";
+    const char *how = parallel ? "functions (one or more)" : "a function (exactly one)";
+    const char *tail = auto_ ? "\nWhen no call is needed, answer with text instead." : "";
+    size_t n = strlen(fmt) + strlen(list) + strlen(how) + strlen(tail) + 1;
+    char *out = malloc(n);
+    if (out)
+        snprintf(out, n, fmt, list, how, tail);
+    free(list);
+    return out;
+}
+
+/* The tool turn: prepended to the first system message, or a system message of its own. */
+static int s_tools_turn(serve_openai_request_t *req, char *text, serve_openai_bad_t *b) {
+    msg_generate_t *g = &req->gen;
+    if (g->n_messages > 0 && !strcmp(g->messages[0].role, "system")) {
+        size_t n = strlen(text), m = g->messages[0].content_len;
+        char *o = realloc(text, n + 2 + m + 1);
+        if (!o) {
+            free(text);
+            return -ENOMEM;
+        }
+        memcpy(o + n, "\n\n", 2);
+        memcpy(o + n + 2, g->messages[0].content, m);
+        o[n + 2 + m] = 0;
+        req->owned[MSG_MAX_MESSAGES] = o;
+        g->messages[0].content = o;
+        g->messages[0].content_len = n + 2 + m;
+        return 0;
+    }
+    req->owned[MSG_MAX_MESSAGES] = text;
+    if (g->n_messages >= MSG_MAX_MESSAGES)
+        return s_bad(b, "messages", "'messages': %d messages and the tools' system turn pass %d",
+                     g->n_messages, MSG_MAX_MESSAGES);
+    memmove(g->messages + 1, g->messages, (size_t)g->n_messages * sizeof *g->messages);
+    memset(&g->messages[0], 0, sizeof g->messages[0]);
+    snprintf(g->messages[0].role, sizeof g->messages[0].role, "system");
+    g->messages[0].content = text;
+    g->messages[0].content_len = strlen(text);
+    g->n_messages++;
+    return 0;
+}
+
+/* tools, tool_choice, parallel_tool_calls: the mode, the system turn and the grammar. */
+static int s_tools(serve_openai_request_t *req, const cJSON *root, serve_openai_bad_t *b) {
+    msg_generate_t *g = &req->gen;
+    const cJSON *tools = s_field(root, "tools"), *choice = s_field(root, "tool_choice");
+    const cJSON *par = s_field(root, "parallel_tool_calls");
+    int nt = tools ? cJSON_GetArraySize(tools) : 0;
+    bool parallel = !par || cJSON_IsTrue(par);
+    const char *named = NULL, *mode = nt ? "auto" : "none";
+    if (nt > SERVE_OPENAI_MAX_TOOLS)
+        return s_bad(b, "tools", "'tools': %d tools, at most %d", nt, SERVE_OPENAI_MAX_TOOLS);
+    if (cJSON_IsString(choice)) {
+        mode = choice->valuestring;
+        if (strcmp(mode, "none") && strcmp(mode, "auto") && strcmp(mode, "required"))
+            return s_bad(b, "tool_choice",
+                         "'tool_choice': '%.64s' is not one of none, auto, required or "
+                         "{type: function, function: {name}}",
+                         mode);
+    } else if (choice) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(choice, "type");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "function") || !cJSON_IsString(nm))
+            return s_bad(b, "tool_choice",
+                         "'tool_choice': expected {type: function, function: {name}}");
+        named = nm->valuestring;
+        mode = "required";
+    }
+    if (!nt && strcmp(mode, "none"))
+        return s_bad(b, "tool_choice", "'tool_choice': '%s' needs tools", named ? named : mode);
+    if (!strcmp(mode, "none"))
+        return 0; /* text: the tools are not described (their history still is) */
+    if (g->logprobs)
+        return s_bad(b, "logprobs", "'logprobs' together with tools is not supported");
+    if (g->json_object || g->json_schema)
+        return s_bad(b, "response_format",
+                     "'response_format' together with tools is not supported");
+    /* check each tool; the call schema: an array of {name: const, arguments: parameters} */
+    cJSON *fns = cJSON_CreateArray(), *alts = cJSON_CreateArray();
+    cJSON *sch = cJSON_CreateObject();
+    int rc = 0, i = 0, found = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        char param[64], path[256] = "";
+        snprintf(param, sizeof param, "tools[%d]", i);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function"), *k;
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *desc = s_field(fn, "description"), *pars = s_field(fn, "parameters");
+        if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
+            !cJSON_IsObject(fn) || !cJSON_IsString(nm)) {
+            rc = s_bad(b, "tools", "'%s': expected {type: function, function: {name, ...}}", param);
+            goto out;
+        }
+        cJSON_ArrayForEach(k, fn) {
+            if (strcmp(k->string, "name") && strcmp(k->string, "description") &&
+                strcmp(k->string, "parameters") && strcmp(k->string, "strict")) {
+                rc = s_bad(b, "tools", "'%s.function.%.32s' is not supported", param, k->string);
+                goto out;
+            }
+        }
+        size_t nl = strlen(nm->valuestring);
+        if (nl < 1 || nl > 64 ||
+            strspn(nm->valuestring, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                    "0123456789_-") != nl) {
+            rc = s_bad(b, "tools", "'%s.function.name' must be 1..64 of a-z A-Z 0-9 _ -", param);
+            goto out;
+        }
+        for (const cJSON *u = tools->child; u != t; u = u->next)
+            if (!strcmp(cJSON_GetObjectItemCaseSensitive(
+                            cJSON_GetObjectItemCaseSensitive(u, "function"), "name")
+                            ->valuestring,
+                        nm->valuestring)) {
+                rc = s_bad(b, "tools", "'%s': the name '%s' is used twice", param, nm->valuestring);
+                goto out;
+            }
+        if (desc && !cJSON_IsString(desc)) {
+            rc = s_bad(b, "tools", "'%s.function.description' must be a string", param);
+            goto out;
+        }
+        if (pars && !cJSON_IsObject(pars)) {
+            rc = s_bad(b, "tools", "'%s.function.parameters' must be an object", param);
+            goto out;
+        }
+        if (pars && s_has_ref(pars, path, sizeof path)) {
+            rc = s_bad(b, "tools",
+                       "'%s.function.parameters' cannot be enforced: #%s: $ref: not supported in "
+                       "tool parameters",
+                       param, path);
+            goto out;
+        }
+        /* compiled alone first, so that a refusal names the path inside parameters */
+        char *ptext = pars ? cJSON_PrintUnformatted(pars) : strdup("{\"type\":\"object\"}");
+        char why[256];
+        char *gb = ptext ? grammar_schema_to_gbnf(ptext, strlen(ptext), why, sizeof why) : NULL;
+        bool oom = !ptext;
+        free(ptext);
+        if (!gb) {
+            rc = !oom ? s_bad(b, "tools", "'%s.function.parameters' cannot be enforced: %s", param,
+                              why)
+                      : -ENOMEM;
+            goto out;
+        }
+        free(gb);
+        cJSON *d = cJSON_CreateObject(); /* its description for the system turn */
+        cJSON_AddItemToArray(fns, d);
+        cJSON_AddStringToObject(d, "name", nm->valuestring);
+        if (desc)
+            cJSON_AddStringToObject(d, "description", desc->valuestring);
+        cJSON_AddItemToObject(d, "parameters",
+                              pars ? cJSON_Duplicate(pars, true) : cJSON_CreateObject());
+        if (!named || !strcmp(named, nm->valuestring)) {
+            cJSON *alt = cJSON_CreateObject(), *props;
+            cJSON_AddItemToArray(alts, alt);
+            cJSON_AddStringToObject(alt, "type", "object");
+            props = cJSON_AddObjectToObject(alt, "properties");
+            cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "name"), "const",
+                                    nm->valuestring);
+            cJSON_AddItemToObject(props, "arguments",
+                                  pars ? cJSON_Duplicate(pars, true)
+                                       : cJSON_Parse("{\"type\":\"object\"}"));
+            cJSON *req_ = cJSON_AddArrayToObject(alt, "required");
+            cJSON_AddItemToArray(req_, cJSON_CreateString("name"));
+            cJSON_AddItemToArray(req_, cJSON_CreateString("arguments"));
+            cJSON_AddFalseToObject(alt, "additionalProperties");
+            found++;
+        }
+        i++;
+    }
+    if (named && !found) {
+        rc = s_bad(b, "tool_choice", "'tool_choice': no tool is named '%.64s'", named);
+        goto out;
+    }
+    cJSON_AddStringToObject(sch, "type", "array");
+    cJSON *items = cJSON_AddObjectToObject(sch, "items");
+    cJSON_AddItemToObject(items, "anyOf", alts);
+    alts = NULL;
+    cJSON_AddNumberToObject(sch, "minItems", 1);
+    cJSON_AddNumberToObject(sch, "maxItems", parallel ? SERVE_OPENAI_MAX_CALLS : 1);
+    char *text = cJSON_PrintUnformatted(sch), why[256];
+    char *gb = text ? grammar_schema_to_gbnf(text, strlen(text), why, sizeof why) : NULL;
+    bool oom = !text;
+    free(text);
+    if (!gb) {
+        rc = !oom ? s_bad(b, "tools", "the tools cannot be enforced: %s", why) : -ENOMEM;
+        goto out;
+    }
+    bool auto_ = !strcmp(mode, "auto");
+    if (auto_) { /* root ::= calls | text, text: a first character no call starts with */
+        static const char text_rule[] = "tools-text ::= [^ \\t\\n\\[{] .*\n";
+        char *nl = strchr(gb, '\n');
+        size_t head = (size_t)(nl - gb), n = strlen(gb);
+        char *o = malloc(n + sizeof text_rule + 16);
+        if (!o) {
+            free(gb);
+            rc = -ENOMEM;
+            goto out;
+        }
+        memcpy(o, gb, head);
+        memcpy(o + head, " | tools-text", 13);
+        memcpy(o + head + 13, gb + head, n - head);
+        memcpy(o + 13 + n, text_rule, sizeof text_rule);
+        free(gb);
+        gb = o;
+    }
+    if (strlen(gb) > MSG_MAX_GRAMMAR_BYTES) {
+        rc = s_bad(b, "tools", "the tools' grammar is %zu bytes, limit %u", strlen(gb),
+                   MSG_MAX_GRAMMAR_BYTES);
+        free(gb);
+        goto out;
+    }
+    req->grammar = gb;
+    g->grammar = gb;
+    g->grammar_len = strlen(gb);
+    req->tools = auto_ ? SERVE_OPENAI_TOOLS_AUTO : SERVE_OPENAI_TOOLS_FORCED;
+    char *turn = s_tools_text(fns, auto_, parallel);
+    rc = turn ? s_tools_turn(req, turn, b) : -ENOMEM;
+out:
+    cJSON_Delete(fns);
+    cJSON_Delete(alts);
+    cJSON_Delete(sch);
+    return rc;
+}
+
 static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
                        const serve_openai_defaults_t *def, uint64_t seed, serve_openai_bad_t *b) {
     const cJSON *root = req->root, *f;
@@ -547,6 +895,8 @@ static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
         return rc;
     if (api == CHAT && (f = s_field(root, "response_format")) &&
         (rc = s_response_format(req, f, b)))
+        return rc;
+    if (api == CHAT && (rc = s_tools(req, root, b)))
         return rc;
     /* the answer's shape */
     g->stream = (f = s_field(root, "stream")) && cJSON_IsTrue(f);
@@ -596,6 +946,10 @@ void serve_openai_request_clear(serve_openai_request_t *req) {
     }
     free(req->schema);
     req->schema = NULL;
+    free(req->grammar);
+    req->grammar = NULL;
+    req->gen.grammar = NULL;
+    req->gen.grammar_len = 0;
     req->gen.json_schema = NULL;
     req->gen.json_schema_len = 0;
     free(req->gen.messages); /* the rest points into root */
@@ -609,6 +963,119 @@ void serve_openai_request_clear(serve_openai_request_t *req) {
 
 const char *serve_openai_finish(int finish) {
     return finish == MSG_FINISH_LENGTH ? "length" : "stop";
+}
+
+/* ---- reading tool calls from the answer's text */
+
+static size_t s_ws(const char *s, size_t len, size_t p) {
+    while (p < len && (s[p] == ' ' || s[p] == '\t' || s[p] == '\n' || s[p] == '\r'))
+        p++;
+    return p;
+}
+
+/* The end of the JSON string that starts at s[p] ('"'), or SIZE_MAX when cut. */
+static size_t s_string_end(const char *s, size_t len, size_t p) {
+    for (p++; p < len; p++) {
+        if (s[p] == '\\')
+            p++;
+        else if (s[p] == '"')
+            return p + 1;
+    }
+    return SIZE_MAX;
+}
+
+/* The end of the JSON value that starts at s[p], or SIZE_MAX when cut. */
+static size_t s_value_end(const char *s, size_t len, size_t p) {
+    if (s[p] == '"')
+        return s_string_end(s, len, p);
+    if (s[p] == '{' || s[p] == '[') {
+        int depth = 0;
+        while (p < len) {
+            if (s[p] == '"') {
+                if ((p = s_string_end(s, len, p)) == SIZE_MAX)
+                    return SIZE_MAX;
+                continue;
+            }
+            if (s[p] == '{' || s[p] == '[')
+                depth++;
+            else if ((s[p] == '}' || s[p] == ']') && --depth == 0)
+                return p + 1;
+            p++;
+        }
+        return SIZE_MAX;
+    }
+    while (p < len && !strchr(",}] \t\r\n", s[p])) /* a scalar: it ends at what follows */
+        p++;
+    return p < len ? p : SIZE_MAX;
+}
+
+int serve_openai_scan_calls(const char *s, size_t len, serve_openai_call_t *calls, int max, int *n,
+                            bool *complete) {
+    *n = 0;
+    *complete = false;
+    size_t p = s_ws(s, len, 0);
+    if (p == len)
+        return 0;
+    if (s[p++] != '[')
+        return -EINVAL;
+    for (;;) {
+        if ((p = s_ws(s, len, p)) == len)
+            return 0;
+        if (s[p] == ']') {
+            *complete = true;
+            return 0;
+        }
+        if (*n && s[p++] != ',') /* between calls */
+            return -EINVAL;
+        if ((p = s_ws(s, len, p)) == len)
+            return 0;
+        if (s[p++] != '{' || *n == max)
+            return -EINVAL;
+        serve_openai_call_t *c = &calls[(*n)++];
+        memset(c, 0, sizeof *c);
+        for (;;) { /* the call's keys */
+            if ((p = s_ws(s, len, p)) == len)
+                return 0;
+            if (s[p] == '}') {
+                p++;
+                break;
+            }
+            if (s[p] == ',' && (p = s_ws(s, len, p + 1)) == len)
+                return 0;
+            if (s[p] != '"')
+                return -EINVAL;
+            size_t k = p, e = s_string_end(s, len, p);
+            if (e == SIZE_MAX || (p = s_ws(s, len, e)) == len)
+                return 0;
+            if (s[p++] != ':')
+                return -EINVAL;
+            if ((p = s_ws(s, len, p)) == len)
+                return 0;
+            bool is_name = e - k == 6 && !memcmp(s + k, "\"name\"", 6);
+            bool is_args = e - k == 11 && !memcmp(s + k, "\"arguments\"", 11);
+            if (is_args) {
+                c->args_begun = true;
+                c->args_at = p;
+            }
+            size_t v = s_value_end(s, len, p);
+            if (v == SIZE_MAX) {
+                if (is_args)
+                    c->args_end = len;
+                return 0;
+            }
+            if (is_name) {
+                if (s[p] != '"')
+                    return -EINVAL;
+                c->named = true;
+                c->name_at = p + 1;
+                c->name_len = v - p - 2;
+            } else if (is_args) {
+                c->args_end = v;
+                c->args_done = true;
+            }
+            p = v;
+        }
+    }
 }
 
 cJSON *serve_openai_usage(const msg_usage_t *u) {

@@ -75,15 +75,44 @@ typedef struct {
     char msg[512];
 } serve_openai_bad_t;
 
+/* What a chat request does with its tools (docs/HTTP.md, tool calls). */
+typedef enum {
+    SERVE_OPENAI_TOOLS_NONE,   /* no tools, or tool_choice "none": the answer is text */
+    SERVE_OPENAI_TOOLS_AUTO,   /* the answer is text or a call array (its first byte says) */
+    SERVE_OPENAI_TOOLS_FORCED, /* "required" or a named function: the answer is a call array */
+} serve_openai_tools_t;
+
+#define SERVE_OPENAI_MAX_TOOLS 32 /* tools per request */
+#define SERVE_OPENAI_MAX_CALLS 8  /* calls per answer (parallel_tool_calls) */
+
 /* A translated request.  gen's strings point into root or into owned (the joins of text
- * parts); serve_openai_request_clear frees all of it. */
+ * parts, the rendered tool turns); serve_openai_request_clear frees all of it. */
 typedef struct {
     msg_generate_t gen;                /* everything but gen.id (the caller's) */
     bool include_usage;                /* stream_options.include_usage */
+    serve_openai_tools_t tools;        /* how the answer is read */
     cJSON *root;                       /* the parsed body (owned) */
-    char *owned[MSG_MAX_MESSAGES + 1]; /* malloc'd joins of content parts */
+    char *owned[MSG_MAX_MESSAGES + 1]; /* malloc'd contents; [MSG_MAX_MESSAGES]: the system
+                                          turn that describes the tools */
     char *schema;                      /* response_format's schema as text (gen.json_schema) */
+    char *grammar;                     /* the tool calls' GBNF (gen.grammar) */
 } serve_openai_request_t;
+
+/* One call of an answer under tools, as far as the text goes: spans of the text. */
+typedef struct {
+    size_t name_at, name_len; /* the function's name (valid when named) */
+    bool named;
+    size_t args_at;  /* where the arguments' JSON starts (valid when args_begun) */
+    size_t args_end; /* where it ends (args_done), else the end of the text so far */
+    bool args_begun, args_done;
+} serve_openai_call_t;
+
+/* Scan text (len bytes, possibly cut anywhere) as the answer format of tool calls,
+ * [{"name": ..., "arguments": ...}, ...].  The calls begun so far go to calls (at most max,
+ * *n set); *complete is set when the array is closed.  0; -EINVAL when the text is not a
+ * call array (its first byte other than whitespace is not '[', or it breaks the format). */
+int serve_openai_scan_calls(const char *text, size_t len, serve_openai_call_t *calls, int max,
+                            int *n, bool *complete);
 
 /* Parse body (len bytes; body[len] must be its NUL) as a request of api and translate it
  * into req->gen.  seed: the seed to use when the body gives none (OpenAI draws a fresh

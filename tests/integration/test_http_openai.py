@@ -225,7 +225,9 @@ def test_errors(base, client):
         unenforceable = {"type": "json_schema",
                          "json_schema": {"name": "n", "schema": {"type": "integer", "multipleOf": 3}}}
         for field, value in [("response_format", unenforceable),
-                             ("tools", [{"type": "function", "function": {"name": "f"}}]),
+                             ("tools", [{"type": "function", "function": {
+                                 "name": "f", "parameters": {"type": "object", "properties": {
+                                     "a": {"not": {}}}}}}]),
                              ("logit_bias", {"50256": -100}),
                              ("presence_penalty", 0.5),
                              ("ignore_eos", True)]:

@@ -91,7 +91,7 @@ START_TEST(chat_messages) {
     s_refused(s_parse(CHAT, "{}"), "messages");
     s_refused(s_parse(CHAT, "{\"messages\": []}"), "messages");
     s_refused(s_parse(CHAT, "{\"messages\": \"hi\"}"), "messages");
-    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}"),
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"function\", \"content\": \"x\"}]}"),
               "messages[0].role");
     s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\"}]}"), "messages[0].content");
     s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
@@ -240,7 +240,9 @@ static const s_case_t s_cases[] = {
     {"logit_bias", CHAT | COMPL, "{}", "{\"50256\": -100}"},
     {"echo", COMPL, "false", "true"},
     {"store", CHAT | COMPL, "false", "true"},
-    {"tools", CHAT, "[]", "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]"},
+    {"tools", CHAT, "[]",
+     "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"not\": {}}}}}}]"},
     {"tool_choice", CHAT, "\"none\"", "\"required\""},
     {"functions", CHAT, "[]", "[{\"name\": \"f\"}]"},
     {"function_call", CHAT, "\"auto\"", "{\"name\": \"f\"}"},
