@@ -79,3 +79,20 @@ def require(*modules):
             found = False
         if not found:
             skip(f"Python package missing: {name} (run with the project's venv: scripts/setup)")
+
+
+def peer_tool(name):
+    """The path of llama.cpp tool `name` (llama-perplexity, llama-tokenize, ...) built by
+    scripts/peer-llamacpp: in $STRATA_PEER_BIN, else ~/.cache/strata/peer/llama.cpp-*/bin
+    (the native build before the AVX2-only one).  Skips without it, under CI=true too: CI
+    does not build the peer."""
+    import glob
+    d = os.environ.get("STRATA_PEER_BIN")
+    cands = [d] if d else sorted(
+        glob.glob(os.path.join(os.environ.get("HOME", "/root"), ".cache/strata/peer/llama.cpp-*/bin")),
+        key=lambda p: (p.endswith("-avx2/bin"), p))
+    for c in cands:
+        if c and os.access(os.path.join(c, name), os.X_OK):
+            return os.path.join(c, name)
+    skip(f"llama.cpp peer not cached: no {name} under ~/.cache/strata/peer/llama.cpp-*/bin "
+         f"or $STRATA_PEER_BIN (build it with scripts/peer-llamacpp)", ci_fails=False)

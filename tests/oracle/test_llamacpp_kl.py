@@ -25,7 +25,6 @@ Env: STRATA_BIN (set by CTest), STRATA_MODEL, STRATA_PEER_BIN (optional).
 Exit 0 pass, 1 fail, 77 skip.
 """
 
-import glob
 import os
 import subprocess
 import sys
@@ -43,26 +42,11 @@ BOUNDS = {
 }
 
 
-def peer_bin():
-    d = os.environ.get("STRATA_PEER_BIN")
-    # the native build first, the AVX2-only one (scripts/peer-llamacpp --cpu avx2) if alone
-    cands = [d] if d else sorted(
-        glob.glob(os.path.join(os.environ.get("HOME", "/root"),
-                               ".cache/strata/peer/llama.cpp-*/bin")),
-        key=lambda p: (p.endswith("-avx2/bin"), p))
-    for c in cands:
-        if c and os.access(os.path.join(c, "llama-perplexity"), os.X_OK):
-            return os.path.join(c, "llama-perplexity")
-    U.testenv.skip("llama.cpp peer not cached: no llama-perplexity under "
-                   "~/.cache/strata/peer/llama.cpp-*/bin or $STRATA_PEER_BIN "
-                   "(build it with scripts/peer-llamacpp)", ci_fails=False)
-
-
 def main():
     t0 = time.time()
     model = U.model_path()
     binp = U.strata_bin()
-    lp = peer_bin()
+    lp = U.testenv.peer_tool("llama-perplexity")
     ok = True
     with tempfile.TemporaryDirectory(prefix="strata_llkl_") as d:
         for ty, (kl_lim, p99_lim, top_lim) in BOUNDS.items():

@@ -14,7 +14,6 @@ model is a skip here and a failure under CI=true (scripts/fetch-model fetches bo
 Exit 0 pass, 1 fail, 77 skip.
 """
 
-import glob
 import os
 import subprocess
 import sys
@@ -37,20 +36,6 @@ EXTRA = {
                " leading space", "\n", "a\u00a0b \u200b c", "\t\t\tindent\n\n\n\nx",
                "<unused0> <start_of_image>"],
 }
-
-
-def peer_tokenize():
-    d = os.environ.get("STRATA_PEER_BIN")
-    cands = [d] if d else sorted(
-        glob.glob(os.path.join(os.environ.get("HOME", "/root"),
-                               ".cache/strata/peer/llama.cpp-*/bin")),
-        key=lambda p: (p.endswith("-avx2/bin"), p))
-    for c in cands:
-        if c and os.access(os.path.join(c, "llama-tokenize"), os.X_OK):
-            return os.path.join(c, "llama-tokenize")
-    testenv.skip("llama.cpp peer not cached: no llama-tokenize under "
-                 "~/.cache/strata/peer/llama.cpp-*/bin or $STRATA_PEER_BIN "
-                 "(build it with scripts/peer-llamacpp)", ci_fails=False)
 
 
 def strata_ids(binp, model, path):
@@ -76,7 +61,7 @@ def peer_ids(lt, model, path):
 
 def main():
     binp = testenv.strata_bin()
-    lt = peer_tokenize()
+    lt = testenv.peer_tool("llama-tokenize")
     models = {"smollm2": testenv.model_path()}
     if not os.path.isfile(GEMMA):
         testenv.skip(f"Gemma 3 270M not found: {GEMMA} (scripts/fetch-model gemma3)")
