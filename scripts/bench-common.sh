@@ -77,8 +77,9 @@ bench_cpu_lines() {
 # peer_setup BUILDS OMPS [NOBUILD]: BUILDS a comma list of native|avx2, OMPS of
 # unset|passive.  Sets peer_cfgs (build/omp, every combination) and
 # peer_bin[build] (the folder of the tools; STRATA_PEER_BIN_NATIVE /
-# STRATA_PEER_BIN_AVX2 override scripts/peer-llamacpp, which builds on first use
-# unless NOBUILD is 1: then a missing build is only reported).
+# STRATA_PEER_BIN_AVX2 override the lookup of scripts/peer-bin: the prebuilt
+# ../shared/peer, then the scripts/peer-llamacpp cache; when neither has it,
+# scripts/peer-llamacpp builds it unless NOBUILD is 1: then it is only reported).
 declare -gA peer_bin
 peer_cfgs=() peer_builds_list=()
 peer_setup() {
@@ -95,7 +96,7 @@ peer_setup() {
       peer_bin[$b]=$STRATA_PEER_BIN_NATIVE
     elif [ "$b" = avx2 ] && [ -n "${STRATA_PEER_BIN_AVX2:-}" ]; then
       peer_bin[$b]=$STRATA_PEER_BIN_AVX2
-    else
+    elif ! peer_bin[$b]=$(scripts/peer-bin --cpu "$b" --where); then
       peer_bin[$b]=$(scripts/peer-llamacpp --cpu "$b" --print-dir "${nb[@]}") ||
         echo "peer build $b: not built (${peer_bin[$b]})" >&2
     fi

@@ -14,6 +14,7 @@ The tests import it with the tests/ folder on sys.path:
 
 import importlib.util
 import os
+import subprocess
 import sys
 
 SKIP = 77
@@ -81,18 +82,14 @@ def require(*modules):
             skip(f"Python package missing: {name} (run with the project's venv: scripts/setup)")
 
 
-def peer_tool(name):
-    """The path of llama.cpp tool `name` (llama-perplexity, llama-tokenize, ...) built by
-    scripts/peer-llamacpp: in $STRATA_PEER_BIN, else ~/.cache/strata/peer/llama.cpp-*/bin
-    (the native build before the AVX2-only one).  Skips without it, under CI=true too: CI
-    does not build the peer."""
-    import glob
-    d = os.environ.get("STRATA_PEER_BIN")
-    cands = [d] if d else sorted(
-        glob.glob(os.path.join(os.environ.get("HOME", "/root"), ".cache/strata/peer/llama.cpp-*/bin")),
-        key=lambda p: (p.endswith("-avx2/bin"), p))
-    for c in cands:
-        if c and os.access(os.path.join(c, name), os.X_OK):
-            return os.path.join(c, name)
-    skip(f"llama.cpp peer not cached: no {name} under ~/.cache/strata/peer/llama.cpp-*/bin "
-         f"or $STRATA_PEER_BIN (build it with scripts/peer-llamacpp)", ci_fails=False)
+def peer_tool(name, cpu="native"):
+    """The path of llama.cpp tool `name` (llama-perplexity, llama-tokenize, ...) as
+    scripts/peer-bin finds it: $STRATA_PEER_BIN, else the prebuilt peer in
+    ../shared/peer/llama.cpp-*/bin, else the scripts/peer-llamacpp cache.  Skips without
+    it; under CI=true a missing peer is a failure, like a missing model."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([os.path.join(root, "scripts/peer-bin"), "--cpu", cpu, "--tool", name],
+                       capture_output=True, text=True)
+    if p.returncode == 0 and p.stdout.strip():
+        return os.path.join(p.stdout.strip(), name)
+    skip(f"llama.cpp peer not found: {p.stderr.strip()}")

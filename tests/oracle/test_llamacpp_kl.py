@@ -17,9 +17,9 @@ engines that both round activations to 8 bits per block should be at least as cl
 each other as either is to float math, and a real forward-pass bug costs whole nats.
 Tighten them once measured (scripts/kl-vs-llamacpp prints the numbers).
 
-Needs the llama.cpp peer built by scripts/peer-llamacpp (~/.cache/strata/peer/
-llama.cpp-*/bin/llama-perplexity, or STRATA_PEER_BIN): without it the test skips (77), under
-CI=true too, since building the peer takes an hour on a small machine.
+Needs the llama.cpp peer's llama-perplexity, as scripts/peer-bin finds it (STRATA_PEER_BIN,
+the prebuilt ../shared/peer/llama.cpp-*/bin, the scripts/peer-llamacpp cache): without it the
+test skips (77); under CI=true a missing peer fails, like a missing model.
 
 Env: STRATA_BIN (set by CTest), STRATA_MODEL, STRATA_PEER_BIN (optional).
 Exit 0 pass, 1 fail, 77 skip.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """test_tokenizer_families.py - strata's token ids equal llama.cpp's llama-tokenize (the
-oracle, built from source by scripts/peer-llamacpp) on the tricky-string corpus
+oracle, the prebuilt peer) on the tricky-string corpus
 (tests/oracle/tokenizer_corpus.txt: spaces, tabs, digits, CJK, emoji, code, accents, bytes
 that need byte fallback) and on texts holding special-token text, for each tokenizer family
 cached here: the default model (byte-level BPE, pre-tokenizer "smollm") and Gemma 3 270M
@@ -8,8 +8,9 @@ cached here: the default model (byte-level BPE, pre-tokenizer "smollm") and Gemm
 Both sides tokenize the same bytes from a file, special-token text parsed, no BOS (and
 llama-tokenize with --no-escape: by default it turns "\\\\" into "\\" before tokenizing).
 
-Needs the peer's llama-tokenize (~/.cache/strata/peer/llama.cpp-*/bin or STRATA_PEER_BIN):
-without it the test skips (77), under CI=true too (CI does not build the peer).  A missing
+Needs the peer's llama-tokenize as scripts/peer-bin finds it (STRATA_PEER_BIN, the prebuilt
+../shared/peer, the scripts/peer-llamacpp cache): without it the test skips (77), and fails
+under CI=true, like a missing model.  A missing
 model is a skip here and a failure under CI=true (scripts/fetch-model fetches both).
 Exit 0 pass, 1 fail, 77 skip.
 """
