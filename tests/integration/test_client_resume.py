@@ -156,7 +156,9 @@ def check_resume_message(ep, ref):
         u.check(m["type"] == "done", "%s: done, got %r" % (what, m))
         u.check(idx == list(range(3, 3 + len(idx))), "%s: indexes from 3: %s" % (what, idx))
         u.check(toks == ref[3:24], "%s: tokens equal reference[3:]" % what)
-        u.check(m["usage"]["completion_tokens"] == 24, "%s: usage counts all: %r" % (what, m))
+        # all 24, or fewer where the reference itself ends (EOS) before 24
+        u.check(m["usage"]["completion_tokens"] == len(ref[:24]),
+                "%s: usage counts all %d: %r" % (what, len(ref[:24]), m))
         print("%s: events %d..%d equal the reference" % (what, idx[0], idx[-1]))
 
 
