@@ -17,6 +17,10 @@ const char *cli_default_model(void);
 /* Threads to use by default: the online CPUs. */
 int cli_default_threads(void);
 double cli_now(void); /* monotonic seconds */
+/* Read bandwidth in GB/s (1e9 bytes/s) of `threads` threads summing a buffer of `bytes`
+ * (each its own contiguous share), the best of `passes`; 0 when out of memory
+ * (bin/cli_bandwidth.c). */
+double cli_read_bandwidth(int threads, size_t bytes, int passes);
 
 /* Parse helpers: print "strata CMD: bad value for OPT: VAL" and return false. */
 bool cli_int(const char *cmd, const char *opt, const char *val, long lo, long hi, long *out);

@@ -620,6 +620,10 @@ static void s_bench_help(FILE *f) {
             "  -b, --batch B       decode B sequences at once (continuous batching): each\n"
             "                      prefills its own -p tokens, then -n steps of B tokens;\n"
             "                      prints the aggregate generation tokens/s (default 1)\n"
+            "      --bandwidth     also measure the read bandwidth (1 GiB summed by 1 and\n"
+            "                      by -t threads, best of 3) and print generation as a\n"
+            "                      fraction of its bound: bandwidth / weight bytes read\n"
+            "                      per token (every matrix, one embedding row)\n"
             "  -h, --help\n",
             cli_default_model(), cli_default_threads());
 }
@@ -708,13 +712,19 @@ out:
 int cmd_bench_model(int argc, char **argv) {
     const char *C = "bench-model", *model = NULL;
     long threads = cli_default_threads(), np = 512, ng = 128, reps = 5, batch = 1, depth = -1;
+    bool bandwidth = false;
     kern_type_t kv_type = KERN_F16;
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},   {"n-prompt", required_argument, 0, 'p'},
-        {"n-gen", required_argument, 0, 'n'},   {"reps", required_argument, 0, 'r'},
-        {"threads", required_argument, 0, 't'}, {"kv-type", required_argument, 0, 1},
-        {"batch", required_argument, 0, 'b'},   {"depth", required_argument, 0, 'd'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"n-prompt", required_argument, 0, 'p'},
+                                         {"n-gen", required_argument, 0, 'n'},
+                                         {"reps", required_argument, 0, 'r'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"kv-type", required_argument, 0, 1},
+                                         {"batch", required_argument, 0, 'b'},
+                                         {"depth", required_argument, 0, 'd'},
+                                         {"bandwidth", no_argument, 0, 2},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "m:p:n:r:t:b:d:h", opts, NULL)) != -1) {
@@ -749,6 +759,9 @@ int cmd_bench_model(int argc, char **argv) {
         case 1:
             if (!s_kv_type(C, optarg, &kv_type))
                 return 1;
+            break;
+        case 2:
+            bandwidth = true;
             break;
         case 'h':
             s_bench_help(stdout);
@@ -834,6 +847,19 @@ report:
            reps, pp[0], pp[reps - 1]);
     printf("tg%ld%s: %.1f tok/s%s (median of %ld; min %.1f max %.1f)\n", ng, at, tg[reps / 2], agg,
            reps, tg[0], tg[reps - 1]);
+    const double per_tok = (double)model_decode_bytes(r.model);
+    if (batch == 1)
+        printf("decode reads %.1f MiB of weights per token: tg %.1f GB/s\n", per_tok / 1048576.0,
+               tg[reps / 2] * per_tok / 1e9);
+    if (bandwidth) {
+        const double bw1 = cli_read_bandwidth(1, (size_t)1 << 30, 3);
+        const double bwn = cli_read_bandwidth((int)threads, (size_t)1 << 30, 3);
+        printf("read bandwidth: 1 thread %.1f GB/s, %ld threads %.1f GB/s (1 GiB, best of 3)\n",
+               bw1, threads, bwn);
+        if (batch == 1 && bwn > 0)
+            printf("decode bound %.1f tok/s: tg at %.0f %% of it\n", bwn * 1e9 / per_tok,
+                   100.0 * tg[reps / 2] * per_tok / (bwn * 1e9));
+    }
     rc = 0;
 out:
     if (rc)

@@ -74,6 +74,9 @@ const model_config_t *model_config(const model_t *self);
 const model_gguf_t *model_file(const model_t *self);
 /* Bytes of weights (the tensors' data). */
 size_t model_weight_bytes(const model_t *self);
+/* Bytes of weights one decoded token reads: every matrix, one row of an untied token
+ * embedding, n_expert_used of each MoE layer's n_expert experts (KV reads not counted). */
+size_t model_decode_bytes(const model_t *self);
 
 /* ---- KV: the block layout is kernels/kern_kv.h's (kvstore/ manages the pool in the service). */
 

@@ -516,6 +516,25 @@ size_t model_weight_bytes(const model_t *self) {
     return self->weight_bytes;
 }
 
+size_t model_decode_bytes(const model_t *self) {
+    const model_config_t *c = &self->cfg;
+    size_t b = self->weight_bytes;
+    const model_weight_t *e = &self->embd;
+    if (e->data != self->out.data) /* untied: one embedding row, not the table */
+        b -= (size_t)(e->rows - 1) * e->row_bytes;
+    if (c->n_expert > 0) /* experts: only n_expert_used of each layer's n_expert */
+        for (int l = 0; l < c->n_layer; l++) {
+            const model_layer_t *L = &self->layers[l];
+            if (!L->experts)
+                continue;
+            const size_t one = (size_t)L->eg[0].rows * L->eg[0].row_bytes +
+                               (size_t)L->eu[0].rows * L->eu[0].row_bytes +
+                               (size_t)L->ed[0].rows * L->ed[0].row_bytes;
+            b -= (size_t)(c->n_expert - c->n_expert_used) * one;
+        }
+    return b;
+}
+
 kern_kv_shape_t model_kv_shape(const model_config_t *c, int block_size) {
     return (kern_kv_shape_t){c->n_layer, c->n_head_kv, c->head_dim, block_size};
 }
