@@ -309,33 +309,51 @@ KX_INLINE void s_tile(kern_type_t T, const int C, int nbk, const uint8_t *rec, i
         v_fstore(out + (size_t)c * os, rm, acc[c]);
 }
 
-/* Passes over k (KP_BK super-blocks), then row groups (and halves), then
- * column tiles: a group's records stay in L1 while every column tile of the
- * pass uses them.  Splitting k only stores and reloads the float
- * accumulators, so it changes no result. */
+/* One row group's half tiles over super-blocks b0 .. b0+nbk-1, every column
+ * tile of them (the group's records for these super-blocks stay in L1). */
+KX_INLINE void s_group_pass(kern_type_t T, int64_t nb, int64_t b0, int nbk, int g, int r0, int nr,
+                            int nc, const uint8_t *packed, const uint8_t *x, size_t xs, float *out,
+                            size_t os) {
+    const uint8_t *rec = packed + ((size_t)g * nb + b0) * kern_kpk_rec(T);
+    const uint8_t *xb = x + (size_t)b0 * KP_XB;
+    for (int h = 0; h < KERN_PK_ROWS / KP_ROWS; h++) {
+        const int rows = r0 + nr - (g * KERN_PK_ROWS + h * KP_ROWS);
+        if (rows <= 0)
+            break;
+        const s_rmask rm = s_rowmask(rows);
+        float *o = out + (size_t)(g * KERN_PK_ROWS + h * KP_ROWS - r0);
+#define S_TILE(c, n)                                                                               \
+    s_tile(T, n, nbk, rec, h, xb + (size_t)(c)*xs, xs, o + (size_t)(c)*os, os, rm, b0 > 0,         \
+           (c) == 0 && h == 0)
+        KX_COLUMN_TILES(nc, KP_CT, S_TILE);
+#undef S_TILE
+    }
+}
+
+/* Passes over k (KP_BK super-blocks) and row groups (and halves), then column
+ * tiles.  With more than one column tile (prefill), passes are outermost: the
+ * columns' activations of a pass stay in cache while every group uses them.
+ * With one (decode, small batches) there is nothing to reuse across groups,
+ * so each group walks its passes in turn and the weights stream in storage
+ * order: the prefetch ahead then lands on the next records to be read, not
+ * on records a later pass reads after they have left the cache.  Splitting k
+ * only stores and reloads the float accumulators, so neither order changes
+ * a result. */
 KX_INLINE void s_gemm_kpk(kern_type_t T, int64_t k, int r0, int nr, int nc, const uint8_t *packed,
                           const uint8_t *x, size_t xs, float *out, size_t os) {
     const int64_t nb = k / KERN_QK_K;
-    const int REC = kern_kpk_rec(T);
     const int g0 = r0 / KERN_PK_ROWS, g1 = (r0 + nr - 1) / KERN_PK_ROWS;
-    for (int64_t b0 = 0; b0 < nb; b0 += KP_BK) {
-        const int nbk = (int)(nb - b0 < KP_BK ? nb - b0 : KP_BK);
-        const uint8_t *xb = x + (size_t)b0 * KP_XB;
-        for (int g = g0; g <= g1; g++) {
-            const uint8_t *rec = packed + ((size_t)g * nb + b0) * REC;
-            for (int h = 0; h < KERN_PK_ROWS / KP_ROWS; h++) {
-                const int rows = r0 + nr - (g * KERN_PK_ROWS + h * KP_ROWS);
-                if (rows <= 0)
-                    break;
-                const s_rmask rm = s_rowmask(rows);
-                float *o = out + (size_t)(g * KERN_PK_ROWS + h * KP_ROWS - r0);
-#define S_TILE(c, n)                                                                               \
-    s_tile(T, n, nbk, rec, h, xb + (size_t)(c)*xs, xs, o + (size_t)(c)*os, os, rm, b0 > 0, (c) == 0)
-                KX_COLUMN_TILES(nc, KP_CT, S_TILE);
-#undef S_TILE
-            }
-        }
+#define S_NBK(b0) ((int)(nb - (b0) < KP_BK ? nb - (b0) : KP_BK))
+    if (nc <= KP_CT) {
+        for (int g = g0; g <= g1; g++)
+            for (int64_t b0 = 0; b0 < nb; b0 += KP_BK)
+                s_group_pass(T, nb, b0, S_NBK(b0), g, r0, nr, nc, packed, x, xs, out, os);
+    } else {
+        for (int64_t b0 = 0; b0 < nb; b0 += KP_BK)
+            for (int g = g0; g <= g1; g++)
+                s_group_pass(T, nb, b0, S_NBK(b0), g, r0, nr, nc, packed, x, xs, out, os);
     }
+#undef S_NBK
 }
 
 KX_PACKED_ENTRY(KX(kern_gemm_kpacked), s_gemm_kpk, KX_KPK_TYPES, kx86_not_packed)

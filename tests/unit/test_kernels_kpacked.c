@@ -192,8 +192,16 @@ START_TEST(test_kpacked_gemm) {
                 continue; /* the double-precision check is slow */
             s_check(t, ks[ki], shapes[s][0], shapes[s][1], seed++);
         }
-    /* more than one pass over k (8 super-blocks) with a partial last one */
+    /* more than one pass over k (8 super-blocks) with a partial last one, with
+     * several column tiles (passes outermost) and with one (groups outermost) */
     s_check(t, 11 * 256, 20, 6, seed++);
+    s_check(t, 11 * 256, 20, 1, seed++);
+    /* the models' k: d_model 2048 and 3072, d_ff 8192; decode (1 column) and a few */
+    s_check(t, 2048, 32, 1, seed++);
+    s_check(t, 3072, 40, 1, seed++);
+    s_check(t, 3072, 17, 3, seed++);
+    s_check(t, 8192, 24, 1, seed++);
+    s_check(t, 8192, 16, 2, seed++);
     fprintf(stderr, "kpacked %s: worst |packed - exact| / sum mag|x| = %.3g\n",
             kern_type_traits((int)t)->name, s_worst);
 }
