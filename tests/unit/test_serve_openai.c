@@ -97,10 +97,74 @@ START_TEST(chat_messages) {
     s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
                             "\"image_url\"}]}]}"),
               "messages[0].content");
-    /* a message key that would change the prompt is refused, not dropped */
-    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"name\": "
-                            "\"bob\"}]}"),
+    /* a message key strata does not know is refused, naming it, not dropped */
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", "
+                            "\"weight\": 2}]}"),
+              "messages[0].weight");
+}
+END_TEST
+
+/* The standard keys of a message (OpenAI's request schema): each rendered, dropped where it
+ * cannot change the answer, or refused naming it. */
+START_TEST(message_keys) {
+    /* name: accepted and dropped (the chat templates have no place for it) */
+    ck_assert_int_eq(s_parse(CHAT, "{\"messages\": [{\"role\": \"system\", \"content\": \"s\", "
+                                   "\"name\": \"ops\"}, {\"role\": \"user\", \"content\": "
+                                   "\"x\", \"name\": \"bob\"}]}"),
+                     0);
+    ck_assert_int_eq(s_req.gen.n_messages, 2);
+    ck_assert_str_eq(s_req.gen.messages[0].content, "s");
+    ck_assert_str_eq(s_req.gen.messages[1].content, "x");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", "
+                            "\"name\": 5}]}"),
               "messages[0].name");
+    /* an assistant message as the openai SDK returns it (model_dump), replayed as history */
+    ck_assert_int_eq(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                                   "{\"content\": \"Hello!\", \"refusal\": null, \"role\": "
+                                   "\"assistant\", \"annotations\": [], \"audio\": null, "
+                                   "\"function_call\": null, \"tool_calls\": []}, {\"role\": "
+                                   "\"user\", \"content\": \"and?\"}]}"),
+                     0);
+    ck_assert_int_eq(s_req.gen.n_messages, 3);
+    ck_assert_str_eq(s_req.gen.messages[1].role, "assistant");
+    ck_assert_str_eq(s_req.gen.messages[1].content, "Hello!"); /* tool_calls [] is no call */
+    /* a refusal is the turn's text (after its content, if any); refusal parts too */
+    ck_assert_int_eq(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": "
+                                   "null, \"refusal\": \"I can't.\"}]}"),
+                     0);
+    ck_assert_str_eq(s_req.gen.messages[0].content, "I can't.");
+    ck_assert_int_eq(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": "
+                                   "[{\"type\": \"text\", \"text\": \"a\"}, {\"type\": "
+                                   "\"refusal\", \"refusal\": \"b\"}], \"refusal\": \"c\"}]}"),
+                     0);
+    ck_assert_str_eq(s_req.gen.messages[0].content, "ab\nc");
+    /* the deprecated function_call renders as a call array of one */
+    ck_assert_int_eq(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": "
+                                   "null, \"function_call\": {\"name\": \"f\", \"arguments\": "
+                                   "\"{\\\"a\\\": 1}\"}}]}"),
+                     0);
+    ck_assert_str_eq(s_req.gen.messages[0].content, "[{\"name\":\"f\",\"arguments\":{\"a\":1}}]");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"function_call\": "
+                            "{\"name\": \"f\"}}]}"),
+              "messages[0].function_call");
+    /* what would change the answer and cannot be rendered: refused, naming it */
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\", "
+                            "\"audio\": {\"id\": \"audio_1\"}}]}"),
+              "messages[0].audio");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\", "
+                            "\"annotations\": 5}]}"),
+              "messages[0].annotations");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", "
+                            "\"refusal\": \"no\"}]}"),
+              "messages[0].refusal"); /* an assistant's key */
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", "
+                            "\"tool_call_id\": \"c\"}]}"),
+              "messages[0].tool_call_id"); /* a tool's key */
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
+                            "\"refusal\", \"refusal\": \"no\"}]}]}"),
+              "messages[0].content"); /* refusal parts are an assistant's */
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": {}}]}"),
+              "messages[0].content");
 }
 END_TEST
 
@@ -190,6 +254,13 @@ START_TEST(stream_and_usage) {
     s_refused(s_chat(", \"stream_options\": {\"include_usage\": 1}"),
               "stream_options.include_usage");
     s_refused(s_chat(", \"stream_options\": {\"chunk_size\": 3}"), "stream_options.chunk_size");
+    /* obfuscation pads the chunks, it does not change them: accepted */
+    ck_assert_int_eq(s_chat(", \"stream\": true, \"stream_options\": {\"include_obfuscation\": "
+                            "false}"),
+                     0);
+    ck_assert(!s_req.include_usage);
+    s_refused(s_chat(", \"stream_options\": {\"include_obfuscation\": \"no\"}"),
+              "stream_options.include_obfuscation");
 }
 END_TEST
 
@@ -239,7 +310,10 @@ static const s_case_t s_cases[] = {
     {"frequency_penalty", CHAT | COMPL, "0", "-1"},
     {"logit_bias", CHAT | COMPL, "{}", "{\"50256\": -100}"},
     {"echo", COMPL, "false", "true"},
-    {"store", CHAT | COMPL, "false", "true"},
+    {"prompt_cache_retention", CHAT | COMPL, "\"24h\"", "24"},
+    {"prompt_cache_options", CHAT | COMPL, "{\"mode\": \"implicit\", \"ttl\": \"30m\"}", "\"30m\""},
+    {"store", CHAT | COMPL, "true", "1"},
+    {"prediction", CHAT, "{\"type\": \"content\", \"content\": \"x\"}", "\"x\""},
     {"tools", CHAT, "[]",
      "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
      "{\"type\": \"object\", \"properties\": {\"a\": {\"not\": {}}}}}}]"},
@@ -251,7 +325,7 @@ static const s_case_t s_cases[] = {
     {"modalities", CHAT, "[\"text\"]", "[\"text\", \"audio\"]"},
     {"suffix", COMPL, NULL, "\"end\""},
     {"audio", CHAT, NULL, "{\"voice\": \"alloy\", \"format\": \"wav\"}"},
-    {"prediction", CHAT, NULL, "{\"type\": \"content\", \"content\": \"x\"}"},
+    {"moderation", CHAT, NULL, "{\"model\": \"omni-moderation-latest\"}"},
     {"reasoning_effort", CHAT, NULL, "\"low\""},
     {"verbosity", CHAT, NULL, "\"low\""},
     {"web_search_options", CHAT, NULL, "{}"},
@@ -432,6 +506,7 @@ static Suite *s_suite(void) {
     tcase_add_checked_fixture(tc, NULL, s_teardown);
     tcase_add_test(tc, chat_defaults);
     tcase_add_test(tc, chat_messages);
+    tcase_add_test(tc, message_keys);
     tcase_add_test(tc, completions_prompt);
     tcase_add_test(tc, max_tokens);
     tcase_add_test(tc, sampling_fields);
