@@ -1187,6 +1187,39 @@ int serve_openai_scan_calls(const char *s, size_t len, serve_openai_call_t *call
     }
 }
 
+void serve_openai_call_id(const char *resp_id, int i, char *out, size_t len) {
+    const char *tail = strchr(resp_id, '-');
+    snprintf(out, len, "call_%s_%d", tail ? tail + 1 : resp_id, i);
+}
+
+cJSON *serve_openai_tool_calls(const char *text, size_t len, const char *resp_id, bool *complete) {
+    serve_openai_call_t calls[SERVE_OPENAI_MAX_CALLS];
+    int n = 0;
+    *complete = false;
+    size_t p = s_ws(text, len, 0);
+    if (p == len || text[p] != '[' ||
+        serve_openai_scan_calls(text, len, calls, SERVE_OPENAI_MAX_CALLS, &n, complete) ||
+        (*complete && !n))
+        return NULL;
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; arr && i < n && calls[i].named && calls[i].args_done; i++) {
+        const serve_openai_call_t *c = &calls[i];
+        cJSON *call = cJSON_CreateObject(), *fn;
+        cJSON_AddItemToArray(arr, call);
+        char buf[MSG_MAX_ID_BYTES + 32];
+        serve_openai_call_id(resp_id, i, buf, sizeof buf);
+        cJSON_AddStringToObject(call, "id", buf);
+        cJSON_AddStringToObject(call, "type", "function");
+        fn = cJSON_AddObjectToObject(call, "function");
+        snprintf(buf, sizeof buf, "%.*s", (int)c->name_len, text + c->name_at);
+        cJSON_AddStringToObject(fn, "name", buf);
+        char *a = strndup(text + c->args_at, c->args_end - c->args_at);
+        cJSON_AddStringToObject(fn, "arguments", a ? a : "");
+        free(a);
+    }
+    return arr;
+}
+
 cJSON *serve_openai_usage(const msg_usage_t *u) {
     cJSON *o = cJSON_CreateObject();
     if (!o)

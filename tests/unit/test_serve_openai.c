@@ -168,6 +168,48 @@ START_TEST(message_keys) {
 }
 END_TEST
 
+/* ---- tools */
+
+/* The calls of an answer, as message.tool_calls: all of a closed array; of an array cut at
+ * max_tokens, those whose name and arguments are complete; text is not calls. */
+START_TEST(tool_calls_of_answer) {
+    static const char full[] = "[{\"name\": \"f\", \"arguments\": {\"a\": [1, \"]\"]}}, "
+                               "{\"name\": \"g\", \"arguments\": {}}]";
+    bool complete;
+    cJSON *c = serve_openai_tool_calls(full, strlen(full), "chatcmpl-abc", &complete);
+    ck_assert_ptr_nonnull(c);
+    ck_assert(complete);
+    char *js = cJSON_PrintUnformatted(c);
+    ck_assert_str_eq(js,
+                     "[{\"id\":\"call_abc_0\",\"type\":\"function\",\"function\":{\"name\":"
+                     "\"f\",\"arguments\":\"{\\\"a\\\": [1, \\\"]\\\"]}\"}},{\"id\":\"call_abc_1\","
+                     "\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"{}\"}}]");
+    free(js);
+    cJSON_Delete(c);
+    /* cut anywhere: the calls complete before the cut, never a piece of the next */
+    const size_t f_end = (size_t)(strstr(full, "]}") + 2 - full); /* f's arguments end */
+    const size_t g_end = strlen(full) - 2;                        /* g's: {}}] */
+    for (size_t cut = 0; cut < strlen(full); cut++) {
+        c = serve_openai_tool_calls(full, cut, "chatcmpl-abc", &complete);
+        ck_assert_msg(c != NULL || cut == 0, "cut at %zu: not a call array", cut);
+        int n = c ? cJSON_GetArraySize(c) : 0;
+        int want = cut >= g_end ? 2 : cut >= f_end ? 1 : 0;
+        ck_assert_msg(n == want, "cut at %zu: %d calls, expected %d", cut, n, want);
+        ck_assert(!complete);
+        if (n)
+            ck_assert_str_eq(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(c, 0), "function"),
+                                    "arguments")
+                    ->valuestring,
+                "{\"a\": [1, \"]\"]}");
+        cJSON_Delete(c);
+    }
+    /* text (tool_choice auto) is the content */
+    ck_assert_ptr_null(serve_openai_tool_calls("It is sunny.", 12, "chatcmpl-abc", &complete));
+    ck_assert_ptr_null(serve_openai_tool_calls("[]", 2, "chatcmpl-abc", &complete));
+}
+END_TEST
+
 START_TEST(completions_prompt) {
     ck_assert_int_eq(s_compl(""), 0);
     ck_assert_str_eq(s_req.gen.prompt, "Once");
@@ -507,6 +549,7 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, chat_defaults);
     tcase_add_test(tc, chat_messages);
     tcase_add_test(tc, message_keys);
+    tcase_add_test(tc, tool_calls_of_answer);
     tcase_add_test(tc, completions_prompt);
     tcase_add_test(tc, max_tokens);
     tcase_add_test(tc, sampling_fields);
