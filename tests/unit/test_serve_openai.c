@@ -170,6 +170,90 @@ END_TEST
 
 /* ---- tools */
 
+/* A conversation with a call and its result renders, turn by turn, exactly as docs/HTTP.md
+ * says: the assistant's text, a newline, its calls as the answer format; the tool's result
+ * as a user turn naming the call. */
+START_TEST(tool_turns_rendered) {
+    ck_assert_int_eq(
+        s_parse(CHAT,
+                "{\"messages\": ["
+                "{\"role\": \"user\", \"content\": \"Weather in Paris and Rome?\"},"
+                "{\"role\": \"assistant\", \"content\": \"Let me look.\", \"tool_calls\": ["
+                "{\"id\": \"call_1\", \"type\": \"function\", \"function\": {\"name\": "
+                "\"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}},"
+                "{\"id\": \"call_2\", \"type\": \"function\", \"function\": {\"name\": "
+                "\"get_weather\", \"arguments\": \"not json\"}}]},"
+                "{\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"content\": \"sunny, 21 C\"},"
+                "{\"role\": \"tool\", \"tool_call_id\": \"call_2\", \"content\": [{\"type\": "
+                "\"text\", \"text\": \"rain, \"}, {\"type\": \"text\", \"text\": \"14 C\"}]}]}"),
+        0);
+    const msg_generate_t *g = &s_req.gen;
+    ck_assert_int_eq(g->n_messages, 4); /* no tools: no system turn */
+    ck_assert_str_eq(g->messages[0].role, "user");
+    ck_assert_str_eq(g->messages[1].role, "assistant");
+    ck_assert_str_eq(g->messages[1].content,
+                     "Let me look.\n"
+                     "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}},"
+                     "{\"name\":\"get_weather\",\"arguments\":\"not json\"}]");
+    ck_assert_str_eq(g->messages[2].role, "user");
+    ck_assert_str_eq(g->messages[2].content, "Result of tool call call_1:\nsunny, 21 C");
+    ck_assert_str_eq(g->messages[3].role, "user");
+    ck_assert_str_eq(g->messages[3].content, "Result of tool call call_2:\nrain, 14 C");
+    for (int i = 0; i < g->n_messages; i++)
+        ck_assert_uint_eq(g->messages[i].content_len, strlen(g->messages[i].content));
+    /* a call with no text: the calls alone */
+    ck_assert_int_eq(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": "
+                                   "null, \"tool_calls\": [{\"id\": \"c\", \"type\": "
+                                   "\"function\", \"function\": {\"name\": \"f\", "
+                                   "\"arguments\": \"{}\"}}]}]}"),
+                     0);
+    ck_assert_str_eq(s_req.gen.messages[0].content, "[{\"name\":\"f\",\"arguments\":{}}]");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}"),
+              "messages[0].tool_call_id");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": "
+                            "[{\"id\": \"c\", \"function\": {\"name\": \"f\"}}]}]}"),
+              "messages[0].tool_calls");
+}
+END_TEST
+
+/* The tools' grammar holds the answer to exactly one call when parallel_tool_calls is false,
+ * to 1..8 when it is true (the default). */
+static const char s_one_tool[] =
+    ", \"tool_choice\": \"required\", \"tools\": [{\"type\": \"function\", \"function\": "
+    "{\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", \"properties\": "
+    "{\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}]";
+
+/* Whether the request's grammar takes text as a whole answer. */
+static bool s_grammar_takes(const char *text) {
+    char err[256];
+    grammar_t *gr = grammar_new(s_req.gen.grammar, err, sizeof err);
+    ck_assert_msg(gr != NULL, "%s", err);
+    grammar_state_t *st = grammar_state_new(gr);
+    bool ok =
+        grammar_state_accept_bytes(st, text, strlen(text)) == 0 && grammar_state_accepting(st);
+    grammar_state_destroy(&st);
+    grammar_destroy(&gr);
+    return ok;
+}
+
+START_TEST(parallel_tool_calls_limit) {
+    static const char one[] = "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}]";
+    static const char two[] = "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}},"
+                              "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\"}}]";
+    char extra[1024];
+    snprintf(extra, sizeof extra, "%s, \"parallel_tool_calls\": false", s_one_tool);
+    ck_assert_int_eq(s_chat(extra), 0);
+    ck_assert_int_eq(s_req.tools, SERVE_OPENAI_TOOLS_FORCED);
+    ck_assert_ptr_nonnull(s_req.gen.grammar);
+    ck_assert(s_grammar_takes(one));
+    ck_assert(!s_grammar_takes(two));
+    ck_assert_ptr_nonnull(strstr(s_req.gen.messages[0].content, "exactly one"));
+    ck_assert_int_eq(s_chat(s_one_tool), 0); /* parallel_tool_calls: true by default */
+    ck_assert(s_grammar_takes(one));
+    ck_assert(s_grammar_takes(two));
+}
+END_TEST
+
 /* The calls of an answer, as message.tool_calls: all of a closed array; of an array cut at
  * max_tokens, those whose name and arguments are complete; text is not calls. */
 START_TEST(tool_calls_of_answer) {
@@ -549,6 +633,8 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, chat_defaults);
     tcase_add_test(tc, chat_messages);
     tcase_add_test(tc, message_keys);
+    tcase_add_test(tc, tool_turns_rendered);
+    tcase_add_test(tc, parallel_tool_calls_limit);
     tcase_add_test(tc, tool_calls_of_answer);
     tcase_add_test(tc, completions_prompt);
     tcase_add_test(tc, max_tokens);
