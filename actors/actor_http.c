@@ -132,8 +132,7 @@ typedef struct s_req_t {
     int tool_mode;              /* stream: 0 undecided, 1 text, 2 calls */
     char *acc;                  /* stream under tools: the completion so far (acc_len) */
     size_t acc_len, acc_cap;
-    int n_calls;                              /* calls whose first chunk is sent */
-    size_t call_sent[SERVE_OPENAI_MAX_CALLS]; /* argument bytes sent, per call */
+    int n_calls; /* stream: calls sent (each whole: name and arguments) */
     msg_usage_t usage;
     time_t created;
 } s_req_t;
@@ -516,13 +515,6 @@ static void s_chunk_lp(s_req_t *r, const char *text, size_t len, bool role, cons
     s_sse(r, o);
 }
 
-/* The id of call i of r: call_ + the response id's tail + the index (stable across a
- * resume: the calls are a function of the request). */
-static void s_call_id(const s_req_t *r, int i, char *out, size_t len) {
-    const char *tail = strchr(r->id, '-');
-    snprintf(out, len, "call_%s_%d", tail ? tail + 1 : r->id, i);
-}
-
 /* One tool-call chunk: delta.tool_calls = [{index, (id, type, name when first), arguments}]. */
 static void s_call_chunk(s_req_t *r, int i, const char *name, size_t name_len, const char *args,
                          size_t args_len) {
@@ -536,7 +528,7 @@ static void s_call_chunk(s_req_t *r, int i, const char *name, size_t name_len, c
     cJSON_AddNumberToObject(call, "index", i);
     char buf[MSG_MAX_ID_BYTES + 32];
     if (name) {
-        s_call_id(r, i, buf, sizeof buf);
+        serve_openai_call_id(r->id, i, buf, sizeof buf);
         cJSON_AddStringToObject(call, "id", buf);
         cJSON_AddStringToObject(call, "type", "function");
     }
@@ -560,8 +552,10 @@ static void s_call_chunk(s_req_t *r, int i, const char *name, size_t name_len, c
 }
 
 /* Stream text under tools: held until its first byte says text or calls; then text goes
- * out as content, calls as OpenAI's tool_calls deltas (a call's first chunk once its name
- * is complete, then its arguments as they come). */
+ * out as content, and each call as OpenAI's tool_calls deltas once its name and arguments
+ * are complete (a first chunk with its id and name, then one with its arguments): a call
+ * cut at max_tokens is never begun, so the stream says what the non-streamed answer says
+ * (serve_openai_tool_calls). */
 static void s_tool_text(s_req_t *r, const char *text, size_t len) {
     if (s_append(&r->acc, &r->acc_len, &r->acc_cap, text, len)) {
         r->peer_gone = true;
@@ -586,52 +580,13 @@ static void s_tool_text(s_req_t *r, const char *text, size_t len) {
     int n = 0;
     bool complete;
     serve_openai_scan_calls(r->acc, r->acc_len, calls, SERVE_OPENAI_MAX_CALLS, &n, &complete);
-    for (int i = 0; i < n; i++) {
-        const serve_openai_call_t *c = &calls[i];
-        if (i == r->n_calls) {
-            if (!c->named)
-                break;
-            s_call_chunk(r, i, r->acc + c->name_at, c->name_len, "", 0);
-            r->n_calls++;
-            r->call_sent[i] = 0;
-        }
-        if (c->args_begun && c->args_end > c->args_at + r->call_sent[i]) {
-            size_t from = c->args_at + r->call_sent[i];
-            s_call_chunk(r, i, NULL, 0, r->acc + from, c->args_end - from);
-            r->call_sent[i] = c->args_end - c->args_at;
-        }
+    for (; r->n_calls < n; r->n_calls++) {
+        const serve_openai_call_t *c = &calls[r->n_calls];
+        if (!c->named || !c->args_done)
+            break;
+        s_call_chunk(r, r->n_calls, r->acc + c->name_at, c->name_len, "", 0);
+        s_call_chunk(r, r->n_calls, NULL, 0, r->acc + c->args_at, c->args_end - c->args_at);
     }
-}
-
-/* The calls of a finished answer under tools, or NULL when it is not a complete call array. */
-static cJSON *s_tool_calls(const s_req_t *r, const char *text, size_t len) {
-    serve_openai_call_t calls[SERVE_OPENAI_MAX_CALLS];
-    int n = 0;
-    bool complete;
-    if (serve_openai_scan_calls(text, len, calls, SERVE_OPENAI_MAX_CALLS, &n, &complete) ||
-        !complete || !n)
-        return NULL;
-    cJSON *arr = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) {
-        const serve_openai_call_t *c = &calls[i];
-        if (!c->named || !c->args_done) {
-            cJSON_Delete(arr);
-            return NULL;
-        }
-        cJSON *call = cJSON_CreateObject(), *fn;
-        cJSON_AddItemToArray(arr, call);
-        char buf[MSG_MAX_ID_BYTES + 32];
-        s_call_id(r, i, buf, sizeof buf);
-        cJSON_AddStringToObject(call, "id", buf);
-        cJSON_AddStringToObject(call, "type", "function");
-        fn = cJSON_AddObjectToObject(call, "function");
-        snprintf(buf, sizeof buf, "%.*s", (int)c->name_len, text + c->name_at);
-        cJSON_AddStringToObject(fn, "name", buf);
-        char *a = strndup(text + c->args_at, c->args_end - c->args_at);
-        cJSON_AddStringToObject(fn, "arguments", a ? a : "");
-        free(a);
-    }
-    return arr;
 }
 
 static void s_open_stream(s_req_t *r) {
@@ -697,10 +652,11 @@ static void s_on_done(s_http_t *h, msg_done_t *d) {
         if (r->tools) {
             if (d->text && d->text_len)
                 s_tool_text(r, d->text, d->text_len);
-            cJSON *calls = r->tool_mode == 2 ? s_tool_calls(r, r->acc, r->acc_len) : NULL;
-            if (calls) /* else cut short (length): the deltas sent are what there is */
+            bool complete = false;
+            if (r->tool_mode == 2) /* cut short (length): the calls sent are what there is */
+                cJSON_Delete(serve_openai_tool_calls(r->acc, r->acc_len, r->id, &complete));
+            if (complete)
                 finish = "tool_calls";
-            cJSON_Delete(calls);
         } else if (d->text && d->text_len) {
             s_chunk(r, d->text, d->text_len, false, "");
         }
@@ -796,11 +752,18 @@ static enum MHD_Result s_respond_json(s_req_t *r) {
     if (chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON *calls = r->tools && r->text ? s_tool_calls(r, r->text, strlen(r->text)) : NULL;
-        if (calls) {
+        bool complete = false;
+        cJSON *calls = r->tools && r->text
+                           ? serve_openai_tool_calls(r->text, strlen(r->text), r->id, &complete)
+                           : NULL;
+        if (calls) { /* a call array, maybe cut at max_tokens: the calls complete before */
             cJSON_AddNullToObject(m, "content");
-            cJSON_AddItemToObject(m, "tool_calls", calls);
-            finish = "tool_calls";
+            if (cJSON_GetArraySize(calls))
+                cJSON_AddItemToObject(m, "tool_calls", calls);
+            else
+                cJSON_Delete(calls);
+            if (complete)
+                finish = "tool_calls";
         } else {
             cJSON_AddStringToObject(m, "content", r->text ? r->text : "");
         }

@@ -49,7 +49,8 @@ static const serve_openai_field_t s_fields[] = {
     /* the prompt */
     {"messages", CHAT, SERVE_OPENAI_ARRAY, 0, 0, SERVE_OPENAI_MAP, NULL,
      "messages: 1..256 of {role: system|user|assistant|tool (developer = system), content: a "
-     "string or text parts; assistant: tool_calls; tool: tool_call_id}"},
+     "string or text parts, name (dropped); assistant: tool_calls, function_call, refusal, "
+     "annotations (dropped); tool: tool_call_id}"},
     {"prompt", COMPL, SERVE_OPENAI_STRING_OR_ARRAY, 0, 0, SERVE_OPENAI_MAP, NULL,
      "prompt: one non-empty string (or an array of exactly one)"},
     /* length */
@@ -96,6 +97,14 @@ static const serve_openai_field_t s_fields[] = {
      "a cache-routing hint; the prefix cache never changes the answer"},
     {"cache_prompt", BOTH, SERVE_OPENAI_BOOL, 0, 0, SERVE_OPENAI_ACCEPT, NULL,
      "llama-server's cache hint; the prefix cache is always on and never changes the answer"},
+    {"prompt_cache_retention", BOTH, SERVE_OPENAI_STRING, 0, 0, SERVE_OPENAI_ACCEPT, NULL,
+     "how long a cached prefix is kept; the prefix cache never changes the answer"},
+    {"prompt_cache_options", BOTH, SERVE_OPENAI_OBJECT, 0, 0, SERVE_OPENAI_ACCEPT, NULL,
+     "cache breakpoints and lifetime; the prefix cache never changes the answer"},
+    {"store", BOTH, SERVE_OPENAI_BOOL, 0, 0, SERVE_OPENAI_ACCEPT, NULL,
+     "keep the completion for later retrieval: strata keeps none (the answer is the same)"},
+    {"prediction", CHAT, SERVE_OPENAI_OBJECT, 0, 0, SERVE_OPENAI_ACCEPT, NULL,
+     "a predicted output only speeds decoding up; the answer is the same without it"},
     /* accepted at their default only */
     {"n", BOTH, SERVE_OPENAI_INTEGER, 1, 128, SERVE_OPENAI_ONLY, s_only_one,
      "only 1 choice per request is supported"},
@@ -109,8 +118,6 @@ static const serve_openai_field_t s_fields[] = {
      "token biases are not supported (only {})"},
     {"echo", COMPL, SERVE_OPENAI_BOOL, 0, 0, SERVE_OPENAI_ONLY, s_only_false,
      "echoing the prompt is not supported (only false)"},
-    {"store", BOTH, SERVE_OPENAI_BOOL, 0, 0, SERVE_OPENAI_ONLY, s_only_false,
-     "strata stores no completion (only false)"},
     {"functions", CHAT, SERVE_OPENAI_ARRAY, 0, 0, SERVE_OPENAI_ONLY, s_only_empty,
      "function calling is not supported (only [])"},
     {"function_call", CHAT, SERVE_OPENAI_STRING_OR_OBJECT, 0, 0, SERVE_OPENAI_ONLY, s_only_no_tool,
@@ -135,8 +142,8 @@ static const serve_openai_field_t s_fields[] = {
      "insertion (a suffix) is not supported"},
     {"audio", CHAT, SERVE_OPENAI_OBJECT, 0, 0, SERVE_OPENAI_REFUSE, NULL,
      "audio output is not supported"},
-    {"prediction", CHAT, SERVE_OPENAI_OBJECT, 0, 0, SERVE_OPENAI_REFUSE, NULL,
-     "predicted outputs are not supported"},
+    {"moderation", CHAT, SERVE_OPENAI_OBJECT, 0, 0, SERVE_OPENAI_REFUSE, NULL,
+     "moderation (which may block the answer) is not supported"},
     {"reasoning_effort", CHAT, SERVE_OPENAI_STRING, 0, 0, SERVE_OPENAI_REFUSE, NULL,
      "the served model is not a reasoning model"},
     {"verbosity", CHAT, SERVE_OPENAI_STRING, 0, 0, SERVE_OPENAI_REFUSE, NULL,
@@ -305,28 +312,95 @@ static int s_append(char **buf, size_t *len, size_t *cap, const char *s, size_t 
     return 0;
 }
 
+/* ---- the keys of a message (messages[i]), one row each, checked as the body's fields are:
+ * known to the message's role, of its type, allowed by its rule */
+
+enum { S_SYSTEM = 1, S_USER = 2, S_ASSISTANT = 4, S_TOOL = 8, S_ANY_ROLE = 15 };
+
+typedef struct {
+    const char *key;
+    unsigned roles;           /* S_* bits: the roles that may carry it */
+    serve_openai_type_t type; /* its JSON (null: absent, whatever the key) */
+    serve_openai_rule_t rule; /* MAP: rendered; ACCEPT: dropped; REFUSE: 400 */
+    const char *does;         /* MAP / ACCEPT: what becomes of it; REFUSE: the 400's sentence */
+} s_msg_key_t;
+
+static const s_msg_key_t s_msg_keys[] = {
+    {"role", S_ANY_ROLE, SERVE_OPENAI_STRING, SERVE_OPENAI_MAP,
+     "system, user, assistant, tool (developer = system)"},
+    {"content", S_ANY_ROLE, SERVE_OPENAI_STRING_OR_ARRAY, SERVE_OPENAI_MAP,
+     "the turn's text: a string or text parts (joined)"},
+    {"name", S_ANY_ROLE, SERVE_OPENAI_STRING, SERVE_OPENAI_ACCEPT,
+     "a participant's name: the chat templates have no place for it"},
+    {"tool_calls", S_ASSISTANT, SERVE_OPENAI_ARRAY, SERVE_OPENAI_MAP,
+     "rendered after the content as the call array ([] is none)"},
+    {"function_call", S_ASSISTANT, SERVE_OPENAI_OBJECT, SERVE_OPENAI_MAP,
+     "the deprecated single call: rendered as a call array of one"},
+    {"refusal", S_ASSISTANT, SERVE_OPENAI_STRING, SERVE_OPENAI_MAP,
+     "rendered after the content, as text"},
+    {"annotations", S_ASSISTANT, SERVE_OPENAI_ARRAY, SERVE_OPENAI_ACCEPT,
+     "citations of the content's text (URLs), not text of the turn"},
+    {"audio", S_ASSISTANT, SERVE_OPENAI_OBJECT, SERVE_OPENAI_REFUSE,
+     "an earlier audio answer cannot be rendered (strata answers with text only)"},
+    {"tool_call_id", S_TOOL, SERVE_OPENAI_STRING, SERVE_OPENAI_MAP,
+     "the call this turn answers: named in the rendered user turn"},
+};
+#define S_N_MSG_KEYS (int)(sizeof s_msg_keys / sizeof s_msg_keys[0])
+
+/* Every key of message m (role bit role, index i): known, for its role, of its type, not
+ * refused.  0 or -EINVAL with b naming messages[i].<key>. */
+static int s_check_message(const cJSON *m, unsigned role, int i, serve_openai_bad_t *b) {
+    const cJSON *k;
+    cJSON_ArrayForEach(k, m) {
+        if (cJSON_IsNull(k))
+            continue;
+        char param[64];
+        snprintf(param, sizeof param, "messages[%d].%.32s", i, k->string);
+        const s_msg_key_t *row = NULL;
+        for (int r = 0; r < S_N_MSG_KEYS && !row; r++)
+            if (!strcmp(s_msg_keys[r].key, k->string))
+                row = &s_msg_keys[r];
+        if (!row)
+            return s_bad(b, param,
+                         "'%s' is not supported (an unknown message key is refused, "
+                         "never ignored: docs/HTTP.md)",
+                         param);
+        if (!(row->roles & role))
+            return s_bad(b, param, "'%s': only %s messages carry it", param,
+                         row->roles == S_TOOL ? "tool" : "assistant");
+        if (!s_type_ok(row->type, k))
+            return s_bad(b, param, "'%s': expected %s, got %s", param, s_type_name(row->type),
+                         serve_openai_json_type(k));
+        if (row->rule == SERVE_OPENAI_REFUSE)
+            return s_bad(b, param, "'%s': %s", param, row->does);
+    }
+    return 0;
+}
+
 /* The text of a message's content: a string, or an array of {"type": "text", "text"}
- * parts (joined; *owned gets the malloc'd join). */
-static int s_content(const cJSON *c, const char *param, const char **text, char **owned,
-                     serve_openai_bad_t *b) {
+ * parts (and, for an assistant, {"type": "refusal", "refusal"}), joined; *owned gets the
+ * malloc'd join. */
+static int s_content(const cJSON *c, const char *param, bool assistant, const char **text,
+                     char **owned, serve_openai_bad_t *b) {
     if (cJSON_IsString(c)) {
         *text = c->valuestring;
         return 0;
     }
-    if (!cJSON_IsArray(c))
-        return s_bad(b, param, "'%s': expected a string or an array of text parts, got %s", param,
-                     serve_openai_json_type(c));
     size_t len = 0, cap = 0;
     char *s = NULL;
     const cJSON *part;
     cJSON_ArrayForEach(part, c) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(t)) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const char *type = cJSON_IsString(ty) ? ty->valuestring : "";
+        const char *key = !strcmp(type, "text")                   ? "text"
+                          : assistant && !strcmp(type, "refusal") ? "refusal"
+                                                                  : NULL;
+        const cJSON *t = key ? cJSON_GetObjectItemCaseSensitive(part, key) : NULL;
+        if (!cJSON_IsString(t)) {
             free(s);
-            return s_bad(b, param,
-                         "'%s': only parts {\"type\": \"text\", \"text\": ...} are supported",
-                         param);
+            return s_bad(
+                b, param, "'%s': only parts {\"type\": \"text\", \"text\": ...} are supported%s",
+                param, assistant ? " (and {\"type\": \"refusal\", \"refusal\": ...})" : "");
         }
         if (s_append(&s, &len, &cap, t->valuestring, strlen(t->valuestring))) {
             free(s);
@@ -340,54 +414,68 @@ static int s_content(const cJSON *c, const char *param, const char **text, char 
 
 /* ---- the mapping, field group by field group (types and ranges already checked) */
 
-/* The generic rendering of an assistant turn's tool_calls (docs/HTTP.md): its text, a
- * newline, then the calls as the answer format, [{"name": ..., "arguments": ...}]. */
-static int s_render_calls(const char *text, const cJSON *calls, const char *param, char **out,
-                          serve_openai_bad_t *b) {
+/* a, a newline, b (either may be empty: then no newline), malloc'd; NULL when out of
+ * memory. */
+static char *s_join_lines(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    char *o = malloc(n + m + 2);
+    if (!o)
+        return NULL;
+    memcpy(o, a, n);
+    if (n && m)
+        o[n++] = '\n';
+    memcpy(o + n, b, m + 1);
+    return o;
+}
+
+/* fn ({name, arguments: a string}) appended to arr as a call of the answer format,
+ * {"name": ..., "arguments": <the arguments' JSON>}.  false when fn is not that shape. */
+static bool s_add_call(cJSON *arr, const cJSON *fn) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+    if (!cJSON_IsString(name) || !cJSON_IsString(args))
+        return false;
+    cJSON *one = cJSON_CreateObject(), *parsed = cJSON_Parse(args->valuestring);
+    cJSON_AddItemToArray(arr, one);
+    cJSON_AddStringToObject(one, "name", name->valuestring);
+    /* arguments are a JSON text: rendered as that JSON (as the model writes them) */
+    cJSON_AddItemToObject(one, "arguments",
+                          parsed ? parsed : cJSON_CreateString(args->valuestring));
+    return true;
+}
+
+/* The generic rendering of an assistant turn's calls (docs/HTTP.md): its text, a newline,
+ * then the calls as the answer format, [{"name": ..., "arguments": ...}].  calls: the
+ * tool_calls array; or NULL, and fc the deprecated function_call {name, arguments}. */
+static int s_render_calls(const char *text, const cJSON *calls, const cJSON *fc, const char *param,
+                          char **out, serve_openai_bad_t *b) {
     cJSON *arr = cJSON_CreateArray();
     if (!arr)
         return -ENOMEM;
+    if (!calls && !s_add_call(arr, fc)) {
+        cJSON_Delete(arr);
+        return s_bad(b, param, "'%s': expected {name, arguments: a string}", param);
+    }
     int j = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, calls) {
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
-        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
-        if (!cJSON_IsObject(c) || !cJSON_IsString(name) || !cJSON_IsString(args)) {
+        if (!cJSON_IsObject(c) ||
+            !s_add_call(arr, cJSON_GetObjectItemCaseSensitive(c, "function"))) {
             cJSON_Delete(arr);
             return s_bad(b, param,
                          "'%s[%d]': expected {id, type: function, function: {name, arguments: a "
                          "string}}",
                          param, j);
         }
-        cJSON *one = cJSON_CreateObject(), *parsed = cJSON_Parse(args->valuestring);
-        cJSON_AddItemToArray(arr, one);
-        cJSON_AddStringToObject(one, "name", name->valuestring);
-        /* arguments are a JSON text: rendered as that JSON (as the model writes them) */
-        cJSON_AddItemToObject(one, "arguments",
-                              parsed ? parsed : cJSON_CreateString(args->valuestring));
         j++;
     }
     char *js = cJSON_PrintUnformatted(arr);
     cJSON_Delete(arr);
     if (!js)
         return -ENOMEM;
-    size_t n = strlen(text), m = strlen(js);
-    char *o = malloc(n + m + 2);
-    if (!o) {
-        free(js);
-        return -ENOMEM;
-    }
-    size_t k = 0;
-    if (n) {
-        memcpy(o, text, n);
-        o[n] = '\n';
-        k = n + 1;
-    }
-    memcpy(o + k, js, m + 1);
+    *out = s_join_lines(text, js);
     free(js);
-    *out = o;
-    return 0;
+    return *out ? 0 : -ENOMEM;
 }
 
 /* The generic rendering of a role "tool" turn: a user turn that names the call. */
@@ -400,6 +488,80 @@ static int s_render_result(const char *id, const char *text, char **out) {
     return 0;
 }
 
+/* req->owned[i] = s (taken), freeing what was there; *text = s.  -ENOMEM when s is NULL. */
+static int s_own(serve_openai_request_t *req, int i, char *s, const char **text) {
+    if (!s)
+        return -ENOMEM;
+    free(req->owned[i]);
+    req->owned[i] = s;
+    *text = s;
+    return 0;
+}
+
+/* Message m (index i) into g->messages[i]: its role, and its content rendered with what
+ * else it carries (a refusal, calls, the call a tool turn answers). */
+static int s_message(serve_openai_request_t *req, const cJSON *m, int i, serve_openai_bad_t *b) {
+    msg_generate_t *g = &req->gen;
+    char param[64];
+    snprintf(param, sizeof param, "messages[%d].role", i);
+    if (!cJSON_IsObject(m))
+        return s_bad(b, param, "'messages[%d]': expected an object, got %s", i,
+                     serve_openai_json_type(m));
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+    if (!cJSON_IsString(role))
+        return s_bad(b, param, "'%s': expected a string", param);
+    const char *rs = role->valuestring;
+    if (!strcmp(rs, "developer"))
+        rs = "system"; /* OpenAI's newer name for it */
+    unsigned bit = !strcmp(rs, "system")      ? S_SYSTEM
+                   : !strcmp(rs, "user")      ? S_USER
+                   : !strcmp(rs, "assistant") ? S_ASSISTANT
+                   : !strcmp(rs, "tool")      ? S_TOOL
+                                              : 0;
+    if (!bit)
+        return s_bad(b, param, "'%s': '%s' is not supported (system, user, assistant, tool)", param,
+                     role->valuestring);
+    int rc = s_check_message(m, bit, i, b);
+    if (rc)
+        return rc;
+    snprintf(g->messages[i].role, sizeof g->messages[i].role, "%s", bit == S_TOOL ? "user" : rs);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+    const cJSON *calls = s_field(m, "tool_calls"), *fc = s_field(m, "function_call");
+    const cJSON *refusal = s_field(m, "refusal");
+    if (calls && !calls->child)
+        calls = NULL; /* tool_calls: [] is no call */
+    snprintf(param, sizeof param, "messages[%d].content", i);
+    if (!c && !calls && !fc && !refusal)
+        return s_bad(b, param, "'%s' is required", param);
+    if (calls && fc)
+        return s_bad(b, "messages", "'messages[%d]': tool_calls or function_call, not both", i);
+    const char *text = "";
+    if (c && !cJSON_IsNull(c) &&
+        (rc = s_content(c, param, bit == S_ASSISTANT, &text, &req->owned[i], b)))
+        return rc;
+    if (refusal && *refusal->valuestring &&
+        (rc = s_own(req, i, s_join_lines(text, refusal->valuestring), &text)))
+        return rc;
+    char *rendered = NULL;
+    if (calls || fc) {
+        snprintf(param, sizeof param, "messages[%d].%s", i, calls ? "tool_calls" : "function_call");
+        if ((rc = s_render_calls(text, calls, fc, param, &rendered, b)) ||
+            (rc = s_own(req, i, rendered, &text)))
+            return rc;
+    } else if (bit == S_TOOL) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
+        snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
+        if (!cJSON_IsString(id))
+            return s_bad(b, param, "'%s' is required (a string)", param);
+        if ((rc = s_render_result(id->valuestring, text, &rendered)) ||
+            (rc = s_own(req, i, rendered, &text)))
+            return rc;
+    }
+    g->messages[i].content = (char *)text;
+    g->messages[i].content_len = strlen(text);
+    return 0;
+}
+
 static int s_messages(serve_openai_request_t *req, const cJSON *ms, serve_openai_bad_t *b) {
     msg_generate_t *g = &req->gen;
     int n = cJSON_GetArraySize(ms);
@@ -408,69 +570,11 @@ static int s_messages(serve_openai_request_t *req, const cJSON *ms, serve_openai
     if (!(g->messages = calloc((size_t)n + 1, sizeof *g->messages))) /* + the tools' turn */
         return -ENOMEM;
     g->n_messages = n;
-    int i = 0;
+    int i = 0, rc;
     const cJSON *m;
     cJSON_ArrayForEach(m, ms) {
-        char param[64];
-        snprintf(param, sizeof param, "messages[%d].role", i);
-        if (!cJSON_IsObject(m))
-            return s_bad(b, param, "'messages[%d]': expected an object, got %s", i,
-                         serve_openai_json_type(m));
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (!cJSON_IsString(role))
-            return s_bad(b, param, "'%s': expected a string", param);
-        const char *rs = role->valuestring;
-        if (!strcmp(rs, "developer"))
-            rs = "system"; /* OpenAI's newer name for it */
-        bool assistant = !strcmp(rs, "assistant"), tool = !strcmp(rs, "tool");
-        if (strcmp(rs, "system") && strcmp(rs, "user") && !assistant && !tool)
-            return s_bad(b, param, "'%s': '%s' is not supported (system, user, assistant, tool)",
-                         param, role->valuestring);
-        const cJSON *k;
-        cJSON_ArrayForEach(k, m) { /* name, audio, ... would change the prompt */
-            if (strcmp(k->string, "role") && strcmp(k->string, "content") && !cJSON_IsNull(k) &&
-                !(assistant && !strcmp(k->string, "tool_calls")) &&
-                !(tool && !strcmp(k->string, "tool_call_id"))) {
-                snprintf(param, sizeof param, "messages[%d].%s", i, k->string);
-                return s_bad(b, param,
-                             "'%s' is not supported (a message has role and content; an "
-                             "assistant's tool_calls; a tool's tool_call_id)",
-                             param);
-            }
-        }
-        snprintf(g->messages[i].role, sizeof g->messages[i].role, "%s", tool ? "user" : rs);
-        snprintf(param, sizeof param, "messages[%d].content", i);
-        const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
-        const cJSON *calls = s_field(m, "tool_calls");
-        if (!c && !calls)
-            return s_bad(b, param, "'%s' is required", param);
-        const char *text = "";
-        int rc = 0;
-        if (c && !cJSON_IsNull(c) && (rc = s_content(c, param, &text, &req->owned[i], b)))
+        if ((rc = s_message(req, m, i, b)))
             return rc;
-        char *rendered = NULL;
-        if (calls) {
-            snprintf(param, sizeof param, "messages[%d].tool_calls", i);
-            if (!cJSON_IsArray(calls))
-                return s_bad(b, param, "'%s': expected an array, got %s", param,
-                             serve_openai_json_type(calls));
-            rc = s_render_calls(text, calls, param, &rendered, b);
-        } else if (tool) {
-            const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
-            snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
-            if (!cJSON_IsString(id))
-                return s_bad(b, param, "'%s' is required (a string)", param);
-            rc = s_render_result(id->valuestring, text, &rendered);
-        }
-        if (rc)
-            return rc;
-        if (rendered) {
-            free(req->owned[i]);
-            req->owned[i] = rendered;
-            text = rendered;
-        }
-        g->messages[i].content = (char *)text;
-        g->messages[i].content_len = strlen(text);
         i++;
     }
     return 0;
@@ -907,12 +1011,17 @@ static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
                 continue;
             char param[64];
             snprintf(param, sizeof param, "stream_options.%s", k->string);
-            if (strcmp(k->string, "include_usage"))
-                return s_bad(b, param, "'%s' is not supported (only include_usage)", param);
+            bool usage = !strcmp(k->string, "include_usage");
+            /* include_obfuscation pads chunks against size side channels: not the answer */
+            if (!usage && strcmp(k->string, "include_obfuscation"))
+                return s_bad(b, param,
+                             "'%s' is not supported (only include_usage, include_obfuscation)",
+                             param);
             if (!cJSON_IsBool(k))
                 return s_bad(b, param, "'%s': expected a boolean, got %s", param,
                              serve_openai_json_type(k));
-            req->include_usage = cJSON_IsTrue(k);
+            if (usage)
+                req->include_usage = cJSON_IsTrue(k);
         }
     }
     return 0;
@@ -1076,6 +1185,39 @@ int serve_openai_scan_calls(const char *s, size_t len, serve_openai_call_t *call
             p = v;
         }
     }
+}
+
+void serve_openai_call_id(const char *resp_id, int i, char *out, size_t len) {
+    const char *tail = strchr(resp_id, '-');
+    snprintf(out, len, "call_%s_%d", tail ? tail + 1 : resp_id, i);
+}
+
+cJSON *serve_openai_tool_calls(const char *text, size_t len, const char *resp_id, bool *complete) {
+    serve_openai_call_t calls[SERVE_OPENAI_MAX_CALLS];
+    int n = 0;
+    *complete = false;
+    size_t p = s_ws(text, len, 0);
+    if (p == len || text[p] != '[' ||
+        serve_openai_scan_calls(text, len, calls, SERVE_OPENAI_MAX_CALLS, &n, complete) ||
+        (*complete && !n))
+        return NULL;
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; arr && i < n && calls[i].named && calls[i].args_done; i++) {
+        const serve_openai_call_t *c = &calls[i];
+        cJSON *call = cJSON_CreateObject(), *fn;
+        cJSON_AddItemToArray(arr, call);
+        char buf[MSG_MAX_ID_BYTES + 32];
+        serve_openai_call_id(resp_id, i, buf, sizeof buf);
+        cJSON_AddStringToObject(call, "id", buf);
+        cJSON_AddStringToObject(call, "type", "function");
+        fn = cJSON_AddObjectToObject(call, "function");
+        snprintf(buf, sizeof buf, "%.*s", (int)c->name_len, text + c->name_at);
+        cJSON_AddStringToObject(fn, "name", buf);
+        char *a = strndup(text + c->args_at, c->args_end - c->args_at);
+        cJSON_AddStringToObject(fn, "arguments", a ? a : "");
+        free(a);
+    }
+    return arr;
 }
 
 cJSON *serve_openai_usage(const msg_usage_t *u) {

@@ -114,6 +114,19 @@ typedef struct {
 int serve_openai_scan_calls(const char *text, size_t len, serve_openai_call_t *calls, int max,
                             int *n, bool *complete);
 
+/* The id of call i of the response resp_id (chatcmpl-...): call_<resp_id's tail>_<i>, stable
+ * across a resume (the calls are a function of the request).  out: len bytes. */
+void serve_openai_call_id(const char *resp_id, int i, char *out, size_t len);
+
+/* The answer text (len bytes, all of it) under tools as OpenAI's message.tool_calls,
+ * [{"id", "type": "function", "function": {"name", "arguments": <its JSON text>}}]: the calls
+ * whose name and arguments are complete, in order, so that an array cut at max_tokens keeps
+ * the calls before the cut (possibly none: an empty array) and no piece of the one cut.
+ * *complete is set when the array is closed.  NULL when the text is not a call array
+ * (text under tool_choice auto, or a closed array of no call): the text is the content;
+ * or when out of memory.  The caller owns the array. */
+cJSON *serve_openai_tool_calls(const char *text, size_t len, const char *resp_id, bool *complete);
+
 /* Parse body (len bytes; body[len] must be its NUL) as a request of api and translate it
  * into req->gen.  seed: the seed to use when the body gives none (OpenAI draws a fresh
  * sample every time: the caller passes a random one).  0; -EBADMSG when the body is not

@@ -97,10 +97,200 @@ START_TEST(chat_messages) {
     s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
                             "\"image_url\"}]}]}"),
               "messages[0].content");
-    /* a message key that would change the prompt is refused, not dropped */
-    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"name\": "
-                            "\"bob\"}]}"),
+    /* a message key strata does not know is refused, naming it, not dropped */
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", "
+                            "\"weight\": 2}]}"),
+              "messages[0].weight");
+}
+END_TEST
+
+/* The standard keys of a message (OpenAI's request schema): each rendered, dropped where it
+ * cannot change the answer, or refused naming it. */
+START_TEST(message_keys) {
+    /* name: accepted and dropped (the chat templates have no place for it) */
+    ck_assert_int_eq(s_parse(CHAT, "{\"messages\": [{\"role\": \"system\", \"content\": \"s\", "
+                                   "\"name\": \"ops\"}, {\"role\": \"user\", \"content\": "
+                                   "\"x\", \"name\": \"bob\"}]}"),
+                     0);
+    ck_assert_int_eq(s_req.gen.n_messages, 2);
+    ck_assert_str_eq(s_req.gen.messages[0].content, "s");
+    ck_assert_str_eq(s_req.gen.messages[1].content, "x");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", "
+                            "\"name\": 5}]}"),
               "messages[0].name");
+    /* an assistant message as the openai SDK returns it (model_dump), replayed as history */
+    ck_assert_int_eq(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                                   "{\"content\": \"Hello!\", \"refusal\": null, \"role\": "
+                                   "\"assistant\", \"annotations\": [], \"audio\": null, "
+                                   "\"function_call\": null, \"tool_calls\": []}, {\"role\": "
+                                   "\"user\", \"content\": \"and?\"}]}"),
+                     0);
+    ck_assert_int_eq(s_req.gen.n_messages, 3);
+    ck_assert_str_eq(s_req.gen.messages[1].role, "assistant");
+    ck_assert_str_eq(s_req.gen.messages[1].content, "Hello!"); /* tool_calls [] is no call */
+    /* a refusal is the turn's text (after its content, if any); refusal parts too */
+    ck_assert_int_eq(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": "
+                                   "null, \"refusal\": \"I can't.\"}]}"),
+                     0);
+    ck_assert_str_eq(s_req.gen.messages[0].content, "I can't.");
+    ck_assert_int_eq(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": "
+                                   "[{\"type\": \"text\", \"text\": \"a\"}, {\"type\": "
+                                   "\"refusal\", \"refusal\": \"b\"}], \"refusal\": \"c\"}]}"),
+                     0);
+    ck_assert_str_eq(s_req.gen.messages[0].content, "ab\nc");
+    /* the deprecated function_call renders as a call array of one */
+    ck_assert_int_eq(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": "
+                                   "null, \"function_call\": {\"name\": \"f\", \"arguments\": "
+                                   "\"{\\\"a\\\": 1}\"}}]}"),
+                     0);
+    ck_assert_str_eq(s_req.gen.messages[0].content, "[{\"name\":\"f\",\"arguments\":{\"a\":1}}]");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"function_call\": "
+                            "{\"name\": \"f\"}}]}"),
+              "messages[0].function_call");
+    /* what would change the answer and cannot be rendered: refused, naming it */
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\", "
+                            "\"audio\": {\"id\": \"audio_1\"}}]}"),
+              "messages[0].audio");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\", "
+                            "\"annotations\": 5}]}"),
+              "messages[0].annotations");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", "
+                            "\"refusal\": \"no\"}]}"),
+              "messages[0].refusal"); /* an assistant's key */
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", "
+                            "\"tool_call_id\": \"c\"}]}"),
+              "messages[0].tool_call_id"); /* a tool's key */
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
+                            "\"refusal\", \"refusal\": \"no\"}]}]}"),
+              "messages[0].content"); /* refusal parts are an assistant's */
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": {}}]}"),
+              "messages[0].content");
+}
+END_TEST
+
+/* ---- tools */
+
+/* A conversation with a call and its result renders, turn by turn, exactly as docs/HTTP.md
+ * says: the assistant's text, a newline, its calls as the answer format; the tool's result
+ * as a user turn naming the call. */
+START_TEST(tool_turns_rendered) {
+    ck_assert_int_eq(
+        s_parse(CHAT,
+                "{\"messages\": ["
+                "{\"role\": \"user\", \"content\": \"Weather in Paris and Rome?\"},"
+                "{\"role\": \"assistant\", \"content\": \"Let me look.\", \"tool_calls\": ["
+                "{\"id\": \"call_1\", \"type\": \"function\", \"function\": {\"name\": "
+                "\"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}},"
+                "{\"id\": \"call_2\", \"type\": \"function\", \"function\": {\"name\": "
+                "\"get_weather\", \"arguments\": \"not json\"}}]},"
+                "{\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"content\": \"sunny, 21 C\"},"
+                "{\"role\": \"tool\", \"tool_call_id\": \"call_2\", \"content\": [{\"type\": "
+                "\"text\", \"text\": \"rain, \"}, {\"type\": \"text\", \"text\": \"14 C\"}]}]}"),
+        0);
+    const msg_generate_t *g = &s_req.gen;
+    ck_assert_int_eq(g->n_messages, 4); /* no tools: no system turn */
+    ck_assert_str_eq(g->messages[0].role, "user");
+    ck_assert_str_eq(g->messages[1].role, "assistant");
+    ck_assert_str_eq(g->messages[1].content,
+                     "Let me look.\n"
+                     "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}},"
+                     "{\"name\":\"get_weather\",\"arguments\":\"not json\"}]");
+    ck_assert_str_eq(g->messages[2].role, "user");
+    ck_assert_str_eq(g->messages[2].content, "Result of tool call call_1:\nsunny, 21 C");
+    ck_assert_str_eq(g->messages[3].role, "user");
+    ck_assert_str_eq(g->messages[3].content, "Result of tool call call_2:\nrain, 14 C");
+    for (int i = 0; i < g->n_messages; i++)
+        ck_assert_uint_eq(g->messages[i].content_len, strlen(g->messages[i].content));
+    /* a call with no text: the calls alone */
+    ck_assert_int_eq(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": "
+                                   "null, \"tool_calls\": [{\"id\": \"c\", \"type\": "
+                                   "\"function\", \"function\": {\"name\": \"f\", "
+                                   "\"arguments\": \"{}\"}}]}]}"),
+                     0);
+    ck_assert_str_eq(s_req.gen.messages[0].content, "[{\"name\":\"f\",\"arguments\":{}}]");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}"),
+              "messages[0].tool_call_id");
+    s_refused(s_parse(CHAT, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": "
+                            "[{\"id\": \"c\", \"function\": {\"name\": \"f\"}}]}]}"),
+              "messages[0].tool_calls");
+}
+END_TEST
+
+/* The tools' grammar holds the answer to exactly one call when parallel_tool_calls is false,
+ * to 1..8 when it is true (the default). */
+static const char s_one_tool[] =
+    ", \"tool_choice\": \"required\", \"tools\": [{\"type\": \"function\", \"function\": "
+    "{\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", \"properties\": "
+    "{\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}]";
+
+/* Whether the request's grammar takes text as a whole answer. */
+static bool s_grammar_takes(const char *text) {
+    char err[256];
+    grammar_t *gr = grammar_new(s_req.gen.grammar, err, sizeof err);
+    ck_assert_msg(gr != NULL, "%s", err);
+    grammar_state_t *st = grammar_state_new(gr);
+    bool ok =
+        grammar_state_accept_bytes(st, text, strlen(text)) == 0 && grammar_state_accepting(st);
+    grammar_state_destroy(&st);
+    grammar_destroy(&gr);
+    return ok;
+}
+
+START_TEST(parallel_tool_calls_limit) {
+    static const char one[] = "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}]";
+    static const char two[] = "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}},"
+                              "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\"}}]";
+    char extra[1024];
+    snprintf(extra, sizeof extra, "%s, \"parallel_tool_calls\": false", s_one_tool);
+    ck_assert_int_eq(s_chat(extra), 0);
+    ck_assert_int_eq(s_req.tools, SERVE_OPENAI_TOOLS_FORCED);
+    ck_assert_ptr_nonnull(s_req.gen.grammar);
+    ck_assert(s_grammar_takes(one));
+    ck_assert(!s_grammar_takes(two));
+    ck_assert_ptr_nonnull(strstr(s_req.gen.messages[0].content, "exactly one"));
+    ck_assert_int_eq(s_chat(s_one_tool), 0); /* parallel_tool_calls: true by default */
+    ck_assert(s_grammar_takes(one));
+    ck_assert(s_grammar_takes(two));
+}
+END_TEST
+
+/* The calls of an answer, as message.tool_calls: all of a closed array; of an array cut at
+ * max_tokens, those whose name and arguments are complete; text is not calls. */
+START_TEST(tool_calls_of_answer) {
+    static const char full[] = "[{\"name\": \"f\", \"arguments\": {\"a\": [1, \"]\"]}}, "
+                               "{\"name\": \"g\", \"arguments\": {}}]";
+    bool complete;
+    cJSON *c = serve_openai_tool_calls(full, strlen(full), "chatcmpl-abc", &complete);
+    ck_assert_ptr_nonnull(c);
+    ck_assert(complete);
+    char *js = cJSON_PrintUnformatted(c);
+    ck_assert_str_eq(js,
+                     "[{\"id\":\"call_abc_0\",\"type\":\"function\",\"function\":{\"name\":"
+                     "\"f\",\"arguments\":\"{\\\"a\\\": [1, \\\"]\\\"]}\"}},{\"id\":\"call_abc_1\","
+                     "\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"{}\"}}]");
+    free(js);
+    cJSON_Delete(c);
+    /* cut anywhere: the calls complete before the cut, never a piece of the next */
+    const size_t f_end = (size_t)(strstr(full, "]}") + 2 - full); /* f's arguments end */
+    const size_t g_end = strlen(full) - 2;                        /* g's: {}}] */
+    for (size_t cut = 0; cut < strlen(full); cut++) {
+        c = serve_openai_tool_calls(full, cut, "chatcmpl-abc", &complete);
+        ck_assert_msg(c != NULL || cut == 0, "cut at %zu: not a call array", cut);
+        int n = c ? cJSON_GetArraySize(c) : 0;
+        int want = cut >= g_end ? 2 : cut >= f_end ? 1 : 0;
+        ck_assert_msg(n == want, "cut at %zu: %d calls, expected %d", cut, n, want);
+        ck_assert(!complete);
+        if (n)
+            ck_assert_str_eq(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(c, 0), "function"),
+                                    "arguments")
+                    ->valuestring,
+                "{\"a\": [1, \"]\"]}");
+        cJSON_Delete(c);
+    }
+    /* text (tool_choice auto) is the content */
+    ck_assert_ptr_null(serve_openai_tool_calls("It is sunny.", 12, "chatcmpl-abc", &complete));
+    ck_assert_ptr_null(serve_openai_tool_calls("[]", 2, "chatcmpl-abc", &complete));
 }
 END_TEST
 
@@ -190,6 +380,13 @@ START_TEST(stream_and_usage) {
     s_refused(s_chat(", \"stream_options\": {\"include_usage\": 1}"),
               "stream_options.include_usage");
     s_refused(s_chat(", \"stream_options\": {\"chunk_size\": 3}"), "stream_options.chunk_size");
+    /* obfuscation pads the chunks, it does not change them: accepted */
+    ck_assert_int_eq(s_chat(", \"stream\": true, \"stream_options\": {\"include_obfuscation\": "
+                            "false}"),
+                     0);
+    ck_assert(!s_req.include_usage);
+    s_refused(s_chat(", \"stream_options\": {\"include_obfuscation\": \"no\"}"),
+              "stream_options.include_obfuscation");
 }
 END_TEST
 
@@ -239,7 +436,10 @@ static const s_case_t s_cases[] = {
     {"frequency_penalty", CHAT | COMPL, "0", "-1"},
     {"logit_bias", CHAT | COMPL, "{}", "{\"50256\": -100}"},
     {"echo", COMPL, "false", "true"},
-    {"store", CHAT | COMPL, "false", "true"},
+    {"prompt_cache_retention", CHAT | COMPL, "\"24h\"", "24"},
+    {"prompt_cache_options", CHAT | COMPL, "{\"mode\": \"implicit\", \"ttl\": \"30m\"}", "\"30m\""},
+    {"store", CHAT | COMPL, "true", "1"},
+    {"prediction", CHAT, "{\"type\": \"content\", \"content\": \"x\"}", "\"x\""},
     {"tools", CHAT, "[]",
      "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
      "{\"type\": \"object\", \"properties\": {\"a\": {\"not\": {}}}}}}]"},
@@ -251,7 +451,7 @@ static const s_case_t s_cases[] = {
     {"modalities", CHAT, "[\"text\"]", "[\"text\", \"audio\"]"},
     {"suffix", COMPL, NULL, "\"end\""},
     {"audio", CHAT, NULL, "{\"voice\": \"alloy\", \"format\": \"wav\"}"},
-    {"prediction", CHAT, NULL, "{\"type\": \"content\", \"content\": \"x\"}"},
+    {"moderation", CHAT, NULL, "{\"model\": \"omni-moderation-latest\"}"},
     {"reasoning_effort", CHAT, NULL, "\"low\""},
     {"verbosity", CHAT, NULL, "\"low\""},
     {"web_search_options", CHAT, NULL, "{}"},
@@ -432,6 +632,10 @@ static Suite *s_suite(void) {
     tcase_add_checked_fixture(tc, NULL, s_teardown);
     tcase_add_test(tc, chat_defaults);
     tcase_add_test(tc, chat_messages);
+    tcase_add_test(tc, message_keys);
+    tcase_add_test(tc, tool_turns_rendered);
+    tcase_add_test(tc, parallel_tool_calls_limit);
+    tcase_add_test(tc, tool_calls_of_answer);
     tcase_add_test(tc, completions_prompt);
     tcase_add_test(tc, max_tokens);
     tcase_add_test(tc, sampling_fields);
