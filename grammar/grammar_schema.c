@@ -1405,8 +1405,13 @@ static bool s_alternatives(s_sc_t *sc, gbuf_t *b, const cJSON *s, const char *k,
         if (rest || !strcmp(k, "oneOf")) {
             cJSON *r = NULL;
             if (rest) {
+                /* the rest of s; its $id / $defs stay with s (sc->base is s already), so
+                 * that no $ref resolves into this temporary copy */
                 r = cJSON_Duplicate(s, true);
+                static const char *const drop[] = {"$id", "$defs", "definitions", "$anchor", NULL};
                 cJSON_DeleteItemFromObjectCaseSensitive(r, k);
+                for (int d = 0; drop[d]; d++)
+                    cJSON_DeleteItemFromObjectCaseSensitive(r, drop[d]);
             }
             cJSON *f = s_flat(sc, br, sub, 0);
             flat[i] = f && r ? s_merge(sc, r, f, sub) : f ? f : (cJSON_Delete(r), NULL);
@@ -1484,8 +1489,11 @@ static bool s_enum(s_sc_t *sc, gbuf_t *b, const cJSON *s, const char *path, int 
     bool ok = true;
     if (s_asserts_besides(s, skip)) {
         cJSON *rest = cJSON_Duplicate(s, true);
+        static const char *const drop[] = {"$id", "$defs", "definitions", "$anchor", NULL};
         for (int i = 0; skip[i]; i++)
             cJSON_DeleteItemFromObjectCaseSensitive(rest, skip[i]);
+        for (int i = 0; drop[i]; i++) /* as in s_alternatives */
+            cJSON_DeleteItemFromObjectCaseSensitive(rest, drop[i]);
         s_sc_t sub = {.doc = sc->doc,
                       .base = sc->base,
                       .err = sc->err,
