@@ -164,7 +164,10 @@ static int s_escape(s_rx_t *rx, grange_t *r, int *n, bool in_class) {
     char c = *rx->p++;
     static const grange_t d[] = {{'0', '9'}};
     static const grange_t w[] = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
-    static const grange_t s[] = {{'\t', '\r'}, {' ', ' '}};
+    /* ECMA-262 white space and line terminators (JSON Schema patterns are ECMA-262) */
+    static const grange_t s[] = {
+        {'\t', '\r'},     {' ', ' '},       {0xA0, 0xA0},     {0x1680, 0x1680}, {0x2000, 0x200A},
+        {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
     const grange_t *set = NULL;
     int k = 0;
     bool neg = false;
@@ -179,7 +182,7 @@ static int s_escape(s_rx_t *rx, grange_t *r, int *n, bool in_class) {
         break;
     case 's':
     case 'S':
-        set = s, k = 2, neg = c == 'S';
+        set = s, k = (int)(sizeof s / sizeof s[0]), neg = c == 'S';
         break;
     case 'n':
         return '\n';
@@ -220,7 +223,7 @@ static int s_escape(s_rx_t *rx, grange_t *r, int *n, bool in_class) {
         s_fail(rx, "\\%c inside a class is not supported", c);
         return -1;
     }
-    grange_t tmp[8];
+    grange_t tmp[16];
     memcpy(tmp, set, (size_t)k * sizeof *tmp);
     if (neg)
         k = s_norm(tmp, k, true);
@@ -364,8 +367,11 @@ static void s_seq(s_rx_t *rx) {
             grammar_emit_class(rx->out, r, n, rx->json);
         } else if (c == '.') {
             rx->p++;
+            /* ECMA-262: any character but the line terminators */
             r[0] = (grange_t){'\n', '\n'};
-            n = s_norm(r, 1, true);
+            r[1] = (grange_t){'\r', '\r'};
+            r[2] = (grange_t){0x2028, 0x2029};
+            n = s_norm(r, 3, true);
             grammar_emit_class(rx->out, r, n, rx->json);
         } else if (c == '^' || c == '$') {
             s_fail(rx, "anchor '%c' is supported only at the start / end", c);

@@ -13,6 +13,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import testenv  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
+from test_schema_soundness import ecma_validator_class  # noqa: E402  (ECMA-262 patterns)
 
 N_WALKS = 6
 
@@ -40,6 +42,8 @@ def main():
     for i, path in enumerate(files):
         schema = json.load(open(path, encoding="utf-8"))
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        if cls is jsonschema.Draft202012Validator:
+            cls = ecma_validator_class()
         validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
         texts = walk(strata, path, i + 1)
         if have_model and i % 10 == 0:  # multi-byte tokens crossing rule boundaries

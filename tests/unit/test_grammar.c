@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pcre2.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -406,6 +407,149 @@ START_TEST(refusals) {
 }
 END_TEST
 
+/* ---- JSON Schema: enforced or refused, never silently ignored (issue 37).  Schemas are
+ * written with ' for " to stay readable; want 1: the text is a sentence, 0: it is not (or the
+ * schema is refused), else the refusal must contain want_err. */
+
+/* 1 if schema's grammar accepts text, 0 if not; -1 (err filled) if the schema is refused. */
+static int s_schema_check(const char *schema_q, const char *text, char *err, size_t errlen) {
+    char *schema = strdup(schema_q);
+    ck_assert_ptr_nonnull(schema);
+    for (char *p = schema; *p; p++)
+        if (*p == '\'')
+            *p = '"';
+    char *gbnf = grammar_schema_to_gbnf(schema, strlen(schema), err, errlen);
+    free(schema);
+    if (!gbnf)
+        return -1;
+    grammar_t *g = grammar_new(gbnf, err, errlen);
+    ck_assert_msg(g != NULL, "%s: %s", schema_q, err);
+    free(gbnf);
+    int r = s_engine(g, text, (int)strlen(text)) == 1;
+    grammar_destroy(&g);
+    return r;
+}
+
+START_TEST(schema_enforced) {
+    static const struct {
+        const char *schema, *text;
+        int want;             /* 1 accepted, 0 not a sentence (or refused) */
+        const char *want_err; /* non-NULL: the schema must be refused with this */
+    } cases[] = {
+        /* defect 1: an object without properties admits any members */
+        {"{'type':'object'}", "{\"name\":\"x\",\"age\":3}", 1, NULL},
+        {"{'type':'object'}", "{\"a\":[1,{\"b\":null}]}", 1, NULL},
+        {"{'type':'object','additionalProperties':{'type':'integer'},'maxProperties':1}",
+         "{\"a\":1}", 1, NULL},
+        {"{'type':'object','additionalProperties':{'type':'integer'},'maxProperties':1}",
+         "{\"a\":1,\"b\":2}", 0, NULL},
+        {"{'type':'object','additionalProperties':false}", "{\"a\":1}", 0, NULL},
+        {"{'type':'object','propertyNames':{'enum':['x','y']}}", "{\"x\":true}", 1, NULL},
+        {"{'type':'object','propertyNames':{'enum':['x','y']}}", "{\"z\":true}", 0, NULL},
+        {"{}", "{\"a\":[1,{\"b\":null}]}", 1, NULL},
+        /* allOf with a $ref branch applies the branches after it */
+        {"{'$defs':{'Base':{'type':'object','properties':{'name':{'type':'string'},"
+         "'id':{'type':'integer'}}},'Other':{}},'allOf':[{'$ref':'#/$defs/Base'},"
+         "{'required':['name']}]}",
+         "{\"id\":1}", 0, NULL},
+        {"{'$defs':{'Base':{'type':'object','properties':{'name':{'type':'string'},"
+         "'id':{'type':'integer'}}},'Other':{}},'allOf':[{'$ref':'#/$defs/Base'},"
+         "{'required':['name']}]}",
+         "{\"name\":\"n\",\"id\":1}", 1, NULL},
+        /* allOf merged deeply: a branch's prefixItems does not hide the parent's items */
+        {"{'type':'array','items':{'type':'integer'},'allOf':[{'prefixItems':[{'type':'number'}]}]"
+         "}",
+         "[1.5]", 0, NULL},
+        {"{'type':'array','items':{'type':'integer'},'allOf':[{'prefixItems':[{'type':'number'}]}]"
+         "}",
+         "[1,2]", 1, NULL},
+        /* a branch's additionalProperties applies to the other branches' properties */
+        {"{'type':'object','properties':{'a':{'type':'integer'}},'additionalProperties':false,"
+         "'allOf':[{'properties':{'b':{'type':'integer'}}}]}",
+         "{\"a\":1,\"b\":2}", 0, NULL},
+        {"{'allOf':[{'type':'object','unevaluatedProperties':false}]}", "{}", 0,
+         "#/allOf/0: unevaluatedProperties"},
+        /* uniqueItems without type */
+        {"{'uniqueItems':true}", "[1,1]", 0, "uniqueItems"},
+        /* enum / const with the keywords beside them */
+        {"{'type':'integer','enum':[1,5,50],'maximum':10}", "50", 0, NULL},
+        {"{'type':'integer','enum':[1,5,50],'maximum':10}", "5", 1, NULL},
+        {"{'enum':[[1],[1,2]],'maxItems':1}", "[1,2]", 0, NULL},
+        {"{'enum':[{'a':1},{}],'required':['a']}", "{}", 0, NULL},
+        {"{'enum':[{'a':1},{}],'required':['a']}", "{\"a\":1}", 1, NULL},
+        {"{'enum':[[1,1],[1,2]],'uniqueItems':true}", "[1,1]", 0, NULL},
+        {"{'enum':[[1,1],[1,2]],'uniqueItems':true}", "[1,2]", 1, NULL},
+        /* oneOf: disjoint by the types a branch allows, not the ones it implies */
+        {"{'oneOf':[{'properties':{'a':{'type':'integer'}}},{'type':'string'}]}", "\"x\"", 0,
+         "#: oneOf"},
+        /* oneOf over objects told apart by a const property (a discriminated union) */
+        {"{'oneOf':[{'type':'object','properties':{'k':{'const':'a'},'x':{'type':'integer'}},"
+         "'required':['k','x']},{'type':'object','properties':{'k':{'const':'b'}},"
+         "'required':['k']}],'discriminator':{'propertyName':'k'}}",
+         "{\"k\":\"b\"}", 1, NULL},
+        /* $ref resolves against the nearest $id; percent-encoded and ~-escaped pointers */
+        {"{'$defs':{'t':{'type':'integer'}},'type':'object','required':['p'],'properties':{'p':"
+         "{'$id':'http://x.test/p','$defs':{'t':{'type':'string'}},'$ref':'#/$defs/t'}}}",
+         "{\"p\":\"s\"}", 1, NULL},
+        {"{'$defs':{'t':{'type':'integer'}},'type':'object','required':['p'],'properties':{'p':"
+         "{'$id':'http://x.test/p','$defs':{'t':{'type':'string'}},'$ref':'#/$defs/t'}}}",
+         "{\"p\":1}", 0, NULL},
+        {"{'$defs':{'a%b':{'type':'integer'},'c~d':{'type':'string'},'e/f':{'type':'boolean'}},"
+         "'type':'array','prefixItems':[{'$ref':'#/$defs/a%25b'},{'$ref':'#/$defs/c~0d'},"
+         "{'$ref':'#/$defs/e~1f'}],'items':false}",
+         "[1,\"x\",true]", 1, NULL},
+        /* NUL in strings; integers beyond a double's precision */
+        {"{'const':'a\\u0000b'}", "\"a\\u0000b\"", 1, NULL},
+        {"{'const':'a\\u0000b'}", "\"a\"", 0, NULL},
+        {"{'type':'object','properties':{'a\\u0000b':{'type':'integer'}},'required':['a\\u0000b']}",
+         "{\"a\\u0000b\":1}", 1, NULL},
+        {"{'type':'string','pattern':'^a\\u0000$'}", "\"a\\u0000\"", 1, NULL},
+        {"{'enum':[12345678901234567]}", "12345678901234567", 1, NULL},
+        /* \s is ECMA-262's white space */
+        {"{'type':'string','pattern':'^\\\\s$'}", "\"\xC2\xA0\"", 1, NULL},
+        {"{'type':'string','pattern':'^\\\\s$'}", "\"\xE3\x80\x80\"", 1, NULL},
+        {"{'type':'string','pattern':'^\\\\S$'}", "\"\xE2\x80\xA8\"", 0, NULL},
+        /* number bounds: decimals, negatives, exclusive */
+        {"{'type':'number','minimum':-1.5,'maximum':2.25}", "-1.5", 1, NULL},
+        {"{'type':'number','minimum':-1.5,'maximum':2.25}", "2.25", 1, NULL},
+        {"{'type':'number','minimum':-1.5,'maximum':2.25}", "2.26", 0, NULL},
+        {"{'type':'number','minimum':-1.5,'maximum':2.25}", "-2", 0, NULL},
+        {"{'type':'number','exclusiveMinimum':0,'exclusiveMaximum':1}", "0.5", 1, NULL},
+        {"{'type':'number','exclusiveMinimum':0,'exclusiveMaximum':1}", "0", 0, NULL},
+        {"{'type':'number','exclusiveMinimum':0,'exclusiveMaximum':1}", "1", 0, NULL},
+        /* anyOf beside type and properties */
+        {"{'type':'object','properties':{'a':{'type':'integer'},'b':{'type':'string'}},"
+         "'anyOf':[{'required':['a']},{'required':['b']}]}",
+         "{\"a\":1}", 1, NULL},
+        {"{'type':'object','properties':{'a':{'type':'integer'},'b':{'type':'string'}},"
+         "'anyOf':[{'required':['a']},{'required':['b']}]}",
+         "{}", 0, NULL},
+        /* false subschemas, annotations beside $ref, content annotations */
+        {"{'type':'object','properties':{'a':false,'b':{'type':'integer'}}}", "{\"b\":1}", 1, NULL},
+        {"{'type':'object','properties':{'a':false,'b':{'type':'integer'}}}", "{\"a\":1}", 0, NULL},
+        {"{'$defs':{'t':{'type':'integer'}},'$ref':'#/$defs/t','examples':[1],'deprecated':true,"
+         "'readOnly':true}",
+         "1", 1, NULL},
+        {"{'type':'string','contentMediaType':'application/json','contentEncoding':'base64'}",
+         "\"x\"", 1, NULL},
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[512] = "";
+        int r = s_schema_check(cases[i].schema, cases[i].text, err, sizeof err);
+        bool ok = cases[i].want_err ? r < 0 && strstr(err, cases[i].want_err)
+                                    : r == cases[i].want || (r < 0 && !cases[i].want);
+        if (!ok) {
+            fprintf(stderr, "schema %s, text %s: got %d (%s), want %d %s\n", cases[i].schema,
+                    cases[i].text, r, err, cases[i].want,
+                    cases[i].want_err ? cases[i].want_err : "");
+            failed++;
+        }
+    }
+    ck_assert_int_eq(failed, 0);
+}
+END_TEST
+
 static Suite *make_suite(void) {
     Suite *s = suite_create("grammar");
     TCase *tc = tcase_create("grammar");
@@ -417,6 +561,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, replay_copy_rollback);
     tcase_add_test(tc, utf8_classes);
     tcase_add_test(tc, refusals);
+    tcase_add_test(tc, schema_enforced);
     suite_add_tcase(s, tc);
     return s;
 }
