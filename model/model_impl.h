@@ -50,7 +50,8 @@ struct model_t {
     double *rope_theta;       /* (n_rot/2) angle per position of each rotated pair */
     model_layer_t *layers;    /* (n_layer) */
     size_t weight_bytes;      /* sum of tensor sizes */
-    size_t packed_bytes;      /* sum of the packed copies */
+    void *packed_arena;       /* every packed copy (model_weight_t.packed points in), mmap'd */
+    size_t packed_bytes;      /* its size */
 };
 
 /* ---- the context */
