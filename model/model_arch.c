@@ -12,10 +12,9 @@ static const struct {
     bool moe;                 /* for GGUFs with <name>.expert_count > 0 */
     const model_arch_t *arch; /* the declaration */
 } s_table[] = {
-    {"llama", false, &model_arch_llama},
-    {"llama", true, &model_arch_llama_moe},
-    {"mistral", false, &model_arch_llama},
-    {"mistral", true, &model_arch_llama_moe},
+    {"llama", false, &model_arch_llama},   {"llama", true, &model_arch_llama_moe},
+    {"mistral", false, &model_arch_llama}, {"mistral", true, &model_arch_llama_moe},
+    {"qwen2", false, &model_arch_qwen2},   {"qwen3", false, &model_arch_qwen3},
 };
 #define S_ROWS (sizeof s_table / sizeof s_table[0])
 
@@ -31,7 +30,7 @@ bool model_arch_known(const char *name) {
 }
 
 const char *model_arch_names(void) {
-    static const char names[] = "llama, mistral"; /* the distinct names of s_table */
+    static const char names[] = "llama, mistral, qwen2, qwen3"; /* the distinct names of s_table */
     return names;
 }
 
@@ -43,8 +42,8 @@ void model_arch_layer_stages(const model_arch_t *arch, const model_config_t *cfg
 }
 
 /* What the forward pass (model_forward.c) runs today: RMSNorm before attention and FFN,
- * full attention without biases or Q/K norms, a SiLU-gated FFN dense or MoE, both RoPE
- * kinds.  Each switch refused here is one stage to write there. */
+ * full attention with or without Q/K/V and output biases and Q/K head norms, a SiLU-gated
+ * FFN dense or MoE, both RoPE kinds.  Each switch refused here is one stage to write there. */
 const char *model_arch_unsupported(const model_arch_t *arch, const model_config_t *cfg) {
     if (arch->embd_scale)
         return "an embedding scale";
@@ -57,10 +56,6 @@ const char *model_arch_unsupported(const model_arch_t *arch, const model_config_
             return "post-attention/post-FFN (sandwich) norms";
         if (st.attn != MODEL_ATTN_FULL)
             return "sliding-window attention";
-        if (st.qkv_bias || st.out_bias)
-            return "attention biases";
-        if (st.qk_norm)
-            return "Q/K norms";
         if (st.act != MODEL_ACT_SILU)
             return "a GELU feed-forward";
         if ((st.ffn == MODEL_FFN_MOE) != (cfg->n_expert > 0))

@@ -4,8 +4,10 @@
  *   x = embed(tokens)                                   (n, d_model)
  *   for each layer:
  *       h = rmsnorm(x) ; q,k,v = h Wq, h Wk, h Wv         (n, q_dim), (n, kv_dim) x 2
+ *       q,k,v += bq,bk,bv              (qkv_bias)
+ *       q,k = rmsnorm of each head     (qk_norm)
  *       rope(q, k) ; KV[pos] = k, v
- *       x += attention(q, KV) Wo                        (n, d_model)
+ *       x += attention(q, KV) Wo (+bo)                  (n, d_model)
  *       h = rmsnorm(x) ; x += ffn(h)                    dense: (silu(h Wgate) * h Wup) Wdown
  *   logits = rmsnorm(x) Wout           (only for tokens that want them: (n_out, n_vocab))
  * The whole pass is one base_pool_run: every thread walks the same stages and
@@ -237,6 +239,34 @@ static void s_stage_embed(model_ctx_t *c, int t0, int t1) {
     }
 }
 
+/* y[t] += b for this thread's tokens t of y (n, dim): a projection's bias, added after its
+ * matmul (whose rows every thread shared) has finished.  b NULL (an optional bias the file
+ * lacks): nothing. */
+static void s_stage_bias(float *y, const float *b, int dim, int t0, int t1) {
+    if (!b)
+        return;
+    for (int t = t0; t < t1; t++) {
+        float *r = y + (size_t)t * dim;
+        for (int i = 0; i < dim; i++)
+            r[i] += b[i];
+    }
+}
+
+/* RMSNorm of each head of q and k of this thread's tokens, in place, with the layer's
+ * (head_dim) weights q_norm and k_norm, before RoPE (Qwen3). */
+static void s_stage_qk_norm(model_ctx_t *c, const model_layer_t *L, int t0, int t1) {
+    const model_config_t *cfg = &c->m->cfg;
+    int D = cfg->head_dim, H = cfg->n_head, Hkv = cfg->n_head_kv;
+    for (int t = t0; t < t1; t++) {
+        float *q = c->q + (size_t)t * H * D;
+        float *k = c->kv_k + (size_t)t * Hkv * D;
+        for (int h = 0; h < H; h++)
+            c->k->rmsnorm(q + h * D, q + h * D, L->q_norm, D, cfg->rms_eps);
+        for (int h = 0; h < Hkv; h++)
+            c->k->rmsnorm(k + h * D, k + h * D, L->k_norm, D, cfg->rms_eps);
+    }
+}
+
 /* Apply RoPE to q and k of this thread's tokens and store k, v into the pool:
  * as floats, halves, or (KERN_I8) each head's row of D values quantized to
  * int8 with one float scale, kern_i8_quant_row, the scale in the slab's
@@ -320,7 +350,7 @@ static void s_forward_worker(void *arg, int ith, int nth) {
     const kern_ops_t *k = c->k;
     base_pool_t *pool = c->pool;
     const int n = c->batch->n_tokens, d = cfg->d_model, ff = cfg->d_ff;
-    const int q_dim = cfg->n_head * cfg->head_dim;
+    const int q_dim = cfg->n_head * cfg->head_dim, kv_dim = cfg->n_head_kv * cfg->head_dim;
     int t0, t1; /* this thread's tokens */
     base_pool_split(n, 1, ith, nth, &t0, &t1);
 
@@ -330,7 +360,7 @@ static void s_forward_worker(void *arg, int ith, int nth) {
         const model_layer_t *L = &m->layers[l];
         const model_plan_t *P = c->plans + (size_t)l * MODEL_PLANS_PER_LAYER;
         /* The stages of this layer are L->st (model_arch.h); the loader refused any this
-         * pass does not run (model_arch_unsupported), so only the FFN kind branches here.
+         * pass does not run (model_arch_unsupported).
          * ---- attention block: h = rmsnorm(x) (n, d); q, k, v = h W (n, q_dim), (n, kv_dim) */
         const model_weight_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
         float *qkv_out[3] = {c->q, c->kv_k, c->kv_v};
@@ -340,6 +370,14 @@ static void s_forward_worker(void *arg, int ith, int nth) {
         base_pool_barrier(pool);
         model_ctx_matmul(c, &P[MODEL_PLAN_QKV], qkv, qkv_out, 3, 0, n, ith, nth);
         base_pool_barrier(pool);
+        /* from here to the store, each thread works on its own tokens only */
+        if (L->st.qkv_bias) {
+            s_stage_bias(c->q, L->bq, q_dim, t0, t1);
+            s_stage_bias(c->kv_k, L->bk, kv_dim, t0, t1);
+            s_stage_bias(c->kv_v, L->bv, kv_dim, t0, t1);
+        }
+        if (L->st.qk_norm)
+            s_stage_qk_norm(c, L, t0, t1);
         s_stage_rope_store(c, l, t0, t1);
         base_pool_barrier(pool);
         s_stage_attention(c, l, n, ith, nth);
@@ -350,6 +388,8 @@ static void s_forward_worker(void *arg, int ith, int nth) {
         base_pool_barrier(pool);
         model_ctx_matmul(c, &P[MODEL_PLAN_WO], wo, &c->tmp, 1, 0, n, ith, nth);
         base_pool_barrier(pool);
+        if (L->st.out_bias)
+            s_stage_bias(c->tmp, L->bo, d, t0, t1);
         /* ---- feed-forward: h = rmsnorm(x) (n, d); MoE (model_moe.c) or dense:
          *      x += (silu(h Wg) * h Wu) Wd, through (n, d_ff) */
         for (int t = t0; t < t1; t++) {

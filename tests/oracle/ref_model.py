@@ -40,11 +40,14 @@ from gguf import GGUFReader  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
 
 import ref_arch_llama  # noqa: E402
+import ref_arch_qwen  # noqa: E402
 
 # general.architecture -> declaration module (mirrors model/model_arch.c's table)
 ARCHS = {
     "llama": ref_arch_llama,
     "mistral": ref_arch_llama,
+    "qwen2": ref_arch_qwen.QWEN2,
+    "qwen3": ref_arch_qwen.QWEN3,
 }
 
 # The stage switches (ref_arch_llama.py documents them) and the values the reference runs.
@@ -53,9 +56,9 @@ SUPPORTED = {
     "norm_post_attn": (False,),
     "norm_post_ffn": (False,),
     "attn": ("full",),
-    "qkv_bias": (False,),
-    "out_bias": (False,),
-    "qk_norm": (False,),
+    "qkv_bias": (False, True),
+    "out_bias": (False, True),
+    "qk_norm": (False, True),
     "ffn": ("dense", "moe"),
     "act": ("silu",),
     "rope": ("norm", "neox"),
@@ -300,15 +303,28 @@ def _step(m, ids, cache):
         p = f"blk.{L}."
         # attention block: h (n, d); q (n, H, hd); k, v (n, Hkv, hd)
         h = rmsnorm(x, m.w[p + "attn_norm.weight"], m.eps)
-        q = matmul(m, h, p + "attn_q.weight").reshape(n, m.n_heads, m.head_dim)
-        k = matmul(m, h, p + "attn_k.weight").reshape(n, m.n_kv_heads, m.head_dim)
-        v = matmul(m, h, p + "attn_v.weight").reshape(n, m.n_kv_heads, m.head_dim)
+        q = matmul(m, h, p + "attn_q.weight")
+        k = matmul(m, h, p + "attn_k.weight")
+        v = matmul(m, h, p + "attn_v.weight")
+        if st["qkv_bias"]:  # each token's projection plus the layer's bias (Qwen2)
+            q = q + m.w[p + "attn_q.bias"]
+            k = k + m.w[p + "attn_k.bias"]
+            v = v + m.w[p + "attn_v.bias"]
+        q = q.reshape(n, m.n_heads, m.head_dim)
+        k = k.reshape(n, m.n_kv_heads, m.head_dim)
+        v = v.reshape(n, m.n_kv_heads, m.head_dim)
+        if st["qk_norm"]:  # RMSNorm over each head's head_dim values (Qwen3), before RoPE
+            q = rmsnorm(q, m.w[p + "attn_q_norm.weight"], m.eps)
+            k = rmsnorm(k, m.w[p + "attn_k_norm.weight"], m.eps)
         q = rope(q, positions, m.n_rot, m.rope_base, freqs, neox)
         k = rope(k, positions, m.n_rot, m.rope_base, freqs, neox)
         cache.k[L, pos0 : pos0 + n] = k
         cache.v[L, pos0 : pos0 + n] = v
         a = _attention(m, q, cache, L, pos0, n)  # (n, H * hd)
-        x = x + matmul(m, a, p + "attn_output.weight")
+        o = matmul(m, a, p + "attn_output.weight")
+        if st["out_bias"]:
+            o = o + m.w[p + "attn_output.bias"]
+        x = x + o
         # feed-forward block (SwiGLU, dense or MoE): h (n, d), through (n, d_ff)
         h = rmsnorm(x, m.w[p + "ffn_norm.weight"], m.eps)
         if st["ffn"] == "moe":
