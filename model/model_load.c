@@ -394,6 +394,12 @@ static int s_pack(model_t *m, model_weight_t *w, const kern_ops_t *k, void *arg)
     k->pack(w->type, w->cols, (int)w->rows, w->data, w->row_bytes, p);
     w->packed = p;
     *off += n;
+    /* The kernels read the copy from now on: let the file's pages of the original go (a
+     * later reader, such as the token lookup of a tied head, faults them back in). */
+    const uintptr_t pg = 4096, a = ((uintptr_t)w->data + pg - 1) / pg * pg,
+                    e = ((uintptr_t)w->data + (size_t)w->rows * w->row_bytes) / pg * pg;
+    if (e > a)
+        (void)madvise((void *)a, e - a, MADV_DONTNEED);
     return 0;
 }
 

@@ -82,6 +82,21 @@ static uint16_t s_get16(const uint8_t *p) {
     return (uint16_t)(p[0] | (p[1] << 8));
 }
 
+/* Row j's part of a Q4_K record o from its GGUF super-block b: what the general loop of
+ * kern_ref_kpack writes, without the levels in between.  Step s's bytes are GGUF's
+ * qs[4s .. 4s+3] as they are (byte i of step s holds element 64(s/8) + 4(s%8) + i in its
+ * low nibble and the element 32 further in its high nibble, which is how GGUF pairs them),
+ * so a Q4_K matrix packs at the speed of a copy (model load). */
+static void s_kpack_q4_K_row(const kern_block_q4_K *b, int j, uint8_t *o) {
+    const int sco = kern_kpk_sc_off(KERN_Q4_K), dof = kern_kpk_d_off(KERN_Q4_K);
+    for (int st = 0; st < 32; st++)
+        memcpy(o + 64 * st + 4 * j, b->qs + 4 * st, 4);
+    for (int u = 0; u < 8; u++)
+        kern_k4_scale_min(u, b->scales, &o[sco + 16 * u + j], &o[sco + 128 + 16 * u + j]);
+    s_put16(o + dof + 2 * j, b->d);
+    s_put16(o + dof + 32 + 2 * j, b->dmin);
+}
+
 void kern_ref_kpack(kern_type_t wt, int64_t k, int nr, const void *w, size_t w_stride, void *dst) {
     assert(kern_kpk_type(wt) && k % KERN_QK_K == 0 && nr > 0);
     const int64_t nb = k / KERN_QK_K;
@@ -96,6 +111,12 @@ void kern_ref_kpack(kern_type_t wt, int64_t k, int nr, const void *w, size_t w_s
             memset(o, 0, (size_t)rec);
             for (int j = 0; j < KERN_PK_ROWS; j++) {
                 const int r = g * KERN_PK_ROWS + j;
+                if (wt == KERN_Q4_K && r < nr) {
+                    s_kpack_q4_K_row(
+                        (const kern_block_q4_K *)((const uint8_t *)w + (size_t)r * w_stride) + b, j,
+                        o);
+                    continue;
+                }
                 s_sblk_t s;
                 s_unpack(wt, r < nr ? (const uint8_t *)w + (size_t)r * w_stride + b * tsz : NULL,
                          &s);
