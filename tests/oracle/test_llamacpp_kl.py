@@ -42,14 +42,15 @@ BOUNDS = {
 }
 
 
-def kl_vs_llamacpp(binp, lp, g, label, bounds, d):
-    """llama-perplexity --kl-divergence-base on GGUF g (its base file in folder d), then strata
-    perplexity --kl-base on the same tokens; prints the numbers against bounds (mean KL limit,
+def kl_vs_llamacpp(binp, lp, g, label, bounds, d, ctx=CTX, chunks=CHUNKS):
+    """llama-perplexity --kl-divergence-base on GGUF g (its base file in folder d:
+    <label>.kld; chunks of ctx tokens), then strata perplexity --kl-base on the same tokens;
+    prints the numbers against bounds (mean KL limit,
     p99 limit, top-1 % lower bound).  Returns (ok, strata's KL lines as parse_kl_lines gives
     them, llama-perplexity's own final PPL or None)."""
     kl_lim, p99_lim, top_lim = bounds
     base = os.path.join(d, f"{label}.kld")
-    p = subprocess.run([lp, "-m", g, "-f", TEXT, "-c", str(CTX), "--chunks", str(CHUNKS),
+    p = subprocess.run([lp, "-m", g, "-f", TEXT, "-c", str(ctx), "--chunks", str(chunks),
                         "-t", "2", "-ctk", "f16", "-ctv", "f16", "--kl-divergence-base", base],
                        capture_output=True, text=True, timeout=300)
     if p.returncode < 0:  # the oracle itself crashed: it cannot judge strata here
