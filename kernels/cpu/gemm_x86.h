@@ -995,6 +995,50 @@ KX_INLINE s_kacc_t s_kmac(const s_kblk_t *s, const kern_block_q8_K *xb, s_kacc_t
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(s->dm * xb->d), acc);
 }
 
+/* s_kmac(s_kload(Q6_K block b), xb, acc) for one column (decode), with each chunk's
+ * levels made and used at once: s_kblk_t's 8 level and 8 scale vectors live together
+ * did not fit the 16 ymm registers and went through the stack.  The integer sums are
+ * exact, so the result is the same bitwise. */
+KX_INLINE s_kacc_t s_kdot1_q6_K(const kern_block_q6_K *b, const kern_block_q8_K *xb, s_kacc_t acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    const __m128i s8 = _mm_loadu_si128((const __m128i *)b->scales);
+    const __m128i eo =
+        _mm_shuffle_epi8(s8, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    const __m256i sc2 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_cvtepi8_epi16(eo)),
+                                                _mm_cvtepi8_epi16(_mm_srli_si128(eo, 8)), 1);
+    __m256i a = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int n = 0; n < 2; n++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n + 32));
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * n));
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+        q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const int t = 4 * n + j;
+            const __m256i p =
+                _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * t)));
+            const __m256i sc =
+                _mm256_shuffle_epi8(sc2, _mm256_load_si256((const __m256i *)s_kctrl[t]));
+            a = _mm256_add_epi32(a, _mm256_madd_epi16(p, sc));
+        }
+    }
+    const __m256i ms =
+        _mm256_madd_epi16(_mm256_cvtepi8_epi16(s8), _mm256_loadu_si256((const __m256i *)xb->bsums));
+    const float d = kx86_f16(&b->d);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_set1_ps(d * xb->d), acc);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(-32.0f * d * xb->d), acc);
+}
+#define KX_KDOT1_Q6_K 1
+
 #endif
 
 KX_INLINE void s_gemm_k(kern_type_t T, int64_t k, int nr, int nc, const uint8_t *w, size_t ws,
@@ -1014,6 +1058,16 @@ KX_INLINE void s_gemm_k(kern_type_t T, int64_t k, int nr, int nc, const uint8_t 
                 for (int c = c0; c < c1; c += 4) {
                     const int cn = c1 - c < 4 ? c1 - c : 4;
                     s_kacc_t acc[4] = {s_kacc_zero(), s_kacc_zero(), s_kacc_zero(), s_kacc_zero()};
+#ifdef KX_KDOT1_Q6_K
+                    if (T == KERN_Q6_K && cn == 1) { /* decode: the vocabulary projection */
+                        for (int64_t b = 0; b < nb; b++)
+                            acc[0] = s_kdot1_q6_K((const kern_block_q6_K *)wr + b,
+                                                  (const kern_block_q8_K *)(x + (size_t)c * xs) + b,
+                                                  acc[0]);
+                        out[(size_t)c * os + r] = s_kacc_sum(acc[0]);
+                        continue;
+                    }
+#endif
                     for (int64_t b = 0; b < nb; b++) {
                         s_kblk_t s;
                         s_kload(T, wr + (size_t)b * WB, &s);
