@@ -237,100 +237,128 @@ KX_INLINE s_rmask s_rowmask(int rows) {
 }
 #endif
 
-/* KP_ROWS rows (half h of the group's records, rows stored where rm says) x
- * C columns over nbk super-blocks: rec is the first record, x column 0 at
- * the first super-block.  add: continue from the values in out (a later
- * pass over k); pf: prefetch the weights ahead (the first tile of a group). */
-KX_INLINE void s_tile(kern_type_t T, const int C, int nbk, const uint8_t *rec, int h,
-                      const uint8_t *x, size_t xs, float *out, size_t os, s_rmask rm, bool add,
-                      bool pf) {
+/* NH x KP_ROWS rows (halves h0 .. h0+NH-1 of the group's records; half hh's
+ * rows stored from out + hh * KP_ROWS where rm[hh] says) x C columns over nbk
+ * super-blocks: rec is the first record, x column 0 at the first super-block.
+ * add: continue from the values in out (a later pass over k); pf: prefetch the
+ * weights ahead (the first tile of a group).  NH = 2 (the AVX2 ymm tiles of
+ * one column) reads every step's activation bytes once for both halves. */
+KX_INLINE void s_tile(kern_type_t T, const int C, const int NH, int nbk, const uint8_t *rec, int h0,
+                      const uint8_t *x, size_t xs, float *out, size_t os, const s_rmask *rm,
+                      bool add, bool pf) {
     const int REC = kern_kpk_rec(T), DOF = kern_kpk_d_off(T), FL = KP_FLUSH(T);
     const bool MIN = T != KERN_Q6_K;
-    s_vf acc[KP_CT];
+    s_vf acc[2][KP_CT];
+#pragma GCC unroll 2
+    for (int hh = 0; hh < NH; hh++)
 #pragma GCC unroll 8
-    for (int c = 0; c < C; c++)
-        acc[c] = add ? v_fload(rm, out + (size_t)c * os) : v_fzero();
+        for (int c = 0; c < C; c++)
+            acc[hh][c] = add ? v_fload(rm[hh], out + hh * KP_ROWS + (size_t)c * os) : v_fzero();
     for (int b = 0; b < nbk; b++) {
         const uint8_t *o = rec + (size_t)b * REC;
         if (KP_PF && pf) /* the hardware prefetcher stops at 4 KiB pages: fetch ahead */
 #pragma GCC unroll 64
             for (int l = 0; l < REC; l += 64) /* REC is a constant: no loop is left */
                 _mm_prefetch((const char *)(o + KP_PF + l), _MM_HINT_T0);
-        s_vi isum[KP_CT];
+        s_vi isum[2][KP_CT];
+#pragma GCC unroll 2
+        for (int hh = 0; hh < NH; hh++)
 #pragma GCC unroll 8
-        for (int c = 0; c < C; c++)
-            isum[c] = v_zero();
+            for (int c = 0; c < C; c++)
+                isum[hh][c] = v_zero();
         for (int ch = 0; ch < 4; ch++) {         /* chunk: elements 64ch .. 64ch+63 */
             for (int s0 = 0; s0 < 8; s0 += FL) { /* a flush period of steps */
-                s_vi tl[KP_CT], th[KP_CT];       /* chains: low and high nibbles */
+                s_vi tl[2][KP_CT], th[2][KP_CT]; /* chains: low and high nibbles */
+#pragma GCC unroll 2
+                for (int hh = 0; hh < NH; hh++)
 #pragma GCC unroll 8
-                for (int c = 0; c < C; c++)
-                    tl[c] = th[c] = v_zero();
+                    for (int c = 0; c < C; c++)
+                        tl[hh][c] = th[hh][c] = v_zero();
 #pragma GCC unroll 8
                 for (int s = s0; s < s0 + FL; s++) {
-                    s_vi lo, hi;
-                    s_levels(T, o, 8 * ch + s, h, &lo, &hi);
+#pragma GCC unroll 2
+                    for (int hh = 0; hh < NH; hh++) {
+                        s_vi lo, hi;
+                        s_levels(T, o, 8 * ch + s, h0 + hh, &lo, &hi);
 #pragma GCC unroll 8
-                    for (int c = 0; c < C; c++) {
-                        const uint8_t *xq = x + (size_t)c * xs + (size_t)b * KP_XB + KP_XQ;
-                        tl[c] = s_chain(tl[c], lo, xq + 64 * ch + 4 * s);
-                        th[c] = s_chain(th[c], hi, xq + 64 * ch + 32 + 4 * s);
+                        for (int c = 0; c < C; c++) {
+                            const uint8_t *xq = x + (size_t)c * xs + (size_t)b * KP_XB + KP_XQ;
+                            tl[hh][c] = s_chain(tl[hh][c], lo, xq + 64 * ch + 4 * s);
+                            th[hh][c] = s_chain(th[hh][c], hi, xq + 64 * ch + 32 + 4 * s);
+                        }
                     }
                 }
                 /* sub-blocks of the low and high nibbles of these steps */
                 const int ul = T == KERN_Q6_K ? 4 * ch + s0 / 4 : 2 * ch;
                 const int uh = T == KERN_Q6_K ? 4 * ch + 2 + s0 / 4 : 2 * ch + 1;
-                const s_vi scl = s_scale(T, o, ul, h), sch = s_scale(T, o, uh, h);
+#pragma GCC unroll 2
+                for (int hh = 0; hh < NH; hh++) {
+                    const s_vi scl = s_scale(T, o, ul, h0 + hh), sch = s_scale(T, o, uh, h0 + hh);
 #pragma GCC unroll 8
-                for (int c = 0; c < C; c++)
-                    isum[c] = s_flush(s_flush(isum[c], tl[c], scl), th[c], sch);
+                    for (int c = 0; c < C; c++)
+                        isum[hh][c] = s_flush(s_flush(isum[hh][c], tl[hh][c], scl), th[hh][c], sch);
+                }
             }
         }
         /* minimums (Q4_K, Q5_K) or the -32 offset (Q6_K) from the group sums */
-        s_vi cv[8];
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++)
-            cv[u] = s_corr_coef(T, o, u, h);
-        const s_vf dw = s_f16v(o + DOF, h);
-        const s_vf mw = MIN ? s_f16v(o + DOF + 32, h) : v_fzero();
-#pragma GCC unroll 8
-        for (int c = 0; c < C; c++) {
-            const uint8_t *xb = x + (size_t)c * xs + (size_t)b * KP_XB;
-            s_vi corr = v_zero();
+#pragma GCC unroll 2
+        for (int hh = 0; hh < NH; hh++) {
+            s_vi cv[8];
 #pragma GCC unroll 8
             for (int u = 0; u < 8; u++)
-                corr = s_dpw(corr, cv[u], xb + KP_XS + 4 * u);
-            float dxf;
-            memcpy(&dxf, xb, 4);
-            const s_vf dx = v_fset1(dxf);
-            if (MIN) {
-                acc[c] = v_fmadd(v_cvt(isum[c]), v_fmul(dw, dx), acc[c]);
-                acc[c] = v_fnmadd(v_cvt(corr), v_fmul(mw, dx), acc[c]);
-            } else {
-                acc[c] = v_fmadd(v_cvt(v_sub(isum[c], v_shl5(corr))), v_fmul(dw, dx), acc[c]);
+                cv[u] = s_corr_coef(T, o, u, h0 + hh);
+            const s_vf dw = s_f16v(o + DOF, h0 + hh);
+            const s_vf mw = MIN ? s_f16v(o + DOF + 32, h0 + hh) : v_fzero();
+#pragma GCC unroll 8
+            for (int c = 0; c < C; c++) {
+                const uint8_t *xb = x + (size_t)c * xs + (size_t)b * KP_XB;
+                s_vi corr = v_zero();
+#pragma GCC unroll 8
+                for (int u = 0; u < 8; u++)
+                    corr = s_dpw(corr, cv[u], xb + KP_XS + 4 * u);
+                float dxf;
+                memcpy(&dxf, xb, 4);
+                const s_vf dx = v_fset1(dxf);
+                s_vf *a = &acc[hh][c];
+                if (MIN) {
+                    *a = v_fmadd(v_cvt(isum[hh][c]), v_fmul(dw, dx), *a);
+                    *a = v_fnmadd(v_cvt(corr), v_fmul(mw, dx), *a);
+                } else {
+                    *a = v_fmadd(v_cvt(v_sub(isum[hh][c], v_shl5(corr))), v_fmul(dw, dx), *a);
+                }
             }
         }
     }
+#pragma GCC unroll 2
+    for (int hh = 0; hh < NH; hh++)
 #pragma GCC unroll 8
-    for (int c = 0; c < C; c++)
-        v_fstore(out + (size_t)c * os, rm, acc[c]);
+        for (int c = 0; c < C; c++)
+            v_fstore(out + hh * KP_ROWS + (size_t)c * os, rm[hh], acc[hh][c]);
 }
 
-/* One row group's half tiles over super-blocks b0 .. b0+nbk-1, every column
- * tile of them (the group's records for these super-blocks stay in L1). */
+/* One row group's tiles over super-blocks b0 .. b0+nbk-1, every column tile
+ * of them (the group's records for these super-blocks stay in L1).  A whole
+ * group of one column on AVX2 is one two-half tile; otherwise half by half. */
 KX_INLINE void s_group_pass(kern_type_t T, int64_t nb, int64_t b0, int nbk, int g, int r0, int nr,
                             int nc, const uint8_t *packed, const uint8_t *x, size_t xs, float *out,
                             size_t os) {
     const uint8_t *rec = packed + ((size_t)g * nb + b0) * kern_kpk_rec(T);
     const uint8_t *xb = x + (size_t)b0 * KP_XB;
-    for (int h = 0; h < KERN_PK_ROWS / KP_ROWS; h++) {
+    const int NHALF = KERN_PK_ROWS / KP_ROWS;
+    float *og = out + (size_t)(g * KERN_PK_ROWS - r0);
+    if (NHALF == 2 && nc == 1 && r0 + nr - g * KERN_PK_ROWS >= KERN_PK_ROWS) {
+        const s_rmask rm[2] = {s_rowmask(KP_ROWS), s_rowmask(KP_ROWS)};
+        s_tile(T, 1, 2, nbk, rec, 0, xb, xs, og, os, rm, b0 > 0, true);
+        return;
+    }
+    for (int h = 0; h < NHALF; h++) {
         const int rows = r0 + nr - (g * KERN_PK_ROWS + h * KP_ROWS);
         if (rows <= 0)
             break;
-        const s_rmask rm = s_rowmask(rows);
-        float *o = out + (size_t)(g * KERN_PK_ROWS + h * KP_ROWS - r0);
+        const s_rmask rm[1] = {s_rowmask(rows)};
+        float *o = og + h * KP_ROWS;
 #define S_TILE(c, n)                                                                               \
-    s_tile(T, n, nbk, rec, h, xb + (size_t)(c)*xs, xs, o + (size_t)(c)*os, os, rm, b0 > 0,         \
+    s_tile(T, n, 1, nbk, rec, h, xb + (size_t)(c)*xs, xs, o + (size_t)(c)*os, os, rm, b0 > 0,      \
            (c) == 0 && h == 0)
         KX_COLUMN_TILES(nc, KP_CT, S_TILE);
 #undef S_TILE
