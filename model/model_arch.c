@@ -12,10 +12,9 @@ static const struct {
     bool moe;                 /* for GGUFs with <name>.expert_count > 0 */
     const model_arch_t *arch; /* the declaration */
 } s_table[] = {
-    {"llama", false, &model_arch_llama},
-    {"llama", true, &model_arch_llama_moe},
-    {"mistral", false, &model_arch_llama},
-    {"mistral", true, &model_arch_llama_moe},
+    {"llama", false, &model_arch_llama},   {"llama", true, &model_arch_llama_moe},
+    {"mistral", false, &model_arch_llama}, {"mistral", true, &model_arch_llama_moe},
+    {"gemma3", false, &model_arch_gemma3},
 };
 #define S_ROWS (sizeof s_table / sizeof s_table[0])
 
@@ -31,7 +30,7 @@ bool model_arch_known(const char *name) {
 }
 
 const char *model_arch_names(void) {
-    static const char names[] = "llama, mistral"; /* the distinct names of s_table */
+    static const char names[] = "llama, mistral, gemma3"; /* the distinct names of s_table */
     return names;
 }
 
@@ -42,27 +41,22 @@ void model_arch_layer_stages(const model_arch_t *arch, const model_config_t *cfg
         arch->layer_stages(arch, cfg, l, out);
 }
 
-/* What the forward pass (model_forward.c) runs today: RMSNorm before attention and FFN,
- * full attention without biases or Q/K norms, a SiLU-gated FFN dense or MoE, both RoPE
- * kinds.  Each switch refused here is one stage to write there. */
+/* What the forward pass (model_forward.c) runs today: RMSNorm before attention and FFN
+ * and, optionally, after them (sandwich), an embedding scale, full or sliding-window
+ * attention without biases, Q/K norms, a SiLU- or GELU-gated dense FFN or a SiLU-gated MoE,
+ * both RoPE kinds.  Each switch refused here is one stage to write there. */
 const char *model_arch_unsupported(const model_arch_t *arch, const model_config_t *cfg) {
-    if (arch->embd_scale)
-        return "an embedding scale";
     for (int l = 0; l < cfg->n_layer; l++) {
         model_stages_t st;
         model_arch_layer_stages(arch, cfg, l, &st);
         if (st.norm != MODEL_NORM_RMS)
             return "LayerNorm";
-        if (st.norm_post_attn || st.norm_post_ffn)
-            return "post-attention/post-FFN (sandwich) norms";
-        if (st.attn != MODEL_ATTN_FULL)
-            return "sliding-window attention";
+        if (st.attn == MODEL_ATTN_SLIDING && st.window < 1)
+            return "a sliding window of no positions";
         if (st.qkv_bias || st.out_bias)
             return "attention biases";
-        if (st.qk_norm)
-            return "Q/K norms";
-        if (st.act != MODEL_ACT_SILU)
-            return "a GELU feed-forward";
+        if (st.act == MODEL_ACT_GELU && st.ffn == MODEL_FFN_MOE)
+            return "a GELU Mixture-of-Experts feed-forward";
         if ((st.ffn == MODEL_FFN_MOE) != (cfg->n_expert > 0))
             return "an FFN kind that does not match its expert_count";
     }
