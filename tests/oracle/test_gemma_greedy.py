@@ -29,8 +29,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import testenv  # noqa: E402
 
 N_GEN, MIN_EQUAL, TIE = 32, 16, 0.3
+# Plain prompts whose continuations keep clear of near ties (measured: all 32 tokens equal).
+# "The capital of France is" parts at step 12, where llama.cpp's top-2 gap is 0.21 (strata's
+# 0.03, the other way); "Once upon a time, there was a little girl who" had a 0.05 gap at
+# step 14 against the NumPy reference.
 PROMPTS = [
-    "Once upon a time, there was a little girl who",
     "def fibonacci(n):",
     "The first ten prime numbers are",
     "1, 2, 3, 4, 5, 6, 7, 8,",
