@@ -14,6 +14,7 @@ static const struct {
 } s_table[] = {
     {"llama", false, &model_arch_llama},   {"llama", true, &model_arch_llama_moe},
     {"mistral", false, &model_arch_llama}, {"mistral", true, &model_arch_llama_moe},
+    {"qwen2", false, &model_arch_qwen2},   {"qwen3", false, &model_arch_qwen3},
     {"gemma3", false, &model_arch_gemma3},
 };
 #define S_ROWS (sizeof s_table / sizeof s_table[0])
@@ -30,7 +31,8 @@ bool model_arch_known(const char *name) {
 }
 
 const char *model_arch_names(void) {
-    static const char names[] = "llama, mistral, gemma3"; /* the distinct names of s_table */
+    static const char names[] =
+        "llama, mistral, qwen2, qwen3, gemma3"; /* the distinct names of s_table */
     return names;
 }
 
@@ -42,9 +44,9 @@ void model_arch_layer_stages(const model_arch_t *arch, const model_config_t *cfg
 }
 
 /* What the forward pass (model_forward.c) runs today: RMSNorm before attention and FFN
- * and, optionally, after them (sandwich), an embedding scale, full or sliding-window
- * attention without biases, Q/K norms, a SiLU- or GELU-gated dense FFN or a SiLU-gated MoE,
- * both RoPE kinds.  Each switch refused here is one stage to write there. */
+ * and, optionally, after them (sandwich), an embedding scale, Q/K/V and output biases, Q/K
+ * head norms, full or sliding-window attention, a SiLU- or GELU-gated dense FFN or a
+ * SiLU-gated MoE, both RoPE kinds.  Each switch refused here is one stage to write there. */
 const char *model_arch_unsupported(const model_arch_t *arch, const model_config_t *cfg) {
     for (int l = 0; l < cfg->n_layer; l++) {
         model_stages_t st;
@@ -53,8 +55,6 @@ const char *model_arch_unsupported(const model_arch_t *arch, const model_config_
             return "LayerNorm";
         if (st.attn == MODEL_ATTN_SLIDING && st.window < 1)
             return "a sliding window of no positions";
-        if (st.qkv_bias || st.out_bias)
-            return "attention biases";
         if (st.act == MODEL_ACT_GELU && st.ffn == MODEL_FFN_MOE)
             return "a GELU Mixture-of-Experts feed-forward";
         if ((st.ffn == MODEL_FFN_MOE) != (cfg->n_expert > 0))

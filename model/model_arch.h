@@ -177,6 +177,8 @@ struct model_arch_t {
 /* The declarations (model_arch_<name>.c). */
 extern const model_arch_t model_arch_llama;     /* dense llama: SmolLM2, Llama 2/3.x, Mistral */
 extern const model_arch_t model_arch_llama_moe; /* llama with experts: Mixtral layout */
+extern const model_arch_t model_arch_qwen2;     /* llama + Q/K/V biases, NEOX RoPE: Qwen2(.5) */
+extern const model_arch_t model_arch_qwen3;     /* llama + Q/K head norms, NEOX RoPE: Qwen3 */
 extern const model_arch_t model_arch_gemma3;    /* Gemma 3: sandwich norms, GeGLU, 5:1 windows */
 
 /* The architecture for general.architecture `name` whose FFN is MoE iff moe: NULL when the

@@ -4,9 +4,10 @@
  *   x = embed(tokens) (* sqrt(d_model): embd_scale)     (n, d_model)
  *   for each layer:
  *       h = rmsnorm(x) ; q,k,v = h Wq, h Wk, h Wv         (n, q_dim), (n, kv_dim) x 2
+ *       q,k,v += bq,bk,bv                               qkv_bias
  *       q, k = rmsnorm of each head                     qk_norm
  *       rope(q, k) ; KV[pos] = k, v
- *       o = attention(q, KV) Wo                         (n, d_model); full, or the last
+ *       o = attention(q, KV) Wo (+bo)                   (n, d_model); full, or the last
  *                                                       window positions (sliding)
  *       x += o  or  x += rmsnorm(o)                     norm_post_attn (sandwich)
  *       h = rmsnorm(x) ; f = ffn(h)                     dense: (act(h Wgate) * h Wup) Wdown,
@@ -259,6 +260,19 @@ static void s_stage_embed(model_ctx_t *c, int t0, int t1) {
     }
 }
 
+/* y[t] += b for this thread's tokens t of y (n, dim): a projection's bias, added after its
+ * matmul (whose rows every thread shared) has finished.  b NULL (an optional bias the file
+ * lacks): nothing. */
+static void s_stage_bias(float *y, const float *b, int dim, int t0, int t1) {
+    if (!b)
+        return;
+    for (int t = t0; t < t1; t++) {
+        float *r = y + (size_t)t * dim;
+        for (int i = 0; i < dim; i++)
+            r[i] += b[i];
+    }
+}
+
 /* qk_norm: RMSNorm of each of the n_head query heads and n_head_kv key heads (head_dim
  * values each, weights q_norm / k_norm, eps rms_eps) of this thread's tokens, in place,
  * before RoPE (Gemma 3, Qwen3). */
@@ -379,7 +393,7 @@ static void s_forward_worker(void *arg, int ith, int nth) {
     const kern_ops_t *k = c->k;
     base_pool_t *pool = c->pool;
     const int n = c->batch->n_tokens, d = cfg->d_model, ff = cfg->d_ff;
-    const int q_dim = cfg->n_head * cfg->head_dim;
+    const int q_dim = cfg->n_head * cfg->head_dim, kv_dim = cfg->n_head_kv * cfg->head_dim;
     int t0, t1; /* this thread's tokens */
     base_pool_split(n, 1, ith, nth, &t0, &t1);
 
@@ -401,7 +415,13 @@ static void s_forward_worker(void *arg, int ith, int nth) {
         base_pool_barrier(pool);
         model_ctx_matmul(c, &P[MODEL_PLAN_QKV], qkv, qkv_out, 3, 0, n, ith, nth);
         base_pool_barrier(pool);
-        if (L->st.qk_norm) /* this thread's tokens, as rope_store: no barrier */
+        /* from here to the store, each thread works on its own tokens only */
+        if (L->st.qkv_bias) {
+            s_stage_bias(c->q, L->bq, q_dim, t0, t1);
+            s_stage_bias(c->kv_k, L->bk, kv_dim, t0, t1);
+            s_stage_bias(c->kv_v, L->bv, kv_dim, t0, t1);
+        }
+        if (L->st.qk_norm)
             s_stage_qk_norm(c, L, t0, t1);
         s_stage_rope_store(c, l, t0, t1);
         base_pool_barrier(pool);
@@ -413,6 +433,8 @@ static void s_forward_worker(void *arg, int ith, int nth) {
         base_pool_barrier(pool);
         model_ctx_matmul(c, &P[MODEL_PLAN_WO], wo, &c->tmp, 1, 0, n, ith, nth);
         base_pool_barrier(pool);
+        if (L->st.out_bias)
+            s_stage_bias(c->tmp, L->bo, d, t0, t1);
         /* ---- feed-forward: x += o (or its post norm); h = rmsnorm(x) (n, d); MoE
          *      (model_moe.c) or dense: x += (act(h Wg) * h Wu) Wd, through (n, d_ff) */
         for (int t = t0; t < t1; t++) {

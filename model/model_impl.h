@@ -54,7 +54,8 @@ struct model_t {
     float attn_scale;         /* attention scores times this: 1/sqrt(query_scalar) */
     model_layer_t *layers;    /* (n_layer) */
     size_t weight_bytes;      /* sum of tensor sizes */
-    size_t packed_bytes;      /* sum of the packed copies */
+    void *packed_arena;       /* every packed copy (model_weight_t.packed points in), mmap'd */
+    size_t packed_bytes;      /* its size */
 };
 
 /* ---- the context */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define TAG "model"
 
@@ -353,45 +354,80 @@ static int s_tensor(model_t *m, model_layer_t *L, int l, const model_tensor_t *d
 
 /* ------------------------------------------------------------------ packing */
 
-/* Repack w into the kernels' row-interleaved layout when the kernel table has
- * one for its type (the packed gemm is several times faster and batch-invariant).
- * Every matrix of a fused group (q/k/v, gate/up) gets the same treatment because
- * all rows counts here are multiples of 16 and the type decides. */
-static int s_pack(model_t *m, model_weight_t *w, const kern_ops_t *k) {
-    if (w->packed || w->rows % 16 || !k->packed_size || !k->pack)
-        return 0;
-    size_t n = k->packed_size(w->type, w->cols, (int)w->rows);
-    if (n == 0)
-        return 0;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, n))
-        return -ENOMEM;
-    k->pack(w->type, w->cols, (int)w->rows, w->data, w->row_bytes, p);
-    w->packed = p;
-    m->packed_bytes += n;
-    return 0;
-}
-
-static int s_pack_all(model_t *m, char *err, size_t errlen) {
-    const kern_ops_t *k = kern_ops_best();
+/* The matrices the kernels get a packed copy of, in the order a forward pass reads them;
+ * calls fn(m, w, k, arg) on each until one returns non-zero. */
+static int s_each_packable(model_t *m, const kern_ops_t *k,
+                           int (*fn)(model_t *, model_weight_t *, const kern_ops_t *, void *),
+                           void *arg) {
     int rc = 0;
     for (int l = 0; l < m->cfg.n_layer && !rc; l++) {
         model_layer_t *L = &m->layers[l];
         model_weight_t *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->wr};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !rc; i++)
-            rc = s_pack(m, ws[i], k);
+            rc = fn(m, ws[i], k, arg);
         for (int e = 0; L->experts && e < 3 * m->cfg.n_expert && !rc; e++)
-            rc = s_pack(m, &L->experts[e], k); /* each expert's slab on its own */
+            rc = fn(m, &L->experts[e], k, arg); /* each expert's slab on its own */
     }
     if (!rc)
-        rc = s_pack(m, &m->out, k); /* a copy even when tied: the lookup reads embd.data */
-    if (rc)
-        model_err_set(err, errlen, rc, "%s: out of memory repacking weights",
-                      model_gguf_path(m->gguf));
-    else if (m->packed_bytes)
-        LOG_I(TAG, "repacked %.1f MiB of weights for the %s kernels", m->packed_bytes / 1048576.0,
-              k->name);
+        rc = fn(m, &m->out, k, arg); /* a copy even when tied: the lookup reads embd.data */
     return rc;
+}
+
+/* Bytes of w's packed copy (64-byte multiples), 0 when the kernel table has no packed
+ * layout for its type (every rows count of a fused group is a multiple of 16, so the
+ * type decides and q/k/v, gate/up are treated alike). */
+static size_t s_packed_size(const model_weight_t *w, const kern_ops_t *k) {
+    if (w->rows % 16 || !k->packed_size || !k->pack)
+        return 0;
+    return (k->packed_size(w->type, w->cols, (int)w->rows) + 63) / 64 * 64;
+}
+
+static int s_add_size(model_t *m, model_weight_t *w, const kern_ops_t *k, void *arg) {
+    (void)m;
+    *(size_t *)arg += s_packed_size(w, k);
+    return 0;
+}
+
+/* Repack w into the kernels' row-interleaved layout (the packed gemm is several times
+ * faster and batch-invariant) at the arena's next free byte, *(size_t *)arg. */
+static int s_pack(model_t *m, model_weight_t *w, const kern_ops_t *k, void *arg) {
+    size_t *off = arg, n = s_packed_size(w, k);
+    if (n == 0)
+        return 0;
+    void *p = (uint8_t *)m->packed_arena + *off;
+    k->pack(w->type, w->cols, (int)w->rows, w->data, w->row_bytes, p);
+    w->packed = p;
+    *off += n;
+    /* The kernels read the copy from now on: let the file's pages of the original go (a
+     * later reader, such as the token lookup of a tied head, faults them back in). */
+    const uintptr_t pg = 4096, a = ((uintptr_t)w->data + pg - 1) / pg * pg,
+                    e = ((uintptr_t)w->data + (size_t)w->rows * w->row_bytes) / pg * pg;
+    if (e > a)
+        (void)madvise((void *)a, e - a, MADV_DONTNEED);
+    return 0;
+}
+
+/* Every packed copy in one anonymous mapping (m->packed_arena) in reading order, on
+ * transparent huge pages where the kernel gives them: decode streams the whole arena once
+ * per token, and 2 MiB pages take a TLB miss per 2 MiB instead of per 4 KiB. */
+static int s_pack_all(model_t *m, char *err, size_t errlen) {
+    const kern_ops_t *k = kern_ops_best();
+    size_t total = 0, off = 0;
+    s_each_packable(m, k, s_add_size, &total);
+    if (total == 0)
+        return 0;
+    void *a = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (a == MAP_FAILED)
+        return model_err_set(err, errlen, -ENOMEM, "%s: out of memory repacking weights",
+                             model_gguf_path(m->gguf));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(a, total, MADV_HUGEPAGE); /* a hint: 4 KiB pages where refused */
+#endif
+    m->packed_arena = a;
+    m->packed_bytes = total;
+    s_each_packable(m, k, s_pack, &off);
+    LOG_I(TAG, "repacked %.1f MiB of weights for the %s kernels", total / 1048576.0, k->name);
+    return 0;
 }
 
 /* ------------------------------------------------------------------ the model */
@@ -512,14 +548,10 @@ void model_destroy(model_t **self_p) {
             L->k_norm,    L->attn_post_norm, L->ffn_post_norm};
         for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++)
             free(vs[i]);
-        model_weight_t *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->wr};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            free(ws[i]->packed);
-        for (int e = 0; L->experts && e < 3 * m->cfg.n_expert; e++)
-            free(L->experts[e].packed);
         free(L->experts);
     }
-    free(m->out.packed);
+    if (m->packed_arena)
+        munmap(m->packed_arena, m->packed_bytes);
     free(m->layers);
     free(m->out_norm);
     free(m->rope_freqs);

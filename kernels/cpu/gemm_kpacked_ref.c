@@ -82,6 +82,34 @@ static uint16_t s_get16(const uint8_t *p) {
     return (uint16_t)(p[0] | (p[1] << 8));
 }
 
+/* Row j's part of a Q4_K or Q5_K record o from its GGUF super-block (d, dmin, scales, qs
+ * and, for Q5_K, qh): what the general loop of kern_ref_kpack writes, without the levels in
+ * between.  Step s's bytes are GGUF's qs[4s .. 4s+3] as they are (byte i of step s holds
+ * element 64(s/8) + 4(s%8) + i in its low nibble and the element 32 further in its high
+ * nibble, which is how GGUF pairs them), so these types pack at about the speed of a copy
+ * (model load).  Q5_K's fifth bit of element 64c + l is bit 2c of qh[l] (bit 2c+1 for the
+ * element 32 further). */
+static void s_kpack_k4_row(kern_type_t wt, const uint8_t *blk, int j, uint8_t *o) {
+    const bool five = wt == KERN_Q5_K;
+    const kern_block_q4_K *b4 = (const kern_block_q4_K *)blk;
+    const kern_block_q5_K *b5 = (const kern_block_q5_K *)blk;
+    const uint8_t *qs = five ? b5->qs : b4->qs, *scales = five ? b5->scales : b4->scales;
+    const int sco = kern_kpk_sc_off(wt), dof = kern_kpk_d_off(wt), qho = kern_kpk_qh_off(wt);
+    for (int st = 0; st < 32; st++) {
+        memcpy(o + 64 * st + 4 * j, qs + 4 * st, 4);
+        for (int i = 0; five && i < 4; i++) {
+            const int l = 4 * (st % 8) + i, c = st / 8, bit = 4 * j + i;
+            uint8_t *q = o + qho + 16 * st;
+            q[bit / 8] |= (uint8_t)(((b5->qh[l] >> (2 * c)) & 1) << (bit % 8));
+            q[8 + bit / 8] |= (uint8_t)(((b5->qh[l] >> (2 * c + 1)) & 1) << (bit % 8));
+        }
+    }
+    for (int u = 0; u < 8; u++)
+        kern_k4_scale_min(u, scales, &o[sco + 16 * u + j], &o[sco + 128 + 16 * u + j]);
+    s_put16(o + dof + 2 * j, five ? b5->d : b4->d);
+    s_put16(o + dof + 32 + 2 * j, five ? b5->dmin : b4->dmin);
+}
+
 void kern_ref_kpack(kern_type_t wt, int64_t k, int nr, const void *w, size_t w_stride, void *dst) {
     assert(kern_kpk_type(wt) && k % KERN_QK_K == 0 && nr > 0);
     const int64_t nb = k / KERN_QK_K;
@@ -96,6 +124,10 @@ void kern_ref_kpack(kern_type_t wt, int64_t k, int nr, const void *w, size_t w_s
             memset(o, 0, (size_t)rec);
             for (int j = 0; j < KERN_PK_ROWS; j++) {
                 const int r = g * KERN_PK_ROWS + j;
+                if (wt != KERN_Q6_K && r < nr) {
+                    s_kpack_k4_row(wt, (const uint8_t *)w + (size_t)r * w_stride + b * tsz, j, o);
+                    continue;
+                }
                 s_sblk_t s;
                 s_unpack(wt, r < nr ? (const uint8_t *)w + (size_t)r * w_stride + b * tsz : NULL,
                          &s);

@@ -184,7 +184,13 @@ KX_INLINE void s_levels(kern_type_t T, const uint8_t *o, int st, int h, s_vi *lo
  * periods, shorter than a sub-block for Q5_K and Q6_K. */
 #define KP_FLUSH(T) ((T) == KERN_Q4_K ? 8 : (T) == KERN_Q5_K ? 4 : 2)
 KX_INLINE s_vi s_chain(s_vi acc, s_vi w, const uint8_t *p) {
-    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, s_bcast(p)));
+    s_vi r = _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, s_bcast(p)));
+    /* An empty asm that the chain's value passes through: integer adds associate, and
+     * GCC 12 otherwise turns the unrolled chains into trees whose leaves (a product per
+     * step and column) no longer fit the 16 ymm registers: every product was stored to
+     * the stack and loaded back.  Kept sequential, each chain lives in one register. */
+    __asm__("" : "+x"(r));
+    return r;
 }
 /* int16 pairs (a, b) per lane from two int32 vectors. */
 KX_INLINE s_vi s_pair(s_vi a, s_vi b) {
@@ -247,7 +253,8 @@ KX_INLINE void s_tile(kern_type_t T, const int C, int nbk, const uint8_t *rec, i
     for (int b = 0; b < nbk; b++) {
         const uint8_t *o = rec + (size_t)b * REC;
         if (KP_PF && pf) /* the hardware prefetcher stops at 4 KiB pages: fetch ahead */
-            for (int l = 32 * h; l < REC; l += 64)
+#pragma GCC unroll 64
+            for (int l = 0; l < REC; l += 64) /* REC is a constant: no loop is left */
                 _mm_prefetch((const char *)(o + KP_PF + l), _MM_HINT_T0);
         s_vi isum[KP_CT];
 #pragma GCC unroll 8

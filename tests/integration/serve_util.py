@@ -201,8 +201,10 @@ def chat_request(rid, prompt, max_tokens):
             "messages": [{"role": "user", "content": prompt}]}
 
 
-def run_concurrent(endpoint, prompts, max_tokens, timeout=180):
-    """Send every prompt at once from its own client; return {i: (tokens, done)}."""
+def run_concurrent(endpoint, prompts, max_tokens, timeout=180, fault=None):
+    """Send every prompt at once from its own client; return {i: (tokens, done)}.  fault:
+    called once, when every request has a token or has ended (a kill mid-stream); it gets
+    the indexes of the requests still running then."""
     ctx = zmq.Context.instance()
     clients = [Client(ctx, endpoint) for _ in prompts]
     for i, (c, p) in enumerate(zip(clients, prompts)):
@@ -217,7 +219,10 @@ def run_concurrent(endpoint, prompts, max_tokens, timeout=180):
     while len(result) < len(prompts):
         if time.time() > deadline:
             raise TimeoutError("only %d of %d requests finished" % (len(result), len(prompts)))
-        for sock, _ in poller.poll(1000):
+        if fault and all(toks[i] or i in result for i in toks):
+            fault([i for i in toks if i not in result])
+            fault = None
+        for sock, _ in poller.poll(20 if fault else 1000):
             i = by_sock[sock]
             m = unpack(sock.recv())
             if m["type"] == "token":
@@ -230,11 +235,14 @@ def run_concurrent(endpoint, prompts, max_tokens, timeout=180):
     return result
 
 
-def reference(prompt, max_tokens):
-    """Token ids of `strata generate --chat --greedy` (the service's reference)."""
-    out = subprocess.run([BIN, "generate", "--chat", "-p", prompt, "-n", str(max_tokens),
-                          "--greedy", "--print-ids", "-t", "1"],
-                         capture_output=True, text=True, timeout=120)
+def reference(prompt, max_tokens, model=None, system=None, threads=1):
+    """Token ids of `strata generate --chat --greedy` (the service's reference); of model
+    (default: the default model), with system as the system turn when given."""
+    cmd = [BIN, "generate", "--chat", "-p", prompt, "-n", str(max_tokens), "--greedy",
+           "--print-ids", "-t", str(threads)]
+    cmd += ["-m", model] if model else []
+    cmd += ["--system", system] if system is not None else []
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         raise RuntimeError("strata generate failed: " + out.stderr)
     return [int(x) for x in out.stdout.split()]

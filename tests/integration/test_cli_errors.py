@@ -3,7 +3,8 @@
 line on stderr (no crash, no stack of messages), and --help must work on every
 command.  Files are made here: a missing path, a text file, a truncated copy of
 the default model, a GGUF of another architecture, a GGUF with an unsupported
-tensor type."""
+tensor type, qwen2 GGUFs with a bias tensor missing or mis-shaped (the loader checks what
+model/model_arch_qwen.c declares; written with the gguf package, left out without it)."""
 import os
 import struct
 import subprocess
@@ -31,6 +32,36 @@ def gguf(kvs, tensors=()):
         out += b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", typ, 0)
     out += b"\0" * (-len(out) % 32) + b"\0" * 4096
     return bytes(out)
+
+
+def qwen2_tiny(path, drop=None, short=None):
+    """A one-layer qwen2 GGUF (d_model 64, 4/2 heads, no tokenizer) without tensor drop, or
+    with tensor short one element short; None when the gguf package is missing."""
+    try:
+        import numpy as np
+        from gguf import GGUFWriter
+    except ImportError:
+        return None
+    w = GGUFWriter(path, "qwen2")
+    for k, v in (("block_count", 1), ("embedding_length", 64), ("feed_forward_length", 128),
+                 ("attention.head_count", 4), ("attention.head_count_kv", 2)):
+        w.add_uint32(f"qwen2.{k}", v)
+    shapes = {"token_embd.weight": (32, 64), "output_norm.weight": (64,),
+              "blk.0.attn_norm.weight": (64,), "blk.0.attn_q.weight": (64, 64),
+              "blk.0.attn_k.weight": (32, 64), "blk.0.attn_v.weight": (32, 64),
+              "blk.0.attn_q.bias": (64,), "blk.0.attn_k.bias": (32,), "blk.0.attn_v.bias": (32,),
+              "blk.0.attn_output.weight": (64, 64), "blk.0.ffn_norm.weight": (64,),
+              "blk.0.ffn_gate.weight": (128, 64), "blk.0.ffn_up.weight": (128, 64),
+              "blk.0.ffn_down.weight": (64, 128)}
+    for name, shape in shapes.items():
+        if name != drop:
+            w.add_tensor(name, np.full(shape if name != short else (shape[0] - 1,), 0.01,
+                                       dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
 
 
 def expect_error(name, args, needle):
@@ -65,6 +96,13 @@ def main():
                 expect_error(f"{c}: truncated", cmd + ["-m", trunc], "truncated")
             expect_error(f"{c}: other arch", cmd + ["-m", neox], "unsupported architecture")
             expect_error(f"{c}: bad tensor type", cmd + ["-m", badtype], "unsupported type 16")
+        nobias = qwen2_tiny(os.path.join(d, "nobias.gguf"), drop="blk.0.attn_k.bias")
+        if nobias:
+            expect_error("generate: qwen2 without a bias", ["generate", "-m", nobias, "-p", "hi"],
+                         "missing tensor 'blk.0.attn_k.bias' (architecture qwen2)")
+            short = qwen2_tiny(os.path.join(d, "short.gguf"), short="blk.0.attn_v.bias")
+            expect_error("generate: qwen2 bias mis-shaped", ["generate", "-m", short, "-p", "hi"],
+                         "tensor 'blk.0.attn_v.bias' has 31 elements, expected 32")
         expect_error("generate: bad -n", ["generate", "-p", "x", "-n", "lots"], "bad value for --n-predict")
         expect_error("generate: no prompt", ["generate"], "give exactly one of")
         expect_error("generate: bad temp", ["generate", "-p", "x", "--temp", "-1"], "bad value for --temp")

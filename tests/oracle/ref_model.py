@@ -41,11 +41,14 @@ from gguf.quants import dequantize  # noqa: E402
 
 import ref_arch_gemma3  # noqa: E402
 import ref_arch_llama  # noqa: E402
+import ref_arch_qwen  # noqa: E402
 
 # general.architecture -> declaration module (mirrors model/model_arch.c's table)
 ARCHS = {
     "llama": ref_arch_llama,
     "mistral": ref_arch_llama,
+    "qwen2": ref_arch_qwen.QWEN2,
+    "qwen3": ref_arch_qwen.QWEN3,
     "gemma3": ref_arch_gemma3,
 }
 
@@ -55,8 +58,8 @@ SUPPORTED = {
     "norm_post_attn": (False, True),
     "norm_post_ffn": (False, True),
     "attn": ("full", "sliding"),
-    "qkv_bias": (False,),
-    "out_bias": (False,),
+    "qkv_bias": (False, True),
+    "out_bias": (False, True),
     "qk_norm": (False, True),
     "ffn": ("dense", "moe"),
     "act": ("silu", "gelu"),
@@ -328,10 +331,17 @@ def _step(m, ids, cache):
         base = m.rope_base_swa if sliding else m.rope_base
         # attention block: h (n, d); q (n, H, hd); k, v (n, Hkv, hd)
         h = rmsnorm(x, m.w[p + "attn_norm.weight"], m.eps)
-        q = matmul(m, h, p + "attn_q.weight").reshape(n, m.n_heads, m.head_dim)
-        k = matmul(m, h, p + "attn_k.weight").reshape(n, m.n_kv_heads, m.head_dim)
-        v = matmul(m, h, p + "attn_v.weight").reshape(n, m.n_kv_heads, m.head_dim)
-        if ls["qk_norm"]:  # RMSNorm over each head's head_dim values
+        q = matmul(m, h, p + "attn_q.weight")
+        k = matmul(m, h, p + "attn_k.weight")
+        v = matmul(m, h, p + "attn_v.weight")
+        if ls["qkv_bias"]:  # each token's projection plus the layer's bias (Qwen2)
+            q = q + m.w[p + "attn_q.bias"]
+            k = k + m.w[p + "attn_k.bias"]
+            v = v + m.w[p + "attn_v.bias"]
+        q = q.reshape(n, m.n_heads, m.head_dim)
+        k = k.reshape(n, m.n_kv_heads, m.head_dim)
+        v = v.reshape(n, m.n_kv_heads, m.head_dim)
+        if ls["qk_norm"]:  # RMSNorm over each head's head_dim values (Qwen3), before RoPE
             q = rmsnorm(q, m.w[p + "attn_q_norm.weight"], m.eps)
             k = rmsnorm(k, m.w[p + "attn_k_norm.weight"], m.eps)
         q = rope(q, positions, m.n_rot, base, freqs, neox)
@@ -340,6 +350,8 @@ def _step(m, ids, cache):
         cache.v[L, pos0 : pos0 + n] = v
         a = _attention(m, q, cache, L, pos0, n, m.window if sliding else 0)  # (n, H * hd)
         o = matmul(m, a, p + "attn_output.weight")
+        if ls["out_bias"]:
+            o = o + m.w[p + "attn_output.bias"]
         if ls["norm_post_attn"]:
             o = rmsnorm(o, m.w[p + "post_attention_norm.weight"], m.eps)
         x = x + o
