@@ -54,7 +54,9 @@ typedef struct {
     int n_q;               /* query heads sharing this KV head (GQA group) */
     const float *q;        /* (n_q, D) queries, RoPE applied */
     float *out;            /* (n_q, D) softmax(q.K^T * scale) . V */
-    int n_ctx;             /* attend to positions 0 .. n_ctx-1 (causal: pos + 1) */
+    int n_ctx;             /* attend to positions pos0 .. n_ctx-1 (causal: pos + 1) */
+    int pos0;              /* first position attended, 0 <= pos0 < n_ctx: 0 for full attention,
+                              pos + 1 - window for a sliding window of `window` positions */
     const int32_t *blocks; /* block table of the sequence */
     int block_size;        /* tokens per block */
     const uint8_t *k_base; /* K of this layer and KV head, in block 0 */
@@ -62,7 +64,7 @@ typedef struct {
     size_t block_stride;   /* bytes from one block to the next */
     kern_type_t kv_type;   /* KERN_F32, KERN_F16 or KERN_I8 */
     float scale;           /* usually 1/sqrt(D) */
-    float *scratch;        /* at least n_q * n_ctx floats */
+    float *scratch;        /* at least n_q * (n_ctx - pos0) floats */
 } kern_attn_args_t;
 
 typedef struct {
@@ -123,6 +125,9 @@ typedef struct {
     void (*rope)(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin, bool neox);
     /* out[i] = silu(gate[i]) * up[i]; out may equal gate. */
     void (*swiglu)(float *out, const float *gate, const float *up, int n);
+    /* out[i] = gelu_tanh(gate[i]) * up[i] (GeGLU); out may equal gate.
+     * gelu_tanh(g) = g/2 (1 + tanh(u)) = g / (1 + e^(-2u)), u = sqrt(2/pi) (g + 0.044715 g^3). */
+    void (*geglu)(float *out, const float *gate, const float *up, int n);
     /* See kern_attn_args_t. */
     void (*attention)(const kern_attn_args_t *a);
 } kern_ops_t;

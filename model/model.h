@@ -27,7 +27,7 @@ typedef enum {
 
 /* Hyper-parameters read from the GGUF (<arch>.* keys, as the architecture declares them). */
 typedef struct {
-    char arch[32];         /* general.architecture ("llama", "mistral") */
+    char arch[32];         /* general.architecture ("llama", "mistral", "gemma3") */
     char name[128];        /* general.name, or the file name */
     int n_layer;           /* transformer blocks */
     int d_model;           /* embedding width */
@@ -39,6 +39,9 @@ typedef struct {
     int n_ctx_train;       /* context length the model was trained for */
     int n_rot;             /* RoPE dimensions per head */
     float rope_base;       /* RoPE frequency base */
+    float rope_base_swa;   /* RoPE frequency base of the sliding-window layers (gemma3: 10000) */
+    int swa_window;        /* positions a sliding-window layer sees, its own included; 0: none */
+    int query_scalar;      /* attention scores scaled by 1/sqrt(query_scalar) (head_dim) */
     float rms_eps;         /* RMSNorm epsilon */
     bool rope_neox;        /* rotate halves (NeoX) instead of adjacent pairs */
     kern_type_t ftype;     /* type of most weight matrices (for display) */

@@ -15,6 +15,7 @@ static const struct {
     {"llama", false, &model_arch_llama},   {"llama", true, &model_arch_llama_moe},
     {"mistral", false, &model_arch_llama}, {"mistral", true, &model_arch_llama_moe},
     {"qwen2", false, &model_arch_qwen2},   {"qwen3", false, &model_arch_qwen3},
+    {"gemma3", false, &model_arch_gemma3},
 };
 #define S_ROWS (sizeof s_table / sizeof s_table[0])
 
@@ -30,7 +31,8 @@ bool model_arch_known(const char *name) {
 }
 
 const char *model_arch_names(void) {
-    static const char names[] = "llama, mistral, qwen2, qwen3"; /* the distinct names of s_table */
+    static const char names[] =
+        "llama, mistral, qwen2, qwen3, gemma3"; /* the distinct names of s_table */
     return names;
 }
 
@@ -41,23 +43,20 @@ void model_arch_layer_stages(const model_arch_t *arch, const model_config_t *cfg
         arch->layer_stages(arch, cfg, l, out);
 }
 
-/* What the forward pass (model_forward.c) runs today: RMSNorm before attention and FFN,
- * full attention with or without Q/K/V and output biases and Q/K head norms, a SiLU-gated
- * FFN dense or MoE, both RoPE kinds.  Each switch refused here is one stage to write there. */
+/* What the forward pass (model_forward.c) runs today: RMSNorm before attention and FFN
+ * and, optionally, after them (sandwich), an embedding scale, Q/K/V and output biases, Q/K
+ * head norms, full or sliding-window attention, a SiLU- or GELU-gated dense FFN or a
+ * SiLU-gated MoE, both RoPE kinds.  Each switch refused here is one stage to write there. */
 const char *model_arch_unsupported(const model_arch_t *arch, const model_config_t *cfg) {
-    if (arch->embd_scale)
-        return "an embedding scale";
     for (int l = 0; l < cfg->n_layer; l++) {
         model_stages_t st;
         model_arch_layer_stages(arch, cfg, l, &st);
         if (st.norm != MODEL_NORM_RMS)
             return "LayerNorm";
-        if (st.norm_post_attn || st.norm_post_ffn)
-            return "post-attention/post-FFN (sandwich) norms";
-        if (st.attn != MODEL_ATTN_FULL)
-            return "sliding-window attention";
-        if (st.act != MODEL_ACT_SILU)
-            return "a GELU feed-forward";
+        if (st.attn == MODEL_ATTN_SLIDING && st.window < 1)
+            return "a sliding window of no positions";
+        if (st.act == MODEL_ACT_GELU && st.ffn == MODEL_FFN_MOE)
+            return "a GELU Mixture-of-Experts feed-forward";
         if ((st.ffn == MODEL_FFN_MOE) != (cfg->n_expert > 0))
             return "an FFN kind that does not match its expert_count";
     }

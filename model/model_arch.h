@@ -13,7 +13,7 @@
  *      declaration (a dense and an MoE variant may share a name: the row's moe flag and the
  *      GGUF's <arch>.expert_count choose).
  *   3. a stage the forward pass does not run yet (model_arch_unsupported() names it: Q/K/V
- *      biases, Q/K norms, sandwich norms, GELU, sliding windows, embedding scale, LayerNorm)
+ *      biases, LayerNorm, a GELU MoE)
  *      is one case in the stage of model_forward.c that its switch names, and the NumPy
  *      oracle's matching switch in tests/oracle/ref_model.py plus tests/oracle/ref_arch_<name>.py.
  * For example Qwen2 is llama with qkv_bias; Qwen3 llama with qk_norm; Gemma 3 has
@@ -42,7 +42,8 @@ typedef struct {
     size_t field;          /* offsetof(model_config_t, ...) */
     bool required;         /* absent: refused, naming the key */
     double fallback;       /* absent and not required; 0: derived (model_load.c says how:
-                              n_head_kv = n_head, head_dim = d_model / n_head, n_rot = head_dim) */
+                              n_head_kv = n_head, head_dim = d_model / n_head, n_rot = head_dim,
+                              query_scalar = head_dim, rope_base_swa = rope_base) */
 } model_key_t;
 
 /* ---- tensors */
@@ -113,7 +114,8 @@ typedef enum {
 
 typedef enum {
     MODEL_ATTN_FULL = 0, /* causal attention over every earlier position */
-    MODEL_ATTN_SLIDING,  /* over the last window positions only (not run yet) */
+    MODEL_ATTN_SLIDING,  /* over the last window positions only, its own included; RoPE with
+                            rope_base_swa */
 } model_attn_t;
 
 typedef enum {
@@ -123,7 +125,7 @@ typedef enum {
 
 typedef enum {
     MODEL_ACT_SILU = 0, /* SwiGLU: silu(gate) * up */
-    MODEL_ACT_GELU,     /* GeGLU: gelu_tanh(gate) * up (not run yet) */
+    MODEL_ACT_GELU,     /* GeGLU: gelu_tanh(gate) * up (dense only) */
 } model_act_t;
 
 typedef enum {
@@ -168,7 +170,7 @@ struct model_arch_t {
     void (*layer_stages)(const model_arch_t *arch, const model_config_t *cfg, int l,
                          model_stages_t *out);
     model_rope_t rope; /* RoPE kind (base and dimensions: keys; factors: a rope_freqs tensor) */
-    bool embd_scale;   /* x = embed(token) * sqrt(d_model) (not run yet) */
+    bool embd_scale;   /* x = embed(token) * sqrt(d_model) */
     bool tied_output;  /* no MODEL_W_OUT tensor: logits use token_embd */
 };
 
@@ -177,6 +179,7 @@ extern const model_arch_t model_arch_llama;     /* dense llama: SmolLM2, Llama 2
 extern const model_arch_t model_arch_llama_moe; /* llama with experts: Mixtral layout */
 extern const model_arch_t model_arch_qwen2;     /* llama + Q/K/V biases, NEOX RoPE: Qwen2(.5) */
 extern const model_arch_t model_arch_qwen3;     /* llama + Q/K head norms, NEOX RoPE: Qwen3 */
+extern const model_arch_t model_arch_gemma3;    /* Gemma 3: sandwich norms, GeGLU, 5:1 windows */
 
 /* The architecture for general.architecture `name` whose FFN is MoE iff moe: NULL when the
  * table has no such row. */

@@ -1,14 +1,18 @@
 /* model_forward.c - the generic forward pass: the context (scratch, threads, activation
  * plans) and the stages of a layer in dataflow order, as the architecture declares them
  * (model_arch.h; the MoE FFN is model_moe.c's):
- *   x = embed(tokens)                                   (n, d_model)
+ *   x = embed(tokens) (* sqrt(d_model): embd_scale)     (n, d_model)
  *   for each layer:
  *       h = rmsnorm(x) ; q,k,v = h Wq, h Wk, h Wv         (n, q_dim), (n, kv_dim) x 2
- *       q,k,v += bq,bk,bv              (qkv_bias)
- *       q,k = rmsnorm of each head     (qk_norm)
+ *       q,k,v += bq,bk,bv                               qkv_bias
+ *       q, k = rmsnorm of each head                     qk_norm
  *       rope(q, k) ; KV[pos] = k, v
- *       x += attention(q, KV) Wo (+bo)                  (n, d_model)
- *       h = rmsnorm(x) ; x += ffn(h)                    dense: (silu(h Wgate) * h Wup) Wdown
+ *       o = attention(q, KV) Wo (+bo)                   (n, d_model); full, or the last
+ *                                                       window positions (sliding)
+ *       x += o  or  x += rmsnorm(o)                     norm_post_attn (sandwich)
+ *       h = rmsnorm(x) ; f = ffn(h)                     dense: (act(h Wgate) * h Wup) Wdown,
+ *                                                       act silu or gelu_tanh
+ *       x += f  or  x += rmsnorm(f)                     norm_post_ffn
  *   logits = rmsnorm(x) Wout           (only for tokens that want them: (n_out, n_vocab))
  * The whole pass is one base_pool_run: every thread walks the same stages and
  * takes its share of each (rows of a matrix, or tokens), with a barrier where a
@@ -103,11 +107,14 @@ model_ctx_t *model_ctx_new(const model_t *m, int max_tokens, int max_ctx, int n_
     c->ff_g = malloc(R * cfg->d_ff * sizeof(float));
     c->ff_u = malloc(R * cfg->d_ff * sizeof(float));
     c->cs = malloc(T * cfg->n_rot * sizeof(float));
+    if (m->rope_theta_swa)
+        c->cs_swa = malloc(T * cfg->n_rot * sizeof(float));
     c->scratch =
         malloc((size_t)n_threads * (cfg->n_head / cfg->n_head_kv) * max_ctx * sizeof(float));
     c->out_rows = malloc(T * sizeof(int));
     bool ok = c->pool && c->x && c->h && c->q && c->kv_k && c->kv_v && c->att && c->tmp &&
-              c->ff_g && c->ff_u && c->cs && c->scratch && c->out_rows;
+              c->ff_g && c->ff_u && c->cs && c->scratch && c->out_rows &&
+              (c->cs_swa || !m->rope_theta_swa);
     if (ok && E) {
         c->rlog = malloc(T * E * sizeof(float));
         c->gw = malloc(T * K * sizeof(float));
@@ -163,6 +170,7 @@ void model_ctx_destroy(model_ctx_t **self_p) {
     free(c->ff_g);
     free(c->ff_u);
     free(c->cs);
+    free(c->cs_swa);
     free(c->scratch);
     free(c->out_rows);
     free(c->rlog);
@@ -222,20 +230,33 @@ void model_ctx_matmul(model_ctx_t *c, const model_plan_t *qi, const model_weight
     }
 }
 
-/* Embedding lookup and RoPE angles for this thread's tokens. */
+/* The cos/sin pairs of position pos for the angles theta (n_rot/2) into cs (n_rot). */
+static void s_rope_angles(float *cs, int pos, const double *theta, int n_rot) {
+    for (int i = 0; i < n_rot / 2; i++) {
+        double th = pos * theta[i];
+        cs[2 * i] = (float)cos(th);
+        cs[2 * i + 1] = (float)sin(th);
+    }
+}
+
+/* Embedding lookup (times embd_mul, embd_scale) and RoPE angles (both tables when the
+ * sliding-window layers have their own base) for this thread's tokens. */
 static void s_stage_embed(model_ctx_t *c, int t0, int t1) {
-    const model_config_t *cfg = &c->m->cfg;
+    const model_t *m = c->m;
+    const model_config_t *cfg = &m->cfg;
     const model_batch_t *b = c->batch;
     for (int t = t0; t < t1; t++) {
-        const model_weight_t *e = &c->m->embd;
+        const model_weight_t *e = &m->embd;
+        float *x = c->x + (size_t)t * cfg->d_model;
         c->k->dequant_row(e->type, (const uint8_t *)e->data + (size_t)b->tokens[t] * e->row_bytes,
-                          c->x + (size_t)t * cfg->d_model, cfg->d_model);
-        float *cs = c->cs + (size_t)t * cfg->n_rot;
-        for (int i = 0; i < cfg->n_rot / 2; i++) {
-            double th = b->pos[t] * c->m->rope_theta[i];
-            cs[2 * i] = (float)cos(th);
-            cs[2 * i + 1] = (float)sin(th);
-        }
+                          x, cfg->d_model);
+        if (m->embd_mul != 1.0f)
+            for (int i = 0; i < cfg->d_model; i++)
+                x[i] *= m->embd_mul;
+        s_rope_angles(c->cs + (size_t)t * cfg->n_rot, b->pos[t], m->rope_theta, cfg->n_rot);
+        if (c->cs_swa)
+            s_rope_angles(c->cs_swa + (size_t)t * cfg->n_rot, b->pos[t], m->rope_theta_swa,
+                          cfg->n_rot);
     }
 }
 
@@ -252,19 +273,31 @@ static void s_stage_bias(float *y, const float *b, int dim, int t0, int t1) {
     }
 }
 
-/* RMSNorm of each head of q and k of this thread's tokens, in place, with the layer's
- * (head_dim) weights q_norm and k_norm, before RoPE (Qwen3). */
+/* qk_norm: RMSNorm of each of the n_head query heads and n_head_kv key heads (head_dim
+ * values each, weights q_norm / k_norm, eps rms_eps) of this thread's tokens, in place,
+ * before RoPE (Gemma 3, Qwen3). */
 static void s_stage_qk_norm(model_ctx_t *c, const model_layer_t *L, int t0, int t1) {
     const model_config_t *cfg = &c->m->cfg;
-    int D = cfg->head_dim, H = cfg->n_head, Hkv = cfg->n_head_kv;
+    const int D = cfg->head_dim, H = cfg->n_head, Hkv = cfg->n_head_kv;
     for (int t = t0; t < t1; t++) {
-        float *q = c->q + (size_t)t * H * D;
-        float *k = c->kv_k + (size_t)t * Hkv * D;
+        float *q = c->q + (size_t)t * H * D, *k = c->kv_k + (size_t)t * Hkv * D;
         for (int h = 0; h < H; h++)
-            c->k->rmsnorm(q + h * D, q + h * D, L->q_norm, D, cfg->rms_eps);
+            c->k->rmsnorm(q + (size_t)h * D, q + (size_t)h * D, L->q_norm, D, cfg->rms_eps);
         for (int h = 0; h < Hkv; h++)
-            c->k->rmsnorm(k + h * D, k + h * D, L->k_norm, D, cfg->rms_eps);
+            c->k->rmsnorm(k + (size_t)h * D, k + (size_t)h * D, L->k_norm, D, cfg->rms_eps);
     }
+}
+
+/* x += o for this thread's tokens, o = tmp (n, d_model) a sub-layer's output; with a post
+ * norm w (sandwich: norm_post_attn, norm_post_ffn) x += rmsnorm(o) w instead.  The caller
+ * computes the next stage's input from x. */
+static void s_residual_add(model_ctx_t *c, const float *post_norm, int t) {
+    const int d = c->m->cfg.d_model;
+    float *x = c->x + (size_t)t * d, *o = c->tmp + (size_t)t * d;
+    if (post_norm)
+        c->k->rmsnorm(o, o, post_norm, d, c->m->cfg.rms_eps);
+    for (int i = 0; i < d; i++)
+        x[i] += o[i];
 }
 
 /* Apply RoPE to q and k of this thread's tokens and store k, v into the pool:
@@ -273,6 +306,9 @@ static void s_stage_qk_norm(model_ctx_t *c, const model_layer_t *L, int t0, int 
  * (block_size) scale array after its (block_size, D) int8 values. */
 static void s_stage_rope_store(model_ctx_t *c, int layer, int t0, int t1) {
     const model_config_t *cfg = &c->m->cfg;
+    /* a sliding-window layer's angles come from its own base when it has one */
+    const float *cs_all =
+        c->m->layers[layer].st.attn == MODEL_ATTN_SLIDING && c->cs_swa ? c->cs_swa : c->cs;
     const model_batch_t *b = c->batch;
     const kern_kv_pool_t *kv = c->kv;
     int D = cfg->head_dim, H = cfg->n_head, Hkv = cfg->n_head_kv;
@@ -280,7 +316,7 @@ static void s_stage_rope_store(model_ctx_t *c, int layer, int t0, int t1) {
         kern_kv_slab_bytes(kv->type, kv->block_size, D); /* bytes of one (layer, K|V, head) */
     size_t elt = kv->type == KERN_F32 ? 4 : kv->type == KERN_F16 ? 2 : 1;
     for (int t = t0; t < t1; t++) {
-        const float *cs = c->cs + (size_t)t * cfg->n_rot;
+        const float *cs = cs_all + (size_t)t * cfg->n_rot;
         float *q = c->q + (size_t)t * H * D;
         float *k = c->kv_k + (size_t)t * Hkv * D;
         const float *v = c->kv_v + (size_t)t * Hkv * D;
@@ -311,9 +347,14 @@ static void s_stage_rope_store(model_ctx_t *c, int layer, int t0, int t1) {
     }
 }
 
-/* Attention for this thread's share of (token, kv head) pairs. */
+/* Attention for this thread's share of (token, kv head) pairs: a token at position p sees
+ * positions 0 .. p, or in a sliding-window layer the last window of them, p+1-window .. p
+ * (as llama.cpp's LLAMA_SWA_TYPE_STANDARD masks p - p' >= window).  The KV keeps every
+ * position; the window only moves where the kernel starts. */
 static void s_stage_attention(model_ctx_t *c, int layer, int n, int ith, int nth) {
     const model_config_t *cfg = &c->m->cfg;
+    const model_stages_t *st = &c->m->layers[layer].st;
+    const int window = st->attn == MODEL_ATTN_SLIDING ? st->window : 0;
     const model_batch_t *b = c->batch;
     const kern_kv_pool_t *kv = c->kv;
     int D = cfg->head_dim, H = cfg->n_head, Hkv = cfg->n_head_kv, G = H / Hkv;
@@ -324,19 +365,21 @@ static void s_stage_attention(model_ctx_t *c, int layer, int n, int ith, int nth
     for (int w = lo; w < hi; w++) {
         int t = w / Hkv, h = w % Hkv;
         const model_seq_view_t *s = &b->seqs[b->seq[t]];
+        const int pos0 = window && b->pos[t] + 1 > window ? b->pos[t] + 1 - window : 0;
         kern_attn_args_t a = {
             .head_dim = D,
             .n_q = G,
             .q = c->q + ((size_t)t * H + (size_t)h * G) * D,
             .out = c->att + ((size_t)t * H + (size_t)h * G) * D,
             .n_ctx = b->pos[t] + 1,
+            .pos0 = pos0,
             .blocks = s->blocks,
             .block_size = kv->block_size,
             .k_base = kv->base + ((size_t)(layer * 2 + 0) * Hkv + h) * slab,
             .v_base = kv->base + ((size_t)(layer * 2 + 1) * Hkv + h) * slab,
             .block_stride = kv->block_bytes,
             .kv_type = kv->type,
-            .scale = 1.0f / sqrtf((float)D),
+            .scale = c->m->attn_scale,
             .scratch = scratch,
         };
         c->k->attention(&a);
@@ -360,7 +403,9 @@ static void s_forward_worker(void *arg, int ith, int nth) {
         const model_layer_t *L = &m->layers[l];
         const model_plan_t *P = c->plans + (size_t)l * MODEL_PLANS_PER_LAYER;
         /* The stages of this layer are L->st (model_arch.h); the loader refused any this
-         * pass does not run (model_arch_unsupported).
+         * pass does not run (model_arch_unsupported).  Each optional stage is a function
+         * called where its switch is on (qk_norm, post norms in s_residual_add, the
+         * window in s_stage_attention).
          * ---- attention block: h = rmsnorm(x) (n, d); q, k, v = h W (n, q_dim), (n, kv_dim) */
         const model_weight_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
         float *qkv_out[3] = {c->q, c->kv_k, c->kv_v};
@@ -390,14 +435,11 @@ static void s_forward_worker(void *arg, int ith, int nth) {
         base_pool_barrier(pool);
         if (L->st.out_bias)
             s_stage_bias(c->tmp, L->bo, d, t0, t1);
-        /* ---- feed-forward: h = rmsnorm(x) (n, d); MoE (model_moe.c) or dense:
-         *      x += (silu(h Wg) * h Wu) Wd, through (n, d_ff) */
+        /* ---- feed-forward: x += o (or its post norm); h = rmsnorm(x) (n, d); MoE
+         *      (model_moe.c) or dense: x += (act(h Wg) * h Wu) Wd, through (n, d_ff) */
         for (int t = t0; t < t1; t++) {
-            float *x = c->x + (size_t)t * d;
-            const float *o = c->tmp + (size_t)t * d;
-            for (int i = 0; i < d; i++)
-                x[i] += o[i];
-            k->rmsnorm(c->h + (size_t)t * d, x, L->ffn_norm, d, cfg->rms_eps);
+            s_residual_add(c, L->st.norm_post_attn ? L->attn_post_norm : NULL, t);
+            k->rmsnorm(c->h + (size_t)t * d, c->x + (size_t)t * d, L->ffn_norm, d, cfg->rms_eps);
         }
         if (L->st.ffn == MODEL_FFN_MOE) {
             if (model_moe_stage(c, l, n, ith, nth, t0, t1))
@@ -412,8 +454,8 @@ static void s_forward_worker(void *arg, int ith, int nth) {
         base_pool_barrier(pool);
         const model_weight_t *wd[1] = {&L->wd};
         for (int t = t0; t < t1; t++)
-            k->swiglu(c->ff_g + (size_t)t * ff, c->ff_g + (size_t)t * ff, c->ff_u + (size_t)t * ff,
-                      ff);
+            (L->st.act == MODEL_ACT_GELU ? k->geglu : k->swiglu)(
+                c->ff_g + (size_t)t * ff, c->ff_g + (size_t)t * ff, c->ff_u + (size_t)t * ff, ff);
         model_ctx_plan_fill(c, &P[MODEL_PLAN_WD], c->ff_g, ff, t0, t1);
         base_pool_barrier(pool);
         /* The tap reads h and ff_g, which nothing writes before the next barrier
@@ -422,12 +464,8 @@ static void s_forward_worker(void *arg, int ith, int nth) {
             c->tap(c->tap_user, l, n, c->h, d, c->ff_g, ff);
         model_ctx_matmul(c, &P[MODEL_PLAN_WD], wd, &c->tmp, 1, 0, n, ith, nth);
         base_pool_barrier(pool);
-        for (int t = t0; t < t1; t++) {
-            float *x = c->x + (size_t)t * d;
-            const float *o = c->tmp + (size_t)t * d;
-            for (int i = 0; i < d; i++)
-                x[i] += o[i];
-        }
+        for (int t = t0; t < t1; t++)
+            s_residual_add(c, L->st.norm_post_ffn ? L->ffn_post_norm : NULL, t);
         /* The next stage reads only this thread's own tokens of x, so no barrier. */
     }
     if (c->n_out == 0)

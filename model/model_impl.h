@@ -48,6 +48,10 @@ struct model_t {
     model_weight_t out;       /* (n_vocab, d_model); token_embd when tied */
     float *rope_freqs;        /* (n_rot/2) frequency divisors, or NULL */
     double *rope_theta;       /* (n_rot/2) angle per position of each rotated pair */
+    double *rope_theta_swa;   /* (n_rot/2) the same for sliding-window layers with their own
+                                 base (rope_base_swa), or NULL: they use rope_theta */
+    float embd_mul;           /* embeddings times this: sqrt(d_model) with embd_scale, else 1 */
+    float attn_scale;         /* attention scores times this: 1/sqrt(query_scalar) */
     model_layer_t *layers;    /* (n_layer) */
     size_t weight_bytes;      /* sum of tensor sizes */
     void *packed_arena;       /* every packed copy (model_weight_t.packed points in), mmap'd */
@@ -89,6 +93,7 @@ struct model_ctx_t {
     float *ff_g;         /* (max_rows, d_ff) gate, then silu(gate)*up */
     float *ff_u;         /* (max_rows, d_ff) up */
     float *cs;           /* (max_tokens, n_rot) cos/sin pairs per token */
+    float *cs_swa;       /* (max_tokens, n_rot) the same with rope_theta_swa, or NULL */
     float *scratch;      /* (n_threads, n_head/n_head_kv * max_ctx) attention scores */
     int *out_rows;       /* (max_tokens) batch index of each wanted token */
     uint8_t *qbuf[MODEL_MAX_QTYPES]; /* (max_rows, widest row) quantized activations */

@@ -88,6 +88,10 @@ static int s_config_read(const model_gguf_t *g, model_config_t *c, const model_a
         c->head_dim = c->d_model / c->n_head;
     if (c->n_rot == 0)
         c->n_rot = c->head_dim;
+    if (c->query_scalar == 0)
+        c->query_scalar = c->head_dim;
+    if (c->rope_base_swa == 0)
+        c->rope_base_swa = c->rope_base;
     if (c->n_head % c->n_head_kv || c->n_rot > c->head_dim || c->n_rot % 2 || c->head_dim % 2)
         return model_err_set(err, errlen, -EINVAL,
                              "%s: inconsistent heads: %d query heads, %d KV heads, "
@@ -488,6 +492,25 @@ model_t *model_load(const char *path, char *err, size_t errlen) {
         if (m->rope_freqs)
             m->rope_theta[i] /= m->rope_freqs[i];
     }
+    /* sliding-window layers with a base of their own (Gemma 3's local 10000 against the
+     * global 1e6) turn by a second table; NULL when they share the first */
+    bool sliding = false;
+    for (int l = 0; l < c->n_layer; l++)
+        sliding |= m->layers[l].st.attn == MODEL_ATTN_SLIDING;
+    if (sliding && c->rope_base_swa != c->rope_base) {
+        m->rope_theta_swa = malloc((size_t)(c->n_rot / 2) * sizeof *m->rope_theta_swa);
+        if (!m->rope_theta_swa) {
+            model_err_set(err, errlen, -ENOMEM, "%s: out of memory", path);
+            goto fail;
+        }
+        for (int i = 0; i < c->n_rot / 2; i++) {
+            m->rope_theta_swa[i] = pow((double)c->rope_base_swa, -2.0 * i / c->n_rot);
+            if (m->rope_freqs)
+                m->rope_theta_swa[i] /= m->rope_freqs[i];
+        }
+    }
+    m->embd_mul = A->embd_scale ? sqrtf((float)c->d_model) : 1.0f;
+    m->attn_scale = 1.0f / sqrtf((float)c->query_scalar);
     for (int l = 0; l < c->n_layer; l++) {
         model_layer_t *L = &m->layers[l];
         if (L->st.ffn == MODEL_FFN_MOE) { /* the stacked experts' views */
@@ -533,6 +556,7 @@ void model_destroy(model_t **self_p) {
     free(m->out_norm);
     free(m->rope_freqs);
     free(m->rope_theta);
+    free(m->rope_theta_swa);
     model_gguf_destroy(&m->gguf);
     free(m);
     *self_p = NULL;

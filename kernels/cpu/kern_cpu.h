@@ -41,6 +41,7 @@ void kern_ref_rmsnorm(float *out, const float *x, const float *w, int n, float e
 void kern_ref_softmax(float *x, int n);
 void kern_ref_rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin, bool neox);
 void kern_ref_swiglu(float *out, const float *gate, const float *up, int n);
+void kern_ref_geglu(float *out, const float *gate, const float *up, int n);
 void kern_ref_attention(const kern_attn_args_t *a);
 
 size_t kern_ref_packed_size(kern_type_t wt, int64_t k, int nr);
@@ -66,6 +67,7 @@ size_t kern_no_packed_size(kern_type_t wt, int64_t k, int nr);
     void kern_rope_##isa(float *x, int n_heads, int head_dim, int n_rot, const float *cos_sin,     \
                          bool neox);                                                               \
     void kern_swiglu_##isa(float *out, const float *gate, const float *up, int n);                 \
+    void kern_geglu_##isa(float *out, const float *gate, const float *up, int n);                  \
     void kern_attention_##isa(const kern_attn_args_t *a);
 /* gemm_packed_x86.h: the packed gemm (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 here, the
  * K-quants passed on to a gemm_kpacked), and the packed_size of the table

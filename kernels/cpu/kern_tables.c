@@ -16,6 +16,7 @@ const kern_ops_t kern_ops_ref_tab = {
     .softmax = kern_ref_softmax,
     .rope = kern_ref_rope,
     .swiglu = kern_ref_swiglu,
+    .geglu = kern_ref_geglu,
     .attention = kern_ref_attention,
 };
 
@@ -32,6 +33,7 @@ const kern_ops_t kern_ops_avx2_tab = {
     .softmax = kern_softmax_avx2,
     .rope = kern_rope_avx2,
     .swiglu = kern_swiglu_avx2,
+    .geglu = kern_geglu_avx2,
     .attention = kern_attention_avx2,
 };
 
@@ -48,6 +50,7 @@ const kern_ops_t kern_ops_avxvnni_tab = {
     .softmax = kern_softmax_avx2,
     .rope = kern_rope_avx2,
     .swiglu = kern_swiglu_avx2,
+    .geglu = kern_geglu_avx2,
     .attention = kern_attention_avx2,
 };
 
@@ -63,6 +66,7 @@ const kern_ops_t kern_ops_avx512_tab = {
     .softmax = kern_softmax_avx512,
     .rope = kern_rope_avx512,
     .swiglu = kern_swiglu_avx512,
+    .geglu = kern_geglu_avx512,
     .attention = kern_attention_avx512,
 };
 #endif

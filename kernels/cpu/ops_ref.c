@@ -1,5 +1,5 @@
 /* ops_ref.c - scalar reference of the element-wise ops (rmsnorm, softmax,
- * rope, swiglu) and of paged attention (the reference table is in
+ * rope, swiglu, geglu) and of paged attention (the reference table is in
  * kern_tables.c).
  */
 #include "kern_cpu.h"
@@ -52,6 +52,16 @@ void kern_ref_swiglu(float *out, const float *gate, const float *up, int n) {
     }
 }
 
+/* gelu_tanh(g) = g/2 (1 + tanh(u)), written as g * sigmoid(2u): no tanh, and exact at the
+ * saturated ends (e^(-2u) overflows to inf for g << 0, giving -0). */
+void kern_ref_geglu(float *out, const float *gate, const float *up, int n) {
+    const float c = 0.7978845608f; /* sqrt(2/pi) */
+    for (int i = 0; i < n; i++) {
+        float g = gate[i], u = c * (g + 0.044715f * g * g * g);
+        out[i] = g / (1.0f + expf(-2.0f * u)) * up[i];
+    }
+}
+
 float kern_i8_quant_row(const float *x, int8_t *q, int n) {
     float amax = 0;
     for (int i = 0; i < n; i++)
@@ -100,27 +110,27 @@ static float s_kv_at(const kern_attn_args_t *a, const uint8_t *row, float row_sc
 }
 
 void kern_ref_attention(const kern_attn_args_t *a) {
-    int D = a->head_dim;
+    int D = a->head_dim, p0 = a->pos0, n = a->n_ctx - a->pos0; /* positions p0 .. n_ctx-1 */
     for (int h = 0; h < a->n_q; h++) {
         const float *q = a->q + (size_t)h * D;
-        float *sc = a->scratch + (size_t)h * a->n_ctx;
-        for (int p = 0; p < a->n_ctx; p++) {
+        float *sc = a->scratch + (size_t)h * n;
+        for (int j = 0; j < n; j++) {
             float ks;
-            const uint8_t *k = s_kv_row(a, a->k_base, p, &ks);
+            const uint8_t *k = s_kv_row(a, a->k_base, p0 + j, &ks);
             float s = 0;
             for (int i = 0; i < D; i++)
                 s += q[i] * s_kv_at(a, k, ks, i);
-            sc[p] = s * a->scale;
+            sc[j] = s * a->scale;
         }
-        kern_ref_softmax(sc, a->n_ctx);
+        kern_ref_softmax(sc, n);
         float *o = a->out + (size_t)h * D;
         for (int i = 0; i < D; i++)
             o[i] = 0;
-        for (int p = 0; p < a->n_ctx; p++) {
+        for (int j = 0; j < n; j++) {
             float vs;
-            const uint8_t *v = s_kv_row(a, a->v_base, p, &vs);
+            const uint8_t *v = s_kv_row(a, a->v_base, p0 + j, &vs);
             for (int i = 0; i < D; i++)
-                o[i] += sc[p] * s_kv_at(a, v, vs, i);
+                o[i] += sc[j] * s_kv_at(a, v, vs, i);
         }
     }
 }

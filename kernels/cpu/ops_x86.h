@@ -1,4 +1,4 @@
-/* ops_x86.h - rmsnorm, softmax, rope, swiglu and paged attention in AVX2/FMA,
+/* ops_x86.h - rmsnorm, softmax, rope, swiglu, geglu and paged attention in AVX2/FMA,
  * written once for the x86 variants (the scheme: kern_cpu.h): ops_avx2.c and
  * ops_avx512.c (KX_ISA_AVX512: zmm attention).  KX(name) gives the exported
  * name of the variant.
@@ -154,6 +154,25 @@ void KX(kern_swiglu)(float *out, const float *gate, const float *up, int n) {
     }
 }
 
+/* gelu_tanh(g) * up as g * sigmoid(2u), the reference's formula (kern_ops.h). */
+void KX(kern_geglu)(float *out, const float *gate, const float *up, int n) {
+    int i = 0;
+    const float c = 0.7978845608f; /* sqrt(2/pi) */
+    const __m256 one = _mm256_set1_ps(1.0f), m2c = _mm256_set1_ps(-2.0f * c);
+    const __m256 k3 = _mm256_set1_ps(0.044715f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+        __m256 e = s_exp(_mm256_mul_ps(m2c, _mm256_fmadd_ps(k3, g3, g))); /* e^(-2u) */
+        __m256 gg = _mm256_div_ps(g, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(gg, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) {
+        float g = gate[i], u = c * (g + 0.044715f * g * g * g);
+        out[i] = g / (1.0f + expf(-2.0f * u)) * up[i];
+    }
+}
+
 /* ---- paged attention -------------------------------------------------------
  * One pass over K and V with an online softmax.  Positions go in tiles of W
  * (8 in ymm, 16 in zmm).  The scores of a tile come out as one vector per
@@ -167,7 +186,8 @@ void KX(kern_swiglu)(float *out, const float *gate, const float *up, int n) {
  * At the end out /= l.  Same math as the reference (softmax, then the
  * weighted sum of V), rounded in another order; the result depends on the
  * arguments only.  scratch is used only by the fallback for head_dim not a
- * multiple of 8.
+ * multiple of 8.  A sliding window (pos0 > 0) starts the walk at block
+ * pos0 / block_size, slot pos0 % block_size.
  *
  * K/V kinds (kt, a compile-time constant in every specialised function):
  * S_KT_F32, S_KT_F16, S_KT_I8.  INT8 rows are widened to floats; a row's
@@ -213,10 +233,11 @@ KX_INLINE float s_kv1(const int kt, const uint8_t *row, int i) {
 
 /* Fallback for any head_dim: scores into scratch, softmax, weighted sum. */
 KX_INLINE void s_attention(const kern_attn_args_t *a, const int kt) {
-    const int D = a->head_dim, nq = a->n_q, n = a->n_ctx;
+    const int D = a->head_dim, nq = a->n_q, p0 = a->pos0, n = a->n_ctx - p0;
     const size_t rowb = (size_t)D * S_KV_ELT(kt);
-    /* scores: each K row is read once for the whole query group */
-    for (int p = 0; p < n; p++) {
+    /* scores: each K row is read once for the whole query group; score j is position p0 + j */
+    for (int j = 0; j < n; j++) {
+        const int p = p0 + j;
         const size_t bo = (size_t)a->blocks[p / a->block_size] * a->block_stride;
         const uint8_t *k = a->k_base + bo + (size_t)(p % a->block_size) * rowb;
         const float ks =
@@ -230,7 +251,7 @@ KX_INLINE void s_attention(const kern_attn_args_t *a, const int kt) {
             float s = s_hsum(acc);
             for (; i < D; i++)
                 s += q[i] * s_kv1(kt, k, i);
-            a->scratch[(size_t)h * n + p] = s * ks;
+            a->scratch[(size_t)h * n + j] = s * ks;
         }
     }
     for (int h = 0; h < nq; h++)
@@ -238,13 +259,14 @@ KX_INLINE void s_attention(const kern_attn_args_t *a, const int kt) {
     for (int h = 0; h < nq; h++)
         for (int i = 0; i < D; i++)
             a->out[(size_t)h * D + i] = 0;
-    for (int p = 0; p < n; p++) {
+    for (int j = 0; j < n; j++) {
+        const int p = p0 + j;
         const size_t bo = (size_t)a->blocks[p / a->block_size] * a->block_stride;
         const uint8_t *v = a->v_base + bo + (size_t)(p % a->block_size) * rowb;
         const float vs = kt == S_KT_I8 ? s_kv_scale(a, a->v_base, bo, p % a->block_size) : 1.0f;
         for (int h = 0; h < nq; h++) {
             float *o = a->out + (size_t)h * D;
-            float pw = a->scratch[(size_t)h * n + p] * vs;
+            float pw = a->scratch[(size_t)h * n + j] * vs;
             __m256 pv = _mm256_set1_ps(pw);
             int i = 0;
             for (; i + 8 <= D; i += 8)
@@ -315,8 +337,8 @@ KX_INLINE void s_attn8(const kern_attn_args_t *a, const int kt) {
             for (int i = 0; i < D; i++)
                 out[(size_t)h * D + i] = 0;
         }
-        int bi = 0, slot = 0; /* block index and slot of position p */
-        for (int p = 0; p < n; p += 8) {
+        int bi = a->pos0 / bs, slot = a->pos0 % bs; /* block index and slot of position p */
+        for (int p = a->pos0; p < n; p += 8) {
             const int r = n - p < 8 ? n - p : 8;
             const uint8_t *kr[8], *vr[8];
             float ksc[8], vsc[8]; /* INT8 row scales */
@@ -554,9 +576,9 @@ KX_INLINE void s_group16(const kern_attn_args_t *a, const int kt, const int NQ, 
         memset(out + (size_t)h * D, 0, sizeof(float) * (size_t)D);
     }
     size_t off[S_CH];
-    float ks[S_CH], vs[S_CH]; /* INT8 row scales */
-    int bi = 0, slot = 0;     /* block index and slot of position p */
-    for (int p = 0; p < n; p += S_CH) {
+    float ks[S_CH], vs[S_CH];                   /* INT8 row scales */
+    int bi = a->pos0 / bs, slot = a->pos0 % bs; /* block index and slot of position p */
+    for (int p = a->pos0; p < n; p += S_CH) {
         const int rc = n - p < S_CH ? n - p : S_CH;
         for (int j = 0; j < rc; j++) {
             size_t bo = (size_t)a->blocks[bi] * a->block_stride;
@@ -842,8 +864,8 @@ KX_INLINE void s_attn_group(const kern_attn_args_t *a, const int kt, const int D
         l[h] = _mm512_setzero_ps();
         m[h] = -INFINITY;
     }
-    int bi = 0, slot = 0; /* block index and slot of position p */
-    for (int p = 0; p < n; p += 64) {
+    int bi = a->pos0 / bs, slot = a->pos0 % bs; /* block index and slot of position p */
+    for (int p = a->pos0; p < n; p += 64) {
         const int rc = n - p < 64 ? n - p : 64;
         bool contig[4];
         size_t tb[4], off[4][16];
@@ -851,7 +873,7 @@ KX_INLINE void s_attn_group(const kern_attn_args_t *a, const int kt, const int D
         for (int t = 0; 16 * t < rc; t++) {
             const int r = rc - 16 * t < 16 ? rc - 16 * t : 16;
             /* a full tile at a multiple of 16 in a block of a multiple of 16 */
-            contig[t] = r == 16 && bs % 16 == 0;
+            contig[t] = r == 16 && bs % 16 == 0 && slot % 16 == 0;
             if (kt == S_KT_I8) { /* the tile's scales, rows past r repeating row 0's */
                 size_t bo = (size_t)a->blocks[bi] * a->block_stride;
                 for (int j = 0, b2 = bi, s2 = slot; j < 16; j++) {

@@ -39,6 +39,7 @@ import numpy as np  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
 
+import ref_arch_gemma3  # noqa: E402
 import ref_arch_llama  # noqa: E402
 import ref_arch_qwen  # noqa: E402
 
@@ -48,21 +49,22 @@ ARCHS = {
     "mistral": ref_arch_llama,
     "qwen2": ref_arch_qwen.QWEN2,
     "qwen3": ref_arch_qwen.QWEN3,
+    "gemma3": ref_arch_gemma3,
 }
 
 # The stage switches (ref_arch_llama.py documents them) and the values the reference runs.
 SUPPORTED = {
     "norm": ("rms",),
-    "norm_post_attn": (False,),
-    "norm_post_ffn": (False,),
-    "attn": ("full",),
+    "norm_post_attn": (False, True),
+    "norm_post_ffn": (False, True),
+    "attn": ("full", "sliding"),
     "qkv_bias": (False, True),
     "out_bias": (False, True),
     "qk_norm": (False, True),
     "ffn": ("dense", "moe"),
-    "act": ("silu",),
+    "act": ("silu", "gelu"),
     "rope": ("norm", "neox"),
-    "embd_scale": (False,),
+    "embd_scale": (False, True),
     "tied_output": (True, False),
 }
 
@@ -82,6 +84,10 @@ class Model:
         self.d_ff = 0
         self.n_vocab = 0
         self.rope_base = 10000.0
+        self.rope_base_swa = None  # RoPE base of sliding-window layers (None: rope_base)
+        self.window = 0  # positions a sliding-window layer sees, its own included
+        self.query_scalar = None  # scores times 1/sqrt(query_scalar) (None: head_dim)
+        self.layer_stages = []  # per layer: the stage switches (m.stages and its overrides)
         self.eps = 1e-5
         self.n_expert = 0  # experts per FFN layer (0: dense)
         self.n_expert_used = 0  # K
@@ -131,6 +137,10 @@ def load(path):
         m.head_dim = m.d_model // m.n_heads
     if m.n_rot is None:
         m.n_rot = m.head_dim
+    if m.query_scalar is None:
+        m.query_scalar = m.head_dim
+    if m.rope_base_swa is None:
+        m.rope_base_swa = m.rope_base
     m.n_expert = int(_field(r, f"{a}.expert_count", 0))
     m.n_expert_used = int(_field(r, f"{a}.expert_used_count", 0))
     m.gating = str(_field(r, "strata.expert_gating", "softmax_topk"))
@@ -139,10 +149,13 @@ def load(path):
     if m.gating not in ("softmax_topk", "softmax_all", "unit"):
         raise ValueError(f"{path}: unknown strata.expert_gating {m.gating!r}")
     m.stages = dict(decl.STAGES, ffn="moe" if m.n_expert else "dense")
-    for k, v in m.stages.items():
-        if v not in SUPPORTED[k]:
-            raise ValueError(f"{path}: architecture {m.arch!r} declares {k}={v!r}, "
-                             "which the reference does not run yet")
+    per_layer = getattr(decl, "LAYER_STAGES", lambda m, L: {})
+    m.layer_stages = [dict(m.stages, **per_layer(m, L)) for L in range(m.n_layers)]
+    for st in [m.stages] + m.layer_stages:
+        for k, v in st.items():
+            if v not in SUPPORTED[k]:
+                raise ValueError(f"{path}: architecture {m.arch!r} declares {k}={v!r}, "
+                                 "which the reference does not run yet")
 
     for t in r.tensors:
         # t.data is (ne1, ne0) for matrices; dequantize keeps that row layout.
@@ -209,6 +222,13 @@ def silu(x):
     return x / (1.0 + np.exp(-x.astype(np.float64))).astype(np.float32)
 
 
+def gelu_tanh(x):
+    """GELU, tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), float64."""
+    x64 = x.astype(np.float64)
+    return (0.5 * x64 * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x64 + 0.044715 * x64**3)))).astype(
+        np.float32)
+
+
 def q8_roundtrip(x):
     """x (n, k) with k % 32 == 0, rounded as Q8_0 would store it: per block d = amax/127."""
     n, k = x.shape
@@ -268,8 +288,9 @@ class Cache:
         self.n = 0  # positions filled
 
 
-def _attention(m, q, cache, layer, pos0, n):
-    """Causal GQA attention of n new queries at positions pos0.. over cache positions 0..pos0+n-1.
+def _attention(m, q, cache, layer, pos0, n, window=0):
+    """Causal GQA attention of n new queries at positions pos0.. over cache positions 0..pos0+n-1;
+    with a window, query position p sees only keys p - window + 1 .. p.
 
     q: (n, n_heads, head_dim) -> (n, n_heads * head_dim).
     """
@@ -277,10 +298,12 @@ def _attention(m, q, cache, layer, pos0, n):
     ctx = pos0 + n
     k = cache.k[layer, :ctx].astype(np.float64)  # (ctx, n_kv, hd)
     v = cache.v[layer, :ctx].astype(np.float64)
-    scale = 1.0 / np.sqrt(m.head_dim)
+    scale = 1.0 / np.sqrt(m.query_scalar)
     out = np.empty((n, m.n_heads, m.head_dim), dtype=np.float64)
     # query i (position pos0+i) sees keys 0..pos0+i
     mask = np.arange(ctx)[None, :] > (pos0 + np.arange(n))[:, None]  # (n, ctx) True = hidden
+    if window:
+        mask |= np.arange(ctx)[None, :] <= (pos0 + np.arange(n))[:, None] - window
     for h in range(m.n_heads):
         kvh = h // group  # query heads h*group.. share KV head kvh (GQA order)
         s = (q[:, h, :].astype(np.float64) @ k[:, kvh, :].T) * scale  # (n, ctx)
@@ -299,40 +322,51 @@ def _step(m, ids, cache):
     freqs = m.w.get("rope_freqs.weight")
     neox = st["rope"] == "neox"
     x = m.w["token_embd.weight"][np.asarray(ids, dtype=np.int64)].copy()  # (n, d)
+    if st["embd_scale"]:
+        x = x * np.float32(np.sqrt(m.d_model))
     for L in range(m.n_layers):
         p = f"blk.{L}."
+        ls = m.layer_stages[L]
+        sliding = ls["attn"] == "sliding"
+        base = m.rope_base_swa if sliding else m.rope_base
         # attention block: h (n, d); q (n, H, hd); k, v (n, Hkv, hd)
         h = rmsnorm(x, m.w[p + "attn_norm.weight"], m.eps)
         q = matmul(m, h, p + "attn_q.weight")
         k = matmul(m, h, p + "attn_k.weight")
         v = matmul(m, h, p + "attn_v.weight")
-        if st["qkv_bias"]:  # each token's projection plus the layer's bias (Qwen2)
+        if ls["qkv_bias"]:  # each token's projection plus the layer's bias (Qwen2)
             q = q + m.w[p + "attn_q.bias"]
             k = k + m.w[p + "attn_k.bias"]
             v = v + m.w[p + "attn_v.bias"]
         q = q.reshape(n, m.n_heads, m.head_dim)
         k = k.reshape(n, m.n_kv_heads, m.head_dim)
         v = v.reshape(n, m.n_kv_heads, m.head_dim)
-        if st["qk_norm"]:  # RMSNorm over each head's head_dim values (Qwen3), before RoPE
+        if ls["qk_norm"]:  # RMSNorm over each head's head_dim values (Qwen3), before RoPE
             q = rmsnorm(q, m.w[p + "attn_q_norm.weight"], m.eps)
             k = rmsnorm(k, m.w[p + "attn_k_norm.weight"], m.eps)
-        q = rope(q, positions, m.n_rot, m.rope_base, freqs, neox)
-        k = rope(k, positions, m.n_rot, m.rope_base, freqs, neox)
+        q = rope(q, positions, m.n_rot, base, freqs, neox)
+        k = rope(k, positions, m.n_rot, base, freqs, neox)
         cache.k[L, pos0 : pos0 + n] = k
         cache.v[L, pos0 : pos0 + n] = v
-        a = _attention(m, q, cache, L, pos0, n)  # (n, H * hd)
+        a = _attention(m, q, cache, L, pos0, n, m.window if sliding else 0)  # (n, H * hd)
         o = matmul(m, a, p + "attn_output.weight")
-        if st["out_bias"]:
+        if ls["out_bias"]:
             o = o + m.w[p + "attn_output.bias"]
+        if ls["norm_post_attn"]:
+            o = rmsnorm(o, m.w[p + "post_attention_norm.weight"], m.eps)
         x = x + o
-        # feed-forward block (SwiGLU, dense or MoE): h (n, d), through (n, d_ff)
+        # feed-forward block (SwiGLU or GeGLU, dense or MoE): h (n, d), through (n, d_ff)
         h = rmsnorm(x, m.w[p + "ffn_norm.weight"], m.eps)
-        if st["ffn"] == "moe":
+        if ls["ffn"] == "moe":
             x = x + moe_ffn(m, h, p)
             continue
         g = matmul(m, h, p + "ffn_gate.weight")
         u = matmul(m, h, p + "ffn_up.weight")
-        x = x + matmul(m, silu(g) * u, p + "ffn_down.weight")
+        act = gelu_tanh if ls["act"] == "gelu" else silu
+        f = matmul(m, act(g) * u, p + "ffn_down.weight")
+        if ls["norm_post_ffn"]:
+            f = rmsnorm(f, m.w[p + "post_ffw_norm.weight"], m.eps)
+        x = x + f
     cache.n += n
     x = rmsnorm(x, m.w["output_norm.weight"], m.eps)
     return matmul(m, x, "output.weight").astype(np.float32)

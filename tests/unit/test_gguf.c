@@ -497,14 +497,34 @@ START_TEST(arch_table) {
     ck_assert_ptr_null(model_arch_unsupported(&model_arch_qwen2, &cfg));
     ck_assert_ptr_null(model_arch_unsupported(&model_arch_qwen3, &cfg));
     model_arch_t a = model_arch_llama;
-    a.stages.attn = MODEL_ATTN_SLIDING;
-    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "sliding-window attention");
-    a = model_arch_llama;
+    /* Q/K norms, windows, GELU and the embedding scale run (Gemma 3); a window of no
+     * positions and a GELU MoE do not */
+    a.stages.qk_norm = true;
+    a.stages.norm_post_attn = a.stages.norm_post_ffn = true;
     a.stages.act = MODEL_ACT_GELU;
-    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "a GELU feed-forward");
-    a = model_arch_llama;
     a.embd_scale = true;
-    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "an embedding scale");
+    a.stages.attn = MODEL_ATTN_SLIDING;
+    a.stages.window = 512;
+    ck_assert_ptr_null(model_arch_unsupported(&a, &cfg));
+    a.stages.window = 0;
+    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "a sliding window of no positions");
+    a = model_arch_llama_moe;
+    a.stages.act = MODEL_ACT_GELU;
+    cfg.n_expert = 4;
+    ck_assert_str_eq(model_arch_unsupported(&a, &cfg), "a GELU Mixture-of-Experts feed-forward");
+    cfg.n_expert = 0;
+    /* Gemma 3: every sixth layer global, the others sliding over the file's window */
+    ck_assert_ptr_eq(model_arch_find("gemma3", false), &model_arch_gemma3);
+    ck_assert_ptr_null(model_arch_find("gemma3", true));
+    model_config_t g3 = {.n_layer = 18, .swa_window = 512};
+    ck_assert_ptr_null(model_arch_unsupported(&model_arch_gemma3, &g3));
+    for (int l = 0; l < 18; l++) {
+        model_stages_t st;
+        model_arch_layer_stages(&model_arch_gemma3, &g3, l, &st);
+        ck_assert_int_eq(st.attn,
+                         l == 5 || l == 11 || l == 17 ? MODEL_ATTN_FULL : MODEL_ATTN_SLIDING);
+        ck_assert_int_eq(st.window, st.attn == MODEL_ATTN_SLIDING ? 512 : 0);
+    }
     ck_assert_ptr_nonnull(model_arch_unsupported(&model_arch_llama, &(model_config_t){
                                                                         .n_layer = 1,
                                                                         .n_expert = 4,

@@ -573,6 +573,26 @@ START_TEST(test_rmsnorm_softmax_swiglu) {
             }
             ops->swiglu(x, x, w, n);
             ck_assert(memcmp(o, x, n * 4) == 0);
+            /* geglu against double precision, saturating and tiny arguments included (as
+             * g sigmoid(2u): 0.5 g (1 + tanh u) cancels to 0 in double for g << 0) */
+            s_fill(&rng, x, n, -8, 8);
+            if (n > 5)
+                x[0] = -100, x[1] = 100, x[2] = 0, x[3] = 1e-4f, x[4] = -1e-20f;
+            s_fill(&rng, w, n, -2, 2);
+            ops->geglu(o, x, w, n);
+            float o3[1000];
+            kern_ops_ref()->geglu(o3, x, w, n); /* the SIMD tables against the reference */
+            for (int i = 0; i < n; i++) {
+                double g = x[i], u = sqrt(2 / M_PI) * (g + 0.044715 * g * g * g);
+                double e = g / (1 + exp(-2 * u)) * w[i];
+                /* e^(-2u) carries the float rounding of its argument: relative 2|u| ulp */
+                double tol = (2e-6 + 2.4e-7 * fabs(2 * u)) * fabs(e) + 1e-30;
+                ck_assert_msg(fabs(o[i] - e) <= tol, "%s geglu %g: %.9g vs %.9g", ops->name, g,
+                              o[i], e);
+                ck_assert_msg(fabs(o[i] - o3[i]) <= tol, "%s geglu vs reference %g", ops->name, g);
+            }
+            ops->geglu(x, x, w, n);
+            ck_assert(memcmp(o, x, n * 4) == 0);
         }
     }
 }
@@ -621,8 +641,10 @@ END_TEST
  * 2e-6 (INT8, whose rows carry outliers: 2e-5, relative above 1).  KERN_I8 also: the scalar
  * reference equals, bit for bit, the F32 reference over a pool of those dequantized values (both
  * compute q * scale per element), and each SIMD table is within that tolerance of it; the rows
- * include zeros (scale 0) and outliers. */
-static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bsz, uint64_t seed) {
+ * include zeros (scale 0) and outliers.  pos0 > 0: a sliding window, positions pos0 .. n_ctx-1
+ * only (the rows before it hold data too, which must not count). */
+static void s_check_attention_w(kern_type_t kvt, int D, int n_q, int n_ctx, int pos0, int bsz,
+                                uint64_t seed) {
     uint64_t rng = seed;
     const int n_blocks = (n_ctx + bsz - 1) / bsz + 2;
     const size_t elt = kvt == KERN_I8 ? 1 : kvt == KERN_F16 ? 2 : 4;
@@ -688,18 +710,18 @@ static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bs
     for (int h = 0; h < n_q; h++) {
         double mx = -INFINITY, sum = 0;
         double *s = malloc(sizeof(double) * n_ctx);
-        for (int p = 0; p < n_ctx; p++) {
+        for (int p = pos0; p < n_ctx; p++) {
             double d = 0;
             for (int i = 0; i < D; i++)
                 d += (double)q[h * D + i] * kf[(size_t)p * D + i];
             s[p] = d * scale;
             mx = fmax(mx, s[p]);
         }
-        for (int p = 0; p < n_ctx; p++)
+        for (int p = pos0; p < n_ctx; p++)
             sum += (s[p] = exp(s[p] - mx));
         for (int i = 0; i < D; i++) {
             double o = 0;
-            for (int p = 0; p < n_ctx; p++)
+            for (int p = pos0; p < n_ctx; p++)
                 o += s[p] / sum * vf[(size_t)p * D + i];
             want[h * D + i] = (float)o;
         }
@@ -715,6 +737,7 @@ static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bs
                                 .q = q,
                                 .out = ref32,
                                 .n_ctx = n_ctx,
+                                .pos0 = pos0,
                                 .blocks = table,
                                 .block_size = bsz,
                                 .k_base = kb32,
@@ -734,6 +757,7 @@ static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bs
                               .q = q,
                               .out = out,
                               .n_ctx = n_ctx,
+                              .pos0 = pos0,
                               .blocks = table,
                               .block_size = bsz,
                               .k_base = kb,
@@ -747,8 +771,8 @@ static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bs
         ops->attention(&a);
         for (int i = 0; i < n_q * D; i++)
             ck_assert_msg(fabs(out[i] - want[i]) < tol * fmax(1, fabs(want[i])),
-                          "%s attention D %d n_q %d n_ctx %d bsz %d: %.9g vs %.9g", ops->name, D,
-                          n_q, n_ctx, bsz, out[i], want[i]);
+                          "%s attention D %d n_q %d n_ctx %d pos0 %d bsz %d: %.9g vs %.9g",
+                          ops->name, D, n_q, n_ctx, pos0, bsz, out[i], want[i]);
         if (kvt == KERN_I8) {
             for (int i = 0; i < n_q * D; i++)
                 ck_assert_msg(ti == 0 ? out[i] == ref32[i]
@@ -769,6 +793,10 @@ static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bs
     }
     free(kb), free(vb), free(table), free(q), free(kf), free(vf), free(sc), free(want), free(out);
     free(again), free(kb32), free(vb32), free(krow), free(vrow), free(ref32);
+}
+
+static void s_check_attention(kern_type_t kvt, int D, int n_q, int n_ctx, int bsz, uint64_t seed) {
+    s_check_attention_w(kvt, D, n_q, n_ctx, 0, bsz, seed);
 }
 
 START_TEST(test_attention) {
@@ -815,6 +843,23 @@ START_TEST(test_attention_tiles) {
         s_check_attention(kvts[t], 48, 8, 33, 16, seed++);
         s_check_attention(kvts[t], 64, 12, 40, 16, seed++); /* more than 8 heads */
     }
+}
+END_TEST
+
+/* Sliding windows (pos0 > 0): windows starting inside a block, on a block edge and on a
+ * 16-row tile edge, for every path (head_dim 256 as Gemma 3's, 128, 64, 96, 20), prefill-like
+ * (a window much shorter than the context) and barely-sliding (pos0 = 1). */
+START_TEST(test_attention_window) {
+    uint64_t seed = 1700;
+    kern_type_t kvts[3] = {KERN_F32, KERN_F16, KERN_I8};
+    const int ds[] = {256, 128, 64, 96, 20};
+    const int win[][2] = {{40, 1}, {40, 16}, {40, 17}, {100, 37}, {130, 64}, {200, 195}, {9, 8}};
+    for (int t = 0; t < 3; t++)
+        for (int d = 0; d < 5; d++)
+            for (int w = 0; w < 7; w++) {
+                s_check_attention_w(kvts[t], ds[d], 4, win[w][0], win[w][1], 16, seed++);
+                s_check_attention_w(kvts[t], ds[d], 3, win[w][0], win[w][1], 7, seed++);
+            }
 }
 END_TEST
 
@@ -1122,6 +1167,7 @@ static Suite *s_suite(void) {
     tcase_add_loop_test(tc, test_gemm_kpacked_tables, 0, 3);
     tcase_add_test(tc, test_rmsnorm_softmax_swiglu);
     tcase_add_test(tc, test_rope);
+    tcase_add_test(tc, test_attention_window);
     tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_attention_tiles);
     suite_add_tcase(s, tc);
