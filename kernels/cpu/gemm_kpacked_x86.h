@@ -256,9 +256,9 @@ KX_INLINE void s_tile(kern_type_t T, const int C, const int NH, int nbk, const u
             acc[hh][c] = add ? v_fload(rm[hh], out + hh * KP_ROWS + (size_t)c * os) : v_fzero();
     for (int b = 0; b < nbk; b++) {
         const uint8_t *o = rec + (size_t)b * REC;
-        if (KP_PF && pf) /* the hardware prefetcher stops at 4 KiB pages: fetch ahead */
+        if (KP_PF && pf) /* the lines past the 32 steps' (the steps fetch their own) */
 #pragma GCC unroll 64
-            for (int l = 0; l < REC; l += 64) /* REC is a constant: no loop is left */
+            for (int l = 64 * 32; l < REC; l += 64) /* REC is a constant: no loop is left */
                 _mm_prefetch((const char *)(o + KP_PF + l), _MM_HINT_T0);
         s_vi isum[2][KP_CT];
 #pragma GCC unroll 2
@@ -276,6 +276,8 @@ KX_INLINE void s_tile(kern_type_t T, const int C, const int NH, int nbk, const u
                         tl[hh][c] = th[hh][c] = v_zero();
 #pragma GCC unroll 8
                 for (int s = s0; s < s0 + FL; s++) {
+                    if (KP_PF && pf) /* one line ahead per step, spread over the record */
+                        _mm_prefetch((const char *)(o + KP_PF + 64 * (8 * ch + s)), _MM_HINT_T0);
 #pragma GCC unroll 2
                     for (int hh = 0; hh < NH; hh++) {
                         s_vi lo, hi;
