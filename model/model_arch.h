@@ -46,6 +46,12 @@ typedef struct {
                               query_scalar = head_dim, rope_base_swa = rope_base) */
 } model_key_t;
 
+/* Rows of a key table: an int key (required, or with a fallback) and an optional float key. */
+#define MODEL_KEY_I(k, f, req, def)                                                                \
+    { k, MODEL_KEY_INT, offsetof(model_config_t, f), req, def }
+#define MODEL_KEY_F(k, f, def)                                                                     \
+    { k, MODEL_KEY_FLOAT, offsetof(model_config_t, f), false, def }
+
 /* ---- tensors */
 
 /* A dimension of a declared tensor, in terms of the configuration. */

@@ -8,26 +8,21 @@
 
 #include <stddef.h>
 
-#define S_INT(k, f, req, def)                                                                      \
-    { k, MODEL_KEY_INT, offsetof(model_config_t, f), req, def }
-#define S_FLOAT(k, f, def)                                                                         \
-    { k, MODEL_KEY_FLOAT, offsetof(model_config_t, f), false, def }
-
 /* gemma3.* keys; 0 as a fallback: derived (model_arch.h) */
 static const model_key_t s_keys[] = {
-    S_INT("block_count", n_layer, true, 0),
-    S_INT("embedding_length", d_model, true, 0),
-    S_INT("feed_forward_length", d_ff, true, 0),
-    S_INT("attention.head_count", n_head, true, 0),
-    S_INT("attention.head_count_kv", n_head_kv, false, 0), /* n_head */
-    S_INT("context_length", n_ctx_train, false, 131072),
-    S_INT("attention.key_length", head_dim, false, 0), /* d_model / n_head */
-    S_INT("rope.dimension_count", n_rot, false, 0),    /* head_dim */
-    S_INT("attention.sliding_window", swa_window, true, 0),
-    S_INT("attention.query_pre_attn_scalar", query_scalar, false, 0), /* head_dim */
-    S_FLOAT("rope.freq_base", rope_base, 1000000.0),                  /* global layers */
-    S_FLOAT("rope.freq_base_swa", rope_base_swa, 10000.0),            /* sliding layers */
-    S_FLOAT("attention.layer_norm_rms_epsilon", rms_eps, 1e-6),
+    MODEL_KEY_I("block_count", n_layer, true, 0),
+    MODEL_KEY_I("embedding_length", d_model, true, 0),
+    MODEL_KEY_I("feed_forward_length", d_ff, true, 0),
+    MODEL_KEY_I("attention.head_count", n_head, true, 0),
+    MODEL_KEY_I("attention.head_count_kv", n_head_kv, false, 0), /* n_head */
+    MODEL_KEY_I("context_length", n_ctx_train, false, 131072),
+    MODEL_KEY_I("attention.key_length", head_dim, false, 0), /* d_model / n_head */
+    MODEL_KEY_I("rope.dimension_count", n_rot, false, 0),    /* head_dim */
+    MODEL_KEY_I("attention.sliding_window", swa_window, true, 0),
+    MODEL_KEY_I("attention.query_pre_attn_scalar", query_scalar, false, 0), /* head_dim */
+    MODEL_KEY_F("rope.freq_base", rope_base, 1000000.0),                    /* global layers */
+    MODEL_KEY_F("rope.freq_base_swa", rope_base_swa, 10000.0),              /* sliding layers */
+    MODEL_KEY_F("attention.layer_norm_rms_epsilon", rms_eps, 1e-6),
     {NULL},
 };
 

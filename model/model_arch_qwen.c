@@ -8,23 +8,18 @@
 
 #include <stddef.h>
 
-#define S_INT(k, f, req, def)                                                                      \
-    { k, MODEL_KEY_INT, offsetof(model_config_t, f), req, def }
-#define S_FLOAT(k, f, def)                                                                         \
-    { k, MODEL_KEY_FLOAT, offsetof(model_config_t, f), false, def }
-
 /* <arch>.* keys, the same for both; 0 as a fallback: derived (model_arch.h) */
 static const model_key_t s_keys[] = {
-    S_INT("block_count", n_layer, true, 0),
-    S_INT("embedding_length", d_model, true, 0),
-    S_INT("feed_forward_length", d_ff, true, 0),
-    S_INT("attention.head_count", n_head, true, 0),
-    S_INT("attention.head_count_kv", n_head_kv, false, 0), /* n_head: no GQA */
-    S_INT("context_length", n_ctx_train, false, 32768),
-    S_INT("attention.key_length", head_dim, false, 0), /* d_model / n_head */
-    S_INT("rope.dimension_count", n_rot, false, 0),    /* head_dim */
-    S_FLOAT("rope.freq_base", rope_base, 10000.0),     /* llama.cpp's default; files say 1e6 */
-    S_FLOAT("attention.layer_norm_rms_epsilon", rms_eps, 1e-6),
+    MODEL_KEY_I("block_count", n_layer, true, 0),
+    MODEL_KEY_I("embedding_length", d_model, true, 0),
+    MODEL_KEY_I("feed_forward_length", d_ff, true, 0),
+    MODEL_KEY_I("attention.head_count", n_head, true, 0),
+    MODEL_KEY_I("attention.head_count_kv", n_head_kv, false, 0), /* n_head: no GQA */
+    MODEL_KEY_I("context_length", n_ctx_train, false, 32768),
+    MODEL_KEY_I("attention.key_length", head_dim, false, 0), /* d_model / n_head */
+    MODEL_KEY_I("rope.dimension_count", n_rot, false, 0),    /* head_dim */
+    MODEL_KEY_F("rope.freq_base", rope_base, 10000.0), /* llama.cpp's default; files say 1e6 */
+    MODEL_KEY_F("attention.layer_norm_rms_epsilon", rms_eps, 1e-6),
     {NULL},
 };
 
