@@ -173,7 +173,7 @@ def main():
     cli, pids = None, set()
     try:
         s.start()
-        u.wait_for(lambda: u.health(ep)["ok"], 10, "health ok")
+        u.wait_for(lambda: u.health(ep)["ok"], 10 * u.TIMEOUT_SCALE, "health ok")
         log = s.read_log()
         pids = set(u.actor_pids(log))
         front = pid_of(log, "frontend")
@@ -187,7 +187,7 @@ def main():
         for r in base:
             r.start()
         for r in base:
-            r.join(60)
+            r.join(60 * u.TIMEOUT_SCALE)
             u.check(r.done and r.done[1]["type"] == "done", "uninterrupted run: %s" % r.error)
         sampled_ref, cli_text = base[0].tokens(), base[1].text()
 
@@ -201,7 +201,7 @@ def main():
         web = HttpRequest(hport, CLI_PROMPT)
         web.start()
         u.wait_for(lambda: all(r.events or r.error for r in reqs) and cli.first_byte and
-                   len(web.pieces) > 1, 30,
+                   len(web.pieces) > 1, 30 * u.TIMEOUT_SCALE,
                    "the first tokens of every request")
         t_kill = time.time()
         os.kill(front, signal.SIGKILL)
