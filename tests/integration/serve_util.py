@@ -242,7 +242,7 @@ def reference(prompt, max_tokens, model=None, system=None, threads=1):
            "--print-ids", "-t", str(threads)]
     cmd += ["-m", model] if model else []
     cmd += ["--system", system] if system is not None else []
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120 * TIMEOUT_SCALE)
     if out.returncode != 0:
         raise RuntimeError("strata generate failed: " + out.stderr)
     return [int(x) for x in out.stdout.split()]
