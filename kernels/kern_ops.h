@@ -179,6 +179,15 @@ const kern_ops_t *kern_ops_named(const char *name);
  * and lists the valid names. */
 const kern_ops_t *kern_ops_best(void);
 
+/* How far ahead (bytes) the K-quant kernels prefetch the weights they
+ * stream in decode (0: not at all, the hardware prefetchers alone).  Where it
+ * pays depends on the core, not the ISA: on an AMD Zen 2 a line per step
+ * 8 KiB ahead was faster than none, on a Zen 4 none streams 25-27 GB/s a core
+ * where 8 KiB ahead streams 16-20 (bench/results, 2026-12-04 and -05).  The
+ * default is 0 on AMD family 0x19 and later, 8192 elsewhere (Intel: not
+ * measured); STRATA_PREFETCH=BYTES sets it.  Read once per process. */
+int kern_prefetch_bytes(void);
+
 /* The same as kern_ops_isa(KERN_ISA_scalar) / kern_ops_named("avx2") /
  * ("avxvnni") / ("avx512"): the names callers used before the list. */
 const kern_ops_t *kern_ops_ref(void);

@@ -5,7 +5,12 @@
 #include "cpu/kern_cpu.h"
 #include "kern_ops.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +204,41 @@ const kern_ops_t *kern_ops_best(void) {
         LOG_W(TAG, "STRATA_KERNELS=%s: this CPU cannot run that table; using %s", e, best->name);
     }
     return best;
+}
+
+/* The default of kern_prefetch_bytes for this CPU (kern_ops.h says why). */
+static int s_prefetch_default(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d))
+        return 8192;
+    const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* AuthenticAMD */
+    if (!amd || !__get_cpuid(1, &a, &b, &c, &d))
+        return 8192;
+    const unsigned family = ((a >> 8) & 0xF) + (((a >> 8) & 0xF) == 0xF ? (a >> 20) & 0xFF : 0);
+    return family >= 0x19 ? 0 : 8192;
+#else
+    return 0;
+#endif
+}
+
+int kern_prefetch_bytes(void) {
+    static atomic_int s_pf = -1;
+    int v = atomic_load(&s_pf);
+    if (v >= 0)
+        return v;
+    v = s_prefetch_default();
+    const char *e = getenv("STRATA_PREFETCH");
+    if (e && *e) {
+        char *end;
+        const long n = strtol(e, &end, 10);
+        if (*end || n < 0 || n > (1 << 20))
+            LOG_W(TAG, "STRATA_PREFETCH=%s is not a byte count in 0..1048576; using %d", e, v);
+        else
+            v = (int)n & ~63;
+    }
+    atomic_store(&s_pf, v);
+    return v;
 }
 
 const kern_ops_t *kern_ops_ref(void) {

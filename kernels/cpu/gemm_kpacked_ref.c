@@ -94,14 +94,14 @@ static void s_kpack_k4_row(kern_type_t wt, const uint8_t *blk, int j, uint8_t *o
     const kern_block_q4_K *b4 = (const kern_block_q4_K *)blk;
     const kern_block_q5_K *b5 = (const kern_block_q5_K *)blk;
     const uint8_t *qs = five ? b5->qs : b4->qs, *scales = five ? b5->scales : b4->scales;
-    const int sco = kern_kpk_sc_off(wt), dof = kern_kpk_d_off(wt), qho = kern_kpk_qh_off(wt);
+    const int sco = kern_kpk_sc_off(wt), dof = kern_kpk_d_off(wt);
     for (int st = 0; st < 32; st++) {
-        memcpy(o + 64 * st + 4 * j, qs + 4 * st, 4);
+        memcpy(o + kern_kpk_qs_off(wt, st) + 4 * j, qs + 4 * st, 4);
         for (int i = 0; five && i < 4; i++) {
-            const int l = 4 * (st % 8) + i, c = st / 8, bit = 4 * j + i;
-            uint8_t *q = o + qho + 16 * st;
-            q[bit / 8] |= (uint8_t)(((b5->qh[l] >> (2 * c)) & 1) << (bit % 8));
-            q[8 + bit / 8] |= (uint8_t)(((b5->qh[l] >> (2 * c + 1)) & 1) << (bit % 8));
+            const int l = 4 * (st % 8) + i, c = st / 8;
+            uint8_t *q = o + kern_kpk_hvec(wt, st) + 4 * j + i;
+            *q |= (uint8_t)(((b5->qh[l] >> (2 * c)) & 1) << kern_kpk_hpos(wt, st, 0));
+            *q |= (uint8_t)(((b5->qh[l] >> (2 * c + 1)) & 1) << kern_kpk_hpos(wt, st, 1));
         }
     }
     for (int u = 0; u < 8; u++)
@@ -114,8 +114,8 @@ void kern_ref_kpack(kern_type_t wt, int64_t k, int nr, const void *w, size_t w_s
     assert(kern_kpk_type(wt) && k % KERN_QK_K == 0 && nr > 0);
     const int64_t nb = k / KERN_QK_K;
     const int rec = kern_kpk_rec(wt), nsub = kern_kpk_nsub(wt);
-    const int qho = kern_kpk_qh_off(wt), sco = kern_kpk_sc_off(wt), dof = kern_kpk_d_off(wt);
-    const int hbits = wt == KERN_Q4_K ? 0 : wt == KERN_Q5_K ? 1 : 2;
+    const int sco = kern_kpk_sc_off(wt), dof = kern_kpk_d_off(wt);
+    const int hbits = kern_kpk_hbits(wt);
     const size_t tsz = kern_type_traits((int)wt)->type_size;
     const int ng = (nr + KERN_PK_ROWS - 1) / KERN_PK_ROWS;
     for (int g = 0; g < ng; g++) {
@@ -134,12 +134,12 @@ void kern_ref_kpack(kern_type_t wt, int64_t k, int nr, const void *w, size_t w_s
                 for (int st = 0; st < 32; st++)
                     for (int i = 0; i < 4; i++) {
                         const int e = s_elem(st, i), lo = s.L[e], hi = s.L[e + 32];
-                        o[64 * st + 4 * j + i] = (uint8_t)((lo & 0xF) | ((hi & 0xF) << 4));
-                        const int bit = 4 * j + i;
-                        for (int h = 0; h < hbits; h++) { /* bit 4 + h of the level */
-                            uint8_t *q = o + qho + 512 * h + 16 * st;
-                            q[bit / 8] |= (uint8_t)(((lo >> (4 + h)) & 1) << (bit % 8));
-                            q[8 + bit / 8] |= (uint8_t)(((hi >> (4 + h)) & 1) << (bit % 8));
+                        o[kern_kpk_qs_off(wt, st) + 4 * j + i] =
+                            (uint8_t)((lo & 0xF) | ((hi & 0xF) << 4));
+                        if (hbits) { /* bits 4.. of the levels */
+                            uint8_t *q = o + kern_kpk_hvec(wt, st) + 4 * j + i;
+                            *q |= (uint8_t)((lo >> 4) << kern_kpk_hpos(wt, st, 0));
+                            *q |= (uint8_t)((hi >> 4) << kern_kpk_hpos(wt, st, 1));
                         }
                     }
                 for (int u = 0; u < nsub; u++)
@@ -157,13 +157,11 @@ void kern_ref_kpack(kern_type_t wt, int64_t k, int nr, const void *w, size_t w_s
 
 /* Level of byte i of step st of row j in record o (hi: the high nibble's). */
 static int s_level(kern_type_t t, const uint8_t *o, int st, int j, int i, int hi) {
-    const int byte = o[64 * st + 4 * j + i], bit = 4 * j + i;
+    const int byte = o[kern_kpk_qs_off(t, st) + 4 * j + i], hb = kern_kpk_hbits(t);
     int v = hi ? byte >> 4 : byte & 0xF;
-    const int hbits = t == KERN_Q4_K ? 0 : t == KERN_Q5_K ? 1 : 2;
-    for (int h = 0; h < hbits; h++) {
-        const uint8_t *q = o + kern_kpk_qh_off(t) + 512 * h + 16 * st + 8 * hi;
-        v |= ((q[bit / 8] >> (bit % 8)) & 1) << (4 + h);
-    }
+    if (hb)
+        v |= ((o[kern_kpk_hvec(t, st) + 4 * j + i] >> kern_kpk_hpos(t, st, hi)) & ((1 << hb) - 1))
+             << 4;
     return v;
 }
 

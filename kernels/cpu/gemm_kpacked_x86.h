@@ -27,16 +27,17 @@
 #define KP_XQ 4
 #define KP_XS 260
 #define KP_BK 8 /* super-blocks per pass over k: a group's records stay in L1 */
-#ifndef KP_PF
-#define KP_PF 8192 /* bytes of weights to prefetch ahead (0: none) */
-#endif
-
-KX_INLINE int s_hbits(kern_type_t T) {
-    return T == KERN_Q4_K ? 0 : T == KERN_Q5_K ? 1 : 2;
-}
 
 #ifdef KX_ISA_AVX512
 /* ---- AVX-512 VNNI: 16 rows (zmm lanes) -------------------------------- */
+/* v shifted left by n bits in its 16-bit lanes (right by -n); n is a constant
+ * once the steps are unrolled.  The high-bit vectors only move bits within a
+ * byte (|n| <= 4 to bits 4 and 5), so the lanes' width does not matter. */
+KX_INLINE __m512i s_shift(__m512i v, int n) {
+    return n > 0   ? _mm512_slli_epi16(v, (unsigned)n)
+           : n < 0 ? _mm512_srli_epi16(v, (unsigned)-n)
+                   : v;
+}
 #define KP_CT 6 /* columns per register tile */
 #define KP_ROWS 16
 typedef __m512i s_vi;
@@ -69,20 +70,19 @@ KX_INLINE __m512i s_dpw(__m512i acc, __m512i w, const uint8_t *p) {
 }
 
 /* Levels of step st for the tile's rows (h: row half, unused here): low
- * nibbles to *lo, high to *hi, with the qh bits added. */
+ * nibbles to *lo, high to *hi, with the high bits (kern_cpu.h's qh vectors)
+ * shifted into place and or-ed in by one ternary logic op each. */
 KX_INLINE void s_levels(kern_type_t T, const uint8_t *o, int st, int h, s_vi *lo, s_vi *hi) {
     (void)h;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i z = _mm512_loadu_si512((const void *)(o + 64 * st));
+    const __m512i z = _mm512_loadu_si512((const void *)(o + kern_kpk_qs_off(T, st)));
     __m512i l = _mm512_and_si512(z, m4), u = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
-    for (int b = 0; b < s_hbits(T); b++) {
-        const uint8_t *q = o + kern_kpk_qh_off(T) + 512 * b + 16 * st;
-        uint64_t ml, mh;
-        memcpy(&ml, q, 8);
-        memcpy(&mh, q + 8, 8);
-        const __m512i v = _mm512_set1_epi8((char)(0x10 << b));
-        l = _mm512_mask_add_epi8(l, (__mmask64)ml, l, v);
-        u = _mm512_mask_add_epi8(u, (__mmask64)mh, u, v);
+    if (kern_kpk_hbits(T)) {
+        const __m512i q = _mm512_loadu_si512((const void *)(o + kern_kpk_hvec(T, st)));
+        const __m512i mh = _mm512_set1_epi8(kern_kpk_hbits(T) == 1 ? 0x10 : 0x30);
+        /* a | (b & c): 0xF0 | (0xCC & 0xAA) */
+        l = _mm512_ternarylogic_epi32(l, s_shift(q, 4 - kern_kpk_hpos(T, st, 0)), mh, 0xF8);
+        u = _mm512_ternarylogic_epi32(u, s_shift(q, 4 - kern_kpk_hpos(T, st, 1)), mh, 0xF8);
     }
     *lo = l;
     *hi = u;
@@ -142,6 +142,9 @@ KX_INLINE s_rmask s_rowmask(int rows) {
 
 #else
 /* ---- AVX2: 8 rows (ymm lanes), half h of a 16-row record -------------- */
+KX_INLINE __m256i s_shift(__m256i v, int n) { /* as the AVX-512 one */
+    return n > 0 ? _mm256_slli_epi16(v, n) : n < 0 ? _mm256_srli_epi16(v, -n) : v;
+}
 #define KP_CT 3
 #define KP_ROWS 8
 typedef __m256i s_vi;
@@ -153,26 +156,15 @@ KX_INLINE __m256i s_bcast(const uint8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-/* 32 mask bits (bit p for byte p) -> bytes of `val` or 0. */
-KX_INLINE __m256i s_bits(const uint8_t *q, char val) {
-    uint32_t h;
-    memcpy(&h, q, 4);
-    const __m256i idx = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
-                                          0x0101010101010101LL, 0x0000000000000000LL);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), idx);
-    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-    return _mm256_and_si256(v, _mm256_set1_epi8(val));
-}
-
 KX_INLINE void s_levels(kern_type_t T, const uint8_t *o, int st, int h, s_vi *lo, s_vi *hi) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i z = _mm256_loadu_si256((const __m256i *)(o + 64 * st + 32 * h));
+    const __m256i z = _mm256_loadu_si256((const __m256i *)(o + kern_kpk_qs_off(T, st) + 32 * h));
     __m256i l = _mm256_and_si256(z, m4), u = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
-    for (int b = 0; b < s_hbits(T); b++) {
-        const uint8_t *q = o + kern_kpk_qh_off(T) + 512 * b + 16 * st + 4 * h;
-        l = _mm256_or_si256(l, s_bits(q, (char)(0x10 << b)));
-        u = _mm256_or_si256(u, s_bits(q + 8, (char)(0x10 << b)));
+    if (kern_kpk_hbits(T)) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(o + kern_kpk_hvec(T, st) + 32 * h));
+        const __m256i mh = _mm256_set1_epi8(kern_kpk_hbits(T) == 1 ? 0x10 : 0x30);
+        l = _mm256_or_si256(l, _mm256_and_si256(s_shift(q, 4 - kern_kpk_hpos(T, st, 0)), mh));
+        u = _mm256_or_si256(u, _mm256_and_si256(s_shift(q, 4 - kern_kpk_hpos(T, st, 1)), mh));
     }
     *lo = l;
     *hi = u;
@@ -241,11 +233,11 @@ KX_INLINE s_rmask s_rowmask(int rows) {
  * rows stored from out + hh * KP_ROWS where rm[hh] says) x C columns over nbk
  * super-blocks: rec is the first record, x column 0 at the first super-block.
  * add: continue from the values in out (a later pass over k); pf: prefetch the
- * weights ahead (the first tile of a group).  NH = 2 (the AVX2 ymm tiles of
- * one column) reads every step's activation bytes once for both halves. */
+ * weights this many bytes ahead (the first tile of a group; 0: none).  NH = 2 (the AVX2 ymm tiles
+ * of one column) reads every step's activation bytes once for both halves. */
 KX_INLINE void s_tile(kern_type_t T, const int C, const int NH, int nbk, const uint8_t *rec, int h0,
                       const uint8_t *x, size_t xs, float *out, size_t os, const s_rmask *rm,
-                      bool add, bool pf) {
+                      bool add, int pf) {
     const int REC = kern_kpk_rec(T), DOF = kern_kpk_d_off(T), FL = KP_FLUSH(T);
     const bool MIN = T != KERN_Q6_K;
     s_vf acc[2][KP_CT];
@@ -256,17 +248,18 @@ KX_INLINE void s_tile(kern_type_t T, const int C, const int NH, int nbk, const u
             acc[hh][c] = add ? v_fload(rm[hh], out + hh * KP_ROWS + (size_t)c * os) : v_fzero();
     for (int b = 0; b < nbk; b++) {
         const uint8_t *o = rec + (size_t)b * REC;
-        if (KP_PF && pf) /* the lines past the 32 steps' (the steps fetch their own) */
+        if (pf) /* the lines past the 32 steps' (the steps fetch their own) */
 #pragma GCC unroll 64
             for (int l = 64 * 32; l < REC; l += 64) /* REC is a constant: no loop is left */
-                _mm_prefetch((const char *)(o + KP_PF + l), _MM_HINT_T0);
+                _mm_prefetch((const char *)(o + pf + l), _MM_HINT_T0);
         s_vi isum[2][KP_CT];
 #pragma GCC unroll 2
         for (int hh = 0; hh < NH; hh++)
 #pragma GCC unroll 8
             for (int c = 0; c < C; c++)
                 isum[hh][c] = v_zero();
-        for (int ch = 0; ch < 4; ch++) {         /* chunk: elements 64ch .. 64ch+63 */
+        for (int ch = 0; ch < 4; ch++) { /* chunk: elements 64ch .. 64ch+63 */
+#pragma GCC unroll 4
             for (int s0 = 0; s0 < 8; s0 += FL) { /* a flush period of steps */
                 s_vi tl[2][KP_CT], th[2][KP_CT]; /* chains: low and high nibbles */
 #pragma GCC unroll 2
@@ -276,8 +269,8 @@ KX_INLINE void s_tile(kern_type_t T, const int C, const int NH, int nbk, const u
                         tl[hh][c] = th[hh][c] = v_zero();
 #pragma GCC unroll 8
                 for (int s = s0; s < s0 + FL; s++) {
-                    if (KP_PF && pf) /* one line ahead per step, spread over the record */
-                        _mm_prefetch((const char *)(o + KP_PF + 64 * (8 * ch + s)), _MM_HINT_T0);
+                    if (pf) /* one line ahead per step, spread over the record */
+                        _mm_prefetch((const char *)(o + pf + 64 * (8 * ch + s)), _MM_HINT_T0);
 #pragma GCC unroll 2
                     for (int hh = 0; hh < NH; hh++) {
                         s_vi lo, hi;
@@ -343,14 +336,14 @@ KX_INLINE void s_tile(kern_type_t T, const int C, const int NH, int nbk, const u
  * group of one column on AVX2 is one two-half tile; otherwise half by half. */
 KX_INLINE void s_group_pass(kern_type_t T, int64_t nb, int64_t b0, int nbk, int g, int r0, int nr,
                             int nc, const uint8_t *packed, const uint8_t *x, size_t xs, float *out,
-                            size_t os) {
+                            size_t os, int pf) {
     const uint8_t *rec = packed + ((size_t)g * nb + b0) * kern_kpk_rec(T);
     const uint8_t *xb = x + (size_t)b0 * KP_XB;
     const int NHALF = KERN_PK_ROWS / KP_ROWS;
     float *og = out + (size_t)(g * KERN_PK_ROWS - r0);
     if (NHALF == 2 && nc == 1 && r0 + nr - g * KERN_PK_ROWS >= KERN_PK_ROWS) {
         const s_rmask rm[2] = {s_rowmask(KP_ROWS), s_rowmask(KP_ROWS)};
-        s_tile(T, 1, 2, nbk, rec, 0, xb, xs, og, os, rm, b0 > 0, true);
+        s_tile(T, 1, 2, nbk, rec, 0, xb, xs, og, os, rm, b0 > 0, pf);
         return;
     }
     for (int h = 0; h < NHALF; h++) {
@@ -361,7 +354,7 @@ KX_INLINE void s_group_pass(kern_type_t T, int64_t nb, int64_t b0, int nbk, int 
         float *o = og + h * KP_ROWS;
 #define S_TILE(c, n)                                                                               \
     s_tile(T, n, 1, nbk, rec, h, xb + (size_t)(c)*xs, xs, o + (size_t)(c)*os, os, rm, b0 > 0,      \
-           (c) == 0 && h == 0)
+           (c) == 0 && h == 0 ? pf : 0)
         KX_COLUMN_TILES(nc, KP_CT, S_TILE);
 #undef S_TILE
     }
@@ -380,15 +373,16 @@ KX_INLINE void s_gemm_kpk(kern_type_t T, int64_t k, int r0, int nr, int nc, cons
                           const uint8_t *x, size_t xs, float *out, size_t os) {
     const int64_t nb = k / KERN_QK_K;
     const int g0 = r0 / KERN_PK_ROWS, g1 = (r0 + nr - 1) / KERN_PK_ROWS;
+    const int pf = kern_prefetch_bytes();
 #define S_NBK(b0) ((int)(nb - (b0) < KP_BK ? nb - (b0) : KP_BK))
     if (nc <= KP_CT) {
         for (int g = g0; g <= g1; g++)
             for (int64_t b0 = 0; b0 < nb; b0 += KP_BK)
-                s_group_pass(T, nb, b0, S_NBK(b0), g, r0, nr, nc, packed, x, xs, out, os);
+                s_group_pass(T, nb, b0, S_NBK(b0), g, r0, nr, nc, packed, x, xs, out, os, pf);
     } else {
         for (int64_t b0 = 0; b0 < nb; b0 += KP_BK)
             for (int g = g0; g <= g1; g++)
-                s_group_pass(T, nb, b0, S_NBK(b0), g, r0, nr, nc, packed, x, xs, out, os);
+                s_group_pass(T, nb, b0, S_NBK(b0), g, r0, nr, nc, packed, x, xs, out, os, pf);
     }
 #undef S_NBK
 }

@@ -133,21 +133,30 @@ static inline int kern_pk_rec(kern_type_t t) {
  * value is level - 32) and laid out alike, so one kernel reads all three.
  * Steps s = 0..31 cover chunk c = s / 8 (elements 64c .. 64c+63); in step s,
  * byte i (0..3) of a row holds element e = 64c + 4(s % 8) + i in its low
- * nibble and element e + 32 in its high nibble.  Row j of the group in lane j:
- *   qs  at 0: 32 steps of 64 bytes; bytes 4j..4j+3 of step s are row j's
- *       bytes of step s (for Q4_K / Q5_K the GGUF qs bytes 4s..4s+3; Q6_K
- *       re-nibbled from its ql / qh).
- *   qh  (Q5_K, Q6_K) at kern_kpk_qh_off: per step 16 bytes, two little-endian
- *       uint64 masks (low nibbles, then high): bit 4j+i is bit 4 of the level
- *       of byte i's element of row j.  Q6_K then has, 512 bytes further, the
- *       same 32 x 16 bytes for bit 5.
- *   sc  at kern_kpk_sc_off: kern_kpk_nsub(wt) x 16 bytes: byte 16t + j is the
- *       scale of sub-block t of row j (Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit
- *       unsigned, unpacked from GGUF's 12 bytes; Q6_K: 16 groups of 16, int8).
+ * nibble and element e + 32 in its high nibble.  Row j of the group in lane j.
+ * A record is a head of 5 lines, then the lines of the steps in the order the
+ * kernels read them, so a record streams from memory front to back (with the
+ * high bits in a region of their own, the hardware prefetchers of an AMD Zen 4
+ * fetched Q5_K and Q6_K at 10 GB/s a core where Q4_K streams at 25):
+ *   d   at kern_kpk_d_off (0): 16 f16 super-block scales, row j at index j;
+ *   dmin (Q4_K, Q5_K) at kern_kpk_d_off + 32: 16 f16.
+ *   sc  at kern_kpk_sc_off (64): kern_kpk_nsub(wt) x 16 bytes: byte 16t + j is
+ *       the scale of sub-block t of row j (Q4_K / Q5_K: 8 sub-blocks of 32,
+ *       6-bit unsigned, unpacked from GGUF's 12 bytes; Q6_K: 16 groups of 16,
+ *       int8).
  *   m   (Q4_K, Q5_K) at kern_kpk_sc_off + 128: 8 x 16 bytes: the 6-bit
  *       minimum of sub-block t of row j at byte 16t + j.
- *   d   at kern_kpk_d_off: 16 f16 super-block scales, row j at index j;
- *   dmin (Q4_K, Q5_K) at kern_kpk_d_off + 32: 16 f16.
+ *   qs  of step s at kern_kpk_qs_off(s): 64 bytes; bytes 4j..4j+3 are row j's
+ *       bytes of step s (for Q4_K / Q5_K the GGUF qs bytes 4s..4s+3; Q6_K
+ *       re-nibbled from its ql / qh).
+ *   qh  (Q5_K, Q6_K): the hb = kern_kpk_hbits high bits of each level (bit 4;
+ *       Q6_K bits 4 and 5), byte-parallel with qs so that a kernel adds them
+ *       with a shift and a mask: 64-byte vectors, each shared by P = 4 / hb
+ *       steps and stored after their qs lines; step s uses the vector at
+ *       kern_kpk_hvec(s), where byte 4j+i holds, from bit kern_kpk_hpos(s, 0)
+ *       = 2 hb (s % P), the high bits of the low nibble's level of byte i of
+ *       row j in step s, and from kern_kpk_hpos(s, 1) = that + hb those of the
+ *       high nibble's.
  * Sizes: Q4_K 2368 bytes per record (16 rows of GGUF: 2304), Q5_K 2880
  * (2816), Q6_K 3392 (3360).
  *
@@ -169,18 +178,40 @@ static inline bool kern_kpk_type(kern_type_t t) {
 static inline int kern_kpk_nsub(kern_type_t t) {
     return t == KERN_Q6_K ? 16 : 8;
 }
-static inline int kern_kpk_qh_off(kern_type_t t) {
+/* High bits per level beyond the nibble: Q4_K 0, Q5_K 1, Q6_K 2. */
+static inline int kern_kpk_hbits(kern_type_t t) {
+    return t == KERN_Q4_K ? 0 : t == KERN_Q5_K ? 1 : 2;
+}
+#define KERN_KPK_HEAD 320 /* d, dmin (or padding) and the scales */
+static inline int kern_kpk_d_off(kern_type_t t) {
     (void)t;
-    return 32 * 64;
+    return 0;
 }
 static inline int kern_kpk_sc_off(kern_type_t t) {
-    return kern_kpk_qh_off(t) + (t == KERN_Q5_K ? 512 : t == KERN_Q6_K ? 1024 : 0);
+    (void)t;
+    return 64;
 }
-static inline int kern_kpk_d_off(kern_type_t t) {
-    return kern_kpk_sc_off(t) + 256; /* sc + m, or Q6_K's 16 x 16 scales */
+/* Offset of step s's qs line: P of them, then their high-bit vector. */
+static inline int kern_kpk_qs_off(kern_type_t t, int s) {
+    const int hb = kern_kpk_hbits(t);
+    if (!hb)
+        return KERN_KPK_HEAD + 64 * s;
+    const int p = 4 / hb;
+    return KERN_KPK_HEAD + 64 * ((p + 1) * (s / p) + s % p);
+}
+/* Offset of step s's high-bit vector (Q5_K, Q6_K). */
+static inline int kern_kpk_hvec(kern_type_t t, int s) {
+    const int p = 4 / kern_kpk_hbits(t);
+    return KERN_KPK_HEAD + 64 * ((p + 1) * (s / p) + p);
+}
+/* First bit, in a byte of step s's vector, of the high bits of the low
+ * (hi = 0) or high (hi = 1) nibble's level (Q5_K, Q6_K). */
+static inline int kern_kpk_hpos(kern_type_t t, int s, int hi) {
+    const int hb = kern_kpk_hbits(t);
+    return 2 * hb * (s % (4 / hb)) + hb * hi;
 }
 static inline int kern_kpk_rec(kern_type_t t) {
-    return kern_kpk_d_off(t) + 64; /* d + dmin, or Q6_K's d and 32 bytes of padding */
+    return KERN_KPK_HEAD + 64 * 32 + 64 * 8 * kern_kpk_hbits(t);
 }
 
 /* The K-quant half of the packed layout (gemm_kpacked_ref.c), which

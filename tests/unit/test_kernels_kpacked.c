@@ -249,8 +249,8 @@ START_TEST(test_kpacked_batch_invariant) {
 }
 END_TEST
 
-/* The layout itself, on one hand-made Q4_K row: a byte of qs, a scale and a
- * minimum land where kern_cpu.h says. */
+/* The layout itself, on hand-made Q4_K and Q5_K rows: a byte of qs, a scale,
+ * a minimum and a high bit land where kern_cpu.h says. */
 START_TEST(test_kpacked_layout) {
     kern_block_q4_K b[2];
     memset(b, 0, sizeof b);
@@ -262,7 +262,8 @@ START_TEST(test_kpacked_layout) {
     uint8_t *p = s_pack(KERN_Q4_K, 256, 2, (const uint8_t *)b, sizeof b[0]);
     /* row 1 (b[1]) is lane 1 of group 0's only record */
     const int sco = kern_kpk_sc_off(KERN_Q4_K), dof = kern_kpk_d_off(KERN_Q4_K);
-    ck_assert_uint_eq(p[64 * 9 + 4 + 2], 0xA5);
+    const int qs9 = 320 + 64 * 9; /* after the head of 5 lines */
+    ck_assert_uint_eq(p[qs9 + 4 + 2], 0xA5);
     ck_assert_uint_eq(p[sco + 16 * 3 + 1], 17);
     ck_assert_uint_eq(p[sco + 16 * 7 + 1], 4 | (2 << 4));
     ck_assert_uint_eq(p[sco + 128 + 16 * 7 + 1], 9);
@@ -271,8 +272,23 @@ START_TEST(test_kpacked_layout) {
     ck_assert_uint_eq(d, b[1].d);
     memcpy(&d, p + dof + 32 + 2, 2);
     ck_assert_uint_eq(d, b[1].dmin);
-    ck_assert_uint_eq(p[64 * 9 + 8 + 2], 0); /* lane 2: a padding row */
-    ck_assert_uint_eq(p[64 * 9 + 2], 0);     /* lane 0: b[0], all zero */
+    ck_assert_uint_eq(p[qs9 + 8 + 2], 0); /* lane 2: a padding row */
+    ck_assert_uint_eq(p[qs9 + 2], 0);     /* lane 0: b[0], all zero */
+    free(p);
+
+    /* Q5_K: element 64 + 6 (chunk 1, step 9, byte 2) has its fifth bit in
+     * qh[6] bit 2; steps 8..11 are 4 qs lines and then their high-bit vector,
+     * where step 9's low nibbles take bit 2 */
+    kern_block_q5_K b5[2];
+    memset(b5, 0, sizeof b5);
+    b5[1].qs[4 * 9 + 2] = 0x3C;
+    b5[1].qh[6] = 1 << 2;
+    p = s_pack(KERN_Q5_K, 256, 2, (const uint8_t *)b5, sizeof b5[0]);
+    const int q5s9 = 320 + 64 * (5 * 2 + 1), q5h9 = 320 + 64 * (5 * 2 + 4);
+    ck_assert_uint_eq(p[q5s9 + 4 + 2], 0x3C);
+    ck_assert_uint_eq(p[q5h9 + 4 + 2], 1 << 2);
+    for (int i = 0; i < 64; i++) /* no other high bit is set */
+        ck_assert_uint_eq(p[q5h9 + i], i == 6 ? 1 << 2 : 0);
     free(p);
 }
 END_TEST
