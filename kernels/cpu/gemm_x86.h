@@ -1296,6 +1296,40 @@ KX_INLINE void s_q8_block(const float *x, int8_t *qs, float *d_out, int *sum_out
     *sum_out = s_hsum256i(s);
 }
 
+/* Q8_K super-block: d = amax / 127 over its 256 values, q = round(x / d)
+ * clamped to -127..127 and the sums of each 16, as the reference does (the
+ * rounding is the same: to nearest even). */
+KX_INLINE void s_q8k_block(const float *x, kern_block_q8_K *b) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 amax = _mm256_setzero_ps();
+    for (int j = 0; j < KERN_QK_K; j += 8)
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    const __m256 idv = _mm256_set1_ps(id);
+    b->d = d;
+    for (int j = 0; j < KERN_QK_K; j += 32) {
+        __m256i iv[4];
+        for (int t = 0; t < 4; t++)
+            iv[t] = _mm256_cvtps_epi32(
+                _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * t), idv),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m256i p8 =
+            _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+        p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        p8 = _mm256_max_epi8(p8, _mm256_set1_epi8(-127));
+        _mm256_storeu_si256((__m256i *)(b->qs + j), p8);
+        const __m256i ones = _mm256_set1_epi16(1);
+        for (int h = 0; h < 2; h++) {
+            const __m128i q = h ? _mm256_extracti128_si256(p8, 1) : _mm256_castsi256_si128(p8);
+            b->bsums[j / 16 + h] =
+                (int16_t)s_hsum256i(_mm256_madd_epi16(_mm256_cvtepi8_epi16(q), ones));
+        }
+    }
+}
+
 /* f32 -> f16 with the F16C instruction, rounding to nearest even like
  * kern_f32_to_f16 (the tests check the outputs are byte-identical). */
 KX_INLINE kern_f16_t s_to_f16(float f) {
@@ -1322,6 +1356,11 @@ void KX(kern_quant_row)(kern_type_t t, const float *src, void *dst, int64_t n) {
             b[i].d = s_to_f16(d);
             b[i].s = s_to_f16(d * (float)sum);
         }
+        return;
+    }
+    if (t == KERN_Q8_K) {
+        for (int64_t i = 0; i < n / KERN_QK_K; i++)
+            s_q8k_block(src + i * KERN_QK_K, (kern_block_q8_K *)dst + i);
         return;
     }
     if (t == KERN_F16) {
