@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include "base_clock.h"
+#include "model_gguf.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -15,12 +16,9 @@ const char *cli_default_model(void) {
     const char *e = getenv("STRATA_MODEL");
     if (e && *e)
         return e;
-    const char *dir = getenv("STRATA_MODEL_DIR");
-    if (dir && *dir)
-        snprintf(buf, sizeof buf, "%s/%s", dir, CLI_DEFAULT_MODEL_FILE);
-    else
-        snprintf(buf, sizeof buf, "%s/.cache/strata/models/%s",
-                 getenv("HOME") ? getenv("HOME") : ".", CLI_DEFAULT_MODEL_FILE);
+    char dir[3072];
+    snprintf(buf, sizeof buf, "%s/%s", model_gguf_cache_dir(dir, sizeof dir),
+             CLI_DEFAULT_MODEL_FILE);
     return buf;
 }
 

@@ -36,7 +36,11 @@ static void s_usage(FILE *f) {
                "commands:\n");
     for (size_t i = 0; i < sizeof s_cmds / sizeof s_cmds[0]; i++)
         fprintf(f, "  %-12s %s\n", s_cmds[i].name, s_cmds[i].help);
-    fprintf(f, "\nWith no -m, commands use the default model: %s\n", cli_default_model());
+    fprintf(f,
+            "\nWith no -m, commands use the default model: %s\n"
+            "-m takes a GGUF path, or a model name: the start of a file name in the model\n"
+            "cache ($STRATA_MODEL_DIR, else ~/.cache/strata/models), as in -m gemma.\n",
+            cli_default_model());
 }
 
 int main(int argc, char **argv) {

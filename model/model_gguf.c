@@ -6,12 +6,14 @@
 #include "kern_ops.h"
 #include "model_err.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -338,9 +340,64 @@ static const uint8_t *s_offset_field(const model_gguf_tensor_t *t) {
     return (const uint8_t *)t->name.ptr + t->name.len + 4 + 8 * (size_t)t->n_dims + 4;
 }
 
+const char *model_gguf_cache_dir(char *buf, size_t len) {
+    const char *dir = getenv("STRATA_MODEL_DIR");
+    if (dir && *dir)
+        snprintf(buf, len, "%s", dir);
+    else
+        snprintf(buf, len, "%s/.cache/strata/models", getenv("HOME") ? getenv("HOME") : ".");
+    return buf;
+}
+
+static bool s_is_gguf_name(const char *f) {
+    const size_t n = strlen(f);
+    return n > 5 && strcasecmp(f + n - 5, ".gguf") == 0;
+}
+
+int model_gguf_resolve(const char *name, char *out, size_t outlen, char *err, size_t errlen) {
+    char dir[4096], found[1024] = "", all[1024] = "";
+    model_gguf_cache_dir(dir, sizeof dir);
+    DIR *d = opendir(dir);
+    int hits = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!s_is_gguf_name(e->d_name))
+            continue;
+        snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", *all ? ", " : "", e->d_name);
+        const size_t nl = strlen(name), fl = strlen(e->d_name);
+        if ((nl == fl || nl == fl - 5) && strncasecmp(e->d_name, name, nl) == 0) {
+            snprintf(out, outlen, "%s/%s", dir, e->d_name); /* the whole name or stem: it */
+            hits = 1;
+            break;
+        }
+        if (strncasecmp(e->d_name, name, nl) == 0) {
+            if (hits++ == 0)
+                snprintf(out, outlen, "%s/%s", dir, e->d_name);
+            snprintf(found + strlen(found), sizeof found - strlen(found), "%s%s",
+                     *found ? ", " : "", e->d_name);
+        }
+    }
+    if (d)
+        closedir(d);
+    if (hits == 1)
+        return 0;
+    if (hits > 1)
+        return model_err_set(err, errlen, -EEXIST,
+                             "%s: no such file, and several models in %s start with it: %s", name,
+                             dir, found);
+    return model_err_set(err, errlen, -ENOENT,
+                         "%s: no such file, and no model in %s starts with it (there: %s)", name,
+                         dir, *all ? all : "no .gguf file");
+}
+
 model_gguf_t *model_gguf_open(const char *path, char *err, size_t errlen) {
     if (err && errlen)
         err[0] = 0;
+    char resolved[4096];
+    if (!strchr(path, '/') && access(path, F_OK) != 0) { /* a model name */
+        if (model_gguf_resolve(path, resolved, sizeof resolved, err, errlen) != 0)
+            return NULL;
+        path = resolved;
+    }
     model_gguf_t *self = calloc(1, sizeof *self);
     int fd = -1;
     if (!self)

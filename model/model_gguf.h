@@ -65,8 +65,18 @@ typedef struct model_gguf_t model_gguf_t;
 
 /* Map and validate the file at path.  On failure returns NULL and writes a
  * one-line reason into err[errlen]: "<path>: at offset N: <problem>", N the file
- * offset of the bad item (for a file that cannot be opened or mapped, no offset). */
+ * offset of the bad item (for a file that cannot be opened or mapped, no offset).
+ * A path that names no file and has no '/' is a model name: model_gguf_resolve
+ * finds its file in the model cache (`-m gemma`). */
 model_gguf_t *model_gguf_open(const char *path, char *err, size_t errlen);
+/* The model cache: $STRATA_MODEL_DIR, else $HOME/.cache/strata/models. */
+const char *model_gguf_cache_dir(char *buf, size_t len);
+/* The file of a model name: the .gguf file in the model cache whose name or
+ * stem is name, else the one whose name starts with it (case-insensitive;
+ * "gemma" -> gemma-3-270m-q4_k_m.gguf).
+ * 0 with the path in out, or -ENOENT (none; err lists the cache's models) or
+ * -EEXIST (several; err lists them). */
+int model_gguf_resolve(const char *name, char *out, size_t outlen, char *err, size_t errlen);
 /* Unmap and free; nulls *self_p; safe on NULL. */
 void model_gguf_destroy(model_gguf_t **self_p);
 

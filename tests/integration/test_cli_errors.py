@@ -110,6 +110,24 @@ def main():
             expect_error("generate: bad ids", ["generate", "--ids", "1 two"], "--ids must be")
             expect_error("generate: id out of range", ["generate", "--ids", "99999999"], "out of range")
         expect_error("unknown command", ["frobnicate"], "unknown command")
+        # a model name (no '/', no such file) is looked up in the model cache
+        os.makedirs(os.path.join(d, "models"))
+        for f in ("alpha-1.gguf", "alpha-2.gguf", "alpha-10.gguf"):
+            open(os.path.join(d, "models", f), "wb").write(b"GGUF")
+        env = dict(os.environ, STRATA_MODEL_DIR=os.path.join(d, "models"))
+        for name, args, needle in (
+                ("model name: none", ["generate", "-m", "beta", "-p", "x"],
+                 "no model in " + os.path.join(d, "models") + " starts with it (there: alpha-"),
+                ("model name: ambiguous", ["generate", "-m", "alpha", "-p", "x"],
+                 "several models in"),
+                ("model name: found (its stem; alpha-10 also starts with it)",
+                 ["generate", "-m", "ALPHA-1", "-p", "x"],
+                 os.path.join(d, "models", "alpha-1.gguf") + ": ")):
+            p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=60, env=env)
+            ok = p.returncode not in (0,) and p.returncode < 128 and needle in p.stderr
+            print(f"{'ok  ' if ok else 'FAIL'} {name}: rc={p.returncode} stderr={p.stderr.strip()!r}")
+            if not ok:
+                failures.append(name)
         if HAVE_MODEL:
             expect_error("quantize: bad type", ["quantize", MODEL, os.path.join(d, "o.gguf"), "q3_x"], "q3_x")
         expect_error("perplexity: missing text", ["perplexity", "-f", os.path.join(d, "none.txt")], "cannot read")
