@@ -5,10 +5,13 @@ prompts for 32 tokens from the same ids (BOS included: both are handed the ids t
 tokens), F16 KV on both sides, 2 threads.
 
 Measured: the three short prompts agree on all 32 tokens; the long one (738 tokens) on 20,
-then parts where llama.cpp's top-2 gap is 0.028.
+then parts where llama.cpp's top-2 gap is 0.028 (AMD Zen 2), or on 8, gap 0.245 (AMD Zen 4).
 
 Pass: the continuations are equal, or they agree for at least MIN_EQUAL tokens and part at a
-near tie, where llama.cpp's own top-2 log-probabilities (n_probs) are less than TIE apart.
+near tie, where llama.cpp's own top-2 log-probabilities (n_probs) are less than TIE apart and
+strata's token is llama.cpp's second choice.  Where the tie falls depends on the CPU: on an AMD
+Zen 4 (both engines' AVX-512 kernels) the long prompt parts at token 8 (gap 0.245), on a Zen 2
+(AVX2) at token 20.
 Two engines that round differently (8-bit activations in both, but llama.cpp rounds Q and
 the attention output through f16 and looks GELU up in an f16 table) move log-probabilities by
 ~0.1-0.3 at some steps (mean KL 0.006, test_llamacpp_kl.py), so free text parts at near ties;
@@ -31,7 +34,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import testenv  # noqa: E402
 
-N_GEN, MIN_EQUAL, TIE = 32, 16, 0.3
+N_GEN, MIN_EQUAL, TIE = 32, 4, 0.3
 # Plain prompts whose continuations keep clear of near ties (measured: all 32 tokens equal).
 # "The capital of France is" parts at step 12, where llama.cpp's top-2 gap is 0.21 (strata's
 # 0.03, the other way); "Once upon a time, there was a little girl who" had a 0.05 gap at
@@ -122,6 +125,7 @@ def main():
             gaps = [s["top_logprobs"][0]["logprob"] - s["top_logprobs"][1]["logprob"]
                     if len(s["top_logprobs"]) > 1 else float("inf")
                     for s in r["completion_probabilities"]]
+            top2 = [[t["id"] for t in s["top_logprobs"][:2]] for s in r["completion_probabilities"]]
             out = run([binp, "generate", "-m", model, "--ids", " ".join(map(str, ids)), "-n",
                        str(N_GEN), "--greedy", "--print-ids", "--threads", "2", "--kv-type",
                        "f16"])
@@ -136,11 +140,13 @@ def main():
                 print(f"  {prompt!r}: {len(st)} tokens equal: {text!r}")
                 continue
             gap = gaps[same] if same < len(gaps) else float("inf")
-            good = same >= MIN_EQUAL and gap < TIE
+            second = same < len(st) and same < len(top2) and st[same] in top2[same]
+            good = same >= MIN_EQUAL and gap < TIE and second
             print(f"  {prompt!r}: equal for {same} of {len(ll)} tokens, then strata "
                   f"{st[same] if same < len(st) else 'stops'} vs llama.cpp "
                   f"{ll[same] if same < len(ll) else 'stops'}, llama.cpp's top-2 gap there "
-                  f"{gap:.3f} (a near tie below {TIE}; at least {MIN_EQUAL} equal needed)"
+                  f"{gap:.3f} (a near tie below {TIE}; at least {MIN_EQUAL} equal needed; "
+                  f"strata's token {'is' if second else 'is not'} llama.cpp's second choice)"
                   f"{'' if good else '  FAIL'}")
             ok = ok and good
     finally:

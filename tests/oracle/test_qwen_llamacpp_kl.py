@@ -7,7 +7,7 @@ and Qwen3-0.6B widths, 4 layers, the default model's tokenizer, written F32) qua
 and Q4_K by `strata quantize`; 2 chunks of 128 tokens of tests/data/alice29_ch1-6.txt (126 scored
 positions), F16 KV on both sides, 2 threads.
 Bounds: mean KL < 0.02, p99 < 0.1, top-1 >= 90 % (test_llamacpp_kl.py's), and for Q8_0
-strata's perplexity within 0.5 % of llama-perplexity's own (TYPES says why not for Q4_K).  Random weights give flat outputs (a
+strata's perplexity within 1 % of llama-perplexity's own (TYPES says why not for Q4_K).  Random weights give flat outputs (a
 perplexity in the millions, top-2 logit gaps of a few tenths), so the top-1 rate is the
 tightest bound: measured at the commit that added this test, Q8_0: qwen2 mean KL 0.0015,
 top-1 93.7 %, perplexity 0.33 % from llama.cpp's; qwen3 0.0017, 96.8 %, 0.07 %; Q4_K:
@@ -37,7 +37,9 @@ SHAPES = ("qwen2-0.5b", "qwen3-0.6b")
 # larger per-token noise, KL 0.003, moves a random model's log-perplexity of ~15 nats by
 # ~0.01 over 126 tokens, ~1 %: measured 1.2 % on qwen3, so only KL and top-1 bind there).
 # q4_k: qwen2's 896-wide matrices fall back to q5_0, as in llama.cpp.
-TYPES = {"q8_0": 0.005, "q4_k": None}
+# q8_0: its KL of 0.0015 moves the log-perplexity by ~0.005, so the gap depends on the CPU's
+# kernels on both sides: qwen2 0.33 % on an AMD Zen 2 (AVX2), 0.51 % on a Zen 4 (AVX-512).
+TYPES = {"q8_0": 0.01, "q4_k": None}
 LAYERS = 4
 BOUNDS = (0.02, 0.1, 90.0)  # mean KL limit, p99 limit, top-1 % lower bound
 
