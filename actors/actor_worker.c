@@ -841,8 +841,7 @@ static void s_step_error(void *arg, serve_step_seq_t *seq, int rc, const char *w
 }
 
 static void s_step_decoded(void *arg, serve_step_seq_t *seq) {
-    if (!seq->grammar) /* a constrained request is not drafted for (the step would skip it) */
-        s_want_draft(arg, (s_req_t *)seq);
+    s_want_draft(arg, (s_req_t *)seq); /* under a grammar the step cuts the drafts it refuses */
 }
 
 static void s_step_note(void *arg, serve_step_seq_t *seq, const char *what, const char *why) {

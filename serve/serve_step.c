@@ -231,6 +231,39 @@ static bool s_advance(serve_step_t *st, serve_step_seq_t *s, int32_t t) {
     return true;
 }
 
+/* How many of s's nd drafts its grammar takes in turn, stopping before one it refuses
+ * and before one that completes the sentence (the target's own token completes it, from
+ * a row that still allows something).  The grammar's state is unchanged. */
+static int s_grammar_drafts(serve_step_seq_t *s, int nd) {
+    const int c0 = grammar_state_checkpoint(s->grammar);
+    int ok = 0;
+    while (ok < nd && grammar_state_accept_token(s->grammar, s->gindex, s->draft[ok]) == 0 &&
+           grammar_state_can_continue(s->grammar))
+        ok++;
+    grammar_state_rollback(s->grammar, c0);
+    return ok;
+}
+
+/* Mask row i of lg (nd + 1 rows) with the grammar's state after draft[0..i), as plain
+ * decoding would have masked that position: model_spec_verify then accepts or replaces
+ * each draft against constrained distributions.  False when s failed (a mask failed). */
+static bool s_constrain_rows(serve_step_t *st, serve_step_seq_t *s, float *lg, int nd) {
+    const int c0 = grammar_state_checkpoint(s->grammar);
+    int rc = 0;
+    for (int i = 0; i <= nd && !rc; i++) {
+        rc = grammar_state_mask(s->grammar, s->gindex, st->mask);
+        if (!rc)
+            grammar_mask_apply(st->mask, lg + (size_t)i * st->n_vocab, st->n_vocab);
+        if (!rc && i < nd)
+            rc = grammar_state_accept_token(s->grammar, s->gindex, s->draft[i]);
+    }
+    grammar_state_rollback(s->grammar, c0);
+    s_count(st, "grammar.masks", nd + 1);
+    if (rc)
+        s_fail(st, s, rc, "the grammar's token mask failed on a draft");
+    return rc == 0;
+}
+
 /* A decode item ran with nd drafts: verify them (model_spec_verify), emit the
  * accepted tokens and the target's own next one, roll the KV of the rejected
  * positions back.  lg: (nd + 1, n_vocab) logits. */
@@ -241,6 +274,8 @@ static void s_verify(serve_step_t *st, serve_step_seq_t *s, const sched_batch_it
     int h = s->n_hist;                           /* position of the first new token */
     for (int i = 0; s->logprobs && i <= nd; i++) /* before verify changes the rows */
         s_log_softmax(lg + (size_t)i * nv, st->lp_rows + (size_t)i * nv, nv);
+    if (s->grammar && !s_constrain_rows(st, s, lg, nd))
+        return;
     int e =
         model_spec_verify(st->cfg.sampler, &s->sp, lg, s->draft, nd, s->hist, s->n_hist, h, out);
     s->n_draft = 0;
@@ -261,9 +296,16 @@ static void s_verify(serve_step_t *st, serve_step_seq_t *s, const sched_batch_it
     int n_emit = 0;
     for (int i = 0; i < e; i++) {
         const float *lsm = s->logprobs ? st->lp_rows + (size_t)i * nv : NULL;
+        if (s->grammar && s_advance(st, s, out[i]))
+            return;
         if (!s_emit(st, s, out[i], lsm, -1))
             return;
         n_emit++;
+        if (s->grammar && !grammar_state_can_continue(s->grammar)) { /* the sentence is done */
+            s_count(st, "grammar.completed", 1);
+            s_finish(st, s, -1, -1, SERVE_STEP_EOS, NULL);
+            return;
+        }
     }
     sched_batch_advance_spec(st->cfg.sched, s->rid, 1 + acc, n_emit);
     if (st->sink.decoded)
@@ -316,9 +358,11 @@ static int s_assemble(serve_step_t *st, int n_items) {
          * token then draft[0..nd) at the following positions, logits for all */
         int nd = 0;
         if (st->cfg.spec && !it->prefill && it->sample && s->n_draft > 0 &&
-            s->draft_base == s->n_hist && !s->grammar) { /* no drafts under a grammar */
-            nd = s->n_draft;
-            if (kv_cache_reserve(st->cfg.kv, &s->kv, it->pos0, it->pos0 + 1 + nd))
+            s->draft_base == s->n_hist) {
+            nd = s->grammar ? s_grammar_drafts(s, s->n_draft) : s->n_draft;
+            if (s->grammar && nd < s->n_draft)
+                s_count(st, "grammar.drafts_cut", s->n_draft - nd);
+            if (nd && kv_cache_reserve(st->cfg.kv, &s->kv, it->pos0, it->pos0 + 1 + nd))
                 nd = 0; /* no room: plain decode this step */
         }
         s->n_draft = nd; /* what this step verifies */
