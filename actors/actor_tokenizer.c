@@ -122,6 +122,8 @@ static void s_on_request(void *self, const msg_tok_request_t *q) {
     w.rid = q->rid;
     w.max_tokens = g->max_tokens;
     w.sampling = g->sampling;
+    w.logit_bias = g->logit_bias; /* borrowed */
+    w.n_logit_bias = g->n_logit_bias;
     memcpy(w.stop, g->stop, sizeof w.stop);
     w.n_stop = g->n_stop;
     w.stream = g->stream;

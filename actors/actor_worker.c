@@ -60,10 +60,11 @@ typedef struct s_req_t {
     int top_logprobs;        /* alternatives per token */
     msg_trace_step_t *steps; /* (cap_steps) the chain: the tokenizer's and router's, then ours */
     int n_steps, cap_steps;
-    int64_t trace_end_us; /* where the chain ends, after the arrival */
-    int n_more;           /* steps summed up in the last one once the trace is full */
-    int promoted;         /* blocks promoted for it while it waited */
-    s_gram_t *gram;       /* its grammar (seq.grammar follows it), or NULL */
+    int64_t trace_end_us;     /* where the chain ends, after the arrival */
+    int n_more;               /* steps summed up in the last one once the trace is full */
+    int promoted;             /* blocks promoted for it while it waited */
+    s_gram_t *gram;           /* its grammar (seq.grammar follows it), or NULL */
+    model_logit_bias_t *bias; /* (seq.sp.n_bias) its logit_bias (seq.sp.bias points here) */
 } s_req_t;
 /* the step hands back &r->seq: the request itself */
 static_assert(offsetof(s_req_t, seq) == 0, "seq must come first");
@@ -392,6 +393,7 @@ static void s_req_free(s_worker_t *w, s_req_t **rp) {
     model_stopper_free(&r->stopper);
     grammar_state_destroy(&r->seq.grammar);
     s_gram_release(&r->gram);
+    free(r->bias);
     free(r->steps);
     free(r->seq.hist);
     free(r);
@@ -567,9 +569,27 @@ static void s_on_request(void *self, const msg_work_request_t *q) {
             return;
         }
     char why[128];
-    const model_sampler_params_t sp = {
-        q->sampling.temperature,    q->sampling.top_k,         q->sampling.top_p, q->sampling.min_p,
-        q->sampling.repeat_penalty, q->sampling.repeat_last_n, q->sampling.seed};
+    for (int i = 0; i < q->n_logit_bias; i++)
+        if (q->logit_bias[i].token >= w->n_vocab) {
+            snprintf(why, sizeof why, "logit_bias: token %d is not in the vocabulary (0..%d)",
+                     (int)q->logit_bias[i].token, w->n_vocab - 1);
+            s_error(w, q->rid, MSG_CODE_BAD_REQUEST, why);
+            return;
+        }
+    model_sampler_params_t sp = {.temperature = q->sampling.temperature,
+                                 .top_k = q->sampling.top_k,
+                                 .top_p = q->sampling.top_p,
+                                 .min_p = q->sampling.min_p,
+                                 .repeat_penalty = q->sampling.repeat_penalty,
+                                 .repeat_last_n = q->sampling.repeat_last_n,
+                                 .seed = q->sampling.seed,
+                                 .presence_penalty = q->sampling.presence_penalty,
+                                 .frequency_penalty = q->sampling.frequency_penalty,
+                                 /* the completion starts after the prompt: carried tokens
+                                    are completion tokens */
+                                 .gen_start = q->n_tokens - q->n_gen,
+                                 .bias = (const model_logit_bias_t *)q->logit_bias,
+                                 .n_bias = q->n_logit_bias};
     if (model_sampler_check(&sp, why, sizeof why)) {
         s_error(w, q->rid, MSG_CODE_BAD_REQUEST, why);
         return;
@@ -577,7 +597,16 @@ static void s_on_request(void *self, const msg_work_request_t *q) {
     s_req_t *r = calloc(1, sizeof *r);
     if (r)
         r->seq.hist = malloc(((size_t)q->n_tokens + q->max_tokens) * sizeof *r->seq.hist);
-    if (!r || !r->seq.hist) {
+    if (r && sp.n_bias) { /* the request outlives q: its own copy */
+        r->bias = malloc((size_t)sp.n_bias * sizeof *r->bias);
+        if (r->bias)
+            for (int i = 0; i < sp.n_bias; i++)
+                r->bias[i] = (model_logit_bias_t){q->logit_bias[i].token, q->logit_bias[i].bias};
+        sp.bias = r->bias;
+    }
+    if (!r || !r->seq.hist || (sp.n_bias && !r->bias)) {
+        if (r)
+            free(r->seq.hist);
         free(r);
         s_error(w, q->rid, MSG_CODE_INTERNAL, "out of memory");
         return;

@@ -1,4 +1,4 @@
-/* model_sampler.c - penalties, temperature, top-k, top-p, min-p, seeded draws;
+/* model_sampler.c - logit bias, penalties, temperature, top-k, top-p, min-p, seeded draws;
  * and stop-string detection with hold-back for streaming. */
 #include "model_sampler.h"
 #include "model_err.h"
@@ -17,10 +17,16 @@ typedef struct {
 struct model_sampler_t {
     int n_vocab;    /* logits per call */
     s_cand_t *cand; /* (n_vocab) candidates */
+    int32_t *count; /* (n_vocab) occurrences in the completion; all 0 between calls */
 };
 
 model_sampler_params_t model_sampler_defaults(void) {
-    return (model_sampler_params_t){0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0};
+    return (model_sampler_params_t){.temperature = 0.8f,
+                                    .top_k = 40,
+                                    .top_p = 0.95f,
+                                    .min_p = 0.05f,
+                                    .repeat_penalty = 1.0f,
+                                    .repeat_last_n = 64};
 }
 
 int model_sampler_check(const model_sampler_params_t *p, char *err, size_t errlen) {
@@ -37,6 +43,18 @@ int model_sampler_check(const model_sampler_params_t *p, char *err, size_t errle
         why = "repeat_last_n must be >= 0";
     else if (p->top_k < 0)
         why = "top_k must be >= 0";
+    else if (!(p->presence_penalty >= -2 && p->presence_penalty <= 2))
+        why = "presence_penalty must be in [-2, 2]";
+    else if (!(p->frequency_penalty >= -2 && p->frequency_penalty <= 2))
+        why = "frequency_penalty must be in [-2, 2]";
+    else if (p->n_bias < 0 || p->n_bias > MODEL_MAX_LOGIT_BIAS || (p->n_bias && !p->bias))
+        why = "logit_bias must have at most 1024 entries";
+    for (int i = 0; !why && i < p->n_bias; i++) {
+        if (!(p->bias[i].bias >= -100 && p->bias[i].bias <= 100))
+            why = "logit_bias values must be in [-100, 100]";
+        else if (p->bias[i].token < 0)
+            why = "logit_bias token ids must be >= 0";
+    }
     if (!why)
         return 0;
     return model_err_set(err, errlen, -EINVAL, "%s", why);
@@ -48,7 +66,8 @@ model_sampler_t *model_sampler_new(int n_vocab) {
         return NULL;
     s->n_vocab = n_vocab;
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
-    if (!s->cand)
+    s->count = calloc((size_t)n_vocab, sizeof *s->count);
+    if (!s->cand || !s->count)
         model_sampler_destroy(&s);
     return s;
 }
@@ -57,6 +76,7 @@ void model_sampler_destroy(model_sampler_t **self_p) {
     if (!self_p || !*self_p)
         return;
     free((*self_p)->cand);
+    free((*self_p)->count);
     free(*self_p);
     *self_p = NULL;
 }
@@ -142,6 +162,39 @@ static void s_penalize(int n, const model_sampler_params_t *p, float *logits,
     }
 }
 
+/* OpenAI's presence and frequency penalties over history[gen_start .. n_history),
+ * in place: count each token, subtract once per distinct token, reset the counts.
+ * The adjustment is one float product and sum, then one subtraction (the CUDA
+ * sampler does the same operations, rounded the same). */
+static void s_penalize_openai(model_sampler_t *s, const model_sampler_params_t *p, float *logits,
+                              const int32_t *history, int n_history) {
+    if (p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
+        return;
+    int n = s->n_vocab, from = p->gen_start > 0 ? p->gen_start : 0;
+    for (int i = from; i < n_history; i++)
+        if (history[i] >= 0 && history[i] < n)
+            s->count[history[i]]++;
+    for (int i = from; i < n_history; i++) {
+        int32_t t = history[i];
+        if (t < 0 || t >= n || s->count[t] == 0)
+            continue;                                        /* out of range, or already done */
+        float f = p->frequency_penalty * (float)s->count[t]; /* two statements: no FMA */
+        float adj = f + p->presence_penalty;
+        logits[t] = logits[t] - adj;
+        s->count[t] = 0;
+    }
+}
+
+/* Everything before the choice: logit bias, repetition penalty, OpenAI penalties. */
+static void s_adjust(model_sampler_t *s, const model_sampler_params_t *p, float *logits,
+                     const int32_t *history, int n_history) {
+    for (int i = 0; i < p->n_bias; i++)
+        if (p->bias[i].token >= 0 && p->bias[i].token < s->n_vocab)
+            logits[p->bias[i].token] += p->bias[i].bias;
+    s_penalize(s->n_vocab, p, logits, history, n_history);
+    s_penalize_openai(s, p, logits, history, n_history);
+}
+
 /* Temperature, top-k, softmax, top-p, min-p (temperature > 0): leaves the m
  * survivors in s->cand[0..m), most likely first, each with its (not yet
  * renormalised) probability; *total gets their sum.  The draw picks candidate
@@ -196,7 +249,7 @@ static int s_candidates(model_sampler_t *s, const model_sampler_params_t *p, con
 
 int32_t model_sampler_sample(model_sampler_t *s, const model_sampler_params_t *p, float *logits,
                              const int32_t *history, int n_history, int pos) {
-    s_penalize(s->n_vocab, p, logits, history, n_history);
+    s_adjust(s, p, logits, history, n_history);
     if (p->temperature <= 0)
         return model_argmax(logits, s->n_vocab);
     double total;
@@ -214,7 +267,7 @@ int32_t model_sampler_sample(model_sampler_t *s, const model_sampler_params_t *p
 
 int model_sampler_dist(model_sampler_t *s, const model_sampler_params_t *p, float *logits,
                        const int32_t *history, int n_history, int32_t *ids, float *probs) {
-    s_penalize(s->n_vocab, p, logits, history, n_history);
+    s_adjust(s, p, logits, history, n_history);
     if (p->temperature <= 0) {
         ids[0] = model_argmax(logits, s->n_vocab);
         probs[0] = 1.0f;

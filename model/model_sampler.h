@@ -10,6 +10,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* One entry of logit_bias: added to the token's logit before anything else. */
+typedef struct {
+    int32_t token; /* 0..n_vocab-1 */
+    float bias;    /* -100..100 */
+} model_logit_bias_t;
+
+#define MODEL_MAX_LOGIT_BIAS 1024
+
 typedef struct {
     float temperature;    /* <= 0: greedy (argmax) */
     int top_k;            /* keep the k most likely; <= 0: off */
@@ -18,14 +26,29 @@ typedef struct {
     float repeat_penalty; /* CTRL-style penalty on recent tokens; 1: off */
     int repeat_last_n;    /* how many recent tokens the penalty looks at */
     uint64_t seed;        /* per-request seed */
+    /* OpenAI's penalties over the tokens generated so far, history[gen_start ..
+     * n_history): logit[t] -= frequency_penalty * count[t] + presence_penalty *
+     * (count[t] > 0).  Not the prompt: gen_start is where the completion starts in
+     * history (a resumed request's carried tokens are part of the completion, so
+     * the counts are a function of the request's tokens alone). */
+    float presence_penalty;         /* [-2, 2]; 0: off */
+    float frequency_penalty;        /* [-2, 2]; 0: off */
+    int gen_start;                  /* index in history of the first generated token */
+    const model_logit_bias_t *bias; /* (n_bias) borrowed: logit[token] += bias, first of all
+                                       transforms (-100 bans a token, +100 forces it, in
+                                       practice); distinct tokens */
+    int n_bias;                     /* 0..MODEL_MAX_LOGIT_BIAS */
 } model_sampler_params_t;
 
 /* temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.0 (off),
- * repeat_last_n 64, seed 0 */
+ * repeat_last_n 64, seed 0; presence and frequency penalties 0, no logit bias */
 model_sampler_params_t model_sampler_defaults(void);
 /* 0, or -EINVAL with a reason in err when a parameter is out of range
  * (temperature < 0 or > 100, top_p outside (0, 1], min_p outside [0, 1],
- * repeat_penalty outside (0, 10], repeat_last_n < 0). */
+ * repeat_penalty outside (0, 10], repeat_last_n < 0, a penalty outside [-2, 2],
+ * more than MODEL_MAX_LOGIT_BIAS biases, a bias outside [-100, 100] or a negative
+ * token).  Token ids past the vocabulary are the caller's check (it knows n_vocab);
+ * the sampler skips them. */
 int model_sampler_check(const model_sampler_params_t *p, char *err, size_t errlen);
 
 typedef struct model_sampler_t model_sampler_t;
@@ -33,14 +56,16 @@ typedef struct model_sampler_t model_sampler_t;
 model_sampler_t *model_sampler_new(int n_vocab);
 void model_sampler_destroy(model_sampler_t **self_p);
 
-/* Pick the token at position pos.  logits (n_vocab) is modified (penalty,
- * temperature).  history: the tokens so far (prompt and generated), for the
- * repetition penalty. */
+/* Pick the token at position pos.  logits (n_vocab) is modified (logit bias,
+ * penalties; then temperature).  history: the tokens so far (prompt and generated),
+ * for the repetition penalty and, from p->gen_start on, the presence and frequency
+ * penalties.  Order: logit bias, repetition penalty, presence/frequency penalties,
+ * then greedy, or temperature, top-k, top-p, min-p and the (seed, pos) draw. */
 int32_t model_sampler_sample(model_sampler_t *self, const model_sampler_params_t *p, float *logits,
                              const int32_t *history, int n_history, int pos);
 
 /* The distribution model_sampler_sample draws from at a position (same
- * arguments, same transforms: repetition penalty, temperature, top-k, top-p,
+ * arguments, same transforms: logit bias, penalties, temperature, top-k, top-p,
  * min-p): writes the m tokens it can pick into ids[0..m) and their
  * probabilities, summing to 1, into probs[0..m), most likely first (ties:
  * lower id first), and returns m (1..n_vocab).  Greedy (temperature <= 0):

@@ -31,6 +31,33 @@ static const msg_field_t s_chat_fields[] = {
 static const msg_schema_t s_chat_schema = {
     "", sizeof(msg_chat_t), s_chat_fields, MSG_NFIELDS(s_chat_fields), NULL, NULL};
 
+static const msg_field_t s_logit_bias_fields[] = {
+    {.key = "token",
+     .kind = MSG_F_I32,
+     .flags = REQ,
+     .off = offsetof(msg_logit_bias_t, token),
+     .lo = 0,
+     .hi = INT32_MAX},
+    {.key = "bias",
+     .kind = MSG_F_FLOAT,
+     .flags = REQ,
+     .off = offsetof(msg_logit_bias_t, bias),
+     .flo = -100,
+     .fhi = 100},
+};
+const msg_schema_t msg_schema_logit_bias = {
+    "",  sizeof(msg_logit_bias_t), s_logit_bias_fields, MSG_NFIELDS(s_logit_bias_fields), NULL,
+    NULL};
+
+int msg_logit_bias_check(const msg_logit_bias_t *b, int n, msg_err_t *err) {
+    for (int i = 1; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (b[i].token == b[j].token)
+                return msg_err_set(err, -EPROTO, MSG_E_INVALID, "logit_bias",
+                                   "field 'logit_bias': token %d appears twice", (int)b[i].token);
+    return 0;
+}
+
 static void s_generate_init(void *p) {
     msg_generate_t *m = p;
     m->max_tokens = MSG_DEFAULT_MAX_TOKENS;
@@ -56,7 +83,7 @@ static int s_generate_check(const void *p, msg_err_t *err) {
     if ((m->grammar != NULL) + (m->json_schema != NULL) + m->json_object > 1)
         return msg_err_set(err, -EPROTO, MSG_E_INVALID, "grammar",
                            "give at most one of 'grammar', 'json_schema' and 'json_object'");
-    return 0;
+    return msg_logit_bias_check(m->logit_bias, m->n_logit_bias, err);
 }
 
 static const msg_field_t s_generate_fields[] = {

@@ -135,7 +135,12 @@ extern const char *const msg_finish_names[5];
 extern const char *const msg_code_names[4];
 extern const char *const msg_state_names[4];
 
-/* the sampling keys, shared by generate and work_request (struct T, member sampling) */
+/* a logit_bias entry {token, bias}, and the rule across entries (each token once) */
+extern const msg_schema_t msg_schema_logit_bias;
+int msg_logit_bias_check(const msg_logit_bias_t *b, int n, msg_err_t *err);
+
+/* the sampling keys, shared by generate and work_request (struct T, members sampling,
+ * logit_bias, n_logit_bias, stop, n_stop, stream, max_tokens) */
 #define MSG_SAMPLING_FIELDS(T)                                                                     \
     {.key = "temperature",                                                                         \
      .kind = MSG_F_FLOAT,                                                                          \
@@ -169,6 +174,23 @@ extern const char *const msg_state_names[4];
          .off = offsetof(T, sampling.repeat_last_n),                                               \
          .lo = 0,                                                                                  \
          .hi = MSG_MAX_REPEAT_LAST_N},                                                             \
+        {.key = "presence_penalty",                                                                \
+         .kind = MSG_F_FLOAT,                                                                      \
+         .off = offsetof(T, sampling.presence_penalty),                                            \
+         .flo = -2,                                                                                \
+         .fhi = 2},                                                                                \
+        {.key = "frequency_penalty",                                                               \
+         .kind = MSG_F_FLOAT,                                                                      \
+         .off = offsetof(T, sampling.frequency_penalty),                                           \
+         .flo = -2,                                                                                \
+         .fhi = 2},                                                                                \
+        {.key = "logit_bias",                                                                      \
+         .kind = MSG_F_ARRAY,                                                                      \
+         .flags = MSG_FF_OMIT_EMPTY,                                                               \
+         .off = offsetof(T, logit_bias),                                                           \
+         .off2 = offsetof(T, n_logit_bias),                                                        \
+         .max = MSG_MAX_LOGIT_BIAS,                                                                \
+         .sub = &msg_schema_logit_bias},                                                           \
         {.key = "stop",                                                                            \
          .kind = MSG_F_STRS_FIX,                                                                   \
          .flags = MSG_FF_OMIT_EMPTY,                                                               \

@@ -113,7 +113,7 @@ static int s_work_request_check(const void *p, msg_err_t *err) {
         return msg_err_set(err, -EPROTO, MSG_E_INVALID, "n_gen",
                            "field 'n_gen': %d carried tokens of %d (max_tokens %d)", m->n_gen,
                            m->n_tokens, m->max_tokens);
-    return 0;
+    return msg_logit_bias_check(m->logit_bias, m->n_logit_bias, err);
 }
 
 const msg_schema_t msg_schema_work_request = {

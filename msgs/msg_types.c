@@ -254,7 +254,9 @@ msg_sampling_t msg_sampling_defaults(void) {
                             .min_p = 0.05f,
                             .repeat_penalty = 1.0f,
                             .repeat_last_n = 64,
-                            .seed = 0};
+                            .seed = 0,
+                            .presence_penalty = 0,
+                            .frequency_penalty = 0};
 }
 
 void msg_trace_step_vfill(msg_trace_step_t *st, const char *actor, const char *what,

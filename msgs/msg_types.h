@@ -117,24 +117,34 @@ size_t msg_type_max_frame(int type);
 #define MSG_MAX_SOURCES 256             /* copied spans in a trace */
 #define MSG_MAX_TOP_K (1 << 24)
 #define MSG_MAX_REPEAT_LAST_N 65536
-#define MSG_MAX_DEPTH 16 /* nesting depth a decoder walks (skipping unknown values too) */
+#define MSG_MAX_LOGIT_BIAS 1024 /* entries of logit_bias */
+#define MSG_MAX_DEPTH 16        /* nesting depth a decoder walks (skipping unknown values too) */
 
 /* ---- sampling parameters as they travel (generate, work_request).  The wire
  * carries its own type so msgs/ needs nothing from model/; the worker turns it
  * into the sampler's parameters.  Ranges are checked by the decoders. */
 typedef struct {
-    float temperature;    /* <= 0: greedy (argmax); 0..100 */
-    int top_k;            /* keep the k most likely; 0: off */
-    float top_p;          /* nucleus mass in (0, 1]; 1: off */
-    float min_p;          /* drop tokens below min_p * p(top), [0, 1]; 0: off */
-    float repeat_penalty; /* penalty on recent tokens, (0, 10]; 1: off */
-    int repeat_last_n;    /* how many recent tokens the penalty looks at */
-    uint64_t seed;        /* per-request seed */
+    float temperature;       /* <= 0: greedy (argmax); 0..100 */
+    int top_k;               /* keep the k most likely; 0: off */
+    float top_p;             /* nucleus mass in (0, 1]; 1: off */
+    float min_p;             /* drop tokens below min_p * p(top), [0, 1]; 0: off */
+    float repeat_penalty;    /* penalty on recent tokens, (0, 10]; 1: off */
+    int repeat_last_n;       /* how many recent tokens the penalty looks at */
+    uint64_t seed;           /* per-request seed */
+    float presence_penalty;  /* OpenAI's, over the completion so far, [-2, 2]; 0: off */
+    float frequency_penalty; /* OpenAI's, per occurrence in the completion, [-2, 2]; 0: off */
 } msg_sampling_t;
+
+/* one entry of logit_bias (generate, work_request): added to the token's logit */
+typedef struct {
+    int32_t token; /* >= 0; the worker checks it is in the vocabulary */
+    float bias;    /* [-100, 100] */
+} msg_logit_bias_t;
 
 /* The protocol's defaults (docs/PROTOCOL.md), the same as the sampler's and
  * llama.cpp's: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
- * repeat_penalty 1.0 (off), repeat_last_n 64, seed 0. */
+ * repeat_penalty 1.0 (off), repeat_last_n 64, seed 0, presence_penalty and
+ * frequency_penalty 0 (off). */
 msg_sampling_t msg_sampling_defaults(void);
 
 /* ---- error model

@@ -23,9 +23,6 @@
 static bool s_only_one(const cJSON *v) {
     return v->valuedouble == 1;
 }
-static bool s_only_zero(const cJSON *v) {
-    return v->valuedouble == 0;
-}
 static bool s_only_false(const cJSON *v) {
     return cJSON_IsFalse(v);
 }
@@ -69,6 +66,14 @@ static const serve_openai_field_t s_fields[] = {
      "sampling.min_p (an extension; default: the gateway's min_p option)"},
     {"repeat_penalty", BOTH, SERVE_OPENAI_NUMBER, 0.01, 10, SERVE_OPENAI_MAP, NULL,
      "sampling.repeat_penalty (an extension; default 1)"},
+    {"presence_penalty", BOTH, SERVE_OPENAI_NUMBER, -2, 2, SERVE_OPENAI_MAP, NULL,
+     "sampling.presence_penalty (default 0): minus once from every token the completion "
+     "already holds"},
+    {"frequency_penalty", BOTH, SERVE_OPENAI_NUMBER, -2, 2, SERVE_OPENAI_MAP, NULL,
+     "sampling.frequency_penalty (default 0): minus per occurrence in the completion so far"},
+    {"logit_bias", BOTH, SERVE_OPENAI_OBJECT, 0, 0, SERVE_OPENAI_MAP, NULL,
+     "logit_bias: at most 1024 of \"token id\": bias in [-100, 100], added to the logit "
+     "(ids outside the vocabulary: 400)"},
     {"seed", BOTH, SERVE_OPENAI_INTEGER, 0, S_SEED_MAX, SERVE_OPENAI_MAP, NULL,
      "sampling.seed (default: a random one per request)"},
     {"stop", BOTH, SERVE_OPENAI_STRING_OR_ARRAY, 0, 0, SERVE_OPENAI_MAP, NULL,
@@ -110,12 +115,6 @@ static const serve_openai_field_t s_fields[] = {
      "only 1 choice per request is supported"},
     {"best_of", COMPL, SERVE_OPENAI_INTEGER, 1, 20, SERVE_OPENAI_ONLY, s_only_one,
      "only 1 is supported"},
-    {"presence_penalty", BOTH, SERVE_OPENAI_NUMBER, -2, 2, SERVE_OPENAI_ONLY, s_only_zero,
-     "only 0 is supported (repeat_penalty is)"},
-    {"frequency_penalty", BOTH, SERVE_OPENAI_NUMBER, -2, 2, SERVE_OPENAI_ONLY, s_only_zero,
-     "only 0 is supported (repeat_penalty is)"},
-    {"logit_bias", BOTH, SERVE_OPENAI_OBJECT, 0, 0, SERVE_OPENAI_ONLY, s_only_empty,
-     "token biases are not supported (only {})"},
     {"echo", COMPL, SERVE_OPENAI_BOOL, 0, 0, SERVE_OPENAI_ONLY, s_only_false,
      "echoing the prompt is not supported (only false)"},
     {"functions", CHAT, SERVE_OPENAI_ARRAY, 0, 0, SERVE_OPENAI_ONLY, s_only_empty,
@@ -637,10 +636,52 @@ static void s_sampling(msg_generate_t *g, const cJSON *root, const serve_openai_
         g->sampling.min_p = (float)v;
     if (s_number(root, "repeat_penalty", &v))
         g->sampling.repeat_penalty = (float)v;
+    if (s_number(root, "presence_penalty", &v))
+        g->sampling.presence_penalty = (float)v;
+    if (s_number(root, "frequency_penalty", &v))
+        g->sampling.frequency_penalty = (float)v;
     g->has_seed = true;
     g->sampling.seed = seed;
     if (s_number(root, "seed", &v))
         g->sampling.seed = v >= S_SEED_MAX ? UINT64_MAX : (uint64_t)v;
+}
+
+/* logit_bias (an object, checked by its row): {"token id": bias}, as OpenAI sends it.
+ * The ids are checked against the vocabulary by the worker (which knows it). */
+static int s_logit_bias(serve_openai_request_t *req, const cJSON *f, serve_openai_bad_t *b) {
+    int n = cJSON_GetArraySize(f);
+    if (n > MSG_MAX_LOGIT_BIAS)
+        return s_bad(b, "logit_bias", "'logit_bias': %d entries, at most %d", n,
+                     MSG_MAX_LOGIT_BIAS);
+    if (n == 0)
+        return 0;
+    req->bias = malloc((size_t)n * sizeof *req->bias);
+    if (!req->bias)
+        return -ENOMEM;
+    int k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, f) {
+        const char *key = e->string, *c = key;
+        while (*c >= '0' && *c <= '9')
+            c++;
+        long id = c > key && !*c && c - key <= 10 ? strtol(key, NULL, 10) : -1;
+        if (id < 0 || id > INT32_MAX)
+            return s_bad(b, "logit_bias",
+                         "'logit_bias': key '%.32s' is not a token id (a decimal integer)", key);
+        if (!cJSON_IsNumber(e))
+            return s_bad(b, "logit_bias", "'logit_bias.%.32s': expected a number, got %s", key,
+                         serve_openai_json_type(e));
+        if (!(e->valuedouble >= -100 && e->valuedouble <= 100))
+            return s_bad(b, "logit_bias", "'logit_bias.%.32s': %g is out of range [-100, 100]", key,
+                         e->valuedouble);
+        for (int j = 0; j < k; j++)
+            if (req->bias[j].token == (int32_t)id)
+                return s_bad(b, "logit_bias", "'logit_bias': token %ld is given twice", id);
+        req->bias[k++] = (msg_logit_bias_t){(int32_t)id, (float)e->valuedouble};
+    }
+    req->gen.logit_bias = req->bias;
+    req->gen.n_logit_bias = k;
+    return 0;
 }
 
 /* response_format (an object, checked by its row): text, json_object or json_schema. */
@@ -995,6 +1036,8 @@ static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
     if (s_number(root, "max_completion_tokens", &v))
         g->max_tokens = (int)v;
     s_sampling(g, root, def, seed);
+    if ((f = s_field(root, "logit_bias")) && (rc = s_logit_bias(req, f, b)))
+        return rc;
     if ((f = s_field(root, "stop")) && (rc = s_stop(g, f, b)))
         return rc;
     if (api == CHAT && (f = s_field(root, "response_format")) &&
@@ -1057,6 +1100,10 @@ void serve_openai_request_clear(serve_openai_request_t *req) {
     req->schema = NULL;
     free(req->grammar);
     req->grammar = NULL;
+    free(req->bias);
+    req->bias = NULL;
+    req->gen.logit_bias = NULL;
+    req->gen.n_logit_bias = 0;
     req->gen.grammar = NULL;
     req->gen.grammar_len = 0;
     req->gen.json_schema = NULL;

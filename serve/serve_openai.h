@@ -96,6 +96,7 @@ typedef struct {
                                           turn that describes the tools */
     char *schema;                      /* response_format's schema as text (gen.json_schema) */
     char *grammar;                     /* the tool calls' GBNF (gen.grammar) */
+    msg_logit_bias_t *bias;            /* logit_bias's entries (gen.logit_bias) */
 } serve_openai_request_t;
 
 /* One call of an answer under tools, as far as the text goes: spans of the text. */

@@ -122,6 +122,8 @@ serve_request_t *serve_requests_add(serve_requests_t *self, const uint8_t *ident
     g->n_messages = 0;
     g->grammar = g->json_schema = NULL; /* the grammar too: a resume re-sends it */
     g->grammar_len = g->json_schema_len = 0;
+    g->logit_bias = NULL; /* and the biases */
+    g->n_logit_bias = 0;
     if (tokens) {
         memcpy(r->toks, tokens, (size_t)have * sizeof *r->toks);
         r->n_tokens = have;

@@ -1,6 +1,7 @@
 // cuda_sample.cu - token choice on the device, so only token ids come back:
-// argmax, and the sampler of model/model_sampler.c (repetition penalty,
-// temperature, top-k, softmax, top-p, min-p, the (seed, position) draw).
+// argmax, and the sampler of model/model_sampler.c (logit bias, repetition
+// penalty, OpenAI's presence and frequency penalties, temperature, top-k,
+// softmax, top-p, min-p, the (seed, position) draw).
 //
 // One thread block per row.  Top-k is exact: a 32-step bisection on the
 // order-preserving integer key of logit / temperature finds the k-th largest
@@ -68,6 +69,13 @@ __global__ static void __launch_bounds__(KC_S_THREADS)
     if (greedy_only)
         p.temperature = 0.0f;
 
+    // logit bias (sequential, in the CPU's order)
+    if (!greedy_only && tid == 0 && p.bias)
+        for (int i = 0; i < p.n_bias; i++) {
+            int32_t t = p.bias[i].token;
+            if (t >= 0 && t < n)
+                x[t] = __fadd_rn(x[t], p.bias[i].bias);
+        }
     // repetition penalty (sequential, as on the CPU: each distinct token once)
     if (!greedy_only && tid == 0 && h.hist && h.n_hist && h.hist_off && p.repeat_penalty != 1.0f &&
         p.repeat_last_n > 0) {
@@ -83,6 +91,28 @@ __global__ static void __launch_bounds__(KC_S_THREADS)
                 seen = hs[j] == t;
             if (!seen)
                 x[t] = x[t] > 0 ? x[t] / p.repeat_penalty : x[t] * p.repeat_penalty;
+        }
+    }
+    __syncthreads();
+    // presence / frequency penalties over the completion hist[gen_start ..): the
+    // thread holding a token's first occurrence counts it and adjusts its logit
+    // (one writer per token), with the CPU's operations, unfused
+    if (!greedy_only && h.hist && h.n_hist && h.hist_off &&
+        (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)) {
+        const int32_t *hs = h.hist + h.hist_off[row];
+        int nh = h.n_hist[row], from = p.gen_start > 0 ? p.gen_start : 0;
+        for (int i = from + tid; i < nh; i += blockDim.x) {
+            int32_t t = hs[i];
+            bool first = t >= 0 && t < n;
+            for (int j = from; j < i && first; j++)
+                first = hs[j] != t;
+            if (!first)
+                continue;
+            int cnt = 1;
+            for (int j = i + 1; j < nh; j++)
+                cnt += hs[j] == t;
+            float f = __fmul_rn(p.frequency_penalty, (float)cnt);
+            x[t] = __fsub_rn(x[t], __fadd_rn(f, p.presence_penalty));
         }
     }
     __syncthreads();

@@ -83,11 +83,25 @@ static int s_sample(kern_backend_t *be, float *logits, int n_rows, int n_vocab,
                     const int32_t *n_hist, const int32_t *pos, int32_t *ids) {
     if (!p || n_rows < 0)
         return -EINVAL;
-    // kern_backend_sample_t and kern_cuda_sample_params_t are field for field the same
-    static_assert(sizeof(kern_backend_sample_t) == sizeof(kern_cuda_sample_params_t),
-                  "sampler parameter layouts");
-    return kern_cuda_sample(s_ctx(be), logits, n_rows, n_vocab,
-                            (const kern_cuda_sample_params_t *)p, hist, hist_off, n_hist, pos, ids);
+    // kern_backend_sample_t's fields are the first of kern_cuda_sample_params_t's; the
+    // rest (penalties from the completion, logit bias) are off
+    kern_cuda_sample_params_t *cp =
+        (kern_cuda_sample_params_t *)calloc(n_rows ? (size_t)n_rows : 1, sizeof *cp);
+    if (!cp)
+        return -ENOMEM;
+    for (int r = 0; r < n_rows; r++) {
+        cp[r].temperature = p[r].temperature;
+        cp[r].top_k = p[r].top_k;
+        cp[r].top_p = p[r].top_p;
+        cp[r].min_p = p[r].min_p;
+        cp[r].repeat_penalty = p[r].repeat_penalty;
+        cp[r].repeat_last_n = p[r].repeat_last_n;
+        cp[r].seed = p[r].seed;
+    }
+    int rc =
+        kern_cuda_sample(s_ctx(be), logits, n_rows, n_vocab, cp, hist, hist_off, n_hist, pos, ids);
+    free(cp);
+    return rc;
 }
 
 static int s_alloc(kern_backend_t *be, void **p, size_t bytes) {

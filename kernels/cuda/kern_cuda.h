@@ -185,15 +185,27 @@ int kern_cuda_kv_store(kern_cuda_ctx_t *self, void *pool, size_t block_bytes, in
 
 /* ---- token choice -------------------------------------------------------- */
 
-/* Sampler parameters: model_sampler_params_t's fields, the same meaning. */
+/* One logit_bias entry (model_logit_bias_t's layout): logit[token] += bias. */
 typedef struct {
-    float temperature;    /* <= 0: greedy */
-    int top_k;            /* 1 .. KERN_CUDA_TOPK_MAX on the device (0: -ENOTSUP) */
-    float top_p;          /* >= 1: off */
-    float min_p;          /* <= 0: off */
-    float repeat_penalty; /* 1: off */
-    int repeat_last_n;    /* recent tokens the penalty looks at */
-    uint64_t seed;        /* per-request seed */
+    int32_t token; /* 0 .. n_vocab-1 (others skipped) */
+    float bias;
+} kern_cuda_logit_bias_t;
+
+/* Sampler parameters: model_sampler_params_t's fields, the same meaning and the
+ * same order (fields after seed are zero = off in a positional initializer). */
+typedef struct {
+    float temperature;       /* <= 0: greedy */
+    int top_k;               /* 1 .. KERN_CUDA_TOPK_MAX on the device (0: -ENOTSUP) */
+    float top_p;             /* >= 1: off */
+    float min_p;             /* <= 0: off */
+    float repeat_penalty;    /* 1: off */
+    int repeat_last_n;       /* recent tokens the penalty looks at */
+    uint64_t seed;           /* per-request seed */
+    float presence_penalty;  /* OpenAI's, over the row's history from gen_start; 0: off */
+    float frequency_penalty; /* per occurrence there; 0: off */
+    int gen_start;           /* index in the row's history of the first generated token */
+    const kern_cuda_logit_bias_t *bias; /* (n_bias) device memory, or NULL */
+    int n_bias;                         /* entries of bias */
 } kern_cuda_sample_params_t;
 #define KERN_CUDA_TOPK_MAX 256
 
@@ -204,11 +216,12 @@ int kern_cuda_argmax(kern_cuda_ctx_t *self, const float *logits, int n_rows, int
 /* One token per row as model_sampler_sample would choose it for row t with
  * params p[t] (host), history (device, n_hist[t] ids from hist_off[t] of hist;
  * hist, hist_off, n_hist may be NULL when no penalty applies) and position
- * pos[t] (host): penalty, temperature, top-k, softmax, top-p, min-p, then the
- * (seed, pos) draw.  The penalty is applied to the logits in place, as on the
- * CPU.  ids (host) get the tokens; only they come back.  -ENOTSUP when a row
- * has temperature > 0 and top_k outside 1 .. KERN_CUDA_TOPK_MAX (and
- * < n_vocab): the caller then samples on the host. */
+ * pos[t] (host): logit bias, repetition penalty, presence/frequency penalties,
+ * temperature, top-k, softmax, top-p, min-p, then the (seed, pos) draw.  Bias and
+ * penalties are applied to the logits in place, as on the CPU, with the same float
+ * operations (so the adjusted logits are bitwise the CPU's).  ids (host) get the tokens; only they
+ * come back.  -ENOTSUP when a row has temperature > 0 and top_k outside 1 .. KERN_CUDA_TOPK_MAX
+ * (and < n_vocab): the caller then samples on the host. */
 int kern_cuda_sample(kern_cuda_ctx_t *self, float *logits, int n_rows, int n_vocab,
                      const kern_cuda_sample_params_t *p, const int32_t *hist,
                      const int32_t *hist_off, const int32_t *n_hist, const int32_t *pos,

@@ -3,8 +3,8 @@ actor, docs/HTTP.md) through the official `openai` Python package: chat and comp
 streamed and not, give the text of `strata generate --greedy` at temperature 0, with the
 right usage; logprobs (chat, streamed, legacy) consistent; stop strings end the text; bad JSON,
 wrong types, n=2, top_logprobs without logprobs, fields that would change the answer
-(response_format, tools, logit_bias, an unknown field: 400 naming the field, never ignored)
-while fields that cannot (user, metadata) are accepted, a huge body,
+(response_format, tools, a bad logit_bias, an unknown field: 400 naming the field, never
+ignored) while fields that cannot (user, metadata) are accepted, a huge body,
 a missing or wrong API key, an unknown path and a wrong method get OpenAI-shaped errors
 with the right status; a full queue is 429 with Retry-After; a client that disconnects
 mid-stream gets its request cancelled (stats); 1000 malformed requests leave the server
@@ -228,8 +228,8 @@ def test_errors(base, client):
                              ("tools", [{"type": "function", "function": {
                                  "name": "f", "parameters": {"type": "object", "properties": {
                                      "a": {"not": {}}}}}}]),
-                             ("logit_bias", {"50256": -100}),
-                             ("presence_penalty", 0.5),
+                             ("logit_bias", {"not-a-token": -100}),
+                             ("presence_penalty", 2.5),
                              ("ignore_eos", True)]:
             b = expect(x.post(chat, headers=h, json=dict(good, **{field: value})), 400, field,
                        "%s=%r" % (field, value))

@@ -259,10 +259,34 @@ START_TEST(sample_is_model_sampler) {
     float *x = malloc(sizeof(float) * NV * ROWS), *xc = malloc(sizeof(float) * NV);
     uint64_t st = 21;
     const model_sampler_params_t ps[] = {model_sampler_defaults(),
-                                         {0.0f, 40, 0.95f, 0.05f, 1.3f, 64, 0},
-                                         {1.0f, 0, 0.9f, 0.0f, 1.0f, 64, 4},
-                                         {0.7f, 5000, 1.0f, 0.1f, 1.1f, 8, 5},
-                                         {1.3f, 1, 1.0f, 0.0f, 1.0f, 64, 6}};
+                                         {.temperature = 0.0f,
+                                          .top_k = 40,
+                                          .top_p = 0.95f,
+                                          .min_p = 0.05f,
+                                          .repeat_penalty = 1.3f,
+                                          .repeat_last_n = 64,
+                                          .seed = 0},
+                                         {.temperature = 1.0f,
+                                          .top_k = 0,
+                                          .top_p = 0.9f,
+                                          .min_p = 0.0f,
+                                          .repeat_penalty = 1.0f,
+                                          .repeat_last_n = 64,
+                                          .seed = 4},
+                                         {.temperature = 0.7f,
+                                          .top_k = 5000,
+                                          .top_p = 1.0f,
+                                          .min_p = 0.1f,
+                                          .repeat_penalty = 1.1f,
+                                          .repeat_last_n = 8,
+                                          .seed = 5},
+                                         {.temperature = 1.3f,
+                                          .top_k = 1,
+                                          .top_p = 1.0f,
+                                          .min_p = 0.0f,
+                                          .repeat_penalty = 1.0f,
+                                          .repeat_last_n = 64,
+                                          .seed = 6}};
     kern_backend_sample_t kp[ROWS];
     int32_t hist[ROWS * 10], off[ROWS], nh[ROWS], pos[ROWS], ids[ROWS];
     for (int round = 0; round < 5; round++) {
@@ -289,9 +313,13 @@ START_TEST(sample_is_model_sampler) {
         ck_assert_int_eq(be->sample(be, xb, ROWS, NV, kp, hist, off, nh, pos, ids), 0);
         for (int r = 0; r < ROWS; r++) {
             memcpy(xc, x + r * NV, sizeof(float) * NV);
-            model_sampler_params_t p = {
-                kp[r].temperature,    kp[r].top_k,         kp[r].top_p, kp[r].min_p,
-                kp[r].repeat_penalty, kp[r].repeat_last_n, kp[r].seed};
+            model_sampler_params_t p = {.temperature = kp[r].temperature,
+                                        .top_k = kp[r].top_k,
+                                        .top_p = kp[r].top_p,
+                                        .min_p = kp[r].min_p,
+                                        .repeat_penalty = kp[r].repeat_penalty,
+                                        .repeat_last_n = kp[r].repeat_last_n,
+                                        .seed = kp[r].seed};
             ck_assert_int_eq(ids[r],
                              model_sampler_sample(ms, &p, xc, hist + off[r], nh[r], pos[r]));
             ck_assert_mem_eq(xb + r * NV, xc, sizeof(float) * NV); /* same penalty, in place */

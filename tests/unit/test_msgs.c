@@ -579,6 +579,97 @@ START_TEST(generate_grammar_fields) {
 }
 END_TEST
 
+/* logit_bias {token, bias} entries and the two penalties travel in generate and
+ * work_request; out-of-range values and a token given twice are refused. */
+START_TEST(generate_logit_bias_and_penalties) {
+    msg_generate_t g, d;
+    msg_err_t err;
+    void *buf = NULL;
+    size_t len = 0;
+    msg_generate_init(&g);
+    ck_assert_float_eq(g.sampling.presence_penalty, 0);
+    ck_assert_float_eq(g.sampling.frequency_penalty, 0);
+    msg_set_str(g.id, sizeof g.id, "b");
+    g.prompt = "hi";
+    g.prompt_len = 2;
+    msg_logit_bias_t b[] = {{15, -100}, {7, 2.5f}, {49151, 100}};
+    g.logit_bias = b;
+    g.n_logit_bias = 3;
+    g.sampling.presence_penalty = -1.5f;
+    g.sampling.frequency_penalty = 2;
+    ck_assert_int_eq(msg_generate_encode(&g, &buf, &len, &err), 0);
+    ck_assert_int_eq(msg_generate_decode(buf, len, &d, &err), 0);
+    ck_assert_int_eq(d.n_logit_bias, 3);
+    ck_assert_mem_eq(d.logit_bias, b, sizeof b);
+    ck_assert_float_eq(d.sampling.presence_penalty, -1.5f);
+    ck_assert_float_eq(d.sampling.frequency_penalty, 2);
+    msg_generate_clear(&d);
+    ck_assert_ptr_null(d.logit_bias);
+    free(buf);
+    /* a token twice: refused, naming it */
+    b[2].token = 15;
+    ck_assert_int_eq(msg_generate_encode(&g, &buf, &len, &err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "token 15 appears twice"));
+    b[2].token = 3;
+    /* work_request carries them to the worker */
+    msg_work_request_t w, wd;
+    msg_work_request_init(&w);
+    int32_t toks[2] = {1, 2};
+    w.rid = 9;
+    w.tokens = toks;
+    w.n_tokens = 2;
+    w.t_arrival_us = 1;
+    w.logit_bias = b;
+    w.n_logit_bias = 3;
+    w.sampling.frequency_penalty = 0.25f;
+    ck_assert_int_eq(msg_work_request_encode(&w, &buf, &len, &err), 0);
+    ck_assert_int_eq(msg_work_request_decode(buf, len, &wd, &err), 0);
+    ck_assert_int_eq(wd.n_logit_bias, 3);
+    ck_assert_mem_eq(wd.logit_bias, b, sizeof b);
+    ck_assert_float_eq(wd.sampling.frequency_penalty, 0.25f);
+    msg_work_request_clear(&wd);
+    free(buf);
+    /* more than MSG_MAX_LOGIT_BIAS entries */
+    msg_logit_bias_t *many = calloc(MSG_MAX_LOGIT_BIAS + 1, sizeof *many);
+    for (int i = 0; i <= MSG_MAX_LOGIT_BIAS; i++)
+        many[i].token = i;
+    g.logit_bias = many;
+    g.n_logit_bias = MSG_MAX_LOGIT_BIAS;
+    ck_assert_int_eq(msg_generate_encode(&g, &buf, &len, &err), 0);
+    free(buf);
+    g.n_logit_bias = MSG_MAX_LOGIT_BIAS + 1;
+    ck_assert_int_eq(msg_generate_encode(&g, &buf, &len, &err), -EINVAL);
+    free(many);
+    /* hand-made frames: a bias out of [-100, 100], a negative token, a penalty out of
+     * [-2, 2] */
+    const struct {
+        int64_t token;
+        double bias;
+        const char *field;
+    } bad[] = {{4, 100.5, "logit_bias[0].bias"}, {-1, 1, "logit_bias[0].token"}};
+    for (int i = 0; i < 2; i++) {
+        frame_t f;
+        fr_begin(&f, "generate", 3);
+        fr_str(&f, "id", "a");
+        fr_str(&f, "prompt", "hi");
+        fr_key(&f, "logit_bias");
+        msgpack_pack_array(&f.pk, 1);
+        msgpack_pack_map(&f.pk, 2);
+        fr_int(&f, "token", bad[i].token);
+        fr_dbl(&f, "bias", bad[i].bias);
+        ck_assert_int_eq(dec_gen(&f, &err), -ERANGE);
+        ck_assert_str_eq(err.field, bad[i].field);
+    }
+    frame_t f;
+    fr_begin(&f, "generate", 3);
+    fr_str(&f, "id", "a");
+    fr_str(&f, "prompt", "hi");
+    fr_dbl(&f, "presence_penalty", 2.5);
+    ck_assert_int_eq(dec_gen(&f, &err), -ERANGE);
+    ck_assert_str_eq(err.field, "presence_penalty");
+}
+END_TEST
+
 START_TEST(generate_errors) {
     frame_t f;
     msg_err_t err;
@@ -1370,6 +1461,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, roundtrip_every_type);
     tcase_add_test(tc, roundtrip_values);
+    tcase_add_test(tc, generate_logit_bias_and_penalties);
     tcase_add_test(tc, missing_and_wrong_type_every_field);
     tcase_add_test(tc, required_fields_named);
     tcase_add_test(tc, generate_grammar_fields);

@@ -5,6 +5,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,7 +192,13 @@ START_TEST(wire_defaults_are_the_samplers) {
     ck_assert_float_eq(w.repeat_penalty, m.repeat_penalty);
     ck_assert_int_eq(w.repeat_last_n, m.repeat_last_n);
     ck_assert_uint_eq(w.seed, m.seed);
-    ck_assert_uint_eq(sizeof w, sizeof m); /* a new field must be added to both */
+    ck_assert_float_eq(w.presence_penalty, m.presence_penalty);
+    ck_assert_float_eq(w.frequency_penalty, m.frequency_penalty);
+    ck_assert_int_eq(m.n_bias, 0); /* logit_bias travels beside msg_sampling_t */
+    /* a new wire field must be added to both: the wire struct is the sampler's up to
+     * the fields that are not on the wire (gen_start, bias) */
+    ck_assert_uint_eq(sizeof w, offsetof(model_sampler_params_t, gen_start));
+    ck_assert_uint_eq(sizeof(msg_logit_bias_t), sizeof(model_logit_bias_t));
 }
 END_TEST
 

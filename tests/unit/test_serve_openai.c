@@ -335,6 +335,47 @@ START_TEST(sampling_fields) {
     ck_assert_float_eq_tol(p->min_p, 0.05f, 1e-6);
     ck_assert_float_eq_tol(p->repeat_penalty, 1.1f, 1e-6);
     ck_assert_uint_eq(p->seed, 7);
+    /* OpenAI's penalties and logit_bias (token ids as strings), to the generate */
+    ck_assert_int_eq(s_chat(", \"presence_penalty\": -1.5, \"frequency_penalty\": 2, "
+                            "\"logit_bias\": {\"15\": -100, \"0\": 100, \"49151\": 0.5}"),
+                     0);
+    p = &s_req.gen.sampling;
+    ck_assert_float_eq(p->presence_penalty, -1.5f);
+    ck_assert_float_eq(p->frequency_penalty, 2.0f);
+    ck_assert_int_eq(s_req.gen.n_logit_bias, 3);
+    ck_assert_int_eq(s_req.gen.logit_bias[0].token, 15);
+    ck_assert_float_eq(s_req.gen.logit_bias[0].bias, -100.0f);
+    ck_assert_int_eq(s_req.gen.logit_bias[1].token, 0);
+    ck_assert_float_eq(s_req.gen.logit_bias[2].bias, 0.5f);
+    ck_assert_int_eq(s_compl(", \"logit_bias\": {}, \"presence_penalty\": 0"), 0);
+    ck_assert_int_eq(s_req.gen.n_logit_bias, 0);
+    ck_assert_float_eq(s_req.gen.sampling.presence_penalty, 0.0f);
+    s_refused(s_chat(", \"presence_penalty\": 2.5"), "presence_penalty");
+    s_refused(s_chat(", \"frequency_penalty\": -3"), "frequency_penalty");
+    s_refused(s_chat(", \"logit_bias\": {\"15\": -101}"), "logit_bias");
+    s_refused(s_chat(", \"logit_bias\": {\"abc\": 1}"), "logit_bias");
+    s_refused(s_chat(", \"logit_bias\": {\"-3\": 1}"), "logit_bias");
+    s_refused(s_chat(", \"logit_bias\": {\"7\": \"1\"}"), "logit_bias");
+    s_refused(s_chat(", \"logit_bias\": {\"7\": 1, \"07\": 2}"), "logit_bias");
+    s_refused(s_chat(", \"logit_bias\": [1]"), "logit_bias");
+    {
+        /* 1024 entries are accepted, 1025 are not */
+        char *many = malloc(1025 * 16 + 128), *q = many;
+        q += sprintf(q, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                        "\"logit_bias\": {");
+        char *at1024 = NULL;
+        for (int i = 0; i < 1025; i++) {
+            if (i == 1024)
+                at1024 = q;
+            q += sprintf(q, "%s\"%d\": 1", i ? ", " : "", i);
+        }
+        sprintf(q, "}}");
+        s_refused(s_parse(CHAT, many), "logit_bias");
+        sprintf(at1024, "}}");
+        ck_assert_int_eq(s_parse(CHAT, many), 0);
+        ck_assert_int_eq(s_req.gen.n_logit_bias, 1024);
+        free(many);
+    }
     /* top_p 0 keeps the most likely token only: greedy */
     ck_assert_int_eq(s_chat(", \"top_p\": 0"), 0);
     ck_assert_float_eq(s_req.gen.sampling.temperature, 0.0f);
@@ -432,9 +473,6 @@ static const s_case_t s_cases[] = {
     {"parallel_tool_calls", CHAT, "false", "0"},
     {"n", CHAT | COMPL, "1", "2"},
     {"best_of", COMPL, "1", "3"},
-    {"presence_penalty", CHAT | COMPL, "0", "0.5"},
-    {"frequency_penalty", CHAT | COMPL, "0", "-1"},
-    {"logit_bias", CHAT | COMPL, "{}", "{\"50256\": -100}"},
     {"echo", COMPL, "false", "true"},
     {"prompt_cache_retention", CHAT | COMPL, "\"24h\"", "24"},
     {"prompt_cache_options", CHAT | COMPL, "{\"mode\": \"implicit\", \"ttl\": \"30m\"}", "\"30m\""},
