@@ -315,6 +315,21 @@ static void s_end(s_front_t *f, s_req_t *r, int type, const void *m) {
 /* Send r's current attempt to the tokenizer: the client's generate and the
  * completion tokens delivered so far.  A full queue is retried after a backoff. */
 static void s_submit(s_front_t *f, s_req_t *r) {
+    if (r->embed) {
+        msg_embed_request_t e;
+        msg_embed_request_init(&e);
+        e.rid = r->rid;
+        e.prompt = r->gen.prompt; /* borrowed */
+        e.prompt_len = r->gen.prompt_len;
+        e.tokens = r->embed_ids;
+        e.n_tokens = r->n_embed_ids;
+        e.t_arrival_us = r->t_arrival_us;
+        bool queued = actor_send(f->to_tok, MSG_EMBED_REQUEST, &e) == 0;
+        if (!queued)
+            actor_counters_add(f->counters, "submit.retried", 1);
+        serve_requests_sent(f->reqs, r, queued, base_now_us());
+        return;
+    }
     msg_tok_request_t q;
     msg_tok_request_init(&q);
     q.rid = r->rid;
@@ -445,6 +460,45 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
                       err == -ENOMEM ? "out of memory" : "too many requests in flight");
         return;
     }
+    r->fd = fd;
+    r->fd_gen = fd >= 0 && fd < S_MAX_FD && f->fd_gen ? f->fd_gen[fd] : 0;
+    if (client_key)
+        snprintf(r->client_key, sizeof r->client_key, "%s", client_key);
+    s_submit(f, r);
+}
+
+/* An embed: a request of the table like a generate (so that a lost worker or a cancel
+ * is handled the same way), submitted as embed_requests.  Takes e's prompt and tokens
+ * over. */
+static void s_on_embed(s_front_t *f, const uint8_t *ident, size_t ident_len, int fd,
+                       const char *client_key, msg_embed_t *e) {
+    actor_counters_add(f->counters, "requests.embed", 1);
+    msg_generate_t g;
+    msg_generate_init(&g);
+    snprintf(g.id, sizeof g.id, "%s", e->id);
+    g.prompt = e->prompt; /* taken over by the table */
+    g.prompt_len = e->prompt_len;
+    e->prompt = NULL;
+    g.max_tokens = 1;
+    g.stream = false;
+    int err = 0;
+    s_req_t *r = serve_requests_add(f->reqs, ident, ident_len, &g, 0, NULL, base_now_us(), &err);
+    msg_generate_clear(&g);
+    if (!r) {
+        actor_counters_add(f->counters,
+                           err == -EEXIST ? "rejected.duplicate_id" : "rejected.overloaded", 1);
+        s_reply_error(f, ident, ident_len, false, e->id,
+                      err == -EEXIST ? MSG_CODE_BAD_REQUEST : MSG_CODE_OVERLOADED,
+                      err == -EEXIST   ? "a request with this id is already running"
+                      : err == -ENOMEM ? "out of memory"
+                                       : "too many requests in flight");
+        return;
+    }
+    r->embed = true;
+    r->embed_ids = e->tokens; /* taken over */
+    r->n_embed_ids = e->n_tokens;
+    e->tokens = NULL;
+    e->n_tokens = 0;
     r->fd = fd;
     r->fd_gen = fd >= 0 && fd < S_MAX_FD && f->fd_gen ? f->fd_gen[fd] : 0;
     if (client_key)
@@ -617,6 +671,9 @@ static void s_on_client(void *self, zsock_t *sock) {
         case MSG_RESUME:
             s_on_generate(f, ident, ident_len, fd, user_id, &m.u.resume.gen, true, m.u.resume.have,
                           m.u.resume.n_tokens ? m.u.resume.tokens : NULL);
+            break;
+        case MSG_EMBED:
+            s_on_embed(f, ident, ident_len, fd, user_id, &m.u.embed);
             break;
         case MSG_CANCEL: {
             s_req_t *r = serve_requests_find_client(f->reqs, ident, ident_len, m.u.cancel.id);
@@ -833,6 +890,24 @@ static void s_on_text(void *self, const msg_text_event_t *te) {
     actor_counters_add(f->counters, name, 1);
     serve_metrics_req_observe(f->metrics, &d);
     s_end(f, r, MSG_DONE, &d);
+}
+
+/* The vector of an embed: its answer, and its end. */
+static void s_on_embedding(void *self, const msg_work_embedding_t *m) {
+    s_front_t *f = self;
+    s_req_t *r = s_find_rid(f, m->rid);
+    if (!r || r->final_due_us || !r->embed) {
+        actor_counters_add(f->counters, "events.unknown_rid", 1);
+        return;
+    }
+    msg_embedding_t e;
+    msg_embedding_init(&e);
+    msg_set_str(e.id, sizeof e.id, r->id);
+    e.embedding = m->embedding; /* borrowed */
+    e.dim = m->dim;
+    e.prompt_tokens = m->prompt_tokens;
+    actor_counters_add(f->counters, "finished.embed", 1);
+    s_end(f, r, MSG_EMBEDDING, &e);
 }
 
 static void s_on_work_error(void *self, const msg_work_error_t *e) {
@@ -1152,6 +1227,7 @@ int actor_frontend_main(actor_env_t *env) {
     actor_loop_reader(f.loop, f.clients, s_on_client);
     actor_loop_handle_text_event(f.loop, s_on_text);
     actor_loop_handle_work_error(f.loop, s_on_work_error);
+    actor_loop_handle_work_embedding(f.loop, s_on_embedding);
     actor_loop_handle_pong(f.loop, s_on_pong);
     actor_loop_on(f.loop, MSG_STATS_ANSWER, s_on_stats_answer);
     actor_loop_handle_worker_down(f.loop, s_on_worker_down);

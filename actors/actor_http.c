@@ -1,5 +1,6 @@
 /* actor_http.c - the http gateway actor: OpenAI's /v1/chat/completions,
- * /v1/completions, /v1/models and /health over libmicrohttpd, turned into
+ * /v1/completions, /v1/embeddings, /v1/models[/{id}] and /health over libmicrohttpd
+ * (with CORS when origins are configured), turned into
  * client-protocol requests on one DEALER to the frontend.  It owns the HTTP
  * daemon, the table of HTTP requests and the DEALER.
  *
@@ -26,6 +27,8 @@
 
 #include "actor_curve.h"
 #include "base_log.h"
+#include "model.h"
+#include "serve_embed.h"
 #include "serve_openai.h"
 #include "serve_routes.h"
 
@@ -81,6 +84,10 @@ const actor_opt_t actor_http_opts[] = {
     {"min_p", ACTOR_OPT_DOUBLE, "0", 0, 1, NULL,
      "min_p of a request that gives none (0: off, as OpenAI)",
      .field = ACTOR_OPT_FIELD(actor_http_cfg_t, min_p)},
+    {"cors_origin", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
+     "CORS: the browser origins allowed to call the API (comma-separated, e.g. "
+     "https://app.example.com, or * for any); default: none (no CORS headers, OPTIONS is 405)",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, cors_origin)},
     {NULL},
 };
 
@@ -135,6 +142,13 @@ typedef struct s_req_t {
     int n_calls; /* stream: calls sent (each whole: name and arguments) */
     msg_usage_t usage;
     time_t created;
+    const char *origin; /* CORS: the request's Origin when it is allowed (MHD's), or NULL */
+    /* embeddings: one `embed` per input, ids "<id>.<i>" */
+    serve_embed_request_t *embq; /* the inputs (kept for a resume), or NULL */
+    float *emb;                  /* (n_inputs, dim) the vectors as they come */
+    bool *emb_got;               /* (n_inputs) */
+    int n_emb_got;
+    int emb_tokens; /* prompt tokens of all inputs */
 } s_req_t;
 
 struct s_http_t {
@@ -159,6 +173,11 @@ struct s_http_t {
     int connections;    /* handshakes with the frontend so far */
     bool healthy;       /* the last health_reply said ok */
     uint64_t health_us; /* when it came */
+    /* the names a request may give as `model` (docs/HTTP.md, "Model names"): the id,
+     * the GGUF's file name, its stem, its general.name; "" where unknown */
+    char names[4][256];
+    int dim;         /* the model's embedding size (d_model); 0: unknown */
+    char cors[1024]; /* allowed origins, comma-separated, or "*"; "": CORS off */
 };
 
 /* the gateway's sockets between actors (its DEALER to the frontend's client endpoint is its own) */
@@ -208,6 +227,31 @@ static void s_count_status(s_http_t *h, unsigned status) {
     actor_counters_add(h->counters, name, 1);
 }
 
+/* CORS (docs/HTTP.md): whether origin is one of the allowed ones. */
+static bool s_cors_allowed(const s_http_t *h, const char *origin) {
+    if (!h->cors[0] || !origin || !*origin)
+        return false;
+    if (!strcmp(h->cors, "*"))
+        return true;
+    size_t n = strlen(origin);
+    for (const char *p = h->cors; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, origin, n))
+            return true;
+        p += len + (e ? 1 : 0);
+    }
+    return false;
+}
+
+/* The CORS headers of a response to an allowed origin. */
+static void s_cors_headers(const s_req_t *r, struct MHD_Response *resp) {
+    if (!r->origin)
+        return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->origin);
+    MHD_add_response_header(resp, "Vary", "Origin");
+}
+
 /* Queue body (malloc'd, taken) as r's response with status. */
 static enum MHD_Result s_queue(s_req_t *r, unsigned status, char *body, const char *ctype,
                                const char *hdr, const char *hdr_value) {
@@ -220,6 +264,7 @@ static enum MHD_Result s_queue(s_req_t *r, unsigned status, char *body, const ch
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (hdr)
         MHD_add_response_header(resp, hdr, hdr_value);
+    s_cors_headers(r, resp);
     enum MHD_Result rc = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->state = S_RESPONDED;
@@ -278,6 +323,8 @@ static enum MHD_Result s_error(s_req_t *r, unsigned status, const char *param, c
 static enum MHD_Result s_error_from_code(s_req_t *r) {
     switch (r->code) {
     case MSG_CODE_BAD_REQUEST:
+        if (r->route == SERVE_HANDLER_EMBEDDINGS && strstr(r->emsg, "fit in the context"))
+            return s_error(r, 400, "input", "context_length_exceeded", "%s", r->emsg);
         return s_error(r, 400, NULL, "bad_request", "%s", r->emsg);
     case MSG_CODE_OVERLOADED:
         return s_error(r, 429, NULL, "overloaded", "%s", r->emsg);
@@ -401,6 +448,155 @@ static unsigned s_submit(s_http_t *h, s_req_t *r, serve_openai_bad_t *b) {
 out:
     serve_openai_request_clear(&q);
     return status;
+}
+
+/* ---- model names and embeddings */
+
+/* Whether name is one of the served model's names (docs/HTTP.md, "Model names"). */
+static bool s_model_known(const s_http_t *h, const char *name) {
+    for (int i = 0; i < 4; i++)
+        if (h->names[i][0] && !strcmp(h->names[i], name))
+            return true;
+    return false;
+}
+
+/* The 404 of a model name no one serves here. */
+static enum MHD_Result s_model_not_found(s_req_t *r, const char *name) {
+    return s_error(r, 404, "model", "model_not_found",
+                   "The model '%s' does not exist: this server serves '%s'", name, r->h->model);
+}
+
+/* The id of input i of r towards the frontend. */
+static void s_embed_id(const s_req_t *r, int i, char *out, size_t cap) {
+    snprintf(out, cap, "%.48s.%d", r->id, i);
+}
+
+/* Send the embed of input i of r.  0, or -EAGAIN (the queue to the frontend is full). */
+static int s_embed_send(s_http_t *h, s_req_t *r, int i) {
+    const serve_embed_input_t *in = &r->embq->inputs[i];
+    msg_embed_t e;
+    msg_embed_init(&e);
+    s_embed_id(r, i, e.id, sizeof e.id);
+    e.prompt = in->text; /* borrowed */
+    e.prompt_len = in->text ? strlen(in->text) : 0;
+    e.tokens = in->ids;
+    e.n_tokens = in->n_ids;
+    void *buf = NULL;
+    size_t len = 0;
+    msg_err_t err;
+    if (msg_encode(MSG_EMBED, &e, &buf, &len, &err)) /* a protocol limit */
+        return -EINVAL;
+    int sent = zmq_send(zsock_resolve(h->up), buf, len, ZMQ_DONTWAIT);
+    free(buf);
+    return sent < 0 ? -EAGAIN : 0;
+}
+
+/* Forget r's inputs still in flight (cancel them when cancel). */
+static void s_embed_forget(s_http_t *h, s_req_t *r, bool cancel) {
+    for (int i = 0; r->embq && i < r->embq->n_inputs; i++) {
+        if (r->emb_got[i])
+            continue;
+        char id[MSG_MAX_ID_BYTES + 1];
+        s_embed_id(r, i, id, sizeof id);
+        if (!zhashx_lookup(h->by_id, id))
+            continue;
+        zhashx_delete(h->by_id, id);
+        msg_cancel_t c;
+        msg_cancel_init(&c);
+        memcpy(c.id, id, sizeof c.id);
+        void *buf;
+        size_t len;
+        msg_err_t err;
+        if (cancel && !msg_encode(MSG_CANCEL, &c, &buf, &len, &err)) {
+            zmq_send(zsock_resolve(h->up), buf, len, ZMQ_DONTWAIT);
+            free(buf);
+        }
+    }
+}
+
+/* The vector of one input came. */
+static void s_on_embedding(s_http_t *h, const msg_embedding_t *e) {
+    s_req_t *r = zhashx_lookup(h->by_id, e->id);
+    const char *dot = strrchr(e->id, '.');
+    int i = dot ? atoi(dot + 1) : -1;
+    if (!r || !r->embq || i < 0 || i >= r->embq->n_inputs || r->emb_got[i] || e->dim != h->dim) {
+        actor_counters_add(h->counters, r ? "upstream.malformed" : "events.orphan", 1);
+        return;
+    }
+    zhashx_delete(h->by_id, e->id);
+    memcpy(r->emb + (size_t)i * h->dim, e->embedding, (size_t)h->dim * sizeof *r->emb);
+    r->emb_got[i] = true;
+    r->emb_tokens += e->prompt_tokens;
+    if (++r->n_emb_got == r->embq->n_inputs) {
+        r->in_flight = false;
+        r->finished = true;
+        s_wake(r);
+    }
+}
+
+/* POST /v1/embeddings: read the inputs, send one embed each, wait for all. */
+static enum MHD_Result s_respond_embeddings(s_req_t *r) {
+    s_http_t *h = r->h;
+    if (r->too_big)
+        return s_error(r, 413, NULL, "body_too_large", "the body is larger than %zu bytes",
+                       h->max_body);
+    if (!h->dim)
+        return s_error(r, 500, NULL, "internal", "the model's embedding size is not known");
+    serve_openai_bad_t b = {{0}, {0}};
+    serve_embed_request_t q;
+    int rc = serve_embed_parse(&q, r->body ? r->body : "", r->body_len, h->dim, &b);
+    free(r->body);
+    r->body = NULL;
+    if (rc) {
+        if (rc == -EBADMSG)
+            actor_counters_add(h->counters, "bad_json", 1);
+        return s_error(r, rc == -ENOMEM ? 500 : 400, b.param,
+                       rc == -ENOMEM ? "internal" : "invalid_request", "%s", b.msg);
+    }
+    if (q.model && !s_model_known(h, q.model)) {
+        enum MHD_Result x = s_model_not_found(r, q.model);
+        serve_embed_clear(&q);
+        return x;
+    }
+    r->embq = malloc(sizeof *r->embq);
+    r->emb = malloc((size_t)q.n_inputs * h->dim * sizeof *r->emb);
+    r->emb_got = calloc((size_t)q.n_inputs, sizeof *r->emb_got);
+    if (!r->embq || !r->emb || !r->emb_got) {
+        serve_embed_clear(&q);
+        return s_error(r, 500, NULL, "internal", "out of memory");
+    }
+    *r->embq = q; /* taken */
+    snprintf(r->id, sizeof r->id, "embd-%s%llx", h->boot, (unsigned long long)++h->seq);
+    r->created = time(NULL);
+    for (int i = 0; i < q.n_inputs; i++) {
+        rc = s_embed_send(h, r, i);
+        if (rc) {
+            s_embed_forget(h, r, true);
+            return s_error(r, rc == -EINVAL ? 400 : 429, rc == -EINVAL ? "input" : NULL,
+                           rc == -EINVAL ? "invalid_request" : "overloaded", "%s",
+                           rc == -EINVAL ? "an input is longer than the protocol allows"
+                                         : "the server is overloaded (its queue to the "
+                                           "frontend is full)");
+        }
+        char id[MSG_MAX_ID_BYTES + 1];
+        s_embed_id(r, i, id, sizeof id);
+        zhashx_insert(h->by_id, id, r);
+    }
+    r->in_flight = true;
+    actor_counters_add(h->counters, "embeddings", 1);
+    actor_counters_add(h->counters, "embeddings.inputs", q.n_inputs);
+    r->state = S_WAITING;
+    s_suspend(r);
+    return MHD_YES;
+}
+
+static enum MHD_Result s_respond_embedded(s_req_t *r) {
+    const serve_embed_request_t *q = r->embq;
+    cJSON *o =
+        serve_embed_response(r->emb, q->n_inputs, r->h->dim, q->base64, r->h->model, r->emb_tokens);
+    if (!o)
+        return s_error(r, 500, NULL, "internal", "out of memory");
+    return s_queue_json(r, 200, o, NULL, NULL);
 }
 
 /* ---- responses */
@@ -694,6 +890,17 @@ static void s_on_error(s_http_t *h, const msg_error_t *e) {
     r->failed = true;
     r->code = e->code;
     snprintf(r->emsg, sizeof r->emsg, "%s", e->message);
+    if (r->embq) { /* one input failed: the request fails, the others are cancelled */
+        const char *dot = strrchr(e->id, '.');
+        if (dot && r->embq->n_inputs > 1)
+            snprintf(r->emsg, sizeof r->emsg, "input[%.8s]: %.480s", dot + 1, e->message);
+        zhashx_delete(h->by_id, e->id);
+        s_embed_forget(h, r, true);
+        r->in_flight = false;
+        r->finished = true;
+        s_wake(r);
+        return;
+    }
     if (r->state == S_RESPONDED && r->stream) { /* mid-stream: an error chunk, then the end */
         const char *code = msg_code_name(e->code);
         s_sse(r, s_error_obj(e->message,
@@ -735,6 +942,7 @@ static enum MHD_Result s_respond_stream(s_req_t *r) {
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    s_cors_headers(r, resp);
     enum MHD_Result rc = MHD_queue_response(r->conn, 200, resp);
     MHD_destroy_response(resp);
     r->state = S_RESPONDED;
@@ -793,6 +1001,19 @@ static enum MHD_Result s_respond_models(s_req_t *r) {
     return s_queue_json(r, 200, o, NULL, NULL);
 }
 
+/* GET /v1/models/{id}: the model object when id is one of its names. */
+static enum MHD_Result s_respond_model(s_req_t *r) {
+    const char *id = r->body ? r->body : ""; /* the route's argument, put there */
+    if (!s_model_known(r->h, id))
+        return s_model_not_found(r, id);
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", r->h->model);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "strata");
+    return s_queue_json(r, 200, m, NULL, NULL);
+}
+
 static enum MHD_Result s_respond_health(s_req_t *r) {
     s_http_t *h = r->h;
     bool fresh = h->health_us && base_now_us() - h->health_us < 2000000;
@@ -812,6 +1033,15 @@ static enum MHD_Result s_respond_generate(s_req_t *r) {
     if (r->too_big)
         return s_error(r, 413, NULL, "body_too_large", "the body is larger than %zu bytes",
                        h->max_body);
+    cJSON *body = r->body ? cJSON_ParseWithLength(r->body, r->body_len) : NULL;
+    const cJSON *model =
+        cJSON_IsObject(body) ? cJSON_GetObjectItemCaseSensitive(body, "model") : NULL;
+    if (cJSON_IsString(model) && !s_model_known(h, model->valuestring)) {
+        enum MHD_Result x = s_model_not_found(r, model->valuestring);
+        cJSON_Delete(body);
+        return x;
+    }
+    cJSON_Delete(body);
     serve_openai_bad_t b = {{0}, {0}};
     unsigned status = s_submit(h, r, &b);
     free(r->body);
@@ -832,8 +1062,41 @@ static enum MHD_Result (*const s_handlers[SERVE_HANDLER_N])(s_req_t *r) = {
     [SERVE_HANDLER_CHAT] = s_respond_generate,
     [SERVE_HANDLER_COMPLETIONS] = s_respond_generate,
     [SERVE_HANDLER_MODELS] = s_respond_models,
+    [SERVE_HANDLER_MODEL] = s_respond_model,
+    [SERVE_HANDLER_EMBEDDINGS] = s_respond_embeddings,
     [SERVE_HANDLER_HEALTH] = s_respond_health,
 };
+
+/* A CORS preflight (OPTIONS with CORS on): 204 with the Access-Control-Allow-* headers
+ * when the origin is allowed, without them when not (the browser then refuses); 404 for
+ * a path no route has. */
+static enum MHD_Result s_preflight(s_req_t *r, const char *url) {
+    char allow[48];
+    serve_routes_allow(url, allow, sizeof allow);
+    if (!allow[0])
+        return s_error(r, 404, NULL, "not_found", "no such path: %s", url);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    if (r->origin) {
+        char methods[64];
+        snprintf(methods, sizeof methods, "%s, OPTIONS", allow);
+        const char *want =
+            MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        s_cors_headers(r, resp);
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", methods);
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                want && *want ? want : "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    } else {
+        MHD_add_response_header(resp, "Vary", "Origin");
+    }
+    enum MHD_Result rc = MHD_queue_response(r->conn, 204, resp);
+    MHD_destroy_response(resp);
+    r->state = S_RESPONDED;
+    s_count_status(r->h, 204);
+    return rc;
+}
 
 static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                     const char *method, const char *version, const char *upload,
@@ -852,6 +1115,10 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
         h->reqs = r;
         *ctx = r;
         actor_counters_add(h->counters, "requests", 1);
+        const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
+        r->origin = s_cors_allowed(h, origin) ? origin : NULL;
+        if (h->cors[0] && !strcmp(method, "OPTIONS")) /* no key: a preflight carries none */
+            return s_preflight(r, url);
         const serve_route_t *route;
         int rc = serve_routes_find(url, method, &route);
         if (rc == -ENOENT)
@@ -870,6 +1137,8 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
         if (cl && strtoull(cl, NULL, 10) > h->max_body)
             return s_error(r, 413, NULL, "body_too_large",
                            "the body has %s bytes, more than the limit of %zu", cl, h->max_body);
+        if (route->prefix) /* the route's argument (a model id), for its handler */
+            r->body = strdup(serve_routes_arg(route, url));
         return MHD_YES;
     }
     if (*upload_size) {
@@ -892,6 +1161,8 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
             return MHD_NO;
         if (r->failed && !r->started)
             return s_error_from_code(r);
+        if (r->embq && r->finished)
+            return s_respond_embedded(r);
         if (r->stream && (r->started || r->finished))
             return s_respond_stream(r);
         if (!r->stream && r->finished)
@@ -912,6 +1183,11 @@ static void s_on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
     s_req_t *r = *ctx;
     if (!r)
         return;
+    if (r->in_flight && r->embq) {
+        s_embed_forget(h, r, true);
+        actor_counters_add(h->counters, "cancelled", 1);
+        r->in_flight = false;
+    }
     if (r->in_flight) {
         msg_cancel_t c;
         msg_cancel_init(&c);
@@ -940,6 +1216,11 @@ static void s_on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
     free(r->gen);
     free(r->toks);
     cJSON_Delete(r->lp);
+    if (r->embq)
+        serve_embed_clear(r->embq);
+    free(r->embq);
+    free(r->emb);
+    free(r->emb_got);
     free(r);
     *ctx = NULL;
 }
@@ -975,6 +1256,10 @@ static void s_on_epoll(void *self, int fd) {
  * every request in flight is sent again as `resume`, with the token events it has. */
 static void s_resume_all(s_http_t *h) {
     for (s_req_t *r = h->reqs; r; r = r->next) {
+        for (int i = 0; r->in_flight && r->embq && i < r->embq->n_inputs; i++)
+            if (!r->emb_got[i]) /* an embed is computed again from its input */
+                actor_counters_add(h->counters, s_embed_send(h, r, i) ? "resume.failed" : "resumed",
+                                   1);
         if (!r->in_flight || !r->gen)
             continue;
         msg_resume_t q;
@@ -1041,6 +1326,9 @@ static void s_on_upstream(void *self, zsock_t *sock) {
         break;
     case MSG_ERROR:
         s_on_error(h, &m.u.error);
+        break;
+    case MSG_EMBEDDING:
+        s_on_embedding(h, &m.u.embedding);
         break;
     case MSG_HEALTH_REPLY:
         h->healthy = m.u.health_reply.ok;
@@ -1151,6 +1439,31 @@ static void s_cleanup(s_http_t *h) {
     actor_loop_destroy(&h->loop);
 }
 
+/* The names a request may give as `model` (docs/HTTP.md, "Model names"), and the
+ * embedding size, from the GGUF at path (its header only; NULL: the id alone). */
+static void s_model_names(s_http_t *h, const char *path) {
+    snprintf(h->names[0], sizeof h->names[0], "%s", h->model);
+    if (!path)
+        return;
+    const char *slash = strrchr(path, '/');
+    const char *file = slash ? slash + 1 : path;
+    snprintf(h->names[1], sizeof h->names[1], "%s", file);
+    snprintf(h->names[2], sizeof h->names[2], "%s", file);
+    size_t n = strlen(h->names[2]);
+    if (n > 5 && !strcmp(h->names[2] + n - 5, ".gguf"))
+        h->names[2][n - 5] = 0;
+    char err[256];
+    model_gguf_t *g = model_gguf_open(path, err, sizeof err);
+    model_config_t cfg;
+    if (g && !model_config_read(g, &cfg, err, sizeof err)) {
+        h->dim = cfg.d_model;
+        snprintf(h->names[3], sizeof h->names[3], "%s", cfg.name);
+    } else {
+        LOG_W(TAG, "cannot read the model's header (%s): no embeddings", err);
+    }
+    model_gguf_destroy(&g);
+}
+
 int actor_http_main(actor_env_t *env) {
     const actor_http_cfg_t *conf = actor_env_cfg(env);
     const actor_topology_t *topo = actor_env_topology(env);
@@ -1173,6 +1486,9 @@ int actor_http_main(actor_env_t *env) {
         model = slash ? slash + 1 : path ? path : "strata";
     }
     snprintf(h.model, sizeof h.model, "%s", model);
+    s_model_names(&h, actor_topology_opt(topo, "worker0", "model", NULL));
+    if (conf->cors_origin)
+        snprintf(h.cors, sizeof h.cors, "%s", conf->cors_origin);
     const char *keys = conf->api_key_file;
     if (keys && s_load_keys(&h, keys, why, sizeof why)) {
         actor_env_fail(env, "%s: %s", me, why);
@@ -1233,8 +1549,8 @@ int actor_http_main(actor_env_t *env) {
     actor_loop_fd(h.loop, di->epoll_fd, s_on_epoll);
     actor_loop_timer(h.loop, 500, s_tick);
     actor_loop_idle(h.loop, s_idle);
-    LOG_I(TAG, "%s: OpenAI API on http://%s/v1 (model %s, frontend %s%s)", me, listen, h.model, ep,
-          h.n_keys ? ", API keys" : "");
+    LOG_I(TAG, "%s: OpenAI API on http://%s/v1 (model %s, frontend %s%s%s%s)", me, listen, h.model,
+          ep, h.n_keys ? ", API keys" : "", h.cors[0] ? ", CORS " : "", h.cors);
     actor_env_ready(env);
     actor_loop_run(h.loop, 100);
     s_cleanup(&h);

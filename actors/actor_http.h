@@ -33,6 +33,7 @@ typedef struct {
     const char *client_key;   /* CURVE key pair */
     const char *api_key_file; /* API keys, one per line: requests need 'Authorization */
     const char *model_name;   /* model id in /v1/models and responses */
+    const char *cors_origin;  /* origins allowed by CORS, comma-separated, or "*"; NULL: off */
     int max_body;             /* largest request body in bytes (413 above) */
     int max_connections;      /* HTTP connections open at once (more are refused) */
     int timeout_s;            /* an HTTP connection that sends nothing this long */

@@ -159,6 +159,46 @@ static void s_on_request(void *self, const msg_tok_request_t *q) {
     }
 }
 
+/* An embed (docs/PROTOCOL.md): its text tokenized as a raw prompt (or its token ids as
+ * they are), then dispatched as a work_request with `embed` set: the router treats it
+ * like any request, the worker pools the hidden states instead of generating. */
+static void s_on_embed(void *self, const msg_embed_request_t *q) {
+    s_tok_t *t = self;
+    actor_counters_add(t->counters, "requests.embed", 1);
+    msg_work_request_t w;
+    msg_work_request_init(&w);
+    w.rid = q->rid;
+    w.max_tokens = 1;
+    w.t_arrival_us = q->t_arrival_us;
+    w.embed = true;
+    int32_t *owned = NULL;
+    if (q->prompt) {
+        bool bos = model_tokenizer_add_bos(t->tok);
+        int need = model_tokenizer_encode(t->tok, q->prompt, q->prompt_len, bos, false, NULL, 0);
+        if (need > 0 && need <= MSG_MAX_SEQ_TOKENS &&
+            (owned = malloc((size_t)need * sizeof *owned)))
+            w.n_tokens =
+                model_tokenizer_encode(t->tok, q->prompt, q->prompt_len, bos, false, owned, need);
+        w.tokens = owned;
+        if (w.n_tokens <= 0) {
+            free(owned);
+            actor_counters_add(t->counters, "rejected.empty", 1);
+            s_error_front(t, q->rid, MSG_CODE_BAD_REQUEST,
+                          need > 0 ? "the input is too long" : "the input is empty");
+            return;
+        }
+    } else {
+        w.tokens = q->tokens; /* borrowed */
+        w.n_tokens = q->n_tokens;
+    }
+    actor_counters_add(t->counters, "prompt_tokens", w.n_tokens);
+    int rc = actor_send(t->to_router, MSG_WORK_REQUEST, &w);
+    free(owned);
+    if (rc)
+        s_error_front(t, q->rid, rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_INTERNAL,
+                      rc == -EAGAIN ? "the router's queue is full" : "cannot reach the router");
+}
+
 /* cancels follow the request's path, so one never overtakes it */
 static void s_on_cancel(void *self, const msg_work_cancel_t *m) {
     s_tok_t *t = self;
@@ -208,6 +248,7 @@ int actor_tokenizer_main(actor_env_t *env) {
     }
     actor_loop_inbox(t.loop, t.in, t.to_front, false, "");
     actor_loop_handle_tok_request(t.loop, s_on_request);
+    actor_loop_handle_embed_request(t.loop, s_on_embed);
     actor_loop_handle_work_cancel(t.loop, s_on_cancel);
     actor_loop_handle_work_error(t.loop, s_on_error);
     actor_env_ready(env);

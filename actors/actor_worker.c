@@ -381,7 +381,7 @@ static void s_req_free(s_worker_t *w, s_req_t **rp) {
     s_req_t *r = *rp;
     if (!r)
         return;
-    if (r->seq.kv.n) /* what it computed serves later requests */
+    if (r->seq.kv.n && !r->seq.embed_sum) /* what it computed serves later requests */
         serve_step_publish(w->step, &r->seq, r->seq.n_computed, true);
     if (r->draft_pending)
         w->n_pending_drafts--;
@@ -396,6 +396,7 @@ static void s_req_free(s_worker_t *w, s_req_t **rp) {
     free(r->bias);
     free(r->steps);
     free(r->seq.hist);
+    free(r->seq.embed_sum);
     free(r);
     *rp = NULL;
 }
@@ -555,8 +556,14 @@ static int s_replay_carried(s_worker_t *w, s_req_t *r) {
     return 0;
 }
 
+static void s_on_embed(s_worker_t *w, const msg_work_request_t *q);
+
 static void s_on_request(void *self, const msg_work_request_t *q) {
     s_worker_t *w = self;
+    if (q->embed) {
+        s_on_embed(w, q);
+        return;
+    }
     actor_counters_add(w->counters, "requests", 1);
     if (s_holds(w, q->rid)) { /* a duplicated frame: the request runs once */
         actor_counters_add(w->counters, "requests.duplicate", 1);
@@ -711,6 +718,53 @@ static void s_admit(s_worker_t *w, s_req_t *r) {
     w->dirty = true;
 }
 
+/* An embedding request (docs/PROTOCOL.md, embed): its prompt runs through the step like
+ * any prefill, in batches with the others, every position computed (no prefix cache),
+ * and its pooled vector goes to the frontend (s_step_embedded). */
+static void s_on_embed(s_worker_t *w, const msg_work_request_t *q) {
+    actor_counters_add(w->counters, "requests.embed", 1);
+    if (s_holds(w, q->rid)) {
+        actor_counters_add(w->counters, "requests.duplicate", 1);
+        s_status(w, q->rid, true);
+        return;
+    }
+    for (int i = 0; i < q->n_tokens; i++)
+        if (q->tokens[i] >= w->n_vocab) {
+            char why[96];
+            snprintf(why, sizeof why, "token id %d is out of the vocabulary (%d tokens)",
+                     q->tokens[i], w->n_vocab);
+            s_error(w, q->rid, MSG_CODE_BAD_REQUEST, why);
+            return;
+        }
+    int max_ctx = sched_batch_config(w->sched)->max_ctx;
+    if (q->n_tokens + 1 > max_ctx) {
+        char why[160];
+        snprintf(why, sizeof why, "the input has %d tokens: it " SERVE_STEP_NO_ROOM " (%d tokens)",
+                 q->n_tokens, max_ctx - 1);
+        s_error(w, q->rid, MSG_CODE_BAD_REQUEST, why);
+        return;
+    }
+    s_req_t *r = calloc(1, sizeof *r);
+    if (r) {
+        r->seq.hist = malloc(((size_t)q->n_tokens + 1) * sizeof *r->seq.hist);
+        r->seq.embed_sum = calloc((size_t)model_config(w->model)->d_model, sizeof(double));
+    }
+    if (!r || !r->seq.hist || !r->seq.embed_sum) {
+        if (r)
+            s_req_free(w, &r);
+        s_error(w, q->rid, MSG_CODE_INTERNAL, "out of memory");
+        return;
+    }
+    r->seq.rid = q->rid;
+    memcpy(r->seq.hist, q->tokens, (size_t)q->n_tokens * sizeof *r->seq.hist);
+    r->seq.n_prompt = r->seq.n_hist = q->n_tokens;
+    r->seq.max_tokens = 1; /* the scheduler's unit; nothing is generated */
+    r->t_arrival = q->t_arrival_us;
+    model_detok_init(&r->detok, w->tok);
+    s_status(w, r->seq.rid, true);
+    s_admit(w, r);
+}
+
 static void s_on_cancel(s_worker_t *w, uint64_t rid) {
     s_req_t *r = s_find_parked(w, rid);
     if (r)
@@ -853,6 +907,29 @@ static void s_step_finish(void *arg, serve_step_seq_t *seq, int index, int32_t t
         s_logprobs(w, r, lsm, token);
     s_event(w, r, index, token, why == SERVE_STEP_EOS ? MSG_FINISH_EOS : MSG_FINISH_LENGTH);
     actor_counters_add(w->counters, "completed", 1);
+    s_req_free(w, &r);
+}
+
+static void s_step_embedded(void *arg, serve_step_seq_t *seq, const float *vec, int dim) {
+    s_worker_t *w = arg;
+    s_req_t *r = (s_req_t *)seq;
+    msg_work_embedding_t m;
+    msg_work_embedding_init(&m);
+    m.rid = seq->rid;
+    m.worker = w->index;
+    m.embedding = (float *)vec; /* borrowed by the encoder */
+    m.dim = dim;
+    m.prompt_tokens = seq->n_prompt;
+    s_send(w, w->to_front, MSG_WORK_EMBEDDING, &m);
+    msg_work_event_t ev; /* the router forgets it */
+    msg_work_event_init(&ev);
+    ev.rid = seq->rid;
+    ev.index = -1;
+    ev.token = -1;
+    ev.finish = MSG_FINISH_LENGTH;
+    ev.prompt_tokens = seq->n_prompt;
+    s_send(w, w->to_router, MSG_WORK_EVENT, &ev);
+    actor_counters_add(w->counters, "completed.embed", 1);
     s_req_free(w, &r);
 }
 
@@ -1204,9 +1281,9 @@ int actor_worker_main(actor_env_t *env) {
     }
     serve_step_config_t stc = {w.model,   w.tok,     w.ctx, w.kv,           w.sched,
                                w.sampler, w.metrics, spec,  w.write_through};
-    serve_step_sink_t sink = {&w,           s_step_token, s_step_finish,
-                              s_step_ended, s_step_error, s_step_decoded,
-                              s_step_note,  s_step_count, s_on_written};
+    serve_step_sink_t sink = {&w,           s_step_token,   s_step_finish, s_step_ended,
+                              s_step_error, s_step_decoded, s_step_note,   s_step_count,
+                              s_on_written, s_step_embedded};
     if (!(w.step = serve_step_new(&stc, &sink))) {
         actor_env_fail(env, "%s: cannot set up (out of memory)", name);
         s_cleanup(&w);

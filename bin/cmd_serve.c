@@ -100,6 +100,10 @@ static const s_flag_t s_flags[] = {
      "HTTP (OpenAI API):"},
     {"api-key-file", 0, "http", "api_key_file", "FILE", NULL, 0,
      "with --http: API keys, one per line; requests need 'Authorization: Bearer KEY'", NULL},
+    {"cors-origin", 0, "http", "cors_origin", "ORIGIN", NULL, 0,
+     "with --http: allow browser calls (CORS) from ORIGIN, e.g. https://app.example.com; "
+     "repeat it for more, or * for any (default: none, no CORS headers)",
+     NULL},
     {"faults", 0, "all", "faults", "SPEC", NULL, 0,
      "inject faults on the links between actors, every actor alike: e.g. "
      "'seed=1,drop=0.05,delay=0.1:20,to=router' (docs/FAULTS.md)",
@@ -383,10 +387,23 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(flag, "host")) {
             host = optarg;
         }
+        char prev[ACTOR_TOPO_VALUE] = ""; /* --cors-origin repeated: a list */
+        if (!strcmp(flag, "cors-origin"))
+            snprintf(prev, sizeof prev, "%s", vals[r]);
         for (int k = r; k < S_N_FLAGS && !strcmp(s_flags[k].flag, flag); k++)
             if (s_flags[k].key &&
                 !s_flag_value(k, optarg ? optarg : s_flags[k].value, vals[k], sizeof vals[k]))
                 return 1;
+        if (prev[0]) {
+            size_t a = strlen(prev), b = strlen(vals[r]);
+            if (a + 1 + b >= sizeof vals[r]) {
+                fprintf(stderr, "strata serve: --cors-origin: too many origins\n");
+                return 2;
+            }
+            memmove(vals[r] + a + 1, vals[r], b + 1);
+            memcpy(vals[r], prev, a);
+            vals[r][a] = ',';
+        }
     }
     if (optind < argc) {
         fprintf(stderr, "strata serve: unexpected argument '%s'\n", argv[optind]);
@@ -475,8 +492,9 @@ int cmd_serve(int argc, char **argv) {
         if (VAL("http")) {
             snprintf(ep, sizeof ep, "inproc://strata-%d-http", pid);
             actor_topology_add(topo, "http", ep);
-        } else if (VAL("api-key-file")) {
-            fprintf(stderr, "strata serve: --api-key-file needs --http\n");
+        } else if (VAL("api-key-file") || VAL("cors-origin")) {
+            fprintf(stderr, "strata serve: --%s needs --http\n",
+                    VAL("api-key-file") ? "api-key-file" : "cors-origin");
             free(topo);
             return 2;
         }

@@ -124,6 +124,16 @@ int model_ctx_threads(const model_ctx_t *self);
 int model_ctx_forward(model_ctx_t *self, const model_batch_t *batch, const kern_kv_pool_t *kv,
                       float *logits);
 
+/* model_ctx_forward, and also the final hidden state of every token i with hidden[i]
+ * (hidden: (n_tokens)) -- after the output norm, before the output projection: what an
+ * embedding pools -- into row i of hidden_out (n_tokens, d_model); the other rows are
+ * left as they were.  hidden NULL: exactly model_ctx_forward.  Same returns, and -EINVAL
+ * when hidden is set but hidden_out is NULL.  The normal path pays nothing for this:
+ * the stage runs only when asked. */
+int model_ctx_forward_hidden(model_ctx_t *self, const model_batch_t *batch,
+                             const kern_kv_pool_t *kv, float *logits, const bool *hidden,
+                             float *hidden_out);
+
 /* ---- hooks */
 
 /* One MoE layer's expert work for a step, handed to a remote executor.  Rows are

@@ -14,6 +14,7 @@
  *                                                       act silu or gelu_tanh
  *       x += f  or  x += rmsnorm(f)                     norm_post_ffn
  *   logits = rmsnorm(x) Wout           (only for tokens that want them: (n_out, n_vocab))
+ *   hidden = rmsnorm(x)                (only for tokens asking for it, model_ctx_forward_hidden)
  * The whole pass is one base_pool_run: every thread walks the same stages and
  * takes its share of each (rows of a matrix, or tokens), with a barrier where a
  * stage reads what another thread wrote.  Time goes to the matrix products
@@ -468,6 +469,15 @@ static void s_forward_worker(void *arg, int ith, int nth) {
             s_residual_add(c, L->st.norm_post_ffn ? L->ffn_post_norm : NULL, t);
         /* The next stage reads only this thread's own tokens of x, so no barrier. */
     }
+    if (c->hidden) {
+        /* ---- hidden = rmsnorm(x) (n, d_model), each thread its own tokens; the barrier
+         *      because an MoE layer's combine splits the tokens its own way */
+        base_pool_barrier(pool);
+        for (int t = t0; t < t1; t++)
+            if (c->hidden[t])
+                k->rmsnorm(c->hidden_out + (size_t)t * d, c->x + (size_t)t * d, m->out_norm, d,
+                           cfg->rms_eps);
+    }
     if (c->n_out == 0)
         return;
     /* ---- logits = rmsnorm(x) Wout, for the wanted tokens only (compacted) */
@@ -486,8 +496,13 @@ static void s_forward_worker(void *arg, int ith, int nth) {
 
 int model_ctx_forward(model_ctx_t *c, const model_batch_t *b, const kern_kv_pool_t *kv,
                       float *logits) {
+    return model_ctx_forward_hidden(c, b, kv, logits, NULL, NULL);
+}
+
+int model_ctx_forward_hidden(model_ctx_t *c, const model_batch_t *b, const kern_kv_pool_t *kv,
+                             float *logits, const bool *hidden, float *hidden_out) {
     const model_config_t *cfg = &c->m->cfg;
-    if (b->n_tokens < 1 || b->n_tokens > c->max_tokens || !kv->base)
+    if (b->n_tokens < 1 || b->n_tokens > c->max_tokens || !kv->base || (hidden && !hidden_out))
         return -EINVAL;
     int n_out = 0;
     for (int t = 0; t < b->n_tokens; t++) {
@@ -507,9 +522,12 @@ int model_ctx_forward(model_ctx_t *c, const model_batch_t *b, const kern_kv_pool
     c->kv = kv;
     c->logits = logits;
     c->n_out = n_out;
+    c->hidden = hidden;
+    c->hidden_out = hidden_out;
     c->moe_rc = 0;
     base_pool_run(c->pool, s_forward_worker, c);
     c->batch = NULL;
+    c->hidden_out = NULL;
     c->kv = NULL;
     return c->moe_rc ? c->moe_rc : n_out;
 }

@@ -119,6 +119,8 @@ struct model_ctx_t {
     const kern_kv_pool_t *kv;
     float *logits;
     int n_out;
+    const bool *hidden; /* (n_tokens) the tokens whose final hidden state is wanted, or NULL */
+    float *hidden_out;  /* (n_tokens, d_model) where they go (model_ctx_forward_hidden) */
     /* hooks (model.h), borrowed */
     model_ffn_tap_fn tap; /* FFN tap or NULL */
     void *tap_user;

@@ -12,6 +12,7 @@
 
 #include "msg_client.h"
 #include "msg_ctl.h"
+#include "msg_embed.h"
 #include "msg_internal.h"
 #include "msg_kv.h"
 #include "msg_moe.h"

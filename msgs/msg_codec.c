@@ -280,6 +280,7 @@ static void s_free_fields(const msg_schema_t *s, void *m) {
         switch (f->kind) {
         case MSG_F_STR_HEAP:
         case MSG_F_BIN_I32:
+        case MSG_F_BIN_F32:
         case MSG_F_COUNTERS:
             free(*S_AT(m, f->off, void *));
             *S_AT(m, f->off, void *) = NULL;
@@ -635,6 +636,37 @@ static int s_decode_field(s_dec_t *d, const msg_field_t *f, void *m, const msg_v
         *S_AT(m, f->off2, int) = (int)n;
         return 0;
     }
+    case MSG_F_BIN_F32: {
+        if (v->kind != MSG_V_BIN)
+            return s_bad_type(d, fname, "bin", v);
+        if (v->n % 4)
+            return msg_err_set(d->err, -EPROTO, MSG_E_INVALID, fname,
+                               "field '%s': %u bytes is not a whole number of float32", fname,
+                               v->n);
+        size_t n = v->n / 4;
+        if (n > f->max)
+            return s_too_long(d, fname, "entries", n, f->max);
+        if (n < f->min)
+            return msg_err_set(d->err, -ERANGE, MSG_E_RANGE, fname,
+                               "field '%s': %zu entries, at least %zu needed", fname, n, f->min);
+        float *a = malloc(n ? n * sizeof *a : 1);
+        if (!a)
+            return msg_err_set(d->err, -ENOMEM, MSG_E_NOMEM, fname, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *q = v->p + 4 * i;
+            uint32_t u =
+                (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
+            memcpy(&a[i], &u, sizeof u);
+            if (!isfinite(a[i])) {
+                free(a);
+                return msg_err_set(d->err, -ERANGE, MSG_E_RANGE, fname,
+                                   "field '%s': entry %zu is not a finite number", fname, i);
+            }
+        }
+        *S_AT(m, f->off, float *) = a;
+        *S_AT(m, f->off2, int) = (int)n;
+        return 0;
+    }
     case MSG_F_ENUM: {
         if (v->kind != MSG_V_STR)
             return s_bad_type(d, fname, "str", v);
@@ -981,6 +1013,21 @@ static void s_pack_fields(msgpack_packer *pk, const msg_schema_t *s, const void 
         }
         case MSG_F_BIN_I32: {
             const int32_t *a = *S_AT(m, f->off, int32_t *);
+            int n = *S_AT(m, f->off2, int);
+            if (!a || n < 0)
+                n = 0;
+            msgpack_pack_bin(pk, (size_t)n * 4);
+            for (int j = 0; j < n; j++) {
+                uint32_t u;
+                memcpy(&u, &a[j], sizeof u);
+                uint8_t q[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16),
+                                (uint8_t)(u >> 24)};
+                msgpack_pack_bin_body(pk, q, 4);
+            }
+            break;
+        }
+        case MSG_F_BIN_F32: {
+            const float *a = *S_AT(m, f->off, float *);
             int n = *S_AT(m, f->off2, int);
             if (!a || n < 0)
                 n = 0;

@@ -72,6 +72,7 @@ typedef enum {
     MSG_F_STR_HEAP, /* char * at off, size_t length at off2; min..max bytes */
     MSG_F_STRS_FIX, /* array of str into char[max_count][max + 1] at off, int count at off2 */
     MSG_F_BIN_I32,  /* bin of int32 LE into int32_t * at off, int count at off2; each in [lo, hi] */
+    MSG_F_BIN_F32,  /* bin of float32 LE into float * at off, int count at off2; each finite */
     MSG_F_ENUM,     /* str, one of names[0..n_names) (NULL holes not accepted) -> int at off */
     MSG_F_COUNTERS, /* map str -> int64 into msg_counter_t * at off, int count at off2 */
     MSG_F_STRUCT,   /* nested map described by sub, stored at off */

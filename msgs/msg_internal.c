@@ -106,6 +106,7 @@ static const msg_field_t s_work_request_fields[] = {
      .off2 = offsetof(msg_work_request_t, grammar_len),
      .min = 1,
      .max = MSG_MAX_GRAMMAR_BYTES},
+    {.key = "embed", .kind = MSG_F_BOOL, .off = offsetof(msg_work_request_t, embed)},
 };
 static int s_work_request_check(const void *p, msg_err_t *err) {
     const msg_work_request_t *m = p;

@@ -57,6 +57,7 @@ typedef struct {
     int n_steps;
     char *grammar; /* GBNF text the output must follow (compiled by the frontend), or NULL */
     size_t grammar_len;
+    bool embed; /* an embed (msg_embed.h): pool the prompt's hidden states, generate nothing */
 } msg_work_request_t;
 
 /* 22 work_event (worker -> tokenizer): one token, or the end.  When finish != 0 the

@@ -34,6 +34,8 @@
     X(health_reply, HEALTH_REPLY, 9, 1, MSG_FAMILY_CLIENT)                                         \
     X(resume, RESUME, 10, 1, MSG_FAMILY_CLIENT)                                                    \
     X(trace, TRACE, 11, 1, MSG_FAMILY_CLIENT)                                                      \
+    X(embed, EMBED, 12, 1, MSG_FAMILY_CLIENT)                                                      \
+    X(embedding, EMBEDDING, 13, 1, MSG_FAMILY_CLIENT)                                              \
     /* internal: actor <-> actor */                                                                \
     X(tok_request, TOK_REQUEST, 20, 1, MSG_FAMILY_INTERNAL)                                        \
     X(work_request, WORK_REQUEST, 21, 1, MSG_FAMILY_INTERNAL)                                      \
@@ -59,6 +61,9 @@
     X(expert_load, EXPERT_LOAD, 39, 1, MSG_FAMILY_INTERNAL)                                        \
     X(expert_table, EXPERT_TABLE, 47, 1, MSG_FAMILY_INTERNAL)                                      \
     X(expert_down, EXPERT_DOWN, 48, 1, MSG_FAMILY_INTERNAL)                                        \
+    /* embeddings (msg_embed.h) */                                                                 \
+    X(embed_request, EMBED_REQUEST, 49, 1, MSG_FAMILY_INTERNAL)                                    \
+    X(work_embedding, WORK_EMBEDDING, 50, 1, MSG_FAMILY_INTERNAL)                                  \
     /* control: supervisor/parent <-> actor */                                                     \
     X(ready, READY, 40, 1, MSG_FAMILY_CTL)                                                         \
     X(ping, PING, 41, 1, MSG_FAMILY_CTL)                                                           \
@@ -117,8 +122,10 @@ size_t msg_type_max_frame(int type);
 #define MSG_MAX_SOURCES 256             /* copied spans in a trace */
 #define MSG_MAX_TOP_K (1 << 24)
 #define MSG_MAX_REPEAT_LAST_N 65536
-#define MSG_MAX_LOGIT_BIAS 1024 /* entries of logit_bias */
-#define MSG_MAX_DEPTH 16        /* nesting depth a decoder walks (skipping unknown values too) */
+#define MSG_MAX_LOGIT_BIAS 1024    /* entries of logit_bias */
+#define MSG_MAX_EMBED_TOKENS 65536 /* token ids of one embed input */
+#define MSG_MAX_EMBED_DIM 65536    /* floats of one embedding */
+#define MSG_MAX_DEPTH 16           /* nesting depth a decoder walks (skipping unknown values too) */
 
 /* ---- sampling parameters as they travel (generate, work_request).  The wire
  * carries its own type so msgs/ needs nothing from model/; the worker turns it

@@ -144,6 +144,7 @@ void serve_requests_remove(serve_requests_t *self, serve_request_t *r) {
     free(r->text);
     free(r->toks);
     free(r->steps);
+    free(r->embed_ids);
     for (int i = 0; r->lps && i < r->n_tokens; i++)
         free(r->lps[i].top);
     free(r->lps);

@@ -61,6 +61,11 @@ typedef struct {
     char client_key[41]; /* the client's CURVE key (Z85), or "" */
     void *trace;         /* (trace_len) the trace event as sent, or NULL */
     size_t trace_len;
+    /* an embed (docs/PROTOCOL.md): gen carries its id and text (prompt, or NULL when the
+     * input is token ids); its attempts are embed_requests, its answer an embedding */
+    bool embed;
+    int32_t *embed_ids; /* (n_embed_ids) the input's token ids, or NULL; owned */
+    int n_embed_ids;
 } serve_request_t;
 
 /* The timing rules, from the frontend's options. */

@@ -7,14 +7,18 @@
 #include <string.h>
 
 static const serve_route_t s_routes[] = {
-    /* path                  method  auth   handler */
-    {"/v1/chat/completions", "POST", true, SERVE_HANDLER_CHAT},
-    {"/v1/completions", "POST", true, SERVE_HANDLER_COMPLETIONS},
-    {"/v1/models", "GET", true, SERVE_HANDLER_MODELS},
-    {"/health", "GET", false, SERVE_HANDLER_HEALTH}, /* probes carry no key */
-    {"/chat/completions", "POST", true, SERVE_HANDLER_CHAT},
-    {"/completions", "POST", true, SERVE_HANDLER_COMPLETIONS},
-    {"/models", "GET", true, SERVE_HANDLER_MODELS},
+    /* path                  prefix  method  auth   handler */
+    {"/v1/chat/completions", false, "POST", true, SERVE_HANDLER_CHAT},
+    {"/v1/completions", false, "POST", true, SERVE_HANDLER_COMPLETIONS},
+    {"/v1/embeddings", false, "POST", true, SERVE_HANDLER_EMBEDDINGS},
+    {"/v1/models", false, "GET", true, SERVE_HANDLER_MODELS},
+    {"/v1/models/", true, "GET", true, SERVE_HANDLER_MODEL},
+    {"/health", false, "GET", false, SERVE_HANDLER_HEALTH}, /* probes carry no key */
+    {"/chat/completions", false, "POST", true, SERVE_HANDLER_CHAT},
+    {"/completions", false, "POST", true, SERVE_HANDLER_COMPLETIONS},
+    {"/embeddings", false, "POST", true, SERVE_HANDLER_EMBEDDINGS},
+    {"/models", false, "GET", true, SERVE_HANDLER_MODELS},
+    {"/models/", true, "GET", true, SERVE_HANDLER_MODEL},
 };
 #define S_N_ROUTES (int)(sizeof s_routes / sizeof s_routes[0])
 
@@ -23,10 +27,22 @@ const serve_route_t *serve_routes(int *n) {
     return s_routes;
 }
 
+/* Whether path is row's: equal, or (prefix) starting with it and going on. */
+static bool s_match(const serve_route_t *row, const char *path) {
+    if (!row->prefix)
+        return !strcmp(row->path, path);
+    size_t n = strlen(row->path);
+    return !strncmp(row->path, path, n) && path[n];
+}
+
+const char *serve_routes_arg(const serve_route_t *row, const char *path) {
+    return row->prefix && s_match(row, path) ? path + strlen(row->path) : "";
+}
+
 int serve_routes_find(const char *path, const char *method, const serve_route_t **row) {
     const serve_route_t *first = NULL;
     for (int i = 0; i < S_N_ROUTES; i++) {
-        if (strcmp(s_routes[i].path, path))
+        if (!s_match(&s_routes[i], path))
             continue;
         if (!strcmp(s_routes[i].method, method)) {
             *row = &s_routes[i];
@@ -46,7 +62,7 @@ void serve_routes_allow(const char *path, char *buf, size_t len) {
     if (len)
         buf[0] = 0;
     for (int i = 0; i < S_N_ROUTES && at < len; i++)
-        if (!strcmp(s_routes[i].path, path)) {
+        if (s_match(&s_routes[i], path)) {
             int n = snprintf(buf + at, len - at, "%s%s", at ? ", " : "", s_routes[i].method);
             at += n > 0 ? (size_t)n : 0;
         }

@@ -14,13 +14,17 @@ typedef enum {
     SERVE_HANDLER_CHAT,        /* an OpenAI chat completion (serve_openai: SERVE_OPENAI_CHAT) */
     SERVE_HANDLER_COMPLETIONS, /* a legacy completion (SERVE_OPENAI_COMPLETIONS) */
     SERVE_HANDLER_MODELS,      /* the list of the one model served */
+    SERVE_HANDLER_MODEL,       /* one model by its id: GET /v1/models/{id} */
+    SERVE_HANDLER_EMBEDDINGS,  /* OpenAI embeddings (serve_embed) */
     SERVE_HANDLER_HEALTH,      /* the frontend's health: 200 or 503 */
     SERVE_HANDLER_N
 } serve_handler_t;
 
 /* One route. */
 typedef struct {
-    const char *path;        /* exact, no query string */
+    const char *path;        /* exact, no query string; with prefix: what the path starts with
+                                (the rest, non-empty, is the route's argument) */
+    bool prefix;             /* path is a prefix */
     const char *method;      /* "GET", "POST" */
     bool auth;               /* an API key is needed (when the gateway has keys) */
     serve_handler_t handler; /* what answers */
@@ -29,13 +33,17 @@ typedef struct {
 /* The table, n rows (*n set). */
 const serve_route_t *serve_routes(int *n);
 
-/* The row of path and method: 0 with *row set; -ENOENT when no row has path (404);
- * -EOPNOTSUPP when rows have path but not method (405; *row: the path's first row, so
- * that the caller knows which handler the path belongs to). */
+/* The row of path and method (an exact row before a prefix row): 0 with *row set; -ENOENT when no
+ * row has path (404); -EOPNOTSUPP when rows have path but not method (405; *row: the path's first
+ * row, so that the caller knows which handler the path belongs to). */
 int serve_routes_find(const char *path, const char *method, const serve_route_t **row);
 
 /* The methods of path's rows, ", "-separated (the Allow header of a 405), into buf (len
  * bytes, NUL-terminated, truncated to fit).  "" when no row has path. */
 void serve_routes_allow(const char *path, char *buf, size_t len);
+
+/* The argument of path under row (what follows a prefix row's path; "" for an exact
+ * row). */
+const char *serve_routes_arg(const serve_route_t *row, const char *path);
 
 #endif

@@ -27,6 +27,10 @@ struct serve_step_t {
     float *logits;                  /* (rows, n_vocab) rows = max_batch * (1 + K with spec) */
     float *lp_rows;                 /* ((1 + MODEL_SPEC_MAX_K), n_vocab) log-softmax rows */
     uint64_t *mask;                 /* a grammar's token mask (words for n_vocab) */
+    int d_model;                    /* width of a hidden state */
+    bool *b_hid;                    /* (room) the token's hidden state is pooled */
+    float *hidden;                  /* (room, d_model) final hidden states (embeddings) */
+    float *vec;                     /* (d_model) an embedding being finished */
 };
 
 static void s_count(serve_step_t *st, const char *name, int64_t v) {
@@ -65,6 +69,9 @@ void serve_step_destroy(serve_step_t **self_p) {
     free(st->logits);
     free(st->lp_rows);
     free(st->mask);
+    free(st->b_hid);
+    free(st->hidden);
+    free(st->vec);
     free(st);
     *self_p = NULL;
 }
@@ -90,8 +97,12 @@ serve_step_t *serve_step_new(const serve_step_config_t *cfg, const serve_step_si
     st->logits = malloc((size_t)rows * st->n_vocab * sizeof *st->logits);
     st->lp_rows = malloc((size_t)(1 + MODEL_SPEC_MAX_K) * st->n_vocab * sizeof *st->lp_rows);
     st->mask = malloc(((size_t)st->n_vocab + 63) / 64 * sizeof *st->mask);
-    if (!st->mask || !st->items || !st->b_tok || !st->b_pos || !st->b_seq || !st->b_want ||
-        !st->b_seqs || !st->logits || !st->lp_rows)
+    st->d_model = model_config(cfg->model)->d_model;
+    st->b_hid = malloc((size_t)room * sizeof *st->b_hid);
+    st->hidden = malloc((size_t)room * st->d_model * sizeof *st->hidden);
+    st->vec = malloc((size_t)st->d_model * sizeof *st->vec);
+    if (!st->b_hid || !st->hidden || !st->vec || !st->mask || !st->items || !st->b_tok ||
+        !st->b_pos || !st->b_seq || !st->b_want || !st->b_seqs || !st->logits || !st->lp_rows)
         serve_step_destroy(&st);
     return st;
 }
@@ -318,7 +329,7 @@ static void s_verify(serve_step_t *st, serve_step_seq_t *s, const sched_batch_it
 static void s_attach(serve_step_t *st, serve_step_seq_t *s, sched_batch_item_t *it) {
     s->fresh = false;
     s->skip = 0;
-    if (!it->prefill || it->pos0 != 0)
+    if (!it->prefill || it->pos0 != 0 || s->embed_sum) /* an embedding pools every position */
         return;
     int c = kv_cache_attach_prefix(st->cfg.kv, &s->kv, s->hist, s->n_prompt);
     s_note(st, s, "admit",
@@ -338,9 +349,10 @@ static void s_attach(serve_step_t *st, serve_step_seq_t *s, sched_batch_item_t *
 
 /* The batch of the step's items: each item's tokens, then a decode item's drafts.
  * The number of tokens, or -ENOSPC. */
-static int s_assemble(serve_step_t *st, int n_items) {
+static int s_assemble(serve_step_t *st, int n_items, bool *any_hidden) {
     uint64_t now = base_now_us();
     int nt = 0;
+    *any_hidden = false;
     for (int k = 0; k < n_items; k++) {
         sched_batch_item_t *it = &st->items[k];
         serve_step_seq_t *s = it->user;
@@ -371,13 +383,16 @@ static int s_assemble(serve_step_t *st, int n_items) {
             st->b_tok[nt] = s->hist[it->pos0 + j];
             st->b_pos[nt] = it->pos0 + j;
             st->b_seq[nt] = k;
-            st->b_want[nt] = it->sample && j == it->n - 1;
+            st->b_want[nt] = it->sample && j == it->n - 1 && !s->embed_sum;
+            st->b_hid[nt] = s->embed_sum != NULL;
+            *any_hidden |= s->embed_sum != NULL;
         }
         for (int j = 0; j < nd; j++, nt++) {
             st->b_tok[nt] = s->draft[j];
             st->b_pos[nt] = it->pos0 + 1 + j;
             st->b_seq[nt] = k;
             st->b_want[nt] = true;
+            st->b_hid[nt] = false;
         }
         if (nd)
             s_count(st, "tokens.verified", nd);
@@ -386,17 +401,47 @@ static int s_assemble(serve_step_t *st, int n_items) {
     return nt;
 }
 
+/* An embedding item ran: add the hidden states of its tokens (batch rows row0 ..
+ * row0 + it->n) to s's sum; after its last prompt position, the mean, L2-normalised,
+ * goes to the sink and s ends (nothing of it is published: its blocks are released). */
+static void s_pool(serve_step_t *st, serve_step_seq_t *s, const sched_batch_item_t *it, int row0,
+                   int skip) {
+    int d = st->d_model;
+    for (int j = 0; j < it->n; j++) {
+        const float *h = st->hidden + (size_t)(row0 + j) * d;
+        for (int i = 0; i < d; i++)
+            s->embed_sum[i] += h[i];
+    }
+    if (!it->sample) {
+        sched_batch_advance(st->cfg.sched, s->rid, skip + it->n, false);
+        return;
+    }
+    double norm = 0;
+    for (int i = 0; i < d; i++) {
+        double m = s->embed_sum[i] / s->n_prompt;
+        norm += m * m;
+    }
+    norm = sqrt(norm);
+    for (int i = 0; i < d; i++) /* a zero vector stays zero (llama.cpp does the same) */
+        st->vec[i] = norm > 0 ? (float)(s->embed_sum[i] / s->n_prompt / norm) : 0.0f;
+    s_count(st, "embeddings", 1);
+    sched_batch_remove(st->cfg.sched, s->rid);
+    st->sink.embedded(st->sink.arg, s, st->vec, d);
+}
+
 int serve_step_run(serve_step_t *self) {
     serve_step_t *st = self;
     int n_items = sched_batch_plan(st->cfg.sched, st->items, st->max_batch);
     if (n_items <= 0)
         return 0;
-    int nt = s_assemble(st, n_items);
+    bool any_hidden;
+    int nt = s_assemble(st, n_items, &any_hidden);
     if (nt < 0)
         return nt;
     model_batch_t b = {nt, st->b_tok, st->b_pos, st->b_seq, st->b_want, n_items, st->b_seqs};
     uint64_t t_fwd = base_now_us();
-    int got = model_ctx_forward(st->cfg.ctx, &b, kv_cache_pool(st->cfg.kv), st->logits);
+    int got = model_ctx_forward_hidden(st->cfg.ctx, &b, kv_cache_pool(st->cfg.kv), st->logits,
+                                       any_hidden ? st->b_hid : NULL, st->hidden);
     double dt = (double)(base_now_us() - t_fwd);
     st->step_us = st->step_us > 0 ? 0.9 * st->step_us + 0.1 * dt : dt;
     s_count(st, "steps", 1);
@@ -407,7 +452,7 @@ int serve_step_run(serve_step_t *self) {
         return got;
     }
     uint64_t now = base_now_us();
-    int row = 0, nv = st->n_vocab;
+    int row = 0, nv = st->n_vocab, brow = 0; /* brow: the item's first token in the batch */
     for (int k = 0; k < n_items; k++) {
         sched_batch_item_t *it = &st->items[k];
         serve_step_seq_t *s = it->user;
@@ -420,6 +465,15 @@ int serve_step_run(serve_step_t *self) {
                    serve_step_done(s), n_items, nt, s->n_draft, s->n_draft ? ": " : "",
                    s->n_draft ? s->spec_why : "");
         s->n_computed = it->pos0 + it->n;
+        int row0 = brow;
+        brow += it->n + (it->prefill ? 0 : s->n_draft);
+        if (s->embed_sum) {
+            if (!s->t_first && it->sample)
+                s->t_first = s->t_last = now;
+            s_pool(st, s, it, row0, s->skip);
+            s->skip = 0;
+            continue;
+        }
         /* full blocks are shareable as soon as they are computed; with write-through
          * they go to the lower tiers then too */
         bool wt = st->cfg.write_through && st->sink.written;

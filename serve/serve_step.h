@@ -23,6 +23,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The words of the refusal of an input longer than the context (the HTTP actor answers
+ * it as context_length_exceeded). */
+#define SERVE_STEP_NO_ROOM "does not fit in the context"
+
 /* Why a request ends (the values of msg_finish: none, eos, length). */
 enum { SERVE_STEP_NONE = 0, SERVE_STEP_EOS = 1, SERVE_STEP_LENGTH = 2 };
 
@@ -59,6 +63,12 @@ typedef struct {
     int draft_base;                  /* history length they continue */
     int proposed, accepted;          /* totals */
     char spec_why[96];               /* how the depth of its last draft was chosen (trace) */
+    /* embeddings: the request pools its prompt's final hidden states (model.h,
+     * model_ctx_forward_hidden) instead of generating: no prefix cache (every position
+     * is computed), no logits, nothing published; when its last prompt position ran, the
+     * mean, L2-normalised, goes to sink.embedded.  NULL: a generation. */
+    double *embed_sum; /* (d_model) sum over the positions computed so far; owned by the
+                          caller, zeroed before admission */
     /* timings (base_now_us) */
     uint64_t t_prefill; /* first prefill chunk started */
     uint64_t t_first;   /* first token sampled */
@@ -98,6 +108,11 @@ typedef struct {
     void (*count)(void *arg, const char *name, int64_t value);
     /* With write_through: a full block of a running request, for the lower tiers. */
     kv_cache_evict_fn written;
+    /* An embedding request s (s->embed_sum set) is done: vec (dim = d_model) is the mean
+     * of its final hidden states over its n_prompt positions, L2-normalised (valid during
+     * the call).  s is out of the scheduler: the callee frees it.  Required when embedding
+     * requests are admitted. */
+    void (*embedded)(void *arg, serve_step_seq_t *s, const float *vec, int dim);
 } serve_step_sink_t;
 
 /* What the step runs on: all borrowed, they outlive the step. */

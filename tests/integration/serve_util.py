@@ -17,6 +17,7 @@ import testenv  # noqa: E402
 
 testenv.require("msgpack", "zmq")
 MODEL = testenv.model_path()  # what `strata serve` loads by default (STRATA_MODEL or the cache)
+MODEL_ID = os.path.basename(MODEL)  # its id in the HTTP API (`model`; docs/HTTP.md, model names)
 
 import msgpack  # noqa: E402
 import zmq  # noqa: E402

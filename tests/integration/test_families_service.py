@@ -119,7 +119,7 @@ def phase_threads(fam, model, refs):
         client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % hport, api_key="none",
                                max_retries=0, timeout=60)
         r = client.chat.completions.create(
-            model="any", messages=[{"role": "user", "content": PROMPTS[0]}], max_tokens=N,
+            model=os.path.basename(model), messages=[{"role": "user", "content": PROMPTS[0]}], max_tokens=N,
             temperature=0)
         text = r.choices[0].message.content
         u.check(text and r.usage.completion_tokens == len(refs[0]),

@@ -51,7 +51,7 @@ def rss_kb(pid):
 def test_chat(client):
     prompt = u.PROMPTS[0]
     ref, ref_ids = gen_text(prompt, N), u.reference(prompt, N)
-    r = client.chat.completions.create(model="any", messages=[{"role": "user", "content": prompt}],
+    r = client.chat.completions.create(model=u.MODEL_ID, messages=[{"role": "user", "content": prompt}],
                                        max_tokens=N, temperature=0)
     c = r.choices[0]
     u.check(c.message.content == ref, "chat text %r != strata generate %r" % (c.message.content, ref))
@@ -66,7 +66,7 @@ def test_chat(client):
     # streamed, with usage at the end
     pieces, finish, usage, roles = [], None, None, 0
     for ch in client.chat.completions.create(
-            model="any", messages=[{"role": "user", "content": prompt}], max_tokens=N,
+            model=u.MODEL_ID, messages=[{"role": "user", "content": prompt}], max_tokens=N,
             temperature=0, stream=True, stream_options={"include_usage": True}):
         u.check(ch.object == "chat.completion.chunk" and ch.id.startswith("chatcmpl-"),
                 "chunk %r" % ch)
@@ -85,13 +85,13 @@ def test_chat(client):
 def test_completions(client):
     prompt = "The capital of France is"
     ref = gen_text(prompt, N, chat=False)
-    r = client.completions.create(model="any", prompt=prompt, max_tokens=N, temperature=0)
+    r = client.completions.create(model=u.MODEL_ID, prompt=prompt, max_tokens=N, temperature=0)
     u.check(r.choices[0].text == ref, "completion %r != %r" % (r.choices[0].text, ref))
     u.check(r.object == "text_completion" and r.id.startswith("cmpl-"), "head %r" % r)
     u.check(r.usage.completion_tokens > 0 and r.usage.total_tokens ==
             r.usage.prompt_tokens + r.usage.completion_tokens, "usage %r" % r.usage)
     text = "".join(ch.choices[0].text for ch in client.completions.create(
-        model="any", prompt=[prompt], max_tokens=N, temperature=0, stream=True) if ch.choices)
+        model=u.MODEL_ID, prompt=[prompt], max_tokens=N, temperature=0, stream=True) if ch.choices)
     u.check(text == ref, "streamed completion %r != %r" % (text, ref))
     print("completions: %r" % ref)
 
@@ -102,7 +102,7 @@ def test_logprobs(client):
     legacy completions shape."""
     prompt = u.PROMPTS[2]
     ref_ids = u.reference(prompt, N)
-    r = client.chat.completions.create(model="any", messages=[{"role": "user", "content": prompt}],
+    r = client.chat.completions.create(model=u.MODEL_ID, messages=[{"role": "user", "content": prompt}],
                                        max_tokens=N, temperature=0, logprobs=True, top_logprobs=2)
     lp = r.choices[0].logprobs.content
     u.check(len(lp) == len(ref_ids), "chat logprobs: %d entries for %d tokens" % (len(lp), len(ref_ids)))
@@ -115,7 +115,7 @@ def test_logprobs(client):
             "pieces %r vs text %r" % ("".join(e.token for e in lp), r.choices[0].message.content))
     streamed = []
     for ch in client.chat.completions.create(
-            model="any", messages=[{"role": "user", "content": prompt}], max_tokens=N,
+            model=u.MODEL_ID, messages=[{"role": "user", "content": prompt}], max_tokens=N,
             temperature=0, logprobs=True, stream=True):
         for cc in ch.choices:
             if cc.logprobs and cc.logprobs.content:
@@ -123,7 +123,7 @@ def test_logprobs(client):
     u.check([e.token for e in streamed] == [e.token for e in lp] and
             all(abs(a.logprob - b.logprob) < 1e-5 for a, b in zip(streamed, lp)),
             "streamed logprobs differ from the non-streamed ones")
-    c = client.completions.create(model="any", prompt="The capital of France is", max_tokens=4,
+    c = client.completions.create(model=u.MODEL_ID, prompt="The capital of France is", max_tokens=4,
                                   temperature=0, logprobs=2)
     l2 = c.choices[0].logprobs
     u.check(len(l2.tokens) == len(l2.token_logprobs) == len(l2.top_logprobs) ==
@@ -136,12 +136,12 @@ def test_logprobs(client):
 def test_stop(client):
     prompt, stop = "Explain gravity to a child.", "."
     ref = gen_text(prompt, 40, stop=stop)
-    r = client.chat.completions.create(model="any", messages=[{"role": "user", "content": prompt}],
+    r = client.chat.completions.create(model=u.MODEL_ID, messages=[{"role": "user", "content": prompt}],
                                        max_tokens=40, temperature=0, stop=[stop])
     u.check(r.choices[0].message.content == ref and r.choices[0].finish_reason == "stop",
             "stop: %r %r != %r" % (r.choices[0].finish_reason, r.choices[0].message.content, ref))
     text = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(
-        model="any", messages=[{"role": "user", "content": prompt}], max_tokens=40,
+        model=u.MODEL_ID, messages=[{"role": "user", "content": prompt}], max_tokens=40,
         temperature=0, stop=stop, stream=True) if ch.choices)
     u.check(text == ref, "streamed stop %r != %r" % (text, ref))
     print("stop string: %r" % ref)
@@ -172,17 +172,17 @@ def test_usage_oracle(client):
     msgs = [{"role": "user", "content": u.PROMPTS[3]}]
     prompt_ids = u.tokenize(u.chatml(msgs))
     ref_ids = u.reference(u.PROMPTS[3], N)
-    r = client.chat.completions.create(model="any", messages=msgs, max_tokens=N, temperature=0)
+    r = client.chat.completions.create(model=u.MODEL_ID, messages=msgs, max_tokens=N, temperature=0)
     check_usage("chat", r.usage, prompt_ids, ref_ids)
     usage = None
-    for ch in client.chat.completions.create(model="any", messages=msgs, max_tokens=N,
+    for ch in client.chat.completions.create(model=u.MODEL_ID, messages=msgs, max_tokens=N,
                                              temperature=0, stream=True,
                                              stream_options={"include_usage": True}):
         usage = ch.usage or usage
     check_usage("streamed chat", usage, prompt_ids, ref_ids)
     prompt = "The capital of France is"
     prompt_ids, ref_ids = u.tokenize(prompt), raw_ids(prompt, N)
-    r = client.completions.create(model="any", prompt=prompt, max_tokens=N, temperature=0)
+    r = client.completions.create(model=u.MODEL_ID, prompt=prompt, max_tokens=N, temperature=0)
     check_usage("completion", r.usage, prompt_ids, ref_ids)
     print("usage: chat and completion (prompt %d + %d tokens) as strata tokenize and "
           "strata generate count them" % (len(prompt_ids), len(ref_ids)))
@@ -204,7 +204,7 @@ def expect(resp, status, param=None, what=""):
 def test_errors(base, client):
     h = {"Authorization": "Bearer " + KEY}
     chat = base + "/chat/completions"
-    good = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    good = {"model": u.MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     with httpx.Client(timeout=30) as x:
         expect(x.post(chat, headers=h, content=b"{not json"), 400, what="bad JSON")
         expect(x.post(chat, headers=h, json=dict(good, temperature="hot")), 400, "temperature",
@@ -220,7 +220,7 @@ def test_errors(base, client):
                    "top_logprobs", "top_logprobs without logprobs")
         print("top_logprobs alone:", b["error"]["message"])
         expect(x.post(base + "/completions", headers=h,
-                      json={"model": "m", "prompt": ["a", "b"]}), 400, "prompt", "two prompts")
+                      json={"model": u.MODEL_ID, "prompt": ["a", "b"]}), 400, "prompt", "two prompts")
         # the field rule (docs/HTTP.md): what would change the answer is refused, naming it
         unenforceable = {"type": "json_schema",
                          "json_schema": {"name": "n", "schema": {"type": "integer", "multipleOf": 3}}}
@@ -260,7 +260,7 @@ def test_errors(base, client):
                         ({"response_format": {"type": "json_schema", "json_schema": {
                             "name": "n", "schema": {"not": {}}}}}, openai.BadRequestError)]:
         try:
-            client.chat.completions.create(model="m", messages=good["messages"], max_tokens=2,
+            client.chat.completions.create(model=u.MODEL_ID, messages=good["messages"], max_tokens=2,
                                            **kwargs)
             u.check(False, "%r accepted" % kwargs)
         except exc:
@@ -282,7 +282,7 @@ def test_overloaded(base):
     def one(i):
         with httpx.Client(timeout=60) as x:
             r = x.post(base + "/completions", headers=h, json={
-                "model": "m", "prompt": u.PROMPTS[i], "max_tokens": 48, "temperature": 0})
+                "model": u.MODEL_ID, "prompt": u.PROMPTS[i], "max_tokens": 48, "temperature": 0})
             res.append(r)
     ts = [threading.Thread(target=one, args=(i,)) for i in range(6)]
     for t in ts:
@@ -300,7 +300,7 @@ def test_overloaded(base):
 def test_disconnect(base, ep):
     before = u.stats(ep).get("frontend.cancelled.client", 0)
     h = {"Authorization": "Bearer " + KEY}
-    body = {"model": "m", "messages": [{"role": "user", "content": "Write a long story."}],
+    body = {"model": u.MODEL_ID, "messages": [{"role": "user", "content": "Write a long story."}],
             "max_tokens": 2000, "temperature": 0, "stream": True}
     with httpx.Client(timeout=30) as x:
         with x.stream("POST", base + "/chat/completions", headers=h, json=body) as r:
@@ -377,7 +377,7 @@ def test_malformed(base, port, pid):
     else:  # ASan keeps freed memory in its quarantine: RSS says nothing there; LeakSanitizer
         print("  (sanitizer build: the RSS bound is not checked; leaks are, at exit)")
     c = openai.OpenAI(base_url=base, api_key=KEY, max_retries=0)
-    r = c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+    r = c.chat.completions.create(model=u.MODEL_ID, messages=[{"role": "user", "content": "hi"}],
                                   max_tokens=4, temperature=0)
     u.check(r.choices[0].message.content and r.usage.completion_tokens > 0, "after: %r" % r)
 

@@ -65,7 +65,7 @@ def test_schemas(client):
         for sampled in (False, True):
             kw = dict(temperature=0.8, top_p=0.95, seed=7) if sampled else dict(temperature=0)
             r = client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": prompt_for(schema)}],
+                model=u.MODEL_ID, messages=[{"role": "user", "content": prompt_for(schema)}],
                 max_tokens=MAX_TOKENS, response_format=rf, **kw)
             c = r.choices[0]
             what = "%s (%s)" % (name, "sampled" if sampled else "greedy")
@@ -83,10 +83,10 @@ def test_schemas(client):
     schema = load("obj_person")
     rf = {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}
     msgs = [{"role": "user", "content": prompt_for(schema)}]
-    whole = client.chat.completions.create(model="m", messages=msgs, max_tokens=MAX_TOKENS,
+    whole = client.chat.completions.create(model=u.MODEL_ID, messages=msgs, max_tokens=MAX_TOKENS,
                                            temperature=0, response_format=rf)
     pieces = [ch.choices[0].delta.content or "" for ch in client.chat.completions.create(
-        model="m", messages=msgs, max_tokens=MAX_TOKENS, temperature=0, response_format=rf,
+        model=u.MODEL_ID, messages=msgs, max_tokens=MAX_TOKENS, temperature=0, response_format=rf,
         stream=True) if ch.choices]
     u.check("".join(pieces) == whole.choices[0].message.content,
             "streamed %r != %r" % ("".join(pieces), whole.choices[0].message.content))
@@ -97,7 +97,7 @@ def test_json_object(client):
     for i, p in enumerate(["Describe a cat as JSON.", "Give me a JSON object about Paris."]):
         for kw in (dict(temperature=0), dict(temperature=0.8, seed=11 + i)):
             r = client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": p}], max_tokens=MAX_TOKENS,
+                model=u.MODEL_ID, messages=[{"role": "user", "content": p}], max_tokens=MAX_TOKENS,
                 response_format={"type": "json_object"}, **kw)
             c = r.choices[0]
             if c.finish_reason == "length":  # any members now: the model may go on (a loop)
@@ -134,7 +134,7 @@ def test_unsupported(client, endpoint):
         path, keyword = case["expect"].split(": ")
         rf = {"type": "json_schema", "json_schema": {"name": name, "schema": case["schema"]}}
         try:
-            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+            client.chat.completions.create(model=u.MODEL_ID, messages=[{"role": "user", "content": "x"}],
                                            max_tokens=4, response_format=rf)
             u.check(False, "%s: an unenforceable schema was accepted" % name)
         except openai.BadRequestError as e:

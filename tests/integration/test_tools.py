@@ -90,7 +90,7 @@ def main():
     hport = u.free_port()
     with u.Server(["--threads", "1", "--http", "127.0.0.1:%d" % hport]):
         c = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % hport, api_key="x")
-        kw = dict(model="m", tools=TOOLS, temperature=0, max_tokens=80)
+        kw = dict(model=u.MODEL_ID, tools=TOOLS, temperature=0, max_tokens=80)
         r = c.chat.completions.create(messages=ASK, tool_choice="required", **kw)
         ch = r.choices[0]
         u.check(ch.finish_reason == "tool_calls", "required: finish %r" % ch.finish_reason)
@@ -176,7 +176,7 @@ def main():
         bad = [{"type": "function", "function": {"name": "f", "parameters": {
             "type": "object", "properties": {"a": {"multipleOf": 2}}}}}]
         try:
-            c.chat.completions.create(model="m", messages=ASK, tools=bad, tool_choice="required")
+            c.chat.completions.create(model=u.MODEL_ID, messages=ASK, tools=bad, tool_choice="required")
             u.check(False, "an unsupported parameters schema was accepted")
         except openai.BadRequestError as e:
             u.check("multipleOf" in str(e) and "tools[0]" in str(e), "400: %s" % e)

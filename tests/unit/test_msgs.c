@@ -226,6 +226,34 @@ static void fill(int type, msg_any_t *a) {
         a->u.stats_answer.counters = counters;
         a->u.stats_answer.n_counters = 3;
         break;
+    case MSG_EMBED:
+        strcpy(a->u.embed.id, "emb-1");
+        a->u.embed.prompt = "The quick brown fox";
+        a->u.embed.prompt_len = strlen(a->u.embed.prompt);
+        break;
+    case MSG_EMBEDDING: {
+        static float vec[3] = {0.6f, -0.8f, 0.0f};
+        strcpy(a->u.embedding.id, "emb-1");
+        a->u.embedding.embedding = vec;
+        a->u.embedding.dim = 3;
+        a->u.embedding.prompt_tokens = 5;
+        break;
+    }
+    case MSG_EMBED_REQUEST:
+        a->u.embed_request.rid = 77;
+        a->u.embed_request.tokens = toks;
+        a->u.embed_request.n_tokens = 5;
+        a->u.embed_request.t_arrival_us = 123456;
+        break;
+    case MSG_WORK_EMBEDDING: {
+        static float vec[2] = {1.0f, -0.0f};
+        a->u.work_embedding.rid = 77;
+        a->u.work_embedding.worker = 1;
+        a->u.work_embedding.embedding = vec;
+        a->u.work_embedding.dim = 2;
+        a->u.work_embedding.prompt_tokens = 2;
+        break;
+    }
     default: /* stats, health, stop, stats_query: no fields */
         break;
     }

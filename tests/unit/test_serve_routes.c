@@ -25,6 +25,30 @@ START_TEST(find_each_endpoint) {
 END_TEST
 
 /* OpenAI clients whose base URL lacks /v1 reach the same handlers. */
+/* Embeddings, and one model by its id: the id is what follows /v1/models/ (it may hold
+ * a slash); /v1/models/ alone is no model. */
+START_TEST(embeddings_and_model_by_id) {
+    const serve_route_t *r = NULL;
+    ck_assert_int_eq(serve_routes_find("/v1/embeddings", "POST", &r), 0);
+    ck_assert_int_eq(r->handler, SERVE_HANDLER_EMBEDDINGS);
+    ck_assert_int_eq(serve_routes_find("/embeddings", "POST", &r), 0);
+    ck_assert_int_eq(r->handler, SERVE_HANDLER_EMBEDDINGS);
+    ck_assert_int_eq(serve_routes_find("/v1/models/SmolLM2.gguf", "GET", &r), 0);
+    ck_assert_int_eq(r->handler, SERVE_HANDLER_MODEL);
+    ck_assert_str_eq(serve_routes_arg(r, "/v1/models/SmolLM2.gguf"), "SmolLM2.gguf");
+    ck_assert_int_eq(serve_routes_find("/v1/models/org/name", "GET", &r), 0);
+    ck_assert_str_eq(serve_routes_arg(r, "/v1/models/org/name"), "org/name");
+    ck_assert_int_eq(serve_routes_find("/v1/models/", "GET", &r), -ENOENT);
+    ck_assert_int_eq(serve_routes_find("/v1/models", "GET", &r), 0); /* the list */
+    ck_assert_int_eq(r->handler, SERVE_HANDLER_MODELS);
+    ck_assert_str_eq(serve_routes_arg(r, "/v1/models"), "");
+    ck_assert_int_eq(serve_routes_find("/v1/models/x", "DELETE", &r), -EOPNOTSUPP);
+    char allow[32];
+    serve_routes_allow("/v1/embeddings", allow, sizeof allow);
+    ck_assert_str_eq(allow, "POST");
+}
+END_TEST
+
 START_TEST(paths_without_v1) {
     const serve_route_t *r = NULL;
     ck_assert_int_eq(serve_routes_find("/chat/completions", "POST", &r), 0);
@@ -77,7 +101,9 @@ START_TEST(table_is_consistent) {
     bool seen[SERVE_HANDLER_N] = {0};
     for (int i = 0; i < n; i++) {
         const serve_route_t *r = NULL;
-        ck_assert_int_eq(serve_routes_find(t[i].path, t[i].method, &r), 0);
+        char path[128]; /* a prefix row is found with something after its prefix */
+        snprintf(path, sizeof path, "%s%s", t[i].path, t[i].prefix ? "some-model" : "");
+        ck_assert_int_eq(serve_routes_find(path, t[i].method, &r), 0);
         ck_assert_ptr_eq(r, &t[i]); /* no duplicate (path, method) shadows another row */
         ck_assert_int_lt(t[i].handler, SERVE_HANDLER_N);
         if (!strncmp(t[i].path, "/v1/", 4) || !strcmp(t[i].path, "/health"))
@@ -93,6 +119,7 @@ static Suite *s_suite(void) {
     TCase *tc = tcase_create("serve_routes");
     tcase_add_test(tc, find_each_endpoint);
     tcase_add_test(tc, paths_without_v1);
+    tcase_add_test(tc, embeddings_and_model_by_id);
     tcase_add_test(tc, unknown_path_is_404);
     tcase_add_test(tc, wrong_method_is_405);
     tcase_add_test(tc, table_is_consistent);

@@ -110,7 +110,8 @@ static void s_world_init(s_world_t *w, const char *path, int max_batch, int step
     ck_assert(w->sched && w->ctx && w->kv && w->sampler);
     serve_step_config_t stc = {w->model,   w->tok, w->ctx, w->kv, w->sched,
                                w->sampler, NULL,   spec,   false};
-    serve_step_sink_t sink = {w, s_token, s_finish, s_ended, s_error, NULL, NULL, s_count, NULL};
+    serve_step_sink_t sink = {w,    s_token, s_finish, s_ended, s_error,
+                              NULL, NULL,    s_count,  NULL,    NULL};
     w->step = serve_step_new(&stc, &sink);
     ck_assert_ptr_nonnull(w->step);
 }
