@@ -25,7 +25,7 @@ PROMPT = "Repeat the word 'apple' ten times, then count from one to ten."
 
 
 def chat(client, **kw):
-    args = dict(model="any", messages=[{"role": "user", "content": PROMPT}], max_tokens=N,
+    args = dict(model=u.MODEL_ID, messages=[{"role": "user", "content": PROMPT}], max_tokens=N,
                 temperature=0, logprobs=True, top_logprobs=5)
     args.update(kw)
     return client.chat.completions.create(**args)
@@ -85,7 +85,7 @@ def test_ban_and_force(client, ref):
         u.check(len(p) == 8 and len(set(p)) == 1 and r.choices[0].finish_reason == "length",
                 "logit_bias +100 on %d (%r): tokens %r" % (forced, kw, p))
     # the same through /v1/completions
-    c = client.completions.create(model="any", prompt="The capital of France is", max_tokens=6,
+    c = client.completions.create(model=u.MODEL_ID, prompt="The capital of France is", max_tokens=6,
                                   temperature=0, logit_bias={str(forced): 100}, logprobs=1)
     u.check(len(set(c.choices[0].logprobs.tokens)) == 1 and c.usage.completion_tokens == 6,
             "completions +100: %r" % c.choices[0].logprobs.tokens)

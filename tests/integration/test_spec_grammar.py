@@ -40,7 +40,7 @@ def answers(port):
         msg = "Copy this JSON exactly, nothing else: " + json.dumps(doc)
         for kw in (dict(temperature=0), dict(temperature=0.7, seed=5)):
             r = client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": msg}], max_tokens=MAX_TOKENS,
+                model=u.MODEL_ID, messages=[{"role": "user", "content": msg}], max_tokens=MAX_TOKENS,
                 response_format=rf, **kw)
             out.append((r.choices[0].finish_reason, r.choices[0].message.content))
     return out
