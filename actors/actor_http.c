@@ -75,8 +75,9 @@ const actor_opt_t actor_http_opts[] = {
     {"timeout_s", ACTOR_OPT_INT, "30", 1, 3600, NULL,
      "an HTTP connection that sends nothing this long (headers, body, next request) is closed",
      .field = ACTOR_OPT_FIELD(actor_http_cfg_t, timeout_s)},
-    {"max_tokens", ACTOR_OPT_INT, "256", 1, MSG_MAX_TOKENS, NULL,
-     "max_tokens of a request that gives neither max_tokens nor max_completion_tokens",
+    {"max_tokens", ACTOR_OPT_INT, "0", 0, MSG_MAX_TOKENS, NULL,
+     "a request that gives neither max_tokens nor max_completion_tokens generates until the "
+     "context ends (as OpenAI), and at most this many tokens (0: the protocol's 8192)",
      .field = ACTOR_OPT_FIELD(actor_http_cfg_t, max_tokens)},
     {"top_k", ACTOR_OPT_INT, "0", 0, MSG_MAX_TOP_K, NULL,
      "top_k of a request that gives none (0: off, as OpenAI)",
@@ -326,6 +327,9 @@ static enum MHD_Result s_error_from_code(s_req_t *r) {
         if (r->route == SERVE_HANDLER_EMBEDDINGS && strstr(r->emsg, "fit in the context"))
             return s_error(r, 400, "input", "context_length_exceeded", "%s", r->emsg);
         return s_error(r, 400, NULL, "bad_request", "%s", r->emsg);
+    case MSG_CODE_CONTEXT:
+        return s_error(r, 400, r->route == SERVE_HANDLER_CHAT ? "messages" : "prompt",
+                       "context_length_exceeded", "%s", r->emsg);
     case MSG_CODE_OVERLOADED:
         return s_error(r, 429, NULL, "overloaded", "%s", r->emsg);
     default:
@@ -904,9 +908,10 @@ static void s_on_error(s_http_t *h, const msg_error_t *e) {
     if (r->state == S_RESPONDED && r->stream) { /* mid-stream: an error chunk, then the end */
         const char *code = msg_code_name(e->code);
         s_sse(r, s_error_obj(e->message,
-                             e->code == MSG_CODE_OVERLOADED    ? "rate_limit_error"
-                             : e->code == MSG_CODE_BAD_REQUEST ? "invalid_request_error"
-                                                               : "server_error",
+                             e->code == MSG_CODE_OVERLOADED ? "rate_limit_error"
+                             : e->code == MSG_CODE_BAD_REQUEST || e->code == MSG_CODE_CONTEXT
+                                 ? "invalid_request_error"
+                                 : "server_error",
                              NULL, code ? code : "internal"));
         s_append(&r->out, &r->out_len, &r->out_cap, "data: [DONE]\n\n", 14);
     }

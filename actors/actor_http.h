@@ -37,7 +37,7 @@ typedef struct {
     int max_body;             /* largest request body in bytes (413 above) */
     int max_connections;      /* HTTP connections open at once (more are refused) */
     int timeout_s;            /* an HTTP connection that sends nothing this long */
-    int max_tokens;           /* max_tokens of a request that gives neither max_tokens nor */
+    int max_tokens;           /* ceiling of a request that gives no max_tokens (0: 8192) */
     int top_k;                /* top_k of a request that gives none (0: off, as OpenAI) */
     double min_p;             /* min_p of a request that gives none (0: off, as OpenAI) */
 } actor_http_cfg_t;

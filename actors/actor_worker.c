@@ -529,6 +529,25 @@ static s_req_t *s_find_parked(s_worker_t *w, uint64_t rid) {
     return NULL;
 }
 
+/* rid's n_prompt tokens (+ max_tokens; 0: the prompt alone) do not fit in the context this
+ * worker can hold: context_length_exceeded, in OpenAI's words. */
+static void s_error_context(s_worker_t *w, uint64_t rid, int n_prompt, int max_tokens) {
+    char why[256];
+    int ctx = sched_batch_context(w->sched);
+    if (max_tokens)
+        snprintf(why, sizeof why,
+                 "This model's maximum context length is %d tokens. However, you requested %d "
+                 "tokens (%d in the messages, %d in the completion). Please reduce the length "
+                 "of the messages or completion.",
+                 ctx, n_prompt + max_tokens, n_prompt, max_tokens);
+    else
+        snprintf(why, sizeof why,
+                 "This model's maximum context length is %d tokens. However, your messages "
+                 "resulted in %d tokens. Please reduce the length of the messages.",
+                 ctx, n_prompt);
+    s_error(w, rid, MSG_CODE_CONTEXT, why);
+}
+
 /* Tell the frontend whether this worker holds rid (on arrival and when probed). */
 static void s_status(s_worker_t *w, uint64_t rid, bool held) {
     msg_work_status_t m = {rid, w->index, held};
@@ -601,9 +620,20 @@ static void s_on_request(void *self, const msg_work_request_t *q) {
         s_error(w, q->rid, MSG_CODE_BAD_REQUEST, why);
         return;
     }
+    /* fit_context: max_tokens is a ceiling, lowered to what the context leaves after the
+     * prompt (carried completion tokens count as completion) */
+    int max_tokens = q->max_tokens, n_prompt = q->n_tokens - q->n_gen;
+    int room = sched_batch_context(w->sched) - n_prompt;
+    if (q->fit_context && room < max_tokens) {
+        if (room < 1 || room < q->n_gen) {
+            s_error_context(w, q->rid, n_prompt, 0);
+            return;
+        }
+        max_tokens = room;
+    }
     s_req_t *r = calloc(1, sizeof *r);
     if (r)
-        r->seq.hist = malloc(((size_t)q->n_tokens + q->max_tokens) * sizeof *r->seq.hist);
+        r->seq.hist = malloc(((size_t)q->n_tokens + max_tokens) * sizeof *r->seq.hist);
     if (r && sp.n_bias) { /* the request outlives q: its own copy */
         r->bias = malloc((size_t)sp.n_bias * sizeof *r->bias);
         if (r->bias)
@@ -622,7 +652,7 @@ static void s_on_request(void *self, const msg_work_request_t *q) {
     memcpy(r->seq.hist, q->tokens, (size_t)q->n_tokens * sizeof *r->seq.hist);
     r->seq.n_prompt = r->seq.n_hist = q->n_tokens;
     r->seq.n_carried = q->n_gen;
-    r->seq.max_tokens = q->max_tokens;
+    r->seq.max_tokens = max_tokens;
     r->seq.sp = sp;
     r->t_arrival = q->t_arrival_us;
     model_detok_init(&r->detok, w->tok);
@@ -710,6 +740,11 @@ static void s_on_request(void *self, const msg_work_request_t *q) {
 static void s_admit(s_worker_t *w, s_req_t *r) {
     const char *why = "";
     int rc = serve_step_admit(w->step, &r->seq, &why);
+    if (rc == -E2BIG) {
+        s_error_context(w, r->seq.rid, r->seq.n_prompt - r->seq.n_carried, r->seq.max_tokens);
+        s_req_free(w, &r);
+        return;
+    }
     if (rc) {
         s_error(w, r->seq.rid, rc == -EAGAIN ? MSG_CODE_OVERLOADED : MSG_CODE_BAD_REQUEST, why);
         s_req_free(w, &r);

@@ -26,6 +26,8 @@ typedef struct {
     msg_chat_t *messages;          /* (n_messages) chat; NULL when prompt is used */
     int n_messages;                /* 1..MSG_MAX_MESSAGES when used */
     int max_tokens;                /* 1..MSG_MAX_TOKENS, default 256 */
+    bool fit_context;              /* max_tokens is a ceiling: the worker lowers it to what its
+                                      context leaves after the prompt (docs/PROTOCOL.md) */
     msg_sampling_t sampling;       /* defaults: msg_sampling_defaults() */
     msg_logit_bias_t *logit_bias;  /* (n_logit_bias) token -> bias, each token once; or NULL */
     int n_logit_bias;              /* 0..MSG_MAX_LOGIT_BIAS */

@@ -929,6 +929,8 @@ static bool s_present(const msg_field_t *f, const void *m) {
         return *S_AT(m, f->off2, int) > 0;
     case MSG_F_STR_FIX:
         return S_AT(m, f->off, char)[0] != 0;
+    case MSG_F_BOOL:
+        return *S_AT(m, f->off, bool);
     default:
         return true;
     }

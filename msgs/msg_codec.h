@@ -83,7 +83,7 @@ typedef enum {
 enum {
     MSG_FF_REQUIRED = 1,   /* missing -> error */
     MSG_FF_NIL_OK = 2,     /* nil accepted (leaves the default); encoder writes nil for "" */
-    MSG_FF_OMIT_EMPTY = 4, /* encoder omits the key when NULL / zero entries */
+    MSG_FF_OMIT_EMPTY = 4, /* encoder omits the key when NULL / zero entries / false */
     MSG_FF_LO_OPEN = 8,    /* float range is (flo, fhi] */
     MSG_FF_HAS = 16        /* scalar kinds: bool at off2 says the key was present; the
                               encoder writes the key only when that bool is true */
@@ -133,7 +133,7 @@ int msg_codec_encode(const msg_schema_t *s, int type, const void *m, void **buf,
 /* the names of the enums on the wire, indexed by value (msg_finish_names[0] is NULL:
  * "running" never travels as a string) */
 extern const char *const msg_finish_names[5];
-extern const char *const msg_code_names[4];
+extern const char *const msg_code_names[5];
 extern const char *const msg_state_names[4];
 
 /* a logit_bias entry {token, bias}, and the rule across entries (each token once) */

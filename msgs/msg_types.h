@@ -216,7 +216,9 @@ typedef enum {
     MSG_CODE_BAD_REQUEST = 0, /* "bad_request": the request failed validation */
     MSG_CODE_OVERLOADED = 1,  /* "overloaded": a queue is full; retry later */
     MSG_CODE_NOT_FOUND = 2,   /* "not_found": cancel of an unknown id */
-    MSG_CODE_INTERNAL = 3     /* "internal": a server-side failure */
+    MSG_CODE_INTERNAL = 3,    /* "internal": a server-side failure */
+    MSG_CODE_CONTEXT = 4      /* "context_length_exceeded": the prompt (+ max_tokens) does not
+                                 fit in the worker's context */
 } msg_code_t;
 const char *msg_code_name(int code); /* NULL if invalid */
 

@@ -56,6 +56,11 @@ const sched_batch_config_t *sched_batch_config(const sched_batch_t *self) {
     return &self->cfg;
 }
 
+int sched_batch_context(const sched_batch_t *self) {
+    int64_t pool = (int64_t)self->cfg.kv_blocks * self->cfg.block_size;
+    return pool < self->cfg.max_ctx ? (int)pool : self->cfg.max_ctx;
+}
+
 static int s_find(const s_req_t *a, int n, uint64_t rid) {
     for (int i = 0; i < n; i++)
         if (a[i].rid == rid)

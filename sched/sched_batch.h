@@ -59,6 +59,9 @@ typedef struct sched_batch_t sched_batch_t;
 sched_batch_t *sched_batch_new(const sched_batch_config_t *cfg);
 void sched_batch_destroy(sched_batch_t **self_p);
 const sched_batch_config_t *sched_batch_config(const sched_batch_t *self);
+/* The positions one request can ever hold (prompt + max_tokens): max_ctx, or what the
+ * whole KV pool holds when that is less.  A request longer than this is -E2BIG. */
+int sched_batch_context(const sched_batch_t *self);
 
 /* Admit (when nothing waits and it fits) or queue a request of n_prompt prompt
  * tokens that generates at most max_tokens.

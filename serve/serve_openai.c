@@ -52,7 +52,7 @@ static const serve_openai_field_t s_fields[] = {
      "prompt: one non-empty string (or an array of exactly one)"},
     /* length */
     {"max_tokens", BOTH, SERVE_OPENAI_INTEGER, 1, MSG_MAX_TOKENS, SERVE_OPENAI_MAP, NULL,
-     "max_tokens (default: the gateway's max_tokens option)"},
+     "max_tokens (default: until the context ends, fit_context)"},
     {"max_completion_tokens", BOTH, SERVE_OPENAI_INTEGER, 1, MSG_MAX_TOKENS, SERVE_OPENAI_MAP, NULL,
      "max_tokens (wins over max_tokens)"},
     /* sampling */
@@ -1030,11 +1030,14 @@ static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
             return rc;
     }
     /* length */
-    g->max_tokens = def->max_tokens;
+    /* neither given: OpenAI's "until the context ends", the gateway's option (0: the
+     * protocol's limit) as a ceiling that the worker lowers to what its context leaves */
+    g->max_tokens = def->max_tokens > 0 ? def->max_tokens : MSG_MAX_TOKENS;
+    g->fit_context = true;
     if (s_number(root, "max_tokens", &v))
-        g->max_tokens = (int)v;
+        g->max_tokens = (int)v, g->fit_context = false;
     if (s_number(root, "max_completion_tokens", &v))
-        g->max_tokens = (int)v;
+        g->max_tokens = (int)v, g->fit_context = false;
     s_sampling(g, root, def, seed);
     if ((f = s_field(root, "logit_bias")) && (rc = s_logit_bias(req, f, b)))
         return rc;

@@ -63,7 +63,8 @@ const serve_openai_field_t *serve_openai_field(serve_openai_api_t api, const cha
 
 /* The defaults that come from the gateway's options, not from OpenAI. */
 typedef struct {
-    int max_tokens; /* neither max_tokens nor max_completion_tokens given */
+    int max_tokens; /* neither max_tokens nor max_completion_tokens given: generate until the
+                       context ends (fit_context), at most this many (0: MSG_MAX_TOKENS) */
     int top_k;      /* top_k not given (0: off, as OpenAI) */
     double min_p;   /* min_p not given (0: off) */
 } serve_openai_defaults_t;

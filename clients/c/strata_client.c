@@ -32,7 +32,7 @@ struct strata_client_t {
     unsigned long seq;   /* request ids: "c<pid>-<seq>" */
     char cur_id[65];     /* the generation in progress, "" when none */
     char error[256];     /* last failure, one line */
-    char error_code[16]; /* server error code of the last -EREMOTEIO */
+    char error_code[32]; /* server error code of the last -EREMOTEIO */
 };
 
 static int s_fail(strata_client_t *c, int rc, const char *fmt, ...)

@@ -27,7 +27,8 @@
  * thread-safe either).  Every call returns 0 or a negative errno:
  *   -ETIMEDOUT  nothing arrived from the server within the timeout (not running?)
  *   -EREMOTEIO  the server answered with an error message (strata_client_error_code()
- *               says which: "bad_request", "overloaded", "not_found", "internal")
+ *               says which: "bad_request", "overloaded", "not_found", "internal",
+ *               "context_length_exceeded")
  *   -EPROTO     the server sent a frame this client cannot read
  *   -EINVAL     bad arguments (e.g. a too-long stop string); -ENOMEM; -EIO (ZeroMQ)
  * and strata_client_error() holds one readable line about the last failure.

@@ -46,7 +46,8 @@ HEARTBEAT_TIMEOUT_MS = 3000  # after this long
 
 class StrataError(Exception):
     """The server answered with an error message (code: bad_request, overloaded,
-    not_found, internal), or did not answer in time (code: timeout)."""
+    not_found, internal, context_length_exceeded), or did not answer in time (code:
+    timeout)."""
 
     def __init__(self, code, message):
         super().__init__(f"{code}: {message}")

@@ -102,7 +102,7 @@ def main():
             u.check(r["params"]["temperature"] == req["temperature"], "%s: params" % rid)
             u.check((r["trace"] is not None) == (trace is not None), "%s: trace digest" % rid)
         u.check(recs["sampled"]["params"]["seed"] == "42", "seed kept: %r" % recs["sampled"]["params"])
-        u.check(recs["toolong"]["end"].get("error") == "bad_request", "error record: %r"
+        u.check(recs["toolong"]["end"].get("error") == "context_length_exceeded", "error record: %r"
                 % recs["toolong"]["end"])
         v = subprocess.run([u.BIN, "audit", "verify", d], capture_output=True, text=True,
                            timeout=60)

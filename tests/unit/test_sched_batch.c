@@ -17,6 +17,24 @@ static sched_batch_config_t s_cfg(void) {
                                   .max_ctx = 512};
 }
 
+/* The positions a request can ever hold: max_ctx, or the pool when it holds less; exactly
+ * that much is admitted, one more is never. */
+START_TEST(context_room) {
+    sched_batch_config_t c = s_cfg();
+    sched_batch_t *s = sched_batch_new(&c);
+    ck_assert_int_eq(sched_batch_context(s), 16 * 16); /* the pool (256) < max_ctx (512) */
+    ck_assert_int_eq(sched_batch_submit(s, 1, 200, 57, NULL), -E2BIG);
+    ck_assert_int_eq(sched_batch_submit(s, 1, 200, 56, NULL), 0);
+    sched_batch_destroy(&s);
+    c.kv_blocks = 64;
+    s = sched_batch_new(&c);
+    ck_assert_int_eq(sched_batch_context(s), 512); /* max_ctx < the pool (1024) */
+    ck_assert_int_eq(sched_batch_submit(s, 1, 500, 13, NULL), -E2BIG);
+    ck_assert_int_eq(sched_batch_submit(s, 1, 500, 12, NULL), 0);
+    sched_batch_destroy(&s);
+}
+END_TEST
+
 /* Run a plan as a worker would: every item advances; sampled items generate. */
 static int s_step(sched_batch_t *s, sched_batch_item_t *items, int cap) {
     int n = sched_batch_plan(s, items, cap);
@@ -197,6 +215,7 @@ int main(int argc, char **argv) {
     Suite *s = suite_create("sched");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, submit_limits);
+    tcase_add_test(tc, context_room);
     tcase_add_test(tc, chunked_prefill_then_decode);
     tcase_add_test(tc, new_requests_join_running_batch);
     tcase_add_test(tc, kv_cap_and_batch_cap_gate_admission);

@@ -61,8 +61,10 @@ START_TEST(chat_defaults) {
     ck_assert_str_eq(g->messages[0].content, "hi");
     ck_assert_uint_eq(g->messages[0].content_len, 2);
     ck_assert_ptr_null(g->prompt);
-    /* OpenAI's defaults, not the protocol's */
+    /* OpenAI's defaults, not the protocol's: until the context ends (the worker lowers the
+     * gateway's ceiling to what the context leaves after the prompt) */
     ck_assert_int_eq(g->max_tokens, s_def.max_tokens);
+    ck_assert(g->fit_context);
     ck_assert_float_eq(g->sampling.temperature, 1.0f);
     ck_assert_float_eq(g->sampling.top_p, 1.0f);
     ck_assert_int_eq(g->sampling.top_k, 0);
@@ -313,10 +315,20 @@ END_TEST
 START_TEST(max_tokens) {
     ck_assert_int_eq(s_chat(", \"max_tokens\": 7"), 0);
     ck_assert_int_eq(s_req.gen.max_tokens, 7);
+    ck_assert(!s_req.gen.fit_context); /* given: exactly that ceiling, or 400 */
     ck_assert_int_eq(s_chat(", \"max_tokens\": 7, \"max_completion_tokens\": 9"), 0);
     ck_assert_int_eq(s_req.gen.max_tokens, 9);             /* the newer name wins */
     ck_assert_int_eq(s_chat(", \"max_tokens\": null"), 0); /* null: absent */
     ck_assert_int_eq(s_req.gen.max_tokens, s_def.max_tokens);
+    ck_assert(s_req.gen.fit_context);
+    /* the gateway's option at 0 (its default): the protocol's limit is the only ceiling */
+    const serve_openai_defaults_t open = {.max_tokens = 0};
+    const char *body = "{\"prompt\": \"Once\"}";
+    serve_openai_request_clear(&s_req);
+    ck_assert_int_eq(
+        serve_openai_request_parse(&s_req, COMPL, body, strlen(body), &open, SEED, &s_why), 0);
+    ck_assert_int_eq(s_req.gen.max_tokens, MSG_MAX_TOKENS);
+    ck_assert(s_req.gen.fit_context);
     s_refused(s_chat(", \"max_tokens\": 1.5"), "max_tokens");
     s_refused(s_chat(", \"max_tokens\": 0"), "max_tokens");
     s_refused(s_chat(", \"max_tokens\": 8193"), "max_tokens");
