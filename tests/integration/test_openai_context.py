@@ -32,7 +32,7 @@ def main():
                           max_retries=0, timeout=60)
         msgs = [{"role": "user", "content": "Tell me a long story about a dragon."}]
         # no max_tokens, nothing can end the text: it runs to the end of the context
-        r = c.chat.completions.create(model="m", messages=msgs, temperature=0, logit_bias=NO_END)
+        r = c.chat.completions.create(model=u.MODEL_ID, messages=msgs, temperature=0, logit_bias=NO_END)
         us = r.usage
         print("to the end: prompt %d, completion %d, %s" % (us.prompt_tokens,
               us.completion_tokens, r.choices[0].finish_reason))
@@ -42,7 +42,7 @@ def main():
                                                         us.prompt_tokens))
         # the same streamed: the chunks add up to the same text, the usage says the same
         text, finish, usage = "", None, None
-        for ch in c.chat.completions.create(model="m", messages=msgs, temperature=0,
+        for ch in c.chat.completions.create(model=u.MODEL_ID, messages=msgs, temperature=0,
                                             logit_bias=NO_END, stream=True,
                                             stream_options={"include_usage": True}):
             if ch.choices:
@@ -56,7 +56,7 @@ def main():
         u.check(usage.completion_tokens == CTX - usage.prompt_tokens, "streamed usage %r" % usage)
         # a plain request (the model may end it): a real finish_reason, within the context
         for prompt in ["Hi!", "Write a poem about the sea."]:
-            r = c.chat.completions.create(model="m", temperature=0,
+            r = c.chat.completions.create(model=u.MODEL_ID, temperature=0,
                                           messages=[{"role": "user", "content": prompt}])
             us, fin = r.usage, r.choices[0].finish_reason
             print("%r: %s, prompt %d, completion %d" % (prompt, fin, us.prompt_tokens,
@@ -65,7 +65,7 @@ def main():
             u.check(1 <= us.completion_tokens <= CTX - us.prompt_tokens, "%r: usage" % prompt)
             u.check(fin == "stop" or us.completion_tokens == CTX - us.prompt_tokens,
                     "%r: length before the end of the context" % prompt)
-        r = c.completions.create(model="m", prompt="Once upon a time", temperature=0,
+        r = c.completions.create(model=u.MODEL_ID, prompt="Once upon a time", temperature=0,
                                  logit_bias=NO_END)
         u.check(r.choices[0].finish_reason == "length" and
                 r.usage.completion_tokens == CTX - r.usage.prompt_tokens,
@@ -73,7 +73,7 @@ def main():
         # a prompt longer than the context: 400 context_length_exceeded, OpenAI's message
         long_msgs = [{"role": "user", "content": "one two three four five " * 60}]
         try:
-            c.chat.completions.create(model="m", messages=long_msgs)
+            c.chat.completions.create(model=u.MODEL_ID, messages=long_msgs)
             u.check(False, "a prompt longer than the context was accepted")
         except openai.BadRequestError as e:
             msg = check_400(e, "long prompt", "This model's maximum context length is %d tokens. "
@@ -82,12 +82,12 @@ def main():
             u.check(n > CTX, "the prompt's tokens %d" % n)
             u.check(e.body.get("param") == "messages", "param %r" % e.body)
         try:  # streamed: the same 400, before any chunk
-            for _ in c.chat.completions.create(model="m", messages=long_msgs, stream=True):
+            for _ in c.chat.completions.create(model=u.MODEL_ID, messages=long_msgs, stream=True):
                 u.check(False, "a chunk of a refused request")
         except openai.BadRequestError as e:
             check_400(e, "long prompt, streamed", "This model's maximum context length")
         try:  # a max_tokens that does not fit after the prompt
-            c.completions.create(model="m", prompt="Once upon a time", max_tokens=CTX)
+            c.completions.create(model=u.MODEL_ID, prompt="Once upon a time", max_tokens=CTX)
             u.check(False, "max_tokens beyond the context was accepted")
         except openai.BadRequestError as e:
             msg = check_400(e, "max_tokens", "This model's maximum context length is %d tokens. "
