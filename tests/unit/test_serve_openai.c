@@ -483,7 +483,7 @@ static const s_case_t s_cases[] = {
     {"prompt_cache_key", CHAT | COMPL, "\"k\"", "true"},
     {"cache_prompt", CHAT | COMPL, "true", "\"yes\""},
     {"parallel_tool_calls", CHAT, "false", "0"},
-    {"n", CHAT | COMPL, "1", "2"},
+    {"n", CHAT | COMPL, "2", "17"},
     {"best_of", COMPL, "1", "3"},
     {"echo", COMPL, "false", "true"},
     {"prompt_cache_retention", CHAT | COMPL, "\"24h\"", "24"},
