@@ -467,7 +467,6 @@ static unsigned s_send_choices(s_http_t *h, s_req_t *r, const msg_generate_t *g,
                        .parent = r,
                        .choice = i,
                        .route = r->route,
-                       .state = S_RESPONDED,
                        .stream = r->stream,
                        .include_usage = r->include_usage,
                        .logprobs = r->logprobs,
@@ -501,11 +500,15 @@ static void s_cancel(s_http_t *h, s_req_t *r) {
     actor_counters_add(h->counters, "cancelled", 1);
 }
 
-/* Cancel r's choices still running (n > 1). */
-static void s_cancel_kids(s_http_t *h, s_req_t *r) {
+/* Cancel r's choices still running (n > 1).  How many were. */
+static int s_cancel_kids(s_http_t *h, s_req_t *r) {
+    int n = 0;
     for (int i = 0; r->kids && i < serve_choices_n(r->choices); i++)
-        if (r->kids[i] && r->kids[i]->in_flight)
+        if (r->kids[i] && r->kids[i]->in_flight) {
             s_cancel(h, r->kids[i]);
+            n++;
+        }
+    return n;
 }
 
 /* Parse r's body and send its generate.  0, or an HTTP status to answer with (and b). */
@@ -1301,30 +1304,6 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
     return MHD_NO;
 }
 
-static void s_free(s_http_t *h, s_req_t *r);
-
-/* The request ended (answered, or the connection closed): cancel it if it still runs. */
-static void s_on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
-                           enum MHD_RequestTerminationCode why) {
-    (void)conn;
-    s_http_t *h = cls;
-    s_req_t *r = *ctx;
-    if (!r)
-        return;
-    if (r->in_flight && r->embq) {
-        s_embed_forget(h, r, true);
-        actor_counters_add(h->counters, "cancelled", 1);
-        r->in_flight = false;
-    }
-    if (r->in_flight || (r->kids && !r->finished))
-        LOG_I(TAG, "%s: the client left (%d): cancelled", r->id, (int)why);
-    if (r->in_flight)
-        s_cancel(h, r);
-    s_cancel_kids(h, r);
-    s_free(h, r);
-    *ctx = NULL;
-}
-
 /* Unlink r and free it, with its choices. */
 static void s_free(s_http_t *h, s_req_t *r) {
     for (int i = 0; r->kids && i < serve_choices_n(r->choices); i++)
@@ -1351,6 +1330,28 @@ static void s_free(s_http_t *h, s_req_t *r) {
     free(r->emb);
     free(r->emb_got);
     free(r);
+}
+
+/* The request ended (answered, or the connection closed): cancel it if it still runs. */
+static void s_on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
+                           enum MHD_RequestTerminationCode why) {
+    (void)conn;
+    s_http_t *h = cls;
+    s_req_t *r = *ctx;
+    if (!r)
+        return;
+    if (r->in_flight && r->embq) {
+        s_embed_forget(h, r, true);
+        actor_counters_add(h->counters, "cancelled", 1);
+        r->in_flight = false;
+    }
+    bool running = r->in_flight;
+    if (r->in_flight)
+        s_cancel(h, r);
+    if (s_cancel_kids(h, r) || running)
+        LOG_I(TAG, "%s: the client left (%d): cancelled", r->id, (int)why);
+    s_free(h, r);
+    *ctx = NULL;
 }
 
 static void s_mhd_log(void *cls, const char *fmt, va_list ap) {
