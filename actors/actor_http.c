@@ -19,6 +19,12 @@
  * connection, and the completion callback sends `cancel` for a request still
  * in flight, which frees its KV in the worker.
  *
+ * n > 1 (serve_choices): the request sends one generate per choice, each from a child
+ * request with no connection of its own (in the table, so a resume sends it again); a
+ * child's events go into its parent: its chunks into the parent's stream (with its
+ * index), its answer into the parent's choices; the first error, or the client leaving,
+ * cancels the children still running.
+ *
  * Limits: max_body (413), max_connections (MHD refuses more), timeout_s
  * (MHD_OPTION_CONNECTION_TIMEOUT: a connection that sends nothing for that
  * long, headers or body, is closed), MHD's 32 KiB header memory per connection.
@@ -28,6 +34,7 @@
 #include "actor_curve.h"
 #include "base_log.h"
 #include "model.h"
+#include "serve_choices.h"
 #include "serve_embed.h"
 #include "serve_openai.h"
 #include "serve_routes.h"
@@ -150,6 +157,11 @@ typedef struct s_req_t {
     bool *emb_got;               /* (n_inputs) */
     int n_emb_got;
     int emb_tokens; /* prompt tokens of all inputs */
+    /* n > 1: the parent holds the choices, each child one of them */
+    serve_choices_t *choices; /* parent: the merge, or NULL (n = 1) */
+    struct s_req_t **kids;    /* parent: (n) the children, choice order */
+    struct s_req_t *parent;   /* child: the request it is a choice of (conn is NULL) */
+    int choice;               /* child: its index; else 0 */
 } s_req_t;
 
 struct s_http_t {
@@ -209,6 +221,8 @@ static int s_append(char **buf, size_t *len, size_t *cap, const char *s, size_t 
 
 /* Resume r when it is suspended (an event came, or its client is gone). */
 static void s_wake(s_req_t *r) {
+    if (r->parent)
+        r = r->parent;
     if (r->suspended) {
         r->suspended = false;
         MHD_resume_connection(r->conn);
@@ -401,6 +415,102 @@ static int s_load_keys(s_http_t *h, const char *path, char *why, size_t whylen) 
 
 /* ---- request bodies: OpenAI fields -> generate (serve/serve_openai.c) */
 
+/* Link r into the live requests. */
+static void s_link(s_http_t *h, s_req_t *r) {
+    r->next = h->reqs;
+    if (h->reqs)
+        h->reqs->prev = r;
+    h->reqs = r;
+}
+
+/* Send g as r's generate (the frame kept: a resume after a frontend restart sends it
+ * again).  0, or an HTTP status to answer with (and b). */
+static unsigned s_send(s_http_t *h, s_req_t *r, const msg_generate_t *g, serve_openai_bad_t *b) {
+    void *buf = NULL;
+    size_t len = 0;
+    msg_err_t err;
+    if (msg_encode(MSG_GENERATE, g, &buf, &len, &err)) { /* a protocol limit (prompt size) */
+        snprintf(b->param, sizeof b->param, "%s", err.field);
+        snprintf(b->msg, sizeof b->msg, "%s", err.msg);
+        return 400;
+    }
+    int sent = zmq_send(zsock_resolve(h->up), buf, len, ZMQ_DONTWAIT);
+    free(r->gen);
+    r->gen = buf;
+    r->gen_len = len;
+    if (sent < 0) {
+        snprintf(b->msg, sizeof b->msg,
+                 "the server is overloaded (its queue to the frontend is full)");
+        return 429;
+    }
+    r->in_flight = true;
+    zhashx_insert(h->by_id, r->id, r);
+    return 0;
+}
+
+/* n > 1: a child of r per choice, each sent as its own generate (serve_choices).  0, or
+ * an HTTP status (and b); the children sent are cancelled when r completes. */
+static unsigned s_send_choices(s_http_t *h, s_req_t *r, const msg_generate_t *g, int n,
+                               serve_openai_bad_t *b) {
+    if (!(r->choices = serve_choices_new(r->id, n)) ||
+        !(r->kids = calloc((size_t)n, sizeof *r->kids))) {
+        snprintf(b->msg, sizeof b->msg, "out of memory");
+        return 500;
+    }
+    for (int i = 0; i < n; i++) {
+        s_req_t *k = r->kids[i] = calloc(1, sizeof *k);
+        if (!k) {
+            snprintf(b->msg, sizeof b->msg, "out of memory");
+            return 500;
+        }
+        *k = (s_req_t){.h = h,
+                       .parent = r,
+                       .choice = i,
+                       .route = r->route,
+                       .stream = r->stream,
+                       .include_usage = r->include_usage,
+                       .logprobs = r->logprobs,
+                       .tools = r->tools,
+                       .created = r->created};
+        s_link(h, k); /* in the table: a resume sends it again */
+        msg_generate_t cg;
+        serve_choices_generate(r->choices, i, g, &cg);
+        memcpy(k->id, cg.id, sizeof k->id);
+        unsigned status = s_send(h, k, &cg, b);
+        if (status)
+            return status;
+    }
+    return 0;
+}
+
+/* Cancel r's generate (in flight): the worker frees its KV; later events are orphans. */
+static void s_cancel(s_http_t *h, s_req_t *r) {
+    msg_cancel_t c;
+    msg_cancel_init(&c);
+    memcpy(c.id, r->id, sizeof c.id);
+    void *buf;
+    size_t len;
+    msg_err_t err;
+    if (!msg_encode(MSG_CANCEL, &c, &buf, &len, &err)) {
+        zmq_send(zsock_resolve(h->up), buf, len, ZMQ_DONTWAIT);
+        free(buf);
+    }
+    zhashx_delete(h->by_id, r->id);
+    r->in_flight = false;
+    actor_counters_add(h->counters, "cancelled", 1);
+}
+
+/* Cancel r's choices still running (n > 1).  How many were. */
+static int s_cancel_kids(s_http_t *h, s_req_t *r) {
+    int n = 0;
+    for (int i = 0; r->kids && i < serve_choices_n(r->choices); i++)
+        if (r->kids[i] && r->kids[i]->in_flight) {
+            s_cancel(h, r->kids[i]);
+            n++;
+        }
+    return n;
+}
+
 /* Parse r's body and send its generate.  0, or an HTTP status to answer with (and b). */
 static unsigned s_submit(s_http_t *h, s_req_t *r, serve_openai_bad_t *b) {
     serve_openai_request_t q;
@@ -426,29 +536,10 @@ static unsigned s_submit(s_http_t *h, s_req_t *r, serve_openai_bad_t *b) {
     r->logprobs = g->logprobs;
     r->tools = q.tools;
     memcpy(g->id, r->id, sizeof g->id);
-    void *buf = NULL;
-    size_t len = 0;
-    msg_err_t err;
-    if (msg_encode(MSG_GENERATE, g, &buf, &len, &err)) { /* a protocol limit (prompt size) */
-        snprintf(b->param, sizeof b->param, "%s", err.field);
-        snprintf(b->msg, sizeof b->msg, "%s", err.msg);
-        status = 400;
-        goto out;
-    }
-    int sent = zmq_send(zsock_resolve(h->up), buf, len, ZMQ_DONTWAIT);
-    free(r->gen);
-    r->gen = buf; /* kept: a resume after a frontend restart sends it again */
-    r->gen_len = len;
-    if (sent < 0) {
-        snprintf(b->msg, sizeof b->msg,
-                 "the server is overloaded (its queue to the frontend is full)");
-        status = 429;
-        goto out;
-    }
-    r->in_flight = true;
     r->created = time(NULL);
-    zhashx_insert(h->by_id, r->id, r);
-    actor_counters_add(h->counters, r->stream ? "generate.stream" : "generate.json", 1);
+    status = q.n > 1 ? s_send_choices(h, r, g, q.n, b) : s_send(h, r, g, b);
+    if (!status)
+        actor_counters_add(h->counters, r->stream ? "generate.stream" : "generate.json", 1);
 out:
     serve_openai_request_clear(&q);
     return status;
@@ -606,6 +697,8 @@ static enum MHD_Result s_respond_embedded(s_req_t *r) {
 /* ---- responses */
 
 static cJSON *s_head(const s_req_t *r, const char *object) {
+    if (r->parent) /* a choice: its chunks are the parent's */
+        r = r->parent;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", r->id);
     cJSON_AddStringToObject(o, "object", object);
@@ -614,8 +707,10 @@ static cJSON *s_head(const s_req_t *r, const char *object) {
     return o;
 }
 
-/* Append "data: JSON\n\n" (obj taken) to r's stream. */
+/* Append "data: JSON\n\n" (obj taken) to r's stream (a choice's: its parent's). */
 static void s_sse(s_req_t *r, cJSON *obj) {
+    if (r->parent)
+        r = r->parent;
     char *s = cJSON_PrintUnformatted(obj);
     cJSON_Delete(obj);
     if (!s || s_append(&r->out, &r->out_len, &r->out_cap, "data: ", 6) ||
@@ -686,7 +781,7 @@ static void s_chunk_lp(s_req_t *r, const char *text, size_t len, bool role, cons
     cJSON *o = s_head(r, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", r->choice);
     char *t = NULL;
     if (text && (t = malloc(len + 1))) {
         memcpy(t, text, len);
@@ -721,7 +816,7 @@ static void s_call_chunk(s_req_t *r, int i, const char *name, size_t name_len, c
     cJSON *o = s_head(r, "chat.completion.chunk");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", r->choice);
     cJSON *delta = cJSON_AddObjectToObject(c, "delta");
     cJSON *calls = cJSON_AddArrayToObject(delta, "tool_calls"), *call = cJSON_CreateObject();
     cJSON_AddItemToArray(calls, call);
@@ -792,9 +887,23 @@ static void s_tool_text(s_req_t *r, const char *text, size_t len) {
 static void s_open_stream(s_req_t *r) {
     if (!r->started) {
         r->started = true;
+        if (r->parent)
+            r->parent->started = true;
         if (r->route == SERVE_HANDLER_CHAT)
             s_chunk(r, NULL, 0, true, "");
     }
+}
+
+/* The end of r's stream: the usage chunk (when asked), then [DONE]. */
+static void s_stream_end(s_req_t *r, const msg_usage_t *u) {
+    if (r->include_usage) {
+        cJSON *o =
+            s_head(r, r->route == SERVE_HANDLER_CHAT ? "chat.completion.chunk" : "text_completion");
+        cJSON_AddArrayToObject(o, "choices");
+        cJSON_AddItemToObject(o, "usage", serve_openai_usage(u));
+        s_sse(r, o);
+    }
+    s_append(&r->out, &r->out_len, &r->out_cap, "data: [DONE]\n\n", 14);
 }
 
 static void s_on_token(s_http_t *h, const msg_token_t *t) {
@@ -835,6 +944,13 @@ static void s_end(s_http_t *h, s_req_t *r) {
     zhashx_delete(h->by_id, r->id);
     r->in_flight = false;
     r->finished = true;
+    s_req_t *p = r->parent;
+    if (p && !p->finished && serve_choices_all_done(p->choices)) { /* the last choice */
+        serve_choices_usage(p->choices, &p->usage);
+        if (p->stream)
+            s_stream_end(p, &p->usage);
+        p->finished = true;
+    }
     s_wake(r);
 }
 
@@ -861,14 +977,8 @@ static void s_on_done(s_http_t *h, msg_done_t *d) {
             s_chunk(r, d->text, d->text_len, false, "");
         }
         s_chunk(r, NULL, 0, false, finish);
-        if (r->include_usage) {
-            cJSON *o = s_head(r, r->route == SERVE_HANDLER_CHAT ? "chat.completion.chunk"
-                                                                : "text_completion");
-            cJSON_AddArrayToObject(o, "choices");
-            cJSON_AddItemToObject(o, "usage", serve_openai_usage(&d->usage));
-            s_sse(r, o);
-        }
-        s_append(&r->out, &r->out_len, &r->out_cap, "data: [DONE]\n\n", 14);
+        if (!r->parent) /* a choice's parent ends when all have (s_end) */
+            s_stream_end(r, &d->usage);
     } else {
         r->text = d->text ? d->text : strdup("");
         d->text = NULL; /* taken */
@@ -881,6 +991,8 @@ static void s_on_done(s_http_t *h, msg_done_t *d) {
             }
         }
     }
+    if (r->parent)
+        serve_choices_done(r->parent->choices, r->choice, d->finish_reason, &d->usage);
     s_end(h, r);
 }
 
@@ -890,6 +1002,12 @@ static void s_on_error(s_http_t *h, const msg_error_t *e) {
         if (e->code != MSG_CODE_NOT_FOUND) /* not_found: a cancel raced the end */
             LOG_W(TAG, "frontend error for %s: %s", e->id[0] ? e->id : "(no id)", e->message);
         return;
+    }
+    if (r->parent) { /* one choice failed: the request fails, the others are cancelled */
+        zhashx_delete(h->by_id, e->id);
+        r->in_flight = false;
+        r = r->parent;
+        s_cancel_kids(h, r);
     }
     r->failed = true;
     r->code = e->code;
@@ -955,12 +1073,11 @@ static enum MHD_Result s_respond_stream(s_req_t *r) {
     return rc;
 }
 
-static enum MHD_Result s_respond_json(s_req_t *r) {
+/* The choice object of r's answer (r: the request, or one choice of it). */
+static cJSON *s_choice_json(s_req_t *r) {
     bool chat = r->route == SERVE_HANDLER_CHAT;
-    cJSON *o = s_head(r, chat ? "chat.completion" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", r->choice);
     const char *finish = serve_openai_finish(r->finish);
     if (chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
@@ -990,6 +1107,16 @@ static enum MHD_Result s_respond_json(s_req_t *r) {
         cJSON_AddNullToObject(c, "logprobs");
     }
     cJSON_AddStringToObject(c, "finish_reason", finish);
+    return c;
+}
+
+/* The answer: one choice, or n (a child each, in index order). */
+static enum MHD_Result s_respond_json(s_req_t *r) {
+    cJSON *o = s_head(r, r->route == SERVE_HANDLER_CHAT ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    int n = r->kids ? serve_choices_n(r->choices) : 1;
+    for (int i = 0; i < n; i++)
+        cJSON_AddItemToArray(choices, s_choice_json(r->kids ? r->kids[i] : r));
     cJSON_AddItemToObject(o, "usage", serve_openai_usage(&r->usage));
     return s_queue_json(r, 200, o, NULL, NULL);
 }
@@ -1114,10 +1241,7 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
             return MHD_NO;
         r->h = h;
         r->conn = conn;
-        r->next = h->reqs;
-        if (h->reqs)
-            h->reqs->prev = r;
-        h->reqs = r;
+        s_link(h, r);
         *ctx = r;
         actor_counters_add(h->counters, "requests", 1);
         const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
@@ -1180,34 +1304,13 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
     return MHD_NO;
 }
 
-/* The request ended (answered, or the connection closed): cancel it if it still runs. */
-static void s_on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
-                           enum MHD_RequestTerminationCode why) {
-    (void)conn;
-    s_http_t *h = cls;
-    s_req_t *r = *ctx;
-    if (!r)
-        return;
-    if (r->in_flight && r->embq) {
-        s_embed_forget(h, r, true);
-        actor_counters_add(h->counters, "cancelled", 1);
-        r->in_flight = false;
-    }
-    if (r->in_flight) {
-        msg_cancel_t c;
-        msg_cancel_init(&c);
-        memcpy(c.id, r->id, sizeof c.id);
-        void *buf;
-        size_t len;
-        msg_err_t err;
-        if (!msg_encode(MSG_CANCEL, &c, &buf, &len, &err)) {
-            zmq_send(zsock_resolve(h->up), buf, len, ZMQ_DONTWAIT);
-            free(buf);
-        }
-        zhashx_delete(h->by_id, r->id);
-        actor_counters_add(h->counters, "cancelled", 1);
-        LOG_I(TAG, "%s: the client left (%d): cancelled", r->id, (int)why);
-    }
+/* Unlink r and free it, with its choices. */
+static void s_free(s_http_t *h, s_req_t *r) {
+    for (int i = 0; r->kids && i < serve_choices_n(r->choices); i++)
+        if (r->kids[i])
+            s_free(h, r->kids[i]);
+    free(r->kids);
+    serve_choices_destroy(&r->choices);
     if (r->prev)
         r->prev->next = r->next;
     else
@@ -1227,6 +1330,27 @@ static void s_on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
     free(r->emb);
     free(r->emb_got);
     free(r);
+}
+
+/* The request ended (answered, or the connection closed): cancel it if it still runs. */
+static void s_on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
+                           enum MHD_RequestTerminationCode why) {
+    (void)conn;
+    s_http_t *h = cls;
+    s_req_t *r = *ctx;
+    if (!r)
+        return;
+    if (r->in_flight && r->embq) {
+        s_embed_forget(h, r, true);
+        actor_counters_add(h->counters, "cancelled", 1);
+        r->in_flight = false;
+    }
+    bool running = r->in_flight;
+    if (r->in_flight)
+        s_cancel(h, r);
+    if (s_cancel_kids(h, r) || running)
+        LOG_I(TAG, "%s: the client left (%d): cancelled", r->id, (int)why);
+    s_free(h, r);
     *ctx = NULL;
 }
 

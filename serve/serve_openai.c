@@ -5,6 +5,7 @@
 #include "serve_openai.h"
 
 #include "grammar.h"
+#include "serve_choices.h"
 
 #include <errno.h>
 #include <math.h>
@@ -76,6 +77,8 @@ static const serve_openai_field_t s_fields[] = {
      "(ids outside the vocabulary: 400)"},
     {"seed", BOTH, SERVE_OPENAI_INTEGER, 0, S_SEED_MAX, SERVE_OPENAI_MAP, NULL,
      "sampling.seed (default: a random one per request)"},
+    {"n", BOTH, SERVE_OPENAI_INTEGER, 1, SERVE_CHOICES_MAX, SERVE_OPENAI_MAP, NULL,
+     "n: the choices, 1..16 (choice i is generated with seed + i; serve_choices)"},
     {"stop", BOTH, SERVE_OPENAI_STRING_OR_ARRAY, 0, 0, SERVE_OPENAI_MAP, NULL,
      "stop: at most 8 strings of 1..64 bytes"},
     /* the answer's shape */
@@ -111,8 +114,6 @@ static const serve_openai_field_t s_fields[] = {
     {"prediction", CHAT, SERVE_OPENAI_OBJECT, 0, 0, SERVE_OPENAI_ACCEPT, NULL,
      "a predicted output only speeds decoding up; the answer is the same without it"},
     /* accepted at their default only */
-    {"n", BOTH, SERVE_OPENAI_INTEGER, 1, 128, SERVE_OPENAI_ONLY, s_only_one,
-     "only 1 choice per request is supported"},
     {"best_of", COMPL, SERVE_OPENAI_INTEGER, 1, 20, SERVE_OPENAI_ONLY, s_only_one,
      "only 1 is supported"},
     {"echo", COMPL, SERVE_OPENAI_BOOL, 0, 0, SERVE_OPENAI_ONLY, s_only_false,
@@ -640,7 +641,7 @@ static void s_sampling(msg_generate_t *g, const cJSON *root, const serve_openai_
         g->sampling.presence_penalty = (float)v;
     if (s_number(root, "frequency_penalty", &v))
         g->sampling.frequency_penalty = (float)v;
-    g->has_seed = true;
+    g->has_seed = true; /* always: choice i of n uses it + i (serve_choices) */
     g->sampling.seed = seed;
     if (s_number(root, "seed", &v))
         g->sampling.seed = v >= S_SEED_MAX ? UINT64_MAX : (uint64_t)v;
@@ -1039,6 +1040,9 @@ static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
     if (s_number(root, "max_completion_tokens", &v))
         g->max_tokens = (int)v, g->fit_context = false;
     s_sampling(g, root, def, seed);
+    double n = 1;
+    s_number(root, "n", &n);
+    req->n = (int)n;
     if ((f = s_field(root, "logit_bias")) && (rc = s_logit_bias(req, f, b)))
         return rc;
     if ((f = s_field(root, "stop")) && (rc = s_stop(g, f, b)))

@@ -90,6 +90,7 @@ typedef enum {
  * parts, the rendered tool turns); serve_openai_request_clear frees all of it. */
 typedef struct {
     msg_generate_t gen;                /* everything but gen.id (the caller's) */
+    int n;                             /* choices (1..SERVE_CHOICES_MAX; serve_choices) */
     bool include_usage;                /* stream_options.include_usage */
     serve_openai_tools_t tools;        /* how the answer is read */
     cJSON *root;                       /* the parsed body (owned) */

@@ -72,12 +72,14 @@ class PyRequest(threading.Thread):
 
 
 class HttpRequest(threading.Thread):
-    """A streamed chat completion through the http actor (the OpenAI API), read as SSE."""
+    """A streamed chat completion through the http actor (the OpenAI API), read as SSE; n
+    choices: texts and finishes by index."""
 
-    def __init__(self, port, prompt):
+    def __init__(self, port, prompt, n=1):
         super().__init__(daemon=True)
-        self.port, self.prompt = port, prompt
+        self.port, self.prompt, self.n = port, prompt, n
         self.pieces, self.finish, self.error = [], None, None
+        self.texts, self.finishes = {}, {}
 
     def run(self):
         import http.client
@@ -86,7 +88,7 @@ class HttpRequest(threading.Thread):
             c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
             c.request("POST", "/v1/chat/completions", json.dumps({
                 "messages": [{"role": "user", "content": self.prompt}], "stream": True,
-                "max_tokens": MAX_TOKENS, "temperature": 0}),
+                "max_tokens": MAX_TOKENS, "temperature": 0, "n": self.n}),
                 {"Content-Type": "application/json"})
             resp = c.getresponse()
             if resp.status != 200:
@@ -99,8 +101,13 @@ class HttpRequest(threading.Thread):
                 if "error" in ev:
                     raise RuntimeError(ev["error"])
                 for ch in ev.get("choices", []):
-                    self.pieces.append(ch.get("delta", {}).get("content") or "")
+                    piece = ch.get("delta", {}).get("content") or ""
+                    self.pieces.append(piece)
                     self.finish = ch.get("finish_reason") or self.finish
+                    i = ch.get("index")
+                    self.texts[i] = self.texts.get(i, "") + piece
+                    if ch.get("finish_reason"):
+                        self.finishes[i] = ch["finish_reason"]
         except Exception as e:  # noqa: BLE001 - reported by the test
             self.error = repr(e)
 
@@ -200,8 +207,10 @@ def main():
         cli.start()
         web = HttpRequest(hport, CLI_PROMPT)
         web.start()
+        web2 = HttpRequest(hport, CLI_PROMPT, n=2)  # two choices: two generates to resume
+        web2.start()
         u.wait_for(lambda: all(r.events or r.error for r in reqs) and cli.first_byte and
-                   len(web.pieces) > 1, 30 * u.TIMEOUT_SCALE,
+                   len(web.pieces) > 1 and len(web2.texts) == 2, 30 * u.TIMEOUT_SCALE,
                    "the first tokens of every request")
         t_kill = time.time()
         os.kill(front, signal.SIGKILL)
@@ -210,6 +219,7 @@ def main():
             r.join(max(1, DEADLINE_S - (time.time() - t_start)))
         cli.join(max(1, DEADLINE_S - (time.time() - t_start)))
         web.join(max(1, DEADLINE_S - (time.time() - t_start)))
+        web2.join(max(1, DEADLINE_S - (time.time() - t_start)))
         new_front = pid_of(s.read_log(), "frontend")
         u.check(new_front and new_front != front, "the supervisor restarted the frontend")
         pids.add(new_front)
@@ -243,6 +253,11 @@ def main():
                 "uninterrupted run:\n%r\n%r" % ("".join(web.pieces), cli_text))
         print("the OpenAI-API stream (http actor) resumed and completed (%d chunks)" %
               len(web.pieces))
+        u.check(not web2.is_alive() and web2.error is None and sorted(web2.finishes) == [0, 1],
+                "the HTTP stream of n=2 completed: %s %r" % (web2.error, web2.finishes))
+        u.check(web2.texts == {0: cli_text, 1: cli_text}, "the n=2 stream's choices equal the "
+                "uninterrupted run:\n%r\n%r" % (web2.texts, cli_text))
+        print("the OpenAI-API stream of n=2 resumed and completed")
         u.check(after, "a request was running at the kill")
         print("kill -> next token at the client: min %.2f s, max %.2f s (%d requests)"
               % (min(after), max(after), len(after)))

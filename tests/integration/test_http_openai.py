@@ -2,7 +2,7 @@
 actor, docs/HTTP.md) through the official `openai` Python package: chat and completions,
 streamed and not, give the text of `strata generate --greedy` at temperature 0, with the
 right usage; logprobs (chat, streamed, legacy) consistent; stop strings end the text; bad JSON,
-wrong types, n=2, top_logprobs without logprobs, fields that would change the answer
+wrong types, n=17, top_logprobs without logprobs, fields that would change the answer
 (response_format, tools, a bad logit_bias, an unknown field: 400 naming the field, never
 ignored) while fields that cannot (user, metadata) are accepted, a huge body,
 a missing or wrong API key, an unknown path and a wrong method get OpenAI-shaped errors
@@ -214,8 +214,8 @@ def test_errors(base, client):
         expect(x.post(chat, headers=h, json=dict(good, messages="hi")), 400, "messages",
                "messages as a string")
         expect(x.post(chat, headers=h, json=dict(good, stop=5)), 400, "stop", "stop as a number")
-        b = expect(x.post(chat, headers=h, json=dict(good, n=2)), 400, "n", "n=2")
-        print("n=2:", b["error"]["message"])
+        b = expect(x.post(chat, headers=h, json=dict(good, n=17)), 400, "n", "n=17")
+        print("n=17:", b["error"]["message"])
         b = expect(x.post(chat, headers=h, json=dict(good, top_logprobs=2)), 400,
                    "top_logprobs", "top_logprobs without logprobs")
         print("top_logprobs alone:", b["error"]["message"])
@@ -255,7 +255,7 @@ def test_errors(base, client):
         u.check(m["data"][0]["id"] == os.path.basename(u.MODEL), "models %r" % m)
         u.check(x.get(base.rsplit("/", 1)[0] + "/health").status_code == 200, "health")
     # the openai package's own error classes
-    for kwargs, exc in [({"n": 2}, openai.BadRequestError),
+    for kwargs, exc in [({"n": 17}, openai.BadRequestError),
                         ({"temperature": 5}, openai.BadRequestError),
                         ({"response_format": {"type": "json_schema", "json_schema": {
                             "name": "n", "schema": {"not": {}}}}}, openai.BadRequestError)]:

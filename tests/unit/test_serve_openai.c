@@ -483,7 +483,7 @@ static const s_case_t s_cases[] = {
     {"prompt_cache_key", CHAT | COMPL, "\"k\"", "true"},
     {"cache_prompt", CHAT | COMPL, "true", "\"yes\""},
     {"parallel_tool_calls", CHAT, "false", "0"},
-    {"n", CHAT | COMPL, "1", "2"},
+    {"n", CHAT | COMPL, "2", "17"},
     {"best_of", COMPL, "1", "3"},
     {"echo", COMPL, "false", "true"},
     {"prompt_cache_retention", CHAT | COMPL, "\"24h\"", "24"},
@@ -600,6 +600,23 @@ START_TEST(unimplemented_fields_one_by_one) {
 }
 END_TEST
 
+/* n: the choices (1 when absent), 1..SERVE_CHOICES_MAX on both endpoints; the generate
+ * is the one of every choice (the gateway sets each one's id and seed). */
+START_TEST(n_choices) {
+    ck_assert_int_eq(s_chat(""), 0);
+    ck_assert_int_eq(s_req.n, 1);
+    ck_assert_int_eq(s_chat(", \"n\": 16, \"seed\": 5"), 0);
+    ck_assert_int_eq(s_req.n, 16);
+    ck_assert(s_req.gen.has_seed);
+    ck_assert_uint_eq(s_req.gen.sampling.seed, 5);
+    ck_assert_int_eq(s_compl(", \"n\": 3"), 0);
+    ck_assert_int_eq(s_req.n, 3);
+    s_refused(s_chat(", \"n\": 17"), "n");
+    s_refused(s_compl(", \"n\": 0"), "n");
+    s_refused(s_chat(", \"n\": 1.5"), "n");
+}
+END_TEST
+
 /* Every row of the module's table that is not implemented has a case above, with the
  * same endpoints, and every implemented row is known to the endpoints it says. */
 START_TEST(table_covered) {
@@ -695,6 +712,7 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, response_format_mapped);
     tcase_add_test(tc, unimplemented_fields_one_by_one);
     tcase_add_test(tc, table_covered);
+    tcase_add_test(tc, n_choices);
     tcase_add_test(tc, unknown_fields_refused);
     tcase_add_test(tc, not_json_or_not_object);
     tcase_add_test(tc, first_error_by_table_order);
