@@ -603,67 +603,45 @@ static int s_decode_field(s_dec_t *d, const msg_field_t *f, void *m, const msg_v
         *S_AT(m, f->off2, int) = (int)v->n;
         return 0;
     }
-    case MSG_F_BIN_I32: {
+    case MSG_F_BIN_I32:
+    case MSG_F_BIN_F32: {
+        const bool i32 = f->kind == MSG_F_BIN_I32;
         if (v->kind != MSG_V_BIN)
             return s_bad_type(d, fname, "bin", v);
         if (v->n % 4)
             return msg_err_set(d->err, -EPROTO, MSG_E_INVALID, fname,
-                               "field '%s': %u bytes is not a whole number of int32", fname, v->n);
+                               "field '%s': %u bytes is not a whole number of %s", fname, v->n,
+                               i32 ? "int32" : "float32");
         size_t n = v->n / 4;
         if (n > f->max)
             return s_too_long(d, fname, "entries", n, f->max);
         if (n < f->min)
             return msg_err_set(d->err, -ERANGE, MSG_E_RANGE, fname,
                                "field '%s': %zu entries, at least %zu needed", fname, n, f->min);
-        int32_t *a = malloc(n ? n * sizeof *a : 1);
+        uint32_t *a = malloc(n ? n * sizeof *a : 1); /* int32 or float words, little-endian */
         if (!a)
             return msg_err_set(d->err, -ENOMEM, MSG_E_NOMEM, fname, "out of memory");
         for (size_t i = 0; i < n; i++) {
             const uint8_t *q = v->p + 4 * i;
-            uint32_t u =
+            a[i] =
                 (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
             int32_t t;
-            memcpy(&t, &u, sizeof t);
-            if (t < f->lo || t > f->hi) {
+            float x;
+            memcpy(&t, &a[i], sizeof t);
+            memcpy(&x, &a[i], sizeof x);
+            if (i32 && (t < f->lo || t > f->hi)) {
                 free(a);
                 return msg_err_set(d->err, -ERANGE, MSG_E_RANGE, fname,
                                    "field '%s': entry %zu = %d is out of range [%lld, %lld]", fname,
                                    i, t, (long long)f->lo, (long long)f->hi);
             }
-            a[i] = t;
-        }
-        *S_AT(m, f->off, int32_t *) = a;
-        *S_AT(m, f->off2, int) = (int)n;
-        return 0;
-    }
-    case MSG_F_BIN_F32: {
-        if (v->kind != MSG_V_BIN)
-            return s_bad_type(d, fname, "bin", v);
-        if (v->n % 4)
-            return msg_err_set(d->err, -EPROTO, MSG_E_INVALID, fname,
-                               "field '%s': %u bytes is not a whole number of float32", fname,
-                               v->n);
-        size_t n = v->n / 4;
-        if (n > f->max)
-            return s_too_long(d, fname, "entries", n, f->max);
-        if (n < f->min)
-            return msg_err_set(d->err, -ERANGE, MSG_E_RANGE, fname,
-                               "field '%s': %zu entries, at least %zu needed", fname, n, f->min);
-        float *a = malloc(n ? n * sizeof *a : 1);
-        if (!a)
-            return msg_err_set(d->err, -ENOMEM, MSG_E_NOMEM, fname, "out of memory");
-        for (size_t i = 0; i < n; i++) {
-            const uint8_t *q = v->p + 4 * i;
-            uint32_t u =
-                (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
-            memcpy(&a[i], &u, sizeof u);
-            if (!isfinite(a[i])) {
+            if (!i32 && !isfinite(x)) {
                 free(a);
                 return msg_err_set(d->err, -ERANGE, MSG_E_RANGE, fname,
                                    "field '%s': entry %zu is not a finite number", fname, i);
             }
         }
-        *S_AT(m, f->off, float *) = a;
+        *S_AT(m, f->off, void *) = a; /* the field is an int32_t * or a float * */
         *S_AT(m, f->off2, int) = (int)n;
         return 0;
     }
@@ -1013,30 +991,16 @@ static void s_pack_fields(msgpack_packer *pk, const msg_schema_t *s, const void 
             }
             break;
         }
-        case MSG_F_BIN_I32: {
-            const int32_t *a = *S_AT(m, f->off, int32_t *);
+        case MSG_F_BIN_I32:
+        case MSG_F_BIN_F32: { /* int32 or float words, little-endian */
+            const uint8_t *a = *S_AT(m, f->off, const uint8_t *);
             int n = *S_AT(m, f->off2, int);
             if (!a || n < 0)
                 n = 0;
             msgpack_pack_bin(pk, (size_t)n * 4);
             for (int j = 0; j < n; j++) {
                 uint32_t u;
-                memcpy(&u, &a[j], sizeof u);
-                uint8_t q[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16),
-                                (uint8_t)(u >> 24)};
-                msgpack_pack_bin_body(pk, q, 4);
-            }
-            break;
-        }
-        case MSG_F_BIN_F32: {
-            const float *a = *S_AT(m, f->off, float *);
-            int n = *S_AT(m, f->off2, int);
-            if (!a || n < 0)
-                n = 0;
-            msgpack_pack_bin(pk, (size_t)n * 4);
-            for (int j = 0; j < n; j++) {
-                uint32_t u;
-                memcpy(&u, &a[j], sizeof u);
+                memcpy(&u, a + 4 * j, sizeof u);
                 uint8_t q[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16),
                                 (uint8_t)(u >> 24)};
                 msgpack_pack_bin_body(pk, q, 4);
