@@ -52,6 +52,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <xxhash.h>
 
 #define TAG "http"
 #define S_MAX_KEYS 256
@@ -176,7 +177,8 @@ struct s_http_t {
     s_req_t *reqs;          /* every live request (list head) */
     char *keys[S_MAX_KEYS]; /* API keys (owned); none: no key needed */
     int n_keys;
-    char model[256]; /* model id */
+    char model[256];      /* model id */
+    char fingerprint[32]; /* system_fingerprint: strata's version and the model id, hashed */
     size_t max_body;
     int max_tokens, top_k;
     double min_p;
@@ -704,6 +706,7 @@ static cJSON *s_head(const s_req_t *r, const char *object) {
     cJSON_AddStringToObject(o, "object", object);
     cJSON_AddNumberToObject(o, "created", (double)r->created);
     cJSON_AddStringToObject(o, "model", r->h->model);
+    cJSON_AddStringToObject(o, "system_fingerprint", r->h->fingerprint);
     return o;
 }
 
@@ -1615,6 +1618,9 @@ int actor_http_main(actor_env_t *env) {
         model = slash ? slash + 1 : path ? path : "strata";
     }
     snprintf(h.model, sizeof h.model, "%s", model);
+    snprintf(h.fingerprint, sizeof h.fingerprint, "fp_%016llx",
+             (unsigned long long)XXH3_64bits_withSeed(
+                 h.model, strlen(h.model), XXH3_64bits(STRATA_VERSION, strlen(STRATA_VERSION))));
     s_model_names(&h, actor_topology_opt(topo, "worker0", "model", NULL));
     if (conf->cors_origin)
         snprintf(h.cors, sizeof h.cors, "%s", conf->cors_origin);

@@ -58,6 +58,10 @@ def test_chat(client):
     u.check(c.message.role == "assistant" and c.index == 0, "chat choice %r" % c)
     u.check(r.object == "chat.completion" and r.id.startswith("chatcmpl-") and r.created > 0,
             "chat head %r" % r)
+    # OpenAI's shape: "fp_" and hex; the same for every answer of this server (and its chunks)
+    fp = r.system_fingerprint
+    u.check(fp is not None and fp.startswith("fp_") and len(fp) == 19 and
+            all(x in "0123456789abcdef" for x in fp[3:]), "system_fingerprint %r" % fp)
     u.check(r.usage.completion_tokens == len(ref_ids) and r.usage.prompt_tokens > 5 and
             r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens,
             "chat usage %r (generate: %d tokens)" % (r.usage, len(ref_ids)))
@@ -68,8 +72,8 @@ def test_chat(client):
     for ch in client.chat.completions.create(
             model=u.MODEL_ID, messages=[{"role": "user", "content": prompt}], max_tokens=N,
             temperature=0, stream=True, stream_options={"include_usage": True}):
-        u.check(ch.object == "chat.completion.chunk" and ch.id.startswith("chatcmpl-"),
-                "chunk %r" % ch)
+        u.check(ch.object == "chat.completion.chunk" and ch.id.startswith("chatcmpl-") and
+                ch.system_fingerprint == fp, "chunk %r" % ch)
         if ch.usage:
             usage = ch.usage
         for cc in ch.choices:
