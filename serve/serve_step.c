@@ -470,8 +470,9 @@ int serve_step_run(serve_step_t *self) {
         if (s->embed_sum) {
             if (!s->t_first && it->sample)
                 s->t_first = s->t_last = now;
-            s_pool(st, s, it, row0, s->skip);
+            const int skip = s->skip;
             s->skip = 0;
+            s_pool(st, s, it, row0, skip); /* may end s (its sink frees it) */
             continue;
         }
         /* full blocks are shareable as soon as they are computed; with write-through
