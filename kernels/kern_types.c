@@ -229,16 +229,18 @@ int kern_prefetch_bytes(void) {
         return v;
     v = s_prefetch_default();
     const char *e = getenv("STRATA_PREFETCH");
+    bool bad = false;
     if (e && *e) {
         char *end;
         const long n = strtol(e, &end, 10);
-        if (*end || n < 0 || n > (1 << 20))
-            LOG_W(TAG, "STRATA_PREFETCH=%s is not a byte count in 0..1048576; using %d", e, v);
-        else
+        bad = *end || n < 0 || n > (1 << 20);
+        if (!bad)
             v = (int)n & ~63;
     }
-    atomic_store(&s_pf, v);
-    return v;
+    int unset = -1; /* the first thread to get here decides (and warns) for all */
+    if (atomic_compare_exchange_strong(&s_pf, &unset, v) && bad)
+        LOG_W(TAG, "STRATA_PREFETCH=%s is not a byte count in 0..1048576; using %d", e, v);
+    return atomic_load(&s_pf);
 }
 
 const kern_ops_t *kern_ops_ref(void) {

@@ -110,6 +110,19 @@ def main():
             expect_error("generate: bad ids", ["generate", "--ids", "1 two"], "--ids must be")
             expect_error("generate: id out of range", ["generate", "--ids", "99999999"], "out of range")
         expect_error("unknown command", ["frobnicate"], "unknown command")
+        gemma = os.path.join(os.path.dirname(MODEL), "gemma-3-270m-q4_k_m.gguf")
+        if os.path.isfile(gemma):
+            # a bad STRATA_PREFETCH is said once and the default used: it still runs
+            # (read where a K-quant kernel runs: the Gemma model, Q4_K_M, beside the default)
+            p = subprocess.run([BIN, "generate", "-m", gemma, "--ids", "2 100", "-n", "1"],
+                               capture_output=True, text=True, timeout=60,
+                               env=dict(os.environ, STRATA_PREFETCH="lots"))
+            ok = (p.returncode == 0 and
+                  p.stderr.count("STRATA_PREFETCH=lots is not a byte count") == 1)
+            print(f"{'ok  ' if ok else 'FAIL'} bad STRATA_PREFETCH: rc={p.returncode} "
+                  f"stderr={p.stderr.strip()[:200]!r}")
+            if not ok:
+                failures.append("bad STRATA_PREFETCH")
         # a model name (no '/', no such file) is looked up in the model cache
         os.makedirs(os.path.join(d, "models"))
         for f in ("alpha-1.gguf", "alpha-2.gguf", "alpha-10.gguf"):
