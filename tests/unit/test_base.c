@@ -1,6 +1,7 @@
 /* test_base.c - base/: the u64 map against a plain array as reference (random
  * puts, overwrites and deletes across growth, key 0 included), the intrusive
- * FIFO, and the monotonic clock. */
+ * FIFO, the monotonic clock, and the byte buffer. */
+#include "base_buf.h"
 #include "base_clock.h"
 #include "base_fifo.h"
 #include "base_map.h"
@@ -8,6 +9,7 @@
 
 #include <check.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Reference: a key space of N small keys (spread into u64 by a multiplier so
  * they collide in the map's low bits) and a present flag + value per key. */
@@ -139,6 +141,36 @@ START_TEST(clock_monotonic) {
 }
 END_TEST
 
+START_TEST(buf_appends) {
+    base_buf_t b = {0};
+    ck_assert_int_eq(base_buf_adds(&b, "data: "), 0);
+    ck_assert_int_eq(base_buf_printf(&b, "{\"n\":%d}", 42), 0);
+    ck_assert_str_eq(b.p, "data: {\"n\":42}");
+    ck_assert_uint_eq(b.len, 15);
+    /* grown far past the first allocation: every byte kept, NUL after the last */
+    for (int i = 0; i < 1000; i++)
+        ck_assert_int_eq(base_buf_add(&b, "0123456789", i % 11), 0);
+    size_t want = 15;
+    for (int i = 0; i < 1000; i++)
+        want += (size_t)(i % 11);
+    ck_assert_uint_eq(b.len, want);
+    ck_assert_uint_eq(strlen(b.p), want);
+    base_buf_consume(&b, 6);
+    ck_assert(strncmp(b.p, "{\"n\":42}0", 10) == 0);
+    ck_assert_uint_eq(b.len, want - 6);
+    base_buf_consume(&b, b.len + 5);
+    ck_assert_uint_eq(b.len, 0);
+    ck_assert_str_eq(b.p, "");
+    ck_assert_int_eq(base_buf_add(&b, "x", 1), 0);
+    char *p = base_buf_take(&b);
+    ck_assert_str_eq(p, "x");
+    ck_assert_ptr_null(b.p);
+    free(p);
+    base_buf_free(&b);
+    base_buf_free(&b);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("base");
     TCase *tc = tcase_create("base");
@@ -147,6 +179,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, map_del_if);
     tcase_add_test(tc, fifo_order);
     tcase_add_test(tc, clock_monotonic);
+    tcase_add_test(tc, buf_appends);
     suite_add_tcase(s, tc);
     return test_run_suite(argc, argv, s, CK_FORK_GETENV);
 }
