@@ -32,11 +32,14 @@
 #include "actor_http.h"
 
 #include "actor_curve.h"
+#include "base_buf.h"
 #include "base_log.h"
 #include "model.h"
+#include "serve_answer.h"
 #include "serve_choices.h"
 #include "serve_embed.h"
 #include "serve_openai.h"
+#include "serve_responses.h"
 #include "serve_routes.h"
 
 #include <cjson/cJSON.h>
@@ -118,39 +121,33 @@ typedef struct s_req_t {
     s_state_t state;
     char id[MSG_MAX_ID_BYTES + 1]; /* chatcmpl-... / cmpl-...: the response id and the
                                       request id towards the frontend */
-    char *body;                    /* (body_len) the upload so far, NUL-terminated */
-    size_t body_len, body_cap;
-    bool too_big;       /* the body passed max_body */
-    bool in_flight;     /* generate sent, no done / error yet */
-    bool suspended;     /* MHD_suspend_connection in force */
-    bool peer_gone;     /* the client closed its side: end the connection */
-    bool stream;        /* SSE */
-    bool include_usage; /* stream_options.include_usage */
-    bool logprobs;      /* log-probabilities asked for (chat: logprobs; completions: an int) */
-    cJSON *lp;          /* non-stream: the choice's logprobs object, built from done */
-    bool started;       /* the stream's first chunk (role) is in out */
-    bool finished;      /* done / error seen: out holds all that is left */
-    bool failed;        /* an error event: code and message below */
-    int code;           /* msg_code_t of the error */
+    base_buf_t body;               /* the upload so far (a prefix route: its argument) */
+    bool too_big;                  /* the body passed max_body */
+    bool in_flight;                /* generate sent, no done / error yet */
+    bool suspended;                /* MHD_suspend_connection in force */
+    bool peer_gone;                /* the client closed its side: end the connection */
+    bool stream;                   /* SSE */
+    bool started;                  /* the stream's first chunk is in out */
+    bool finished;                 /* done / error seen: out holds all that is left */
+    bool failed;                   /* an error event: code and message below */
+    int code;                      /* msg_code_t of the error */
     char emsg[MSG_MAX_ERRMSG_BYTES + 1];
-    char *out; /* stream: SSE bytes not yet handed to MHD (from out_off) */
-    size_t out_len, out_cap, out_off;
-    char *text;      /* non-stream: the completion (done.text), malloc'd */
-    size_t out_text; /* stream: completion bytes sent so far (legacy text_offset) */
+    base_buf_t out; /* stream: SSE bytes not yet handed to MHD (from out_off) */
+    size_t out_off;
     /* what a resume needs after the frontend restarts (docs/PROTOCOL.md, resume) */
     void *gen; /* (gen_len) the generate frame as sent */
     size_t gen_len;
     int32_t *toks; /* (n_toks, cap_toks) the token ids received, in index order */
     int n_toks, cap_toks;
-    int finish; /* msg_finish_t of done */
-    /* tool calls (docs/HTTP.md): the answer read as a call array */
-    serve_openai_tools_t tools; /* how the answer is read */
-    int tool_mode;              /* stream: 0 undecided, 1 text, 2 calls */
-    char *acc;                  /* stream under tools: the completion so far (acc_len) */
-    size_t acc_len, acc_cap;
-    int n_calls; /* stream: calls sent (each whole: name and arguments) */
+    /* the answer (serve_answer): what the choices share (the parent's), this one's */
+    serve_answer_req_t areq;
+    serve_answer_t *ans;
     msg_usage_t usage;
-    time_t created;
+    /* Responses (serve_responses): the request's fields its answer repeats (areq.echo), the
+     * conversation so far, and whether to keep it for previous_response_id */
+    cJSON *echo, *history;
+    bool keep;
+    bool del;           /* DELETE (a kept response) */
     const char *origin; /* CORS: the request's Origin when it is allowed (MHD's), or NULL */
     /* embeddings: one `embed` per input, ids "<id>.<i>" */
     serve_embed_request_t *embq; /* the inputs (kept for a resume), or NULL */
@@ -191,8 +188,9 @@ struct s_http_t {
     /* the names a request may give as `model` (docs/HTTP.md, "Model names"): the id,
      * the GGUF's file name, its stem, its general.name; "" where unknown */
     char names[4][256];
-    int dim;         /* the model's embedding size (d_model); 0: unknown */
-    char cors[1024]; /* allowed origins, comma-separated, or "*"; "": CORS off */
+    int dim;                        /* the model's embedding size (d_model); 0: unknown */
+    char cors[1024];                /* allowed origins, comma-separated, or "*"; "": CORS off */
+    serve_responses_store_t *store; /* finished responses, for previous_response_id and GET */
 };
 
 /* the gateway's sockets between actors (its DEALER to the frontend's client endpoint is its own) */
@@ -203,23 +201,6 @@ static const actor_sock_decl_t s_socks[] = {
 };
 
 /* ---- small helpers */
-
-static int s_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 1024;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *b = realloc(*buf, c);
-        if (!b)
-            return -ENOMEM;
-        *buf = b;
-        *cap = c;
-    }
-    memcpy(*buf + *len, s, n);
-    *len += n;
-    (*buf)[*len] = 0;
-    return 0;
-}
 
 /* Resume r when it is suspended (an event came, or its client is gone). */
 static void s_wake(s_req_t *r) {
@@ -296,23 +277,6 @@ static enum MHD_Result s_queue_json(s_req_t *r, unsigned status, cJSON *obj, con
     return s_queue(r, status, body, "application/json", hdr, hdr_value);
 }
 
-/* {"error": {"message", "type", "param", "code"}} */
-static cJSON *s_error_obj(const char *message, const char *type, const char *param,
-                          const char *code) {
-    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
-    cJSON_AddStringToObject(e, "message", message);
-    cJSON_AddStringToObject(e, "type", type);
-    if (param && *param)
-        cJSON_AddStringToObject(e, "param", param);
-    else
-        cJSON_AddNullToObject(e, "param");
-    if (code)
-        cJSON_AddStringToObject(e, "code", code);
-    else
-        cJSON_AddNullToObject(e, "code");
-    return o;
-}
-
 static enum MHD_Result s_error(s_req_t *r, unsigned status, const char *param, const char *code,
                                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 static enum MHD_Result s_error(s_req_t *r, unsigned status, const char *param, const char *code,
@@ -333,7 +297,7 @@ static enum MHD_Result s_error(s_req_t *r, unsigned status, const char *param, c
         hdr = MHD_HTTP_HEADER_WWW_AUTHENTICATE, val = "Bearer";
     else if (status == 405)
         hdr = MHD_HTTP_HEADER_ALLOW, val = r->allow;
-    return s_queue_json(r, status, s_error_obj(msg, type, param, code), hdr, val);
+    return s_queue_json(r, status, serve_answer_error_obj(msg, type, param, code), hdr, val);
 }
 
 /* The HTTP answer to a frontend error code. */
@@ -470,11 +434,12 @@ static unsigned s_send_choices(s_http_t *h, s_req_t *r, const msg_generate_t *g,
                        .choice = i,
                        .route = r->route,
                        .stream = r->stream,
-                       .include_usage = r->include_usage,
-                       .logprobs = r->logprobs,
-                       .tools = r->tools,
-                       .created = r->created};
+                       .ans = serve_answer_new(&r->areq, i)};
         s_link(h, k); /* in the table: a resume sends it again */
+        if (!k->ans) {
+            snprintf(b->msg, sizeof b->msg, "out of memory");
+            return 500;
+        }
         msg_generate_t cg;
         serve_choices_generate(r->choices, i, g, &cg);
         memcpy(k->id, cg.id, sizeof k->id);
@@ -513,38 +478,80 @@ static int s_cancel_kids(s_http_t *h, s_req_t *r) {
     return n;
 }
 
-/* Parse r's body and send its generate.  0, or an HTTP status to answer with (and b). */
+/* Parse r's body (chat, completions or Responses) and send its generate.  0, or an HTTP
+ * status to answer with (and b). */
 static unsigned s_submit(s_http_t *h, s_req_t *r, serve_openai_bad_t *b) {
-    serve_openai_request_t q;
+    static const struct {
+        serve_answer_api_t api;
+        const char *prefix; /* of the response id */
+    } apis[SERVE_HANDLER_N] = {
+        [SERVE_HANDLER_CHAT] = {SERVE_ANSWER_CHAT, "chatcmpl-"},
+        [SERVE_HANDLER_COMPLETIONS] = {SERVE_ANSWER_COMPLETIONS, "cmpl-"},
+        [SERVE_HANDLER_RESPONSES] = {SERVE_ANSWER_RESPONSES, "resp_"},
+    };
+    serve_answer_api_t api = apis[r->route].api;
+    serve_responses_request_t rq = {0};
+    serve_openai_request_t *q = &rq.chat;
     const serve_openai_defaults_t def = {h->max_tokens, h->top_k, h->min_p};
     uint64_t seed; /* OpenAI: a fresh sample every time */
     if (getrandom(&seed, sizeof seed, 0) != sizeof seed)
         seed = base_now_us() ^ h->seq;
-    bool chat = r->route == SERVE_HANDLER_CHAT;
     unsigned status = 0;
-    snprintf(r->id, sizeof r->id, "%s-%s%llx", chat ? "chatcmpl" : "cmpl", h->boot,
+    snprintf(r->id, sizeof r->id, "%s%s%llx", apis[r->route].prefix, h->boot,
              (unsigned long long)++h->seq);
-    int rc = serve_openai_request_parse(&q, chat ? SERVE_OPENAI_CHAT : SERVE_OPENAI_COMPLETIONS,
-                                        r->body, r->body_len, &def, seed, b);
+    int rc =
+        api == SERVE_ANSWER_RESPONSES
+            ? serve_responses_request_parse(&rq, r->body.p, r->body.len, h->store, &def, seed, b)
+            : serve_openai_request_parse(
+                  q, api == SERVE_ANSWER_CHAT ? SERVE_OPENAI_CHAT : SERVE_OPENAI_COMPLETIONS,
+                  r->body.p, r->body.len, &def, seed, b);
     if (rc) {
         if (rc == -EBADMSG)
             actor_counters_add(h->counters, "bad_json", 1);
         status = rc == -ENOMEM ? 500 : 400;
         goto out;
     }
-    msg_generate_t *g = &q.gen;
+    msg_generate_t *g = &q->gen;
     r->stream = g->stream;
-    r->include_usage = q.include_usage;
-    r->logprobs = g->logprobs;
-    r->tools = q.tools;
+    r->echo = rq.echo; /* taken */
+    r->history = rq.history;
+    r->keep = rq.store;
+    rq.echo = rq.history = NULL;
+    r->areq = (serve_answer_req_t){.api = api,
+                                   .model = h->model,
+                                   .fingerprint = h->fingerprint,
+                                   .created = time(NULL),
+                                   .stream = g->stream,
+                                   .include_usage = q->include_usage,
+                                   .logprobs = g->logprobs,
+                                   .tools = q->tools,
+                                   .functions = q->functions,
+                                   .echo = r->echo};
+    memcpy(r->areq.id, r->id, sizeof r->areq.id);
     memcpy(g->id, r->id, sizeof g->id);
-    r->created = time(NULL);
-    status = q.n > 1 ? s_send_choices(h, r, g, q.n, b) : s_send(h, r, g, b);
+    if (q->n == 1 && !(r->ans = serve_answer_new(&r->areq, 0))) {
+        snprintf(b->msg, sizeof b->msg, "out of memory");
+        status = 500;
+        goto out;
+    }
+    status = q->n > 1 ? s_send_choices(h, r, g, q->n, b) : s_send(h, r, g, b);
     if (!status)
         actor_counters_add(h->counters, r->stream ? "generate.stream" : "generate.json", 1);
 out:
-    serve_openai_request_clear(&q);
+    serve_responses_request_clear(&rq);
     return status;
+}
+
+/* Responses: keep r's conversation and response for a later previous_response_id. */
+static void s_keep(s_http_t *h, s_req_t *r, const msg_usage_t *u) {
+    cJSON *m = serve_answer_message(r->ans), *resp = serve_answer_json(&r->ans, 1, u);
+    if (m && r->history)
+        cJSON_AddItemToArray(r->history, m);
+    else
+        cJSON_Delete(m);
+    if (m && serve_responses_store_put(h->store, r->id, &r->history, &resp))
+        LOG_W(TAG, "%s: out of memory: the response is not kept", r->id);
+    cJSON_Delete(resp);
 }
 
 /* ---- model names and embeddings */
@@ -641,9 +648,8 @@ static enum MHD_Result s_respond_embeddings(s_req_t *r) {
         return s_error(r, 500, NULL, "internal", "the model's embedding size is not known");
     serve_openai_bad_t b = {{0}, {0}};
     serve_embed_request_t q;
-    int rc = serve_embed_parse(&q, r->body ? r->body : "", r->body_len, h->dim, &b);
-    free(r->body);
-    r->body = NULL;
+    int rc = serve_embed_parse(&q, r->body.p ? r->body.p : "", r->body.len, h->dim, &b);
+    base_buf_free(&r->body);
     if (rc) {
         if (rc == -EBADMSG)
             actor_counters_add(h->counters, "bad_json", 1);
@@ -664,7 +670,6 @@ static enum MHD_Result s_respond_embeddings(s_req_t *r) {
     }
     *r->embq = q; /* taken */
     snprintf(r->id, sizeof r->id, "embd-%s%llx", h->boot, (unsigned long long)++h->seq);
-    r->created = time(NULL);
     for (int i = 0; i < q.n_inputs; i++) {
         rc = s_embed_send(h, r, i);
         if (rc) {
@@ -696,217 +701,19 @@ static enum MHD_Result s_respond_embedded(s_req_t *r) {
     return s_queue_json(r, 200, o, NULL, NULL);
 }
 
-/* ---- responses */
+/* ---- answers (serve_answer) */
 
-static cJSON *s_head(const s_req_t *r, const char *object) {
-    if (r->parent) /* a choice: its chunks are the parent's */
-        r = r->parent;
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", r->id);
-    cJSON_AddStringToObject(o, "object", object);
-    cJSON_AddNumberToObject(o, "created", (double)r->created);
-    cJSON_AddStringToObject(o, "model", r->h->model);
-    cJSON_AddStringToObject(o, "system_fingerprint", r->h->fingerprint);
-    return o;
+/* The stream r's chunks go to: its own, or its parent's (a choice). */
+static base_buf_t *s_stream_of(s_req_t *r) {
+    return r->parent ? &r->parent->out : &r->out;
 }
 
-/* Append "data: JSON\n\n" (obj taken) to r's stream (a choice's: its parent's). */
-static void s_sse(s_req_t *r, cJSON *obj) {
-    if (r->parent)
-        r = r->parent;
-    char *s = cJSON_PrintUnformatted(obj);
-    cJSON_Delete(obj);
-    if (!s || s_append(&r->out, &r->out_len, &r->out_cap, "data: ", 6) ||
-        s_append(&r->out, &r->out_len, &r->out_cap, s, strlen(s)) ||
-        s_append(&r->out, &r->out_len, &r->out_cap, "\n\n", 2))
-        r->peer_gone = true; /* out of memory: end this connection */
-    free(s);
-}
-
-/* The UTF-8 bytes of s as a JSON array of numbers (OpenAI's "bytes"). */
-static cJSON *s_bytes(const char *s) {
-    cJSON *a = cJSON_CreateArray();
-    for (const unsigned char *p = (const unsigned char *)s; a && *p; p++)
-        cJSON_AddItemToArray(a, cJSON_CreateNumber(*p));
-    return a;
-}
-
-/* Append one token's log-probabilities to a choice's logprobs object lp, in the shape of
- * the route: chat {"content": [{token, logprob, bytes, top_logprobs}]}; completions
- * {"tokens", "token_logprobs", "top_logprobs": [{text: logprob}], "text_offset"}. */
-static void s_lp_add(s_req_t *r, cJSON *lp, const char *piece, float logprob, const msg_top_t *top,
-                     int n_top, size_t offset) {
-    if (r->route == SERVE_HANDLER_CHAT) {
-        cJSON *content = cJSON_GetObjectItem(lp, "content");
-        if (!content)
-            content = cJSON_AddArrayToObject(lp, "content");
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "token", piece);
-        cJSON_AddNumberToObject(e, "logprob", logprob);
-        cJSON_AddItemToObject(e, "bytes", s_bytes(piece));
-        cJSON *tl = cJSON_AddArrayToObject(e, "top_logprobs");
-        for (int i = 0; i < n_top; i++) {
-            cJSON *x = cJSON_CreateObject();
-            cJSON_AddStringToObject(x, "token", top[i].text);
-            cJSON_AddNumberToObject(x, "logprob", top[i].logprob);
-            cJSON_AddItemToObject(x, "bytes", s_bytes(top[i].text));
-            cJSON_AddItemToArray(tl, x);
-        }
-        cJSON_AddItemToArray(content, e);
-        return;
-    }
-    const char *keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
-    cJSON *arr[4];
-    for (int i = 0; i < 4; i++)
-        if (!(arr[i] = cJSON_GetObjectItem(lp, keys[i])))
-            arr[i] = cJSON_AddArrayToObject(lp, keys[i]);
-    cJSON_AddItemToArray(arr[0], cJSON_CreateString(piece));
-    cJSON_AddItemToArray(arr[1], cJSON_CreateNumber(logprob));
-    cJSON *alts = cJSON_CreateObject();
-    for (int i = 0; i < n_top; i++)
-        if (!cJSON_GetObjectItem(alts, top[i].text))
-            cJSON_AddNumberToObject(alts, top[i].text, top[i].logprob);
-    cJSON_AddItemToArray(arr[2], alts);
-    cJSON_AddItemToArray(arr[3], cJSON_CreateNumber((double)offset));
-}
-
-/* One chunk: text (NULL: none), the role (first chunk), finish ("": none); lp: its
- * logprobs object (taken), or NULL. */
-static void s_chunk_lp(s_req_t *r, const char *text, size_t len, bool role, const char *finish,
-                       cJSON *lp);
-static void s_chunk(s_req_t *r, const char *text, size_t len, bool role, const char *finish) {
-    s_chunk_lp(r, text, len, role, finish, NULL);
-}
-
-static void s_chunk_lp(s_req_t *r, const char *text, size_t len, bool role, const char *finish,
-                       cJSON *lp) {
-    bool chat = r->route == SERVE_HANDLER_CHAT;
-    cJSON *o = s_head(r, chat ? "chat.completion.chunk" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", r->choice);
-    char *t = NULL;
-    if (text && (t = malloc(len + 1))) {
-        memcpy(t, text, len);
-        t[len] = 0;
-    }
-    if (chat) {
-        cJSON *delta = cJSON_AddObjectToObject(c, "delta");
-        if (role)
-            cJSON_AddStringToObject(delta, "role", "assistant");
-        if (t || role)
-            cJSON_AddStringToObject(delta, "content", t ? t : "");
-    } else {
-        cJSON_AddStringToObject(c, "text", t ? t : "");
-    }
-    free(t);
-    if (lp)
-        cJSON_AddItemToObject(c, "logprobs", lp);
-    else
-        cJSON_AddNullToObject(c, "logprobs");
-    if (*finish)
-        cJSON_AddStringToObject(c, "finish_reason", finish);
-    else
-        cJSON_AddNullToObject(c, "finish_reason");
-    if (r->include_usage)
-        cJSON_AddNullToObject(o, "usage");
-    s_sse(r, o);
-}
-
-/* One tool-call chunk: delta.tool_calls = [{index, (id, type, name when first), arguments}]. */
-static void s_call_chunk(s_req_t *r, int i, const char *name, size_t name_len, const char *args,
-                         size_t args_len) {
-    cJSON *o = s_head(r, "chat.completion.chunk");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", r->choice);
-    cJSON *delta = cJSON_AddObjectToObject(c, "delta");
-    cJSON *calls = cJSON_AddArrayToObject(delta, "tool_calls"), *call = cJSON_CreateObject();
-    cJSON_AddItemToArray(calls, call);
-    cJSON_AddNumberToObject(call, "index", i);
-    char buf[MSG_MAX_ID_BYTES + 32];
-    if (name) {
-        serve_openai_call_id(r->id, i, buf, sizeof buf);
-        cJSON_AddStringToObject(call, "id", buf);
-        cJSON_AddStringToObject(call, "type", "function");
-    }
-    cJSON *fn = cJSON_AddObjectToObject(call, "function");
-    if (name) {
-        snprintf(buf, sizeof buf, "%.*s", (int)name_len, name);
-        cJSON_AddStringToObject(fn, "name", buf);
-    }
-    char *a = malloc(args_len + 1);
-    if (a) {
-        memcpy(a, args, args_len);
-        a[args_len] = 0;
-    }
-    cJSON_AddStringToObject(fn, "arguments", a ? a : "");
-    free(a);
-    cJSON_AddNullToObject(c, "logprobs");
-    cJSON_AddNullToObject(c, "finish_reason");
-    if (r->include_usage)
-        cJSON_AddNullToObject(o, "usage");
-    s_sse(r, o);
-}
-
-/* Stream text under tools: held until its first byte says text or calls; then text goes
- * out as content, and each call as OpenAI's tool_calls deltas once its name and arguments
- * are complete (a first chunk with its id and name, then one with its arguments): a call
- * cut at max_tokens is never begun, so the stream says what the non-streamed answer says
- * (serve_openai_tool_calls). */
-static void s_tool_text(s_req_t *r, const char *text, size_t len) {
-    if (s_append(&r->acc, &r->acc_len, &r->acc_cap, text, len)) {
-        r->peer_gone = true;
-        return;
-    }
-    if (r->tool_mode == 0) {
-        size_t p = 0;
-        while (p < r->acc_len && strchr(" \t\r\n", r->acc[p]))
-            p++;
-        if (p == r->acc_len)
-            return; /* nothing that decides yet */
-        r->tool_mode = r->acc[p] == '[' || r->tools == SERVE_OPENAI_TOOLS_FORCED ? 2 : 1;
-        if (r->tool_mode == 1) { /* text: what was held, then as it comes */
-            s_chunk(r, r->acc, r->acc_len, false, "");
-            return;
-        }
-    } else if (r->tool_mode == 1) {
-        s_chunk(r, text, len, false, "");
-        return;
-    }
-    serve_openai_call_t calls[SERVE_OPENAI_MAX_CALLS];
-    int n = 0;
-    bool complete;
-    serve_openai_scan_calls(r->acc, r->acc_len, calls, SERVE_OPENAI_MAX_CALLS, &n, &complete);
-    for (; r->n_calls < n; r->n_calls++) {
-        const serve_openai_call_t *c = &calls[r->n_calls];
-        if (!c->named || !c->args_done)
-            break;
-        s_call_chunk(r, r->n_calls, r->acc + c->name_at, c->name_len, "", 0);
-        s_call_chunk(r, r->n_calls, NULL, 0, r->acc + c->args_at, c->args_end - c->args_at);
-    }
-}
-
-static void s_open_stream(s_req_t *r) {
-    if (!r->started) {
-        r->started = true;
-        if (r->parent)
-            r->parent->started = true;
-        if (r->route == SERVE_HANDLER_CHAT)
-            s_chunk(r, NULL, 0, true, "");
-    }
-}
-
-/* The end of r's stream: the usage chunk (when asked), then [DONE]. */
-static void s_stream_end(s_req_t *r, const msg_usage_t *u) {
-    if (r->include_usage) {
-        cJSON *o =
-            s_head(r, r->route == SERVE_HANDLER_CHAT ? "chat.completion.chunk" : "text_completion");
-        cJSON_AddArrayToObject(o, "choices");
-        cJSON_AddItemToObject(o, "usage", serve_openai_usage(u));
-        s_sse(r, o);
-    }
-    s_append(&r->out, &r->out_len, &r->out_cap, "data: [DONE]\n\n", 14);
+/* The answers of r's choices, in index order (n set), into a (SERVE_CHOICES_MAX). */
+static int s_answers(s_req_t *r, serve_answer_t **a) {
+    int n = r->kids ? serve_choices_n(r->choices) : 1;
+    for (int i = 0; i < n; i++)
+        a[i] = r->kids ? r->kids[i]->ans : r->ans;
+    return n;
 }
 
 static void s_on_token(s_http_t *h, const msg_token_t *t) {
@@ -929,17 +736,11 @@ static void s_on_token(s_http_t *h, const msg_token_t *t) {
         r->toks[r->n_toks++] = t->token;
     if (!r->stream)
         return;
-    s_open_stream(r);
-    if (t->has_logprob) { /* every token gets its chunk, text or not */
-        cJSON *lp = cJSON_CreateObject();
-        s_lp_add(r, lp, t->piece, t->logprob, t->top, t->n_top, r->out_text);
-        s_chunk_lp(r, t->text, t->text_len, false, "", lp);
-    } else if (t->text_len && r->tools) {
-        s_tool_text(r, t->text, t->text_len);
-    } else if (t->text_len) {
-        s_chunk(r, t->text, t->text_len, false, "");
-    }
-    r->out_text += t->text_len;
+    r->started = true;
+    if (r->parent)
+        r->parent->started = true;
+    if (serve_answer_token(r->ans, t, s_stream_of(r)))
+        r->peer_gone = true; /* out of memory: end this connection */
     s_wake(r);
 }
 
@@ -950,8 +751,10 @@ static void s_end(s_http_t *h, s_req_t *r) {
     s_req_t *p = r->parent;
     if (p && !p->finished && serve_choices_all_done(p->choices)) { /* the last choice */
         serve_choices_usage(p->choices, &p->usage);
-        if (p->stream)
-            s_stream_end(p, &p->usage);
+        serve_answer_t *a[SERVE_CHOICES_MAX];
+        int n = s_answers(p, a);
+        if (p->stream && serve_answer_stream_end(a, n, &p->usage, &p->out))
+            p->peer_gone = true;
         p->finished = true;
     }
     s_wake(r);
@@ -963,39 +766,20 @@ static void s_on_done(s_http_t *h, msg_done_t *d) {
         actor_counters_add(h->counters, "events.orphan", 1);
         return;
     }
-    r->finish = d->finish_reason;
     r->usage = d->usage;
     if (r->stream) {
-        s_open_stream(r);
-        const char *finish = serve_openai_finish(d->finish_reason);
-        if (r->tools) {
-            if (d->text && d->text_len)
-                s_tool_text(r, d->text, d->text_len);
-            bool complete = false;
-            if (r->tool_mode == 2) /* cut short (length): the calls sent are what there is */
-                cJSON_Delete(serve_openai_tool_calls(r->acc, r->acc_len, r->id, &complete));
-            if (complete)
-                finish = "tool_calls";
-        } else if (d->text && d->text_len) {
-            s_chunk(r, d->text, d->text_len, false, "");
-        }
-        s_chunk(r, NULL, 0, false, finish);
-        if (!r->parent) /* a choice's parent ends when all have (s_end) */
-            s_stream_end(r, &d->usage);
-    } else {
-        r->text = d->text ? d->text : strdup("");
-        d->text = NULL; /* taken */
-        if (r->logprobs && (r->lp = cJSON_CreateObject())) {
-            size_t off = 0; /* text offsets: where each token's piece would start */
-            for (int i = 0; i < d->n_logprobs; i++) {
-                const msg_logprob_t *x = &d->logprobs[i];
-                s_lp_add(r, r->lp, x->piece, x->logprob, x->top, x->n_top, off);
-                off += strlen(x->piece);
-            }
-        }
+        r->started = true;
+        if (r->parent)
+            r->parent->started = true;
     }
-    if (r->parent)
+    base_buf_t *out = s_stream_of(r);
+    if (serve_answer_done(r->ans, d, out) ||
+        (r->stream && !r->parent && serve_answer_stream_end(&r->ans, 1, &d->usage, out)))
+        r->peer_gone = true; /* out of memory: end this connection */
+    if (r->parent)           /* a choice's parent ends when all have (s_end) */
         serve_choices_done(r->parent->choices, r->choice, d->finish_reason, &d->usage);
+    if (r->keep)
+        s_keep(h, r, &d->usage);
     s_end(h, r);
 }
 
@@ -1006,6 +790,7 @@ static void s_on_error(s_http_t *h, const msg_error_t *e) {
             LOG_W(TAG, "frontend error for %s: %s", e->id[0] ? e->id : "(no id)", e->message);
         return;
     }
+    serve_answer_t *ans = r->ans;
     if (r->parent) { /* one choice failed: the request fails, the others are cancelled */
         zhashx_delete(h->by_id, e->id);
         r->in_flight = false;
@@ -1026,16 +811,10 @@ static void s_on_error(s_http_t *h, const msg_error_t *e) {
         s_wake(r);
         return;
     }
-    if (r->state == S_RESPONDED && r->stream) { /* mid-stream: an error chunk, then the end */
-        const char *code = msg_code_name(e->code);
-        s_sse(r, s_error_obj(e->message,
-                             e->code == MSG_CODE_OVERLOADED ? "rate_limit_error"
-                             : e->code == MSG_CODE_BAD_REQUEST || e->code == MSG_CODE_CONTEXT
-                                 ? "invalid_request_error"
-                                 : "server_error",
-                             NULL, code ? code : "internal"));
-        s_append(&r->out, &r->out_len, &r->out_cap, "data: [DONE]\n\n", 14);
-    }
+    /* a stream that began (its chunks buffered, whether or not MHD has asked for them yet)
+     * ends with an error chunk; one that did not is answered with the HTTP error */
+    if (r->stream && r->started && serve_answer_stream_error(ans, e->code, e->message, &r->out))
+        r->peer_gone = true;
     s_end(h, r);
 }
 
@@ -1045,14 +824,16 @@ static ssize_t s_read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
     s_req_t *r = cls;
     if (r->peer_gone)
         return MHD_CONTENT_READER_END_WITH_ERROR;
-    if (r->out_off < r->out_len) {
-        size_t n = r->out_len - r->out_off;
+    if (r->out_off < r->out.len) {
+        size_t n = r->out.len - r->out_off;
         if (n > max)
             n = max;
-        memcpy(buf, r->out + r->out_off, n);
+        memcpy(buf, r->out.p + r->out_off, n);
         r->out_off += n;
-        if (r->out_off == r->out_len)
-            r->out_off = r->out_len = 0;
+        if (r->out_off == r->out.len) {
+            base_buf_reset(&r->out);
+            r->out_off = 0;
+        }
         return (ssize_t)n;
     }
     if (r->finished)
@@ -1076,51 +857,13 @@ static enum MHD_Result s_respond_stream(s_req_t *r) {
     return rc;
 }
 
-/* The choice object of r's answer (r: the request, or one choice of it). */
-static cJSON *s_choice_json(s_req_t *r) {
-    bool chat = r->route == SERVE_HANDLER_CHAT;
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", r->choice);
-    const char *finish = serve_openai_finish(r->finish);
-    if (chat) {
-        cJSON *m = cJSON_AddObjectToObject(c, "message");
-        cJSON_AddStringToObject(m, "role", "assistant");
-        bool complete = false;
-        cJSON *calls = r->tools && r->text
-                           ? serve_openai_tool_calls(r->text, strlen(r->text), r->id, &complete)
-                           : NULL;
-        if (calls) { /* a call array, maybe cut at max_tokens: the calls complete before */
-            cJSON_AddNullToObject(m, "content");
-            if (cJSON_GetArraySize(calls))
-                cJSON_AddItemToObject(m, "tool_calls", calls);
-            else
-                cJSON_Delete(calls);
-            if (complete)
-                finish = "tool_calls";
-        } else {
-            cJSON_AddStringToObject(m, "content", r->text ? r->text : "");
-        }
-    } else {
-        cJSON_AddStringToObject(c, "text", r->text ? r->text : "");
-    }
-    if (r->lp) {
-        cJSON_AddItemToObject(c, "logprobs", r->lp);
-        r->lp = NULL; /* the response owns it */
-    } else {
-        cJSON_AddNullToObject(c, "logprobs");
-    }
-    cJSON_AddStringToObject(c, "finish_reason", finish);
-    return c;
-}
-
 /* The answer: one choice, or n (a child each, in index order). */
 static enum MHD_Result s_respond_json(s_req_t *r) {
-    cJSON *o = s_head(r, r->route == SERVE_HANDLER_CHAT ? "chat.completion" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    int n = r->kids ? serve_choices_n(r->choices) : 1;
-    for (int i = 0; i < n; i++)
-        cJSON_AddItemToArray(choices, s_choice_json(r->kids ? r->kids[i] : r));
-    cJSON_AddItemToObject(o, "usage", serve_openai_usage(&r->usage));
+    serve_answer_t *a[SERVE_CHOICES_MAX];
+    int n = s_answers(r, a);
+    cJSON *o = serve_answer_json(a, n, &r->usage);
+    if (!o)
+        return s_error(r, 500, NULL, "internal", "out of memory");
     return s_queue_json(r, 200, o, NULL, NULL);
 }
 
@@ -1138,7 +881,7 @@ static enum MHD_Result s_respond_models(s_req_t *r) {
 
 /* GET /v1/models/{id}: the model object when id is one of its names. */
 static enum MHD_Result s_respond_model(s_req_t *r) {
-    const char *id = r->body ? r->body : ""; /* the route's argument, put there */
+    const char *id = r->body.p ? r->body.p : ""; /* the route's argument, put there */
     if (!s_model_known(r->h, id))
         return s_model_not_found(r, id);
     cJSON *m = cJSON_CreateObject();
@@ -1147,6 +890,23 @@ static enum MHD_Result s_respond_model(s_req_t *r) {
     cJSON_AddNumberToObject(m, "created", 0);
     cJSON_AddStringToObject(m, "owned_by", "strata");
     return s_queue_json(r, 200, m, NULL, NULL);
+}
+
+/* GET /v1/responses/{id}: a kept response; DELETE: forget it. */
+static enum MHD_Result s_respond_response(s_req_t *r) {
+    const char *id = r->body.p ? r->body.p : ""; /* the route's argument, put there */
+    const cJSON *kept = serve_responses_store_response(r->h->store, id);
+    if (!kept)
+        return s_error(r, 404, "response_id", "not_found", "No response with id '%.80s' is kept",
+                       id);
+    if (!r->del)
+        return s_queue_json(r, 200, cJSON_Duplicate(kept, true), NULL, NULL);
+    serve_responses_store_delete(r->h->store, id);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", "response.deleted");
+    cJSON_AddBoolToObject(o, "deleted", true);
+    return s_queue_json(r, 200, o, NULL, NULL);
 }
 
 static enum MHD_Result s_respond_health(s_req_t *r) {
@@ -1168,7 +928,7 @@ static enum MHD_Result s_respond_generate(s_req_t *r) {
     if (r->too_big)
         return s_error(r, 413, NULL, "body_too_large", "the body is larger than %zu bytes",
                        h->max_body);
-    cJSON *body = r->body ? cJSON_ParseWithLength(r->body, r->body_len) : NULL;
+    cJSON *body = r->body.p ? cJSON_ParseWithLength(r->body.p, r->body.len) : NULL;
     const cJSON *model =
         cJSON_IsObject(body) ? cJSON_GetObjectItemCaseSensitive(body, "model") : NULL;
     if (cJSON_IsString(model) && !s_model_known(h, model->valuestring)) {
@@ -1179,13 +939,13 @@ static enum MHD_Result s_respond_generate(s_req_t *r) {
     cJSON_Delete(body);
     serve_openai_bad_t b = {{0}, {0}};
     unsigned status = s_submit(h, r, &b);
-    free(r->body);
-    r->body = NULL;
+    base_buf_free(&r->body);
     if (status)
         return s_error(r, status, status == 400 ? b.param : NULL,
-                       status == 400   ? "invalid_request"
-                       : status == 429 ? "overloaded"
-                                       : "internal",
+                       !strcmp(b.param, "previous_response_id") ? "previous_response_not_found"
+                       : status == 400                          ? "invalid_request"
+                       : status == 429                          ? "overloaded"
+                                                                : "internal",
                        "%s", b.msg);
     r->state = S_WAITING;
     s_suspend(r);
@@ -1200,6 +960,8 @@ static enum MHD_Result (*const s_handlers[SERVE_HANDLER_N])(s_req_t *r) = {
     [SERVE_HANDLER_MODEL] = s_respond_model,
     [SERVE_HANDLER_EMBEDDINGS] = s_respond_embeddings,
     [SERVE_HANDLER_HEALTH] = s_respond_health,
+    [SERVE_HANDLER_RESPONSES] = s_respond_generate,
+    [SERVE_HANDLER_RESPONSE] = s_respond_response,
 };
 
 /* A CORS preflight (OPTIONS with CORS on): 204 with the Access-Control-Allow-* headers
@@ -1256,6 +1018,7 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
         if (rc == -ENOENT)
             return s_error(r, 404, NULL, "not_found", "no such path: %s", url);
         r->route = route->handler;
+        r->del = !strcmp(method, "DELETE");
         if (rc) {
             serve_routes_allow(url, r->allow, sizeof r->allow);
             return s_error(r, 405, NULL, "method_not_allowed", "%s %s: use %s", method, url,
@@ -1270,15 +1033,16 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
             return s_error(r, 413, NULL, "body_too_large",
                            "the body has %s bytes, more than the limit of %zu", cl, h->max_body);
         if (route->prefix) /* the route's argument (a model id), for its handler */
-            r->body = strdup(serve_routes_arg(route, url));
+            if (base_buf_adds(&r->body, serve_routes_arg(route, url)))
+                return MHD_NO;
         return MHD_YES;
     }
     if (*upload_size) {
         if (r->state == S_READING && !r->too_big) {
-            if (r->body_len + *upload_size > h->max_body) {
+            if (r->body.len + *upload_size > h->max_body) {
                 r->too_big = true;
             } else {
-                if (s_append(&r->body, &r->body_len, &r->body_cap, upload, *upload_size))
+                if (base_buf_add(&r->body, upload, *upload_size))
                     return MHD_NO;
             }
         }
@@ -1320,13 +1084,13 @@ static void s_free(s_http_t *h, s_req_t *r) {
         h->reqs = r->next;
     if (r->next)
         r->next->prev = r->prev;
-    free(r->body);
-    free(r->out);
-    free(r->text);
-    free(r->acc);
+    base_buf_free(&r->body);
+    base_buf_free(&r->out);
+    serve_answer_destroy(&r->ans);
+    cJSON_Delete(r->echo);
+    cJSON_Delete(r->history);
     free(r->gen);
     free(r->toks);
-    cJSON_Delete(r->lp);
     if (r->embq)
         serve_embed_clear(r->embq);
     free(r->embq);
@@ -1563,6 +1327,7 @@ static void s_cleanup(s_http_t *h) {
         h->d = NULL;
     }
     zhashx_destroy(&h->by_id);
+    serve_responses_store_destroy(&h->store);
     for (int i = 0; i < h->n_keys; i++)
         free(h->keys[i]);
     zsock_destroy(&h->mon);
@@ -1634,10 +1399,11 @@ int actor_http_main(actor_env_t *env) {
     h.loop = actor_loop_new(env, &h);
     h.counters = h.loop ? actor_loop_counters(h.loop) : NULL;
     h.by_id = zhashx_new();
+    h.store = serve_responses_store_new(SERVE_RESPONSES_KEEP);
     char serr[128];
     int socks = actor_socks_open(env, s_socks, &h, serr, sizeof serr);
     h.up = zsock_new(ZMQ_DEALER);
-    if (socks || !h.loop || !h.by_id || !h.up) {
+    if (socks || !h.loop || !h.by_id || !h.up || !h.store) {
         actor_env_fail(env, "%s: cannot set up (%s)", me, socks ? serr : "sockets or memory");
         s_cleanup(&h);
         return 1;

@@ -27,9 +27,6 @@ static bool s_only_one(const cJSON *v) {
 static bool s_only_false(const cJSON *v) {
     return cJSON_IsFalse(v);
 }
-static bool s_only_empty(const cJSON *v) { /* [] or {} */
-    return !v->child;
-}
 /* "none" or "auto": with no tools, both mean "answer with text" */
 static bool s_only_no_tool(const cJSON *v) {
     return cJSON_IsString(v) &&
@@ -118,10 +115,12 @@ static const serve_openai_field_t s_fields[] = {
      "only 1 is supported"},
     {"echo", COMPL, SERVE_OPENAI_BOOL, 0, 0, SERVE_OPENAI_ONLY, s_only_false,
      "echoing the prompt is not supported (only false)"},
-    {"functions", CHAT, SERVE_OPENAI_ARRAY, 0, 0, SERVE_OPENAI_ONLY, s_only_empty,
-     "function calling is not supported (only [])"},
-    {"function_call", CHAT, SERVE_OPENAI_STRING_OR_OBJECT, 0, 0, SERVE_OPENAI_ONLY, s_only_no_tool,
-     "function calling is not supported (only \"none\" or \"auto\")"},
+    {"functions", CHAT, SERVE_OPENAI_ARRAY, 0, 0, SERVE_OPENAI_MAP, NULL,
+     "the deprecated form of tools: each {name, description, parameters} is a tool, "
+     "parallel_tool_calls false; the answer says message.function_call and finish_reason "
+     "function_call"},
+    {"function_call", CHAT, SERVE_OPENAI_STRING_OR_OBJECT, 0, 0, SERVE_OPENAI_MAP, NULL,
+     "the deprecated tool_choice: none, auto or {name} (without functions: none or auto)"},
     {"tools", CHAT, SERVE_OPENAI_ARRAY, 0, 0, SERVE_OPENAI_MAP, NULL,
      "tools: 0..32 of {type: function, function: {name, description, parameters, strict}}; "
      "described in the system turn, the calls' arguments constrained by parameters (a schema "
@@ -813,6 +812,62 @@ static int s_tools_turn(serve_openai_request_t *req, char *text, serve_openai_ba
     return 0;
 }
 
+/* functions and function_call, the deprecated form of tools: rewritten in root as tools,
+ * tool_choice and parallel_tool_calls false (one call, as the old API answers). */
+static int s_functions(serve_openai_request_t *req, cJSON *root, serve_openai_bad_t *b) {
+    const cJSON *fns = s_field(root, "functions"), *fc = s_field(root, "function_call");
+    if (!fns || !cJSON_GetArraySize(fns)) {
+        if (fc && !s_only_no_tool(fc))
+            return s_bad(b, "function_call",
+                         "'function_call' names a function: it needs 'functions'");
+        return 0;
+    }
+    if (s_field(root, "tools") || s_field(root, "tool_choice"))
+        return s_bad(b, "functions",
+                     "'functions' and 'tools': give one (functions is the "
+                     "deprecated form of tools)");
+    cJSON *tools = cJSON_CreateArray(), *choice = NULL;
+    const cJSON *f;
+    int i = 0;
+    cJSON_ArrayForEach(f, fns) {
+        if (!cJSON_IsObject(f)) {
+            cJSON_Delete(tools);
+            return s_bad(b, "functions",
+                         "'functions[%d]': expected {name, description, parameters}", i);
+        }
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(t, "type", "function");
+        cJSON_AddItemToObject(t, "function", cJSON_Duplicate(f, true));
+        cJSON_AddItemToArray(tools, t);
+        i++;
+    }
+    if (cJSON_IsString(fc)) {
+        if (strcmp(fc->valuestring, "none") && strcmp(fc->valuestring, "auto")) {
+            cJSON_Delete(tools);
+            return s_bad(b, "function_call", "'function_call': '%.64s' is not none, auto or {name}",
+                         fc->valuestring);
+        }
+        choice = cJSON_CreateString(fc->valuestring);
+    } else if (fc) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fc, "name");
+        if (!cJSON_IsString(nm)) {
+            cJSON_Delete(tools);
+            return s_bad(b, "function_call", "'function_call': expected none, auto or {name}");
+        }
+        choice = cJSON_CreateObject();
+        cJSON_AddStringToObject(choice, "type", "function");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(choice, "function"), "name",
+                                nm->valuestring);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "parallel_tool_calls");
+    cJSON_AddItemToObject(root, "tools", tools);
+    if (choice)
+        cJSON_AddItemToObject(root, "tool_choice", choice);
+    cJSON_AddFalseToObject(root, "parallel_tool_calls");
+    req->functions = true;
+    return 0;
+}
+
 /* tools, tool_choice, parallel_tool_calls: the mode, the system turn and the grammar. */
 static int s_tools(serve_openai_request_t *req, const cJSON *root, serve_openai_bad_t *b) {
     msg_generate_t *g = &req->gen;
@@ -844,8 +899,6 @@ static int s_tools(serve_openai_request_t *req, const cJSON *root, serve_openai_
         return s_bad(b, "tool_choice", "'tool_choice': '%s' needs tools", named ? named : mode);
     if (!strcmp(mode, "none"))
         return 0; /* text: the tools are not described (their history still is) */
-    if (g->logprobs)
-        return s_bad(b, "logprobs", "'logprobs' together with tools is not supported");
     if (g->json_object || g->json_schema)
         return s_bad(b, "response_format",
                      "'response_format' together with tools is not supported");
@@ -1050,7 +1103,7 @@ static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
     if (api == CHAT && (f = s_field(root, "response_format")) &&
         (rc = s_response_format(req, f, b)))
         return rc;
-    if (api == CHAT && (rc = s_tools(req, root, b)))
+    if (api == CHAT && ((rc = s_functions(req, req->root, b)) || (rc = s_tools(req, root, b))))
         return rc;
     /* the answer's shape */
     g->stream = (f = s_field(root, "stream")) && cJSON_IsTrue(f);
@@ -1242,7 +1295,7 @@ int serve_openai_scan_calls(const char *s, size_t len, serve_openai_call_t *call
 }
 
 void serve_openai_call_id(const char *resp_id, int i, char *out, size_t len) {
-    const char *tail = strchr(resp_id, '-');
+    const char *tail = strpbrk(resp_id, "-_");
     snprintf(out, len, "call_%s_%d", tail ? tail + 1 : resp_id, i);
 }
 

@@ -93,6 +93,7 @@ typedef struct {
     int n;                             /* choices (1..SERVE_CHOICES_MAX; serve_choices) */
     bool include_usage;                /* stream_options.include_usage */
     serve_openai_tools_t tools;        /* how the answer is read */
+    bool functions;                    /* the tools came as the deprecated functions */
     cJSON *root;                       /* the parsed body (owned) */
     char *owned[MSG_MAX_MESSAGES + 1]; /* malloc'd contents; [MSG_MAX_MESSAGES]: the system
                                           turn that describes the tools */
@@ -117,8 +118,8 @@ typedef struct {
 int serve_openai_scan_calls(const char *text, size_t len, serve_openai_call_t *calls, int max,
                             int *n, bool *complete);
 
-/* The id of call i of the response resp_id (chatcmpl-...): call_<resp_id's tail>_<i>, stable
- * across a resume (the calls are a function of the request).  out: len bytes. */
+/* The id of call i of the response resp_id (chatcmpl-..., resp_...): call_<resp_id's tail>_<i>,
+ * stable across a resume (the calls are a function of the request).  out: len bytes. */
 void serve_openai_call_id(const char *resp_id, int i, char *out, size_t len);
 
 /* The answer text (len bytes, all of it) under tools as OpenAI's message.tool_calls,

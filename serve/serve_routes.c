@@ -13,12 +13,18 @@ static const serve_route_t s_routes[] = {
     {"/v1/embeddings", false, "POST", true, SERVE_HANDLER_EMBEDDINGS},
     {"/v1/models", false, "GET", true, SERVE_HANDLER_MODELS},
     {"/v1/models/", true, "GET", true, SERVE_HANDLER_MODEL},
+    {"/v1/responses", false, "POST", true, SERVE_HANDLER_RESPONSES},
+    {"/v1/responses/", true, "GET", true, SERVE_HANDLER_RESPONSE},
+    {"/v1/responses/", true, "DELETE", true, SERVE_HANDLER_RESPONSE},
     {"/health", false, "GET", false, SERVE_HANDLER_HEALTH}, /* probes carry no key */
     {"/chat/completions", false, "POST", true, SERVE_HANDLER_CHAT},
     {"/completions", false, "POST", true, SERVE_HANDLER_COMPLETIONS},
     {"/embeddings", false, "POST", true, SERVE_HANDLER_EMBEDDINGS},
     {"/models", false, "GET", true, SERVE_HANDLER_MODELS},
     {"/models/", true, "GET", true, SERVE_HANDLER_MODEL},
+    {"/responses", false, "POST", true, SERVE_HANDLER_RESPONSES},
+    {"/responses/", true, "GET", true, SERVE_HANDLER_RESPONSE},
+    {"/responses/", true, "DELETE", true, SERVE_HANDLER_RESPONSE},
 };
 #define S_N_ROUTES (int)(sizeof s_routes / sizeof s_routes[0])
 

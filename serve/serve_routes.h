@@ -17,6 +17,8 @@ typedef enum {
     SERVE_HANDLER_MODEL,       /* one model by its id: GET /v1/models/{id} */
     SERVE_HANDLER_EMBEDDINGS,  /* OpenAI embeddings (serve_embed) */
     SERVE_HANDLER_HEALTH,      /* the frontend's health: 200 or 503 */
+    SERVE_HANDLER_RESPONSES,   /* an OpenAI response: POST /v1/responses (serve_responses) */
+    SERVE_HANDLER_RESPONSE,    /* a kept response: GET or DELETE /v1/responses/{id} */
     SERVE_HANDLER_N
 } serve_handler_t;
 
@@ -25,7 +27,7 @@ typedef struct {
     const char *path;        /* exact, no query string; with prefix: what the path starts with
                                 (the rest, non-empty, is the route's argument) */
     bool prefix;             /* path is a prefix */
-    const char *method;      /* "GET", "POST" */
+    const char *method;      /* "GET", "POST", "DELETE" */
     bool auth;               /* an API key is needed (when the gateway has keys) */
     serve_handler_t handler; /* what answers */
 } serve_route_t;

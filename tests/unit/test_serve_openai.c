@@ -256,6 +256,39 @@ START_TEST(parallel_tool_calls_limit) {
 }
 END_TEST
 
+/* The deprecated functions / function_call: the same tools, one call at most. */
+START_TEST(functions_as_tools) {
+    static const char fn[] = ", \"functions\": [{\"name\": \"get_weather\", \"parameters\": "
+                             "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
+                             "\"string\"}}, \"required\": [\"city\"]}}]";
+    static const char one[] = "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}]";
+    static const char two[] = "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}},"
+                              "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\"}}]";
+    char extra[1024];
+    ck_assert_int_eq(s_chat(fn), 0); /* function_call auto by default, as tools */
+    ck_assert(s_req.functions);
+    ck_assert_int_eq(s_req.tools, SERVE_OPENAI_TOOLS_AUTO);
+    ck_assert(s_grammar_takes(one));
+    ck_assert(!s_grammar_takes(two)); /* parallel_tool_calls false */
+    snprintf(extra, sizeof extra, "%s, \"function_call\": {\"name\": \"get_weather\"}", fn);
+    ck_assert_int_eq(s_chat(extra), 0);
+    ck_assert_int_eq(s_req.tools, SERVE_OPENAI_TOOLS_FORCED);
+    snprintf(extra, sizeof extra, "%s, \"function_call\": \"none\"", fn);
+    ck_assert_int_eq(s_chat(extra), 0);
+    ck_assert_int_eq(s_req.tools, SERVE_OPENAI_TOOLS_NONE);
+    ck_assert_ptr_null(s_req.gen.grammar);
+    snprintf(extra, sizeof extra, "%s%s", fn, s_one_tool);
+    s_refused(s_chat(extra), "functions"); /* both forms at once */
+    s_refused(s_chat(", \"function_call\": {\"name\": \"f\"}"), "function_call");
+    snprintf(extra, sizeof extra, "%s, \"function_call\": \"required\"", fn);
+    s_refused(s_chat(extra), "function_call");
+    /* tools together with logprobs: accepted */
+    snprintf(extra, sizeof extra, "%s, \"logprobs\": true", s_one_tool);
+    ck_assert_int_eq(s_chat(extra), 0);
+    ck_assert(s_req.gen.logprobs);
+}
+END_TEST
+
 /* The calls of an answer, as message.tool_calls: all of a closed array; of an array cut at
  * max_tokens, those whose name and arguments are complete; text is not calls. */
 START_TEST(tool_calls_of_answer) {
@@ -494,7 +527,7 @@ static const s_case_t s_cases[] = {
      "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
      "{\"type\": \"object\", \"properties\": {\"a\": {\"not\": {}}}}}}]"},
     {"tool_choice", CHAT, "\"none\"", "\"required\""},
-    {"functions", CHAT, "[]", "[{\"name\": \"f\"}]"},
+    {"functions", CHAT, "[]", "[1]"},
     {"function_call", CHAT, "\"auto\"", "{\"name\": \"f\"}"},
     {"response_format", CHAT, "{\"type\": \"text\"}",
      "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"n\", \"schema\": {\"not\": {}}}}"},
@@ -702,6 +735,7 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, message_keys);
     tcase_add_test(tc, tool_turns_rendered);
     tcase_add_test(tc, parallel_tool_calls_limit);
+    tcase_add_test(tc, functions_as_tools);
     tcase_add_test(tc, tool_calls_of_answer);
     tcase_add_test(tc, completions_prompt);
     tcase_add_test(tc, max_tokens);
