@@ -9,7 +9,9 @@ answer says (same ids' rule, names, arguments); a call array cut at max_tokens g
 calls completed before the cut and "length", streamed or not, and never the raw array as
 content; "none" gives text; a round trip (assistant tool_calls + role tool) is accepted and
 answered, and so is a returned assistant message replayed as the SDK dumps it; auto answers
-text or calls; an unsupported parameters schema is a 400 naming the keyword."""
+text or calls; the deprecated functions / function_call give message.function_call (streamed:
+delta.function_call) and finish_reason "function_call"; logprobs with tools cover every token;
+an unsupported parameters schema is a 400 naming the keyword."""
 import json
 
 import serve_util as u  # first: it skips without the model, zmq or msgpack
@@ -172,6 +174,37 @@ def main():
                                             "content": "sunny, 21 C"}]
         r = c.chat.completions.create(messages=hist, tool_choice="none", **kw)
         u.check(r.choices[0].message.content, "replay of a call: %r" % r.choices[0])
+        # the deprecated functions / function_call: message.function_call, one call
+        fns = [t["function"] for t in TOOLS]
+        r = c.chat.completions.create(model=u.MODEL_ID, messages=ASK3, functions=fns,
+                                      function_call={"name": "get_weather"}, temperature=0,
+                                      max_tokens=80)
+        ch = r.choices[0]
+        u.check(ch.finish_reason == "function_call" and ch.message.function_call and
+                not ch.message.tool_calls and ch.message.content is None, "functions: %r" % ch)
+        u.check(ch.message.function_call.name == "get_weather", "functions: %r" % ch)
+        jsonschema.validate(json.loads(ch.message.function_call.arguments), WEATHER)
+        name, args, finish = "", "", None
+        for k in c.chat.completions.create(model=u.MODEL_ID, messages=ASK3, functions=fns,
+                                           function_call={"name": "get_weather"}, temperature=0,
+                                           max_tokens=80, stream=True):
+            d = k.choices[0].delta
+            if d.function_call:
+                name += d.function_call.name or ""
+                args += d.function_call.arguments or ""
+            finish = k.choices[0].finish_reason or finish
+        u.check((name, args, finish) == ("get_weather", ch.message.function_call.arguments,
+                                         "function_call"), "functions streamed: %r" %
+                ((name, args, finish),))
+        # tools with logprobs: every token's log-probability, the call array's included
+        r = c.chat.completions.create(messages=ASK, tool_choice="required", logprobs=True,
+                                      top_logprobs=2, **kw)
+        lp = r.choices[0].logprobs.content
+        u.check(r.choices[0].message.tool_calls and len(lp) == r.usage.completion_tokens and
+                all(x.logprob <= 0 and len(x.top_logprobs) == 2 for x in lp),
+                "tools + logprobs: %d of %d tokens" % (len(lp or []), r.usage.completion_tokens))
+        u.check("".join(x.token for x in lp).strip().startswith("[{"),
+                "logprobs of the call array: %r" % "".join(x.token for x in lp)[:40])
         # unsupported parameters: 400 naming the keyword
         bad = [{"type": "function", "function": {"name": "f", "parameters": {
             "type": "object", "properties": {"a": {"multipleOf": 2}}}}}]
@@ -181,7 +214,7 @@ def main():
         except openai.BadRequestError as e:
             u.check("multipleOf" in str(e) and "tools[0]" in str(e), "400: %s" % e)
     print("tool calls: required, named, parallel false, streamed, cut, none, auto, round trip, "
-          "replay, 400: ok")
+          "replay, functions, logprobs, 400: ok")
 
 
 if __name__ == "__main__":
