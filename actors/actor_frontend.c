@@ -431,6 +431,15 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
                           const int32_t *tokens) {
     actor_counters_add(f->counters, resume ? "resumes" : "requests", 1);
     char gwhy[256];
+    serve_openai_tools_t tools;
+    int trc = serve_requests_tools(g, &tools, gwhy, sizeof gwhy);
+    if (trc) {
+        actor_counters_add(f->counters, "rejected.tools", 1);
+        s_reply_error(f, ident, ident_len, false, g->id,
+                      trc == -ENOMEM ? MSG_CODE_INTERNAL : MSG_CODE_BAD_REQUEST,
+                      trc == -ENOMEM ? "out of memory" : gwhy);
+        return;
+    }
     if (serve_requests_grammar(g, gwhy, sizeof gwhy)) { /* fail-closed: never unconstrained */
         actor_counters_add(f->counters, "rejected.grammar", 1);
         s_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_BAD_REQUEST, gwhy);
@@ -460,6 +469,7 @@ static void s_on_generate(s_front_t *f, const uint8_t *ident, size_t ident_len, 
                       err == -ENOMEM ? "out of memory" : "too many requests in flight");
         return;
     }
+    r->tools = tools;
     r->fd = fd;
     r->fd_gen = fd >= 0 && fd < S_MAX_FD && f->fd_gen ? f->fd_gen[fd] : 0;
     if (client_key)
@@ -855,7 +865,7 @@ static void s_on_text(void *self, const msg_text_event_t *te) {
     }
     if (f->audit && te->text_len)
         audit_digest_update(&r->out, te->text, te->text_len);
-    if ((!r->stream || r->gen.trace) && te->text_len)
+    if ((!r->stream || r->gen.trace || r->tools) && te->text_len)
         serve_requests_keep_text(r, te->text, te->text_len); /* out of memory: cut there */
     if (!te->finish)
         return;
@@ -885,11 +895,15 @@ static void s_on_text(void *self, const msg_text_event_t *te) {
     d.timings.prefill_ms = s_ms(te->timings.prefill_us);
     d.timings.decode_ms = s_ms(te->timings.decode_us);
     d.timings.ttft_ms = s_ms(te->timings.ttft_us);
+    if (r->tools &&
+        serve_requests_tool_calls(r->text, r->text_len, r->id, &d.tool_calls, &d.n_tool_calls))
+        actor_counters_add(f->counters, "tool_calls.oom", 1); /* said as text only */
     char name[48];
     snprintf(name, sizeof name, "finished.%s", msg_finish_name(te->finish));
     actor_counters_add(f->counters, name, 1);
     serve_metrics_req_observe(f->metrics, &d);
     s_end(f, r, MSG_DONE, &d);
+    serve_requests_tool_calls_free(d.tool_calls, d.n_tool_calls);
 }
 
 /* The vector of an embed: its answer, and its end. */

@@ -63,6 +63,7 @@ static void s_generate_init(void *p) {
     m->max_tokens = MSG_DEFAULT_MAX_TOKENS;
     m->sampling = msg_sampling_defaults();
     m->stream = true;
+    m->parallel_tool_calls = true;
 }
 
 static int s_generate_check(const void *p, msg_err_t *err) {
@@ -83,6 +84,17 @@ static int s_generate_check(const void *p, msg_err_t *err) {
     if ((m->grammar != NULL) + (m->json_schema != NULL) + m->json_object > 1)
         return msg_err_set(err, -EPROTO, MSG_E_INVALID, "grammar",
                            "give at most one of 'grammar', 'json_schema' and 'json_object'");
+    if (m->tools && !m->n_messages)
+        return msg_err_set(err, -EPROTO, MSG_E_INVALID, "tools",
+                           "'tools' needs 'messages' (the tools are described in a system turn)");
+    if (m->tools && (m->grammar || m->json_schema || m->json_object))
+        return msg_err_set(err, -EPROTO, MSG_E_INVALID, "tools",
+                           "'tools' together with 'grammar', 'json_schema' or 'json_object' is "
+                           "not supported");
+    if (m->tool_choice[0] && !m->tools && strcmp(m->tool_choice, "none") &&
+        strcmp(m->tool_choice, "auto"))
+        return msg_err_set(err, -EPROTO, MSG_E_INVALID, "tool_choice",
+                           "'tool_choice' '%s' needs 'tools'", m->tool_choice);
     return msg_logit_bias_check(m->logit_bias, m->n_logit_bias, err);
 }
 
@@ -146,6 +158,22 @@ static const msg_field_t s_generate_fields[] = {
      .min = 1,
      .max = MSG_MAX_GRAMMAR_BYTES},
     {.key = "json_object", .kind = MSG_F_BOOL, .off = offsetof(msg_generate_t, json_object)},
+    {.key = "tools",
+     .kind = MSG_F_STR_HEAP,
+     .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_generate_t, tools),
+     .off2 = offsetof(msg_generate_t, tools_len),
+     .min = 1,
+     .max = MSG_MAX_GRAMMAR_BYTES},
+    {.key = "tool_choice",
+     .kind = MSG_F_STR_FIX,
+     .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_generate_t, tool_choice),
+     .min = 1,
+     .max = MSG_MAX_TOOL_NAME_BYTES},
+    {.key = "parallel_tool_calls",
+     .kind = MSG_F_BOOL,
+     .off = offsetof(msg_generate_t, parallel_tool_calls)},
 };
 const msg_schema_t msg_schema_generate = {"generate",        sizeof(msg_generate_t),
                                           s_generate_fields, MSG_NFIELDS(s_generate_fields),
@@ -347,6 +375,29 @@ static const msg_field_t s_logprob_fields[] = {
 static const msg_schema_t s_logprob_schema = {
     "", sizeof(msg_logprob_t), s_logprob_fields, MSG_NFIELDS(s_logprob_fields), NULL, NULL};
 
+static const msg_field_t s_tool_call_fields[] = {
+    {.key = "id",
+     .kind = MSG_F_STR_FIX,
+     .flags = REQ,
+     .off = offsetof(msg_tool_call_t, id),
+     .min = 1,
+     .max = MSG_MAX_ID_BYTES + 31},
+    {.key = "name",
+     .kind = MSG_F_STR_FIX,
+     .flags = REQ,
+     .off = offsetof(msg_tool_call_t, name),
+     .min = 1,
+     .max = MSG_MAX_TOOL_NAME_BYTES},
+    {.key = "arguments",
+     .kind = MSG_F_STR_HEAP,
+     .flags = REQ,
+     .off = offsetof(msg_tool_call_t, arguments),
+     .off2 = offsetof(msg_tool_call_t, arguments_len),
+     .max = MSG_MAX_TEXT_BYTES},
+};
+static const msg_schema_t s_tool_call_schema = {
+    "", sizeof(msg_tool_call_t), s_tool_call_fields, MSG_NFIELDS(s_tool_call_fields), NULL, NULL};
+
 static void s_done_init(void *p) {
     ((msg_done_t *)p)->finish_reason = MSG_FINISH_EOS;
 }
@@ -387,6 +438,13 @@ static const msg_field_t s_done_fields[] = {
      .off2 = offsetof(msg_done_t, n_logprobs),
      .max = MSG_MAX_TOKENS,
      .sub = &s_logprob_schema},
+    {.key = "tool_calls",
+     .kind = MSG_F_ARRAY,
+     .flags = MSG_FF_OMIT_EMPTY,
+     .off = offsetof(msg_done_t, tool_calls),
+     .off2 = offsetof(msg_done_t, n_tool_calls),
+     .max = MSG_MAX_TOOL_CALLS,
+     .sub = &s_tool_call_schema},
 };
 const msg_schema_t msg_schema_done = {
     "done", sizeof(msg_done_t), s_done_fields, MSG_NFIELDS(s_done_fields), s_done_init, NULL};

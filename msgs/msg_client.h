@@ -49,6 +49,15 @@ typedef struct {
     char *json_schema;  /* JSON Schema text, or NULL */
     size_t json_schema_len;
     bool json_object; /* any JSON object */
+    /* tool calls (docs/PROTOCOL.md, "Tool calls"): OpenAI's function tools.  The frontend
+     * describes them in the system turn and constrains the answer with their grammar (and
+     * clears these, so a resume re-sends what they became); done.tool_calls says the calls */
+    char *tools;      /* JSON text: [{"type": "function", "function": {name, description,
+                         parameters, strict}}, ...], or NULL; needs messages */
+    size_t tools_len; /* 1..MSG_MAX_GRAMMAR_BYTES when given */
+    char tool_choice[MSG_MAX_TOOL_NAME_BYTES + 1]; /* "" (auto), "none", "auto", "required",
+                                                      or the name of the function to call */
+    bool parallel_tool_calls; /* default true: 1..8 calls; false: exactly one */
 } msg_generate_t;
 
 /* 2 cancel: stop the generation with this id (answered by its done, "cancelled") */
@@ -120,6 +129,14 @@ typedef struct {
     double ttft_ms;    /* arrival -> first token */
 } msg_timings_ms_t;
 
+/* A call of done.tool_calls. */
+typedef struct {
+    char id[MSG_MAX_ID_BYTES + 32];         /* call_<request id's tail>_<i> */
+    char name[MSG_MAX_TOOL_NAME_BYTES + 1]; /* the function */
+    char *arguments;                        /* its arguments: JSON text, as generated */
+    size_t arguments_len;
+} msg_tool_call_t;
+
 /* 6 done: the last event of every generate that was accepted */
 typedef struct {
     char id[MSG_MAX_ID_BYTES + 1];
@@ -130,6 +147,8 @@ typedef struct {
     msg_timings_ms_t timings;
     msg_logprob_t *logprobs; /* (n_logprobs) stream false with logprobs: per token */
     int n_logprobs;
+    msg_tool_call_t *tool_calls; /* (n_tool_calls) a generate with tools answered by calls */
+    int n_tool_calls;            /* 0..MSG_MAX_TOOL_CALLS */
 } msg_done_t;
 
 /* 7 error: a request failed (it ends that request: no done follows) */

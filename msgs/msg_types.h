@@ -123,6 +123,8 @@ size_t msg_type_max_frame(int type);
 #define MSG_MAX_TOP_K (1 << 24)
 #define MSG_MAX_REPEAT_LAST_N 65536
 #define MSG_MAX_LOGIT_BIAS 1024    /* entries of logit_bias */
+#define MSG_MAX_TOOL_NAME_BYTES 64 /* a function's name (tool_choice, tool_calls) */
+#define MSG_MAX_TOOL_CALLS 8       /* calls in done.tool_calls */
 #define MSG_MAX_EMBED_TOKENS 65536 /* token ids of one embed input */
 #define MSG_MAX_EMBED_DIM 65536    /* floats of one embedding */
 #define MSG_MAX_DEPTH 16           /* nesting depth a decoder walks (skipping unknown values too) */

@@ -868,11 +868,15 @@ static int s_functions(serve_openai_request_t *req, cJSON *root, serve_openai_ba
     return 0;
 }
 
-/* tools, tool_choice, parallel_tool_calls: the mode, the system turn and the grammar. */
-static int s_tools(serve_openai_request_t *req, const cJSON *root, serve_openai_bad_t *b) {
-    msg_generate_t *g = &req->gen;
-    const cJSON *tools = s_field(root, "tools"), *choice = s_field(root, "tool_choice");
-    const cJSON *par = s_field(root, "parallel_tool_calls");
+int serve_openai_tools_compile(const cJSON *tools, const cJSON *choice, const cJSON *par,
+                               serve_openai_tools_t *tools_mode, char **grammar, char **turn,
+                               serve_openai_bad_t *b) {
+    *tools_mode = SERVE_OPENAI_TOOLS_NONE;
+    *grammar = *turn = NULL;
+    if (tools && !cJSON_IsArray(tools))
+        return s_bad(b, "tools", "'tools' must be an array");
+    if (par && !cJSON_IsBool(par))
+        return s_bad(b, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
     int nt = tools ? cJSON_GetArraySize(tools) : 0;
     bool parallel = !par || cJSON_IsTrue(par);
     const char *named = NULL, *mode = nt ? "auto" : "none";
@@ -899,9 +903,6 @@ static int s_tools(serve_openai_request_t *req, const cJSON *root, serve_openai_
         return s_bad(b, "tool_choice", "'tool_choice': '%s' needs tools", named ? named : mode);
     if (!strcmp(mode, "none"))
         return 0; /* text: the tools are not described (their history still is) */
-    if (g->json_object || g->json_schema)
-        return s_bad(b, "response_format",
-                     "'response_format' together with tools is not supported");
     /* check each tool; the call schema: an array of {name: const, arguments: parameters} */
     cJSON *fns = cJSON_CreateArray(), *alts = cJSON_CreateArray();
     cJSON *sch = cJSON_CreateObject();
@@ -1036,17 +1037,40 @@ static int s_tools(serve_openai_request_t *req, const cJSON *root, serve_openai_
         free(gb);
         goto out;
     }
-    req->grammar = gb;
-    g->grammar = gb;
-    g->grammar_len = strlen(gb);
-    req->tools = auto_ ? SERVE_OPENAI_TOOLS_AUTO : SERVE_OPENAI_TOOLS_FORCED;
-    char *turn = s_tools_text(fns, auto_, parallel);
-    rc = turn ? s_tools_turn(req, turn, b) : -ENOMEM;
+    if (!(*turn = s_tools_text(fns, auto_, parallel))) {
+        free(gb);
+        rc = -ENOMEM;
+        goto out;
+    }
+    *grammar = gb;
+    *tools_mode = auto_ ? SERVE_OPENAI_TOOLS_AUTO : SERVE_OPENAI_TOOLS_FORCED;
 out:
     cJSON_Delete(fns);
     cJSON_Delete(alts);
     cJSON_Delete(sch);
     return rc;
+}
+
+/* tools, tool_choice, parallel_tool_calls: the mode, the system turn and the grammar. */
+static int s_tools(serve_openai_request_t *req, const cJSON *root, serve_openai_bad_t *b) {
+    msg_generate_t *g = &req->gen;
+    serve_openai_tools_t mode;
+    char *gb, *turn;
+    int rc = serve_openai_tools_compile(s_field(root, "tools"), s_field(root, "tool_choice"),
+                                        s_field(root, "parallel_tool_calls"), &mode, &gb, &turn, b);
+    if (rc || mode == SERVE_OPENAI_TOOLS_NONE)
+        return rc;
+    if (g->json_object || g->json_schema) {
+        free(gb);
+        free(turn);
+        return s_bad(b, "response_format",
+                     "'response_format' together with tools is not supported");
+    }
+    req->grammar = gb;
+    g->grammar = gb;
+    g->grammar_len = strlen(gb);
+    req->tools = mode;
+    return s_tools_turn(req, turn, b);
 }
 
 static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,

@@ -131,6 +131,16 @@ void serve_openai_call_id(const char *resp_id, int i, char *out, size_t len);
  * or when out of memory.  The caller owns the array. */
 cJSON *serve_openai_tool_calls(const char *text, size_t len, const char *resp_id, bool *complete);
 
+/* OpenAI's tools (an array of {type: function, function: {name, description, parameters,
+ * strict}}), tool_choice (none, auto, required, {type: function, function: {name}}) and
+ * parallel_tool_calls (a boolean), each NULL when not given, as what the generate needs:
+ * *tools_mode, and unless it is NONE the call array's GBNF (*grammar) and the system turn
+ * that describes the tools (*turn), both malloc'd for the caller (docs/HTTP.md, "Tool
+ * calls").  0; -EINVAL with b (param: tools, tool_choice or parallel_tool_calls); -ENOMEM. */
+int serve_openai_tools_compile(const cJSON *tools, const cJSON *choice, const cJSON *par,
+                               serve_openai_tools_t *tools_mode, char **grammar, char **turn,
+                               serve_openai_bad_t *b);
+
 /* Parse body (len bytes; body[len] must be its NUL) as a request of api and translate it
  * into req->gen.  seed: the seed to use when the body gives none (OpenAI draws a fresh
  * sample every time: the caller passes a random one).  0; -EBADMSG when the body is not

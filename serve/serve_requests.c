@@ -7,7 +7,9 @@
 
 #include "base_map.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -306,4 +308,134 @@ int serve_requests_grammar(msg_generate_t *g, char *err, size_t errlen) {
         return -EINVAL;
     grammar_destroy(&gr);
     return 0;
+}
+
+int serve_requests_tools(msg_generate_t *g, serve_openai_tools_t *mode, char *err, size_t errlen) {
+    *mode = SERVE_OPENAI_TOOLS_NONE;
+    if (!g->tools) {
+        g->tool_choice[0] = 0; /* none or auto without tools: text (msg check) */
+        return 0;
+    }
+    cJSON *tools = cJSON_ParseWithLength(g->tools, g->tools_len), *choice = NULL;
+    cJSON *par = cJSON_CreateBool(g->parallel_tool_calls);
+    const char *c = g->tool_choice; /* "": not given */
+    if (!strcmp(c, "none") || !strcmp(c, "auto") || !strcmp(c, "required")) {
+        choice = cJSON_CreateString(c);
+    } else if (*c && (choice = cJSON_CreateObject())) { /* a function's name */
+        cJSON_AddStringToObject(choice, "type", "function");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(choice, "function"), "name", c);
+    }
+    serve_openai_bad_t b = {{0}, {0}};
+    char *gb = NULL, *turn = NULL;
+    int rc = -ENOMEM;
+    if (!tools)
+        snprintf(err, errlen, "'tools' is not JSON");
+    if (tools && par && (!*c || choice))
+        rc = serve_openai_tools_compile(tools, choice, par, mode, &gb, &turn, &b);
+    cJSON_Delete(tools);
+    cJSON_Delete(choice);
+    cJSON_Delete(par);
+    if (rc == -EINVAL || !tools) {
+        if (tools)
+            snprintf(err, errlen, "%s", b.msg);
+        return -EINVAL;
+    }
+    if (rc)
+        return rc;
+    free(g->tools);
+    g->tools = NULL;
+    g->tools_len = 0;
+    g->tool_choice[0] = 0;
+    if (*mode == SERVE_OPENAI_TOOLS_NONE)
+        return 0;
+    size_t tl = strlen(turn), total = tl + 2;
+    for (int i = 0; i < g->n_messages; i++)
+        total += g->messages[i].content_len;
+    if (total > MSG_MAX_PROMPT_BYTES) {
+        snprintf(err, errlen, "the messages and the tools' description pass %u bytes",
+                 MSG_MAX_PROMPT_BYTES);
+        rc = -EINVAL;
+        goto fail;
+    }
+    msg_chat_t *m0 = g->n_messages ? &g->messages[0] : NULL;
+    if (m0 && !strcmp(m0->role, "system")) { /* the description, a blank line, the system turn */
+        char *o = malloc(tl + 2 + m0->content_len + 1);
+        if (!o)
+            goto fail;
+        memcpy(o, turn, tl);
+        memcpy(o + tl, "\n\n", 2);
+        memcpy(o + tl + 2, m0->content, m0->content_len + 1);
+        free(m0->content);
+        m0->content = o;
+        m0->content_len += tl + 2;
+        free(turn);
+    } else {
+        if (g->n_messages >= MSG_MAX_MESSAGES) {
+            snprintf(err, errlen, "%d messages and the tools' system turn pass %d", g->n_messages,
+                     MSG_MAX_MESSAGES);
+            rc = -EINVAL;
+            goto fail;
+        }
+        msg_chat_t *x = realloc(g->messages, (size_t)(g->n_messages + 1) * sizeof *x);
+        if (!x)
+            goto fail;
+        g->messages = x;
+        memmove(x + 1, x, (size_t)g->n_messages * sizeof *x);
+        memset(&x[0], 0, sizeof x[0]);
+        snprintf(x[0].role, sizeof x[0].role, "system");
+        x[0].content = turn;
+        x[0].content_len = tl;
+        g->n_messages++;
+    }
+    free(g->grammar);
+    g->grammar = gb;
+    g->grammar_len = strlen(gb);
+    return 0;
+fail:
+    free(gb);
+    free(turn);
+    *mode = SERVE_OPENAI_TOOLS_NONE;
+    return rc;
+}
+
+int serve_requests_tool_calls(const char *text, size_t len, const char *id, msg_tool_call_t **calls,
+                              int *n) {
+    *calls = NULL;
+    *n = 0;
+    bool complete;
+    cJSON *arr = serve_openai_tool_calls(text ? text : "", len, id, &complete);
+    int k = cJSON_GetArraySize(arr);
+    if (!arr || !k) {
+        cJSON_Delete(arr);
+        return 0;
+    }
+    msg_tool_call_t *out = calloc((size_t)k, sizeof *out);
+    if (!out) {
+        cJSON_Delete(arr);
+        return -ENOMEM;
+    }
+    int i = 0;
+    for (const cJSON *c = arr->child; c && i < MSG_MAX_TOOL_CALLS; c = c->next, i++) {
+        const cJSON *fn = cJSON_GetObjectItem(c, "function");
+        snprintf(out[i].id, sizeof out[i].id, "%s", cJSON_GetObjectItem(c, "id")->valuestring);
+        snprintf(out[i].name, sizeof out[i].name, "%s",
+                 cJSON_GetObjectItem(fn, "name")->valuestring);
+        out[i].arguments = strdup(cJSON_GetObjectItem(fn, "arguments")->valuestring);
+        if (!out[i].arguments) {
+            serve_requests_tool_calls_free(out, i);
+            cJSON_Delete(arr);
+            return -ENOMEM;
+        }
+        out[i].arguments_len = strlen(out[i].arguments);
+    }
+    cJSON_Delete(arr);
+    *calls = out;
+    *n = i;
+    return 0;
+}
+
+void serve_requests_tool_calls_free(msg_tool_call_t *calls, int n) {
+    for (int i = 0; calls && i < n; i++)
+        free(calls[i].arguments);
+    free(calls);
 }

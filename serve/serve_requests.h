@@ -10,6 +10,7 @@
 
 #include "audit_log.h"
 #include "msg_client.h"
+#include "serve_openai.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -66,6 +67,7 @@ typedef struct {
     bool embed;
     int32_t *embed_ids; /* (n_embed_ids) the input's token ids, or NULL; owned */
     int n_embed_ids;
+    serve_openai_tools_t tools; /* a generate with tools: its text is kept, done says the calls */
 } serve_request_t;
 
 /* The timing rules, from the frontend's options. */
@@ -179,5 +181,20 @@ serve_due_t serve_requests_due(serve_requests_t *self, serve_request_t *r, uint6
  * grammar checked by building it.  0 (also when g asks for none), -EINVAL with the reason in
  * err ("PATH: keyword: why" for a schema the engine cannot enforce), -ENOMEM. */
 int serve_requests_grammar(msg_generate_t *g, char *err, size_t errlen);
+
+/* Tool calls of g (docs/PROTOCOL.md, "Tool calls"): its tools, tool_choice and
+ * parallel_tool_calls turned into a system turn (prepended to g's first message when that
+ * is a system one, else a message of its own) and the call array's grammar in g->grammar,
+ * as the http gateway does (serve_openai_tools_compile); tools and tool_choice cleared, so
+ * g is what a resume sends again.  *mode: how the answer is read (NONE: no tools, or
+ * tool_choice "none").  0, -EINVAL with the reason in err, -ENOMEM. */
+int serve_requests_tools(msg_generate_t *g, serve_openai_tools_t *mode, char *err, size_t errlen);
+/* The calls of an answer under tools (text, len bytes, all of it; id: the request's) as
+ * done.tool_calls: the complete ones, in order (*calls malloc'd, *n of them; NULL and 0 when
+ * the text is not a call array).  0 or -ENOMEM.  msg_done_clear-style ownership: free each
+ * arguments, then the array (serve_requests_tool_calls_free). */
+int serve_requests_tool_calls(const char *text, size_t len, const char *id, msg_tool_call_t **calls,
+                              int *n);
+void serve_requests_tool_calls_free(msg_tool_call_t *calls, int n);
 
 #endif

@@ -607,6 +607,58 @@ START_TEST(generate_grammar_fields) {
 }
 END_TEST
 
+/* Tool calls: tools, tool_choice and parallel_tool_calls in generate (with messages only,
+ * not with a grammar); done.tool_calls back. */
+START_TEST(generate_and_done_tool_fields) {
+    msg_generate_t g, d;
+    msg_err_t err;
+    void *buf = NULL;
+    size_t len = 0;
+    msg_generate_init(&g);
+    ck_assert(g.parallel_tool_calls); /* the default */
+    msg_set_str(g.id, sizeof g.id, "t");
+    msg_chat_t m = {.role = "user", .content = "hi", .content_len = 2};
+    g.messages = &m;
+    g.n_messages = 1;
+    g.tools = "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+    g.tools_len = strlen(g.tools);
+    msg_set_str(g.tool_choice, sizeof g.tool_choice, "f");
+    g.parallel_tool_calls = false;
+    ck_assert_int_eq(msg_generate_encode(&g, &buf, &len, &err), 0);
+    ck_assert_int_eq(msg_generate_decode(buf, len, &d, &err), 0);
+    ck_assert_str_eq(d.tools, g.tools);
+    ck_assert_str_eq(d.tool_choice, "f");
+    ck_assert(!d.parallel_tool_calls);
+    msg_generate_clear(&d);
+    free(buf);
+    g.json_object = true; /* tools with a grammar of its own */
+    ck_assert_int_ne(msg_generate_encode(&g, &buf, &len, &err), 0);
+    ck_assert_str_eq(err.field, "tools");
+    g.json_object = false;
+    g.tools = NULL; /* a named tool_choice without tools */
+    g.tools_len = 0;
+    ck_assert_int_ne(msg_generate_encode(&g, &buf, &len, &err), 0);
+    ck_assert_str_eq(err.field, "tool_choice");
+    msg_done_t dn, dd;
+    msg_done_init(&dn);
+    msg_set_str(dn.id, sizeof dn.id, "t");
+    msg_tool_call_t calls[2] = {{.id = "call_t_0", .name = "f", .arguments = "{}"},
+                                {.id = "call_t_1", .name = "g", .arguments = "{\"a\":1}"}};
+    calls[0].arguments_len = 2;
+    calls[1].arguments_len = strlen(calls[1].arguments);
+    dn.tool_calls = calls;
+    dn.n_tool_calls = 2;
+    ck_assert_int_eq(msg_done_encode(&dn, &buf, &len, &err), 0);
+    ck_assert_int_eq(msg_done_decode(buf, len, &dd, &err), 0);
+    ck_assert_int_eq(dd.n_tool_calls, 2);
+    ck_assert_str_eq(dd.tool_calls[1].id, "call_t_1");
+    ck_assert_str_eq(dd.tool_calls[1].name, "g");
+    ck_assert_str_eq(dd.tool_calls[1].arguments, "{\"a\":1}");
+    msg_done_clear(&dd);
+    free(buf);
+}
+END_TEST
+
 /* logit_bias {token, bias} entries and the two penalties travel in generate and
  * work_request; out-of-range values and a token given twice are refused. */
 START_TEST(generate_logit_bias_and_penalties) {
@@ -1493,6 +1545,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, missing_and_wrong_type_every_field);
     tcase_add_test(tc, required_fields_named);
     tcase_add_test(tc, generate_grammar_fields);
+    tcase_add_test(tc, generate_and_done_tool_fields);
     tcase_add_test(tc, generate_errors);
     tcase_add_test(tc, resume_and_explain_errors);
     tcase_add_test(tc, envelope_errors);
