@@ -34,10 +34,11 @@
 #include "actor_curve.h"
 #include "base_buf.h"
 #include "base_log.h"
-#include "model.h"
+#include "serve_access.h"
 #include "serve_answer.h"
 #include "serve_choices.h"
 #include "serve_embed.h"
+#include "serve_models.h"
 #include "serve_openai.h"
 #include "serve_responses.h"
 #include "serve_routes.h"
@@ -51,14 +52,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
-#include <xxhash.h>
 
 #define TAG "http"
-#define S_MAX_KEYS 256
 
 const actor_opt_t actor_http_opts[] = {
     {"listen", ACTOR_OPT_STRING, "127.0.0.1:8080", 0, 0, NULL,
@@ -172,24 +170,17 @@ struct s_http_t {
     struct MHD_Daemon *d;
     zhashx_t *by_id;        /* id -> s_req_t (borrowed): requests in flight */
     s_req_t *reqs;          /* every live request (list head) */
-    char *keys[S_MAX_KEYS]; /* API keys (owned); none: no key needed */
-    int n_keys;
-    char model[256];      /* model id */
-    char fingerprint[32]; /* system_fingerprint: strata's version and the model id, hashed */
+    serve_access_t *access; /* API keys and CORS origins */
+    serve_models_t model;   /* the model's id, names, fingerprint, embedding size */
     size_t max_body;
     int max_tokens, top_k;
     double min_p;
-    uint64_t seq;       /* request ids */
-    char boot[12];      /* a random prefix of the ids of this run */
-    zsock_t *mon;       /* PAIR: the upstream DEALER's connection events */
-    int connections;    /* handshakes with the frontend so far */
-    bool healthy;       /* the last health_reply said ok */
-    uint64_t health_us; /* when it came */
-    /* the names a request may give as `model` (docs/HTTP.md, "Model names"): the id,
-     * the GGUF's file name, its stem, its general.name; "" where unknown */
-    char names[4][256];
-    int dim;                        /* the model's embedding size (d_model); 0: unknown */
-    char cors[1024];                /* allowed origins, comma-separated, or "*"; "": CORS off */
+    uint64_t seq;                   /* request ids */
+    char boot[12];                  /* a random prefix of the ids of this run */
+    zsock_t *mon;                   /* PAIR: the upstream DEALER's connection events */
+    int connections;                /* handshakes with the frontend so far */
+    bool healthy;                   /* the last health_reply said ok */
+    uint64_t health_us;             /* when it came */
     serve_responses_store_t *store; /* finished responses, for previous_response_id and GET */
 };
 
@@ -226,22 +217,6 @@ static void s_count_status(s_http_t *h, unsigned status) {
 }
 
 /* CORS (docs/HTTP.md): whether origin is one of the allowed ones. */
-static bool s_cors_allowed(const s_http_t *h, const char *origin) {
-    if (!h->cors[0] || !origin || !*origin)
-        return false;
-    if (!strcmp(h->cors, "*"))
-        return true;
-    size_t n = strlen(origin);
-    for (const char *p = h->cors; *p;) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && !strncmp(p, origin, n))
-            return true;
-        p += len + (e ? 1 : 0);
-    }
-    return false;
-}
-
 /* The CORS headers of a response to an allowed origin. */
 static void s_cors_headers(const s_req_t *r, struct MHD_Response *resp) {
     if (!r->origin)
@@ -315,68 +290,6 @@ static enum MHD_Result s_error_from_code(s_req_t *r) {
     default:
         return s_error(r, 500, NULL, "internal", "%s", r->emsg);
     }
-}
-
-/* ---- API keys */
-
-/* Equal in time that depends on the key's length only, never on where a byte differs. */
-static bool s_key_eq(const char *given, size_t glen, const char *key) {
-    size_t klen = strlen(key);
-    unsigned char diff = glen != klen;
-    for (size_t i = 0; i < klen; i++)
-        diff |= (unsigned char)key[i] ^ (unsigned char)(i < glen ? given[i] : 0);
-    return diff == 0;
-}
-
-static bool s_authorized(const s_http_t *h, struct MHD_Connection *conn) {
-    if (!h->n_keys)
-        return true;
-    const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (!a || strncasecmp(a, "Bearer ", 7))
-        return false;
-    a += 7;
-    while (*a == ' ')
-        a++;
-    size_t n = strlen(a);
-    while (n && (a[n - 1] == ' ' || a[n - 1] == '\t'))
-        n--;
-    bool ok = false;
-    for (int i = 0; i < h->n_keys; i++) /* every key, whatever matched */
-        ok |= s_key_eq(a, n, h->keys[i]);
-    return ok;
-}
-
-/* Read the keys of path: one per line, blank lines and # comments skipped.
- * 0, or -errno with why. */
-static int s_load_keys(s_http_t *h, const char *path, char *why, size_t whylen) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(why, whylen, "cannot read the API key file '%s': %s", path, strerror(errno));
-        return -ENOENT;
-    }
-    char line[1024];
-    while (fgets(line, sizeof line, f)) {
-        char *s = line, *e;
-        while (*s == ' ' || *s == '\t')
-            s++;
-        e = s + strlen(s);
-        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
-            *--e = 0;
-        if (!*s || *s == '#')
-            continue;
-        if (h->n_keys == S_MAX_KEYS || !(h->keys[h->n_keys] = strdup(s))) {
-            fclose(f);
-            snprintf(why, whylen, "%s: more than %d keys", path, S_MAX_KEYS);
-            return -ENOSPC;
-        }
-        h->n_keys++;
-    }
-    fclose(f);
-    if (!h->n_keys) {
-        snprintf(why, whylen, "the API key file '%s' has no key", path);
-        return -EINVAL;
-    }
-    return 0;
 }
 
 /* ---- request bodies: OpenAI fields -> generate (serve/serve_openai.c) */
@@ -518,8 +431,8 @@ static unsigned s_submit(s_http_t *h, s_req_t *r, serve_openai_bad_t *b) {
     r->keep = rq.store;
     rq.echo = rq.history = NULL;
     r->areq = (serve_answer_req_t){.api = api,
-                                   .model = h->model,
-                                   .fingerprint = h->fingerprint,
+                                   .model = h->model.id,
+                                   .fingerprint = h->model.fingerprint,
                                    .created = time(NULL),
                                    .stream = g->stream,
                                    .include_usage = q->include_usage,
@@ -556,18 +469,10 @@ static void s_keep(s_http_t *h, s_req_t *r, const msg_usage_t *u) {
 
 /* ---- model names and embeddings */
 
-/* Whether name is one of the served model's names (docs/HTTP.md, "Model names"). */
-static bool s_model_known(const s_http_t *h, const char *name) {
-    for (int i = 0; i < 4; i++)
-        if (h->names[i][0] && !strcmp(h->names[i], name))
-            return true;
-    return false;
-}
-
 /* The 404 of a model name no one serves here. */
 static enum MHD_Result s_model_not_found(s_req_t *r, const char *name) {
     return s_error(r, 404, "model", "model_not_found",
-                   "The model '%s' does not exist: this server serves '%s'", name, r->h->model);
+                   "The model '%s' does not exist: this server serves '%s'", name, r->h->model.id);
 }
 
 /* The id of input i of r towards the frontend. */
@@ -623,12 +528,13 @@ static void s_on_embedding(s_http_t *h, const msg_embedding_t *e) {
     s_req_t *r = zhashx_lookup(h->by_id, e->id);
     const char *dot = strrchr(e->id, '.');
     int i = dot ? atoi(dot + 1) : -1;
-    if (!r || !r->embq || i < 0 || i >= r->embq->n_inputs || r->emb_got[i] || e->dim != h->dim) {
+    if (!r || !r->embq || i < 0 || i >= r->embq->n_inputs || r->emb_got[i] ||
+        e->dim != h->model.dim) {
         actor_counters_add(h->counters, r ? "upstream.malformed" : "events.orphan", 1);
         return;
     }
     zhashx_delete(h->by_id, e->id);
-    memcpy(r->emb + (size_t)i * h->dim, e->embedding, (size_t)h->dim * sizeof *r->emb);
+    memcpy(r->emb + (size_t)i * h->model.dim, e->embedding, (size_t)h->model.dim * sizeof *r->emb);
     r->emb_got[i] = true;
     r->emb_tokens += e->prompt_tokens;
     if (++r->n_emb_got == r->embq->n_inputs) {
@@ -644,11 +550,11 @@ static enum MHD_Result s_respond_embeddings(s_req_t *r) {
     if (r->too_big)
         return s_error(r, 413, NULL, "body_too_large", "the body is larger than %zu bytes",
                        h->max_body);
-    if (!h->dim)
+    if (!h->model.dim)
         return s_error(r, 500, NULL, "internal", "the model's embedding size is not known");
     serve_openai_bad_t b = {{0}, {0}};
     serve_embed_request_t q;
-    int rc = serve_embed_parse(&q, r->body.p ? r->body.p : "", r->body.len, h->dim, &b);
+    int rc = serve_embed_parse(&q, r->body.p ? r->body.p : "", r->body.len, h->model.dim, &b);
     base_buf_free(&r->body);
     if (rc) {
         if (rc == -EBADMSG)
@@ -656,13 +562,13 @@ static enum MHD_Result s_respond_embeddings(s_req_t *r) {
         return s_error(r, rc == -ENOMEM ? 500 : 400, b.param,
                        rc == -ENOMEM ? "internal" : "invalid_request", "%s", b.msg);
     }
-    if (q.model && !s_model_known(h, q.model)) {
+    if (q.model && !serve_models_known(&h->model, q.model)) {
         enum MHD_Result x = s_model_not_found(r, q.model);
         serve_embed_clear(&q);
         return x;
     }
     r->embq = malloc(sizeof *r->embq);
-    r->emb = malloc((size_t)q.n_inputs * h->dim * sizeof *r->emb);
+    r->emb = malloc((size_t)q.n_inputs * h->model.dim * sizeof *r->emb);
     r->emb_got = calloc((size_t)q.n_inputs, sizeof *r->emb_got);
     if (!r->embq || !r->emb || !r->emb_got) {
         serve_embed_clear(&q);
@@ -694,8 +600,8 @@ static enum MHD_Result s_respond_embeddings(s_req_t *r) {
 
 static enum MHD_Result s_respond_embedded(s_req_t *r) {
     const serve_embed_request_t *q = r->embq;
-    cJSON *o =
-        serve_embed_response(r->emb, q->n_inputs, r->h->dim, q->base64, r->h->model, r->emb_tokens);
+    cJSON *o = serve_embed_response(r->emb, q->n_inputs, r->h->model.dim, q->base64, r->h->model.id,
+                                    r->emb_tokens);
     if (!o)
         return s_error(r, 500, NULL, "internal", "out of memory");
     return s_queue_json(r, 200, o, NULL, NULL);
@@ -868,28 +774,15 @@ static enum MHD_Result s_respond_json(s_req_t *r) {
 }
 
 static enum MHD_Result s_respond_models(s_req_t *r) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
-    cJSON_AddItemToArray(data, m);
-    cJSON_AddStringToObject(m, "id", r->h->model);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", 0);
-    cJSON_AddStringToObject(m, "owned_by", "strata");
-    return s_queue_json(r, 200, o, NULL, NULL);
+    return s_queue_json(r, 200, serve_models_list(&r->h->model), NULL, NULL);
 }
 
 /* GET /v1/models/{id}: the model object when id is one of its names. */
 static enum MHD_Result s_respond_model(s_req_t *r) {
     const char *id = r->body.p ? r->body.p : ""; /* the route's argument, put there */
-    if (!s_model_known(r->h, id))
+    if (!serve_models_known(&r->h->model, id))
         return s_model_not_found(r, id);
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", r->h->model);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", 0);
-    cJSON_AddStringToObject(m, "owned_by", "strata");
-    return s_queue_json(r, 200, m, NULL, NULL);
+    return s_queue_json(r, 200, serve_models_object(&r->h->model), NULL, NULL);
 }
 
 /* GET /v1/responses/{id}: a kept response; DELETE: forget it. */
@@ -931,7 +824,7 @@ static enum MHD_Result s_respond_generate(s_req_t *r) {
     cJSON *body = r->body.p ? cJSON_ParseWithLength(r->body.p, r->body.len) : NULL;
     const cJSON *model =
         cJSON_IsObject(body) ? cJSON_GetObjectItemCaseSensitive(body, "model") : NULL;
-    if (cJSON_IsString(model) && !s_model_known(h, model->valuestring)) {
+    if (cJSON_IsString(model) && !serve_models_known(&h->model, model->valuestring)) {
         enum MHD_Result x = s_model_not_found(r, model->valuestring);
         cJSON_Delete(body);
         return x;
@@ -1010,8 +903,8 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
         *ctx = r;
         actor_counters_add(h->counters, "requests", 1);
         const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
-        r->origin = s_cors_allowed(h, origin) ? origin : NULL;
-        if (h->cors[0] && !strcmp(method, "OPTIONS")) /* no key: a preflight carries none */
+        r->origin = serve_access_origin(h->access, origin) ? origin : NULL;
+        if (serve_access_cors(h->access) && !strcmp(method, "OPTIONS")) /* no key: a preflight */
             return s_preflight(r, url);
         const serve_route_t *route;
         int rc = serve_routes_find(url, method, &route);
@@ -1024,7 +917,9 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
             return s_error(r, 405, NULL, "method_not_allowed", "%s %s: use %s", method, url,
                            r->allow);
         }
-        if (route->auth && !s_authorized(h, conn))
+        if (route->auth &&
+            !serve_access_authorized(
+                h->access, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization")))
             return s_error(r, 401, NULL, "invalid_api_key",
                            "a valid API key is needed: 'Authorization: Bearer KEY'");
         const char *cl =
@@ -1328,8 +1223,7 @@ static void s_cleanup(s_http_t *h) {
     }
     zhashx_destroy(&h->by_id);
     serve_responses_store_destroy(&h->store);
-    for (int i = 0; i < h->n_keys; i++)
-        free(h->keys[i]);
+    serve_access_destroy(&h->access);
     zsock_destroy(&h->mon);
     zsock_destroy(&h->up);
     actor_socks_close(s_socks, h);
@@ -1338,28 +1232,6 @@ static void s_cleanup(s_http_t *h) {
 
 /* The names a request may give as `model` (docs/HTTP.md, "Model names"), and the
  * embedding size, from the GGUF at path (its header only; NULL: the id alone). */
-static void s_model_names(s_http_t *h, const char *path) {
-    snprintf(h->names[0], sizeof h->names[0], "%s", h->model);
-    if (!path)
-        return;
-    const char *slash = strrchr(path, '/');
-    const char *file = slash ? slash + 1 : path;
-    snprintf(h->names[1], sizeof h->names[1], "%s", file);
-    snprintf(h->names[2], sizeof h->names[2], "%s", file);
-    size_t n = strlen(h->names[2]);
-    if (n > 5 && !strcmp(h->names[2] + n - 5, ".gguf"))
-        h->names[2][n - 5] = 0;
-    char err[256];
-    model_gguf_t *g = model_gguf_open(path, err, sizeof err);
-    model_config_t cfg;
-    if (g && !model_config_read(g, &cfg, err, sizeof err)) {
-        h->dim = cfg.d_model;
-        snprintf(h->names[3], sizeof h->names[3], "%s", cfg.name);
-    } else {
-        LOG_W(TAG, "cannot read the model's header (%s): no embeddings", err);
-    }
-    model_gguf_destroy(&g);
-}
 
 int actor_http_main(actor_env_t *env) {
     const actor_http_cfg_t *conf = actor_env_cfg(env);
@@ -1376,21 +1248,11 @@ int actor_http_main(actor_env_t *env) {
     if (getrandom(&boot, sizeof boot, 0) != sizeof boot)
         boot = (uint32_t)base_now_us();
     snprintf(h.boot, sizeof h.boot, "%08x", boot);
-    const char *model = conf->model_name;
-    if (!model) {
-        const char *path = actor_topology_opt(topo, "worker0", "model", NULL);
-        const char *slash = path ? strrchr(path, '/') : NULL;
-        model = slash ? slash + 1 : path ? path : "strata";
-    }
-    snprintf(h.model, sizeof h.model, "%s", model);
-    snprintf(h.fingerprint, sizeof h.fingerprint, "fp_%016llx",
-             (unsigned long long)XXH3_64bits_withSeed(
-                 h.model, strlen(h.model), XXH3_64bits(STRATA_VERSION, strlen(STRATA_VERSION))));
-    s_model_names(&h, actor_topology_opt(topo, "worker0", "model", NULL));
-    if (conf->cors_origin)
-        snprintf(h.cors, sizeof h.cors, "%s", conf->cors_origin);
-    const char *keys = conf->api_key_file;
-    if (keys && s_load_keys(&h, keys, why, sizeof why)) {
+    if (serve_models_init(&h.model, conf->model_name,
+                          actor_topology_opt(topo, "worker0", "model", NULL), STRATA_VERSION, why,
+                          sizeof why))
+        LOG_W(TAG, "cannot read the model's header (%s): no embeddings", why);
+    if (!(h.access = serve_access_new(conf->api_key_file, conf->cors_origin, why, sizeof why))) {
         actor_env_fail(env, "%s: %s", me, why);
         s_cleanup(&h);
         return 1;
@@ -1450,8 +1312,9 @@ int actor_http_main(actor_env_t *env) {
     actor_loop_fd(h.loop, di->epoll_fd, s_on_epoll);
     actor_loop_timer(h.loop, 500, s_tick);
     actor_loop_idle(h.loop, s_idle);
-    LOG_I(TAG, "%s: OpenAI API on http://%s/v1 (model %s, frontend %s%s%s%s)", me, listen, h.model,
-          ep, h.n_keys ? ", API keys" : "", h.cors[0] ? ", CORS " : "", h.cors);
+    LOG_I(TAG, "%s: OpenAI API on http://%s/v1 (model %s, frontend %s%s%s%s)", me, listen,
+          h.model.id, ep, serve_access_keys(h.access) ? ", API keys" : "",
+          serve_access_cors(h.access) ? ", CORS " : "", serve_access_cors_list(h.access));
     actor_env_ready(env);
     actor_loop_run(h.loop, 100);
     s_cleanup(&h);
