@@ -14,7 +14,7 @@
 #include "actor_curve.h"
 #include "audit_log.h"
 #include "base_log.h"
-#include "base_spans.h"
+#include "serve_events.h"
 #include "serve_metrics.h"
 #include "serve_requests.h"
 
@@ -749,58 +749,13 @@ static void s_on_monitor(void *self, zsock_t *sock) {
 
 /* ---- internal events */
 
-static double s_ms(uint64_t us) {
-    return (double)us / 1000.0;
-}
-
 /* A traced request's final event came: send its `trace` (the frontend's steps, the
  * final attempt's chain, the delivery) with the spans of the completion copied from
  * the prompt or the messages. */
 static void s_send_trace(s_front_t *f, s_req_t *r, const msg_text_event_t *te) {
-    uint64_t now = base_now_us();
-    int64_t total = now > r->t_arrival_us ? (int64_t)(now - r->t_arrival_us) : 0;
-    int n = r->n_steps + te->n_steps + 1;
-    if (n > MSG_MAX_TRACE_STEPS)
-        n = MSG_MAX_TRACE_STEPS;
     msg_trace_t t;
-    msg_trace_init(&t);
-    msg_set_str(t.id, sizeof t.id, r->id);
-    t.steps = malloc((size_t)n * sizeof *t.steps);
-    if (!t.steps)
+    if (serve_events_trace(r, te, base_now_us(), &t))
         return;
-    int k = 0;
-    for (int i = 0; i < r->n_steps && k < n - 1; i++)
-        t.steps[k++] = r->steps[i];
-    for (int i = 0; i < te->n_steps && k < n - 1; i++)
-        t.steps[k++] = te->steps[i];
-    int64_t from = k ? t.steps[k - 1].t_us + t.steps[k - 1].dur_us : 0; /* worker -> here */
-    msg_trace_step_fill(&t.steps[k++], "frontend", "deliver", from < total ? from : total, total,
-                        "the final event reached the frontend");
-    t.n_steps = k;
-    t.total_ms = (double)total / 1000.0;
-    /* sources: spans of the completion (8+ bytes... 24: a phrase, not a word) in the input */
-    const char *srcs[MSG_MAX_MESSAGES];
-    size_t lens[MSG_MAX_MESSAGES];
-    int ns = 0;
-    if (r->gen.prompt) {
-        srcs[ns] = r->gen.prompt;
-        lens[ns++] = r->gen.prompt_len;
-    }
-    for (int i = 0; i < r->gen.n_messages && ns < MSG_MAX_MESSAGES; i++) {
-        srcs[ns] = r->gen.messages[i].content;
-        lens[ns++] = r->gen.messages[i].content_len;
-    }
-    base_span_t spans[MSG_MAX_SOURCES];
-    int m = base_spans_find(r->text ? r->text : "", r->text_len, srcs, lens, ns, 24, spans,
-                            MSG_MAX_SOURCES);
-    t.sources = m > 0 ? calloc((size_t)m, sizeof *t.sources) : NULL;
-    for (int i = 0; t.sources && i < m; i++) {
-        t.sources[i] =
-            (msg_source_t){(int)spans[i].out_start, (int)spans[i].out_end,
-                           r->gen.prompt ? -1 : spans[i].src, (int)spans[i].src_start,
-                           (int)(spans[i].src_start + spans[i].out_end - spans[i].out_start)};
-        t.n_sources++;
-    }
     s_to_client(f, r, MSG_TRACE, &t);
     actor_counters_add(f->counters, "traces", 1);
     if (f->audit) { /* the record keeps the trace as the client got it */
@@ -810,8 +765,7 @@ static void s_send_trace(s_front_t *f, s_req_t *r, const msg_text_event_t *te) {
         if (msg_encode(MSG_TRACE, &t, &r->trace, &r->trace_len, &err))
             r->trace_len = 0;
     }
-    free(t.steps);
-    free(t.sources);
+    serve_events_trace_clear(&t);
 }
 
 static void s_on_text(void *self, const msg_text_event_t *te) {
@@ -847,17 +801,7 @@ static void s_on_text(void *self, const msg_text_event_t *te) {
         /* below skip: the client has it already (a resume without token ids) */
         if (serve_requests_to_client(r, te->index)) {
             msg_token_t t;
-            msg_token_init(&t);
-            msg_set_str(t.id, sizeof t.id, r->id);
-            t.index = te->index;
-            t.token = te->token;
-            t.text = te->text;
-            t.text_len = te->text_len;
-            t.logprob = te->logprob;
-            t.has_logprob = te->has_logprob;
-            t.top = te->top;
-            t.n_top = te->n_top;
-            memcpy(t.piece, te->piece, sizeof t.piece);
+            serve_events_token(r, te, &t);
             s_to_client(f, r, MSG_TOKEN, &t);
         }
         if (!r->stream && te->has_logprob)
@@ -872,38 +816,14 @@ static void s_on_text(void *self, const msg_text_event_t *te) {
     if (r->gen.trace)
         s_send_trace(f, r, te);
     msg_done_t d;
-    msg_done_init(&d);
-    msg_set_str(d.id, sizeof d.id, r->id);
-    d.finish_reason = te->finish;
-    if (r->lps) {
-        d.logprobs = r->lps;
-        d.n_logprobs = r->n_tokens;
-    }
-    if (!r->stream) {
-        d.text = r->text ? r->text : "";
-        d.text_len = r->text_len;
-    } else if (te->index < 0 && te->text_len) { /* held-back text flushed at the end */
-        d.text = te->text;
-        d.text_len = te->text_len;
-    }
-    d.usage.prompt_tokens = te->prompt_tokens;
-    d.usage.completion_tokens = r->n_tokens;
-    d.usage.cached_tokens = te->cached_tokens;
-    d.usage.draft_proposed = te->draft_proposed;
-    d.usage.draft_accepted = te->draft_accepted;
-    d.timings.queued_ms = s_ms(te->timings.queued_us);
-    d.timings.prefill_ms = s_ms(te->timings.prefill_us);
-    d.timings.decode_ms = s_ms(te->timings.decode_us);
-    d.timings.ttft_ms = s_ms(te->timings.ttft_us);
-    if (r->tools &&
-        serve_requests_tool_calls(r->text, r->text_len, r->id, &d.tool_calls, &d.n_tool_calls))
+    if (serve_events_done(r, te, &d))
         actor_counters_add(f->counters, "tool_calls.oom", 1); /* said as text only */
     char name[48];
     snprintf(name, sizeof name, "finished.%s", msg_finish_name(te->finish));
     actor_counters_add(f->counters, name, 1);
     serve_metrics_req_observe(f->metrics, &d);
     s_end(f, r, MSG_DONE, &d);
-    serve_requests_tool_calls_free(d.tool_calls, d.n_tool_calls);
+    serve_events_done_clear(&d);
 }
 
 /* The vector of an embed: its answer, and its end. */
