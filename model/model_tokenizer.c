@@ -1143,6 +1143,17 @@ char *model_tokenizer_chat(const model_tokenizer_t *self, const model_chat_msg_t
     return self ? model_chat_template_render(&self->chat, msgs, n, add_assistant) : NULL;
 }
 
+const char *model_tokenizer_chat_name(const model_tokenizer_t *self) {
+    return self && self->chat.row ? self->chat.row->name : NULL;
+}
+
+const char *model_tokenizer_chat_row_name(int i) {
+    for (int k = 0; model_chat_rows[k].name; k++)
+        if (k == i)
+            return model_chat_rows[k].name;
+    return NULL;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Incremental detokenization                                                                  */
 

@@ -69,6 +69,13 @@ typedef struct {
 char *model_tokenizer_chat(const model_tokenizer_t *self, const model_chat_msg_t *msgs, int n,
                            bool add_assistant);
 
+/* The name of the chat template row recognised for this model ("chatml", "gemma", ...), or
+ * NULL when there is none. */
+const char *model_tokenizer_chat_name(const model_tokenizer_t *self);
+/* The name of row i of the chat template table (every template strata renders), or NULL
+ * past the last row. */
+const char *model_tokenizer_chat_row_name(int i);
+
 /* Incremental detokenizer: feed ids one at a time; get back only complete UTF-8
  * characters (a token ending mid-character holds its bytes until the next one). */
 typedef struct {
