@@ -1,6 +1,7 @@
-/* cmd_tokenize.c - `strata tokenize` and `strata detokenize`: the tokenizer alone, for
- * scripts and the tokenizer oracle.  tokenize prints the ids of a file's bytes on one
- * line; detokenize reads ids on stdin and writes the text byte-exact.
+/* cmd_tokenize.c - `strata tokenize`, `strata detokenize` and `strata chat-template`: the
+ * tokenizer alone, for scripts and the tokenizer and chat-template oracles.  tokenize
+ * prints the ids of a file's bytes on one line; detokenize reads ids on stdin and writes
+ * the text byte-exact; chat-template writes a conversation as the model's template renders it.
  */
 #include "cli.h"
 #include "model_gguf.h"
@@ -181,6 +182,91 @@ int cmd_detokenize(int argc, char **argv) {
     if (fflush(stdout) != 0)
         rc = 1;
     free(ids);
+    model_tokenizer_destroy(&tok);
+    return rc;
+}
+
+static void s_chat_template_usage(FILE *f) {
+    fprintf(f,
+            "usage: strata chat-template [-m MODEL] [--bos] [--no-generation-prompt] [--which]\n"
+            "                            ROLE TEXT [ROLE TEXT ...]\n"
+            "       strata chat-template --list\n"
+            "  Write the conversation (messages as ROLE TEXT pairs: system, user, assistant)\n"
+            "  as the model's chat template renders it, byte-exact, with no trailing newline.\n"
+            "  -m, --model PATH          GGUF model (default: %s)\n"
+            "  --bos                     begin with the BOS token's text when the model adds\n"
+            "                            BOS to a prompt (what the model sees)\n"
+            "  --no-generation-prompt    end after the last message (no assistant opener)\n"
+            "  --which                   name the template row used on stderr (\"row: chatml\")\n"
+            "  --list                    print the names of every template row strata has\n"
+            "  -h, --help                this help\n",
+            cli_default_model());
+}
+
+int cmd_chat_template(int argc, char **argv) {
+    const char *model = NULL;
+    bool bos = false, gen = true, which = false;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            s_chat_template_usage(stdout);
+            return 0;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) {
+            model = argv[++i];
+        } else if (!strcmp(a, "--bos")) {
+            bos = true;
+        } else if (!strcmp(a, "--no-generation-prompt")) {
+            gen = false;
+        } else if (!strcmp(a, "--which")) {
+            which = true;
+        } else if (!strcmp(a, "--list")) {
+            for (int k = 0; model_tokenizer_chat_row_name(k); k++)
+                printf("%s\n", model_tokenizer_chat_row_name(k));
+            return fflush(stdout) == 0 ? 0 : 1;
+        } else {
+            fprintf(stderr,
+                    "strata chat-template: unknown option or missing value: %s (see --help)\n", a);
+            return 1;
+        }
+    }
+    if ((argc - i) % 2 != 0) {
+        fprintf(stderr, "strata chat-template: messages are ROLE TEXT pairs (see --help)\n");
+        return 1;
+    }
+    int n = (argc - i) / 2;
+    model_chat_msg_t *msgs = malloc(sizeof *msgs * (size_t)(n ? n : 1));
+    if (!msgs) {
+        fprintf(stderr, "strata chat-template: out of memory\n");
+        return 1;
+    }
+    for (int k = 0; k < n; k++)
+        msgs[k] = (model_chat_msg_t){argv[i + 2 * k], argv[i + 2 * k + 1]};
+    model_tokenizer_t *tok = s_open("chat-template", model ? model : cli_default_model());
+    if (!tok) {
+        free(msgs);
+        return 1;
+    }
+    int rc = 1;
+    if (which)
+        fprintf(stderr, "row: %s\n",
+                model_tokenizer_chat_name(tok) ? model_tokenizer_chat_name(tok) : "(none)");
+    char *text = model_tokenizer_chat(tok, msgs, n, gen);
+    if (!text) {
+        fprintf(stderr, "strata chat-template: this model has no chat template strata knows\n");
+    } else {
+        size_t bl = 0;
+        int32_t b = model_tokenizer_bos(tok);
+        const char *bp = bos && model_tokenizer_add_bos(tok) && b >= 0
+                             ? model_tokenizer_piece(tok, b, true, &bl)
+                             : NULL;
+        size_t tl = strlen(text);
+        if ((!bp || fwrite(bp, 1, bl, stdout) == bl) && fwrite(text, 1, tl, stdout) == tl &&
+            fflush(stdout) == 0)
+            rc = 0;
+    }
+    free(text);
+    free(msgs);
     model_tokenizer_destroy(&tok);
     return rc;
 }

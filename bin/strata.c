@@ -10,8 +10,9 @@ typedef struct {
     const char *help; /* one line */
 } s_cmd_t;
 
-int cmd_bench_kv_ssd(int argc, char **argv); /* bin/cmd_bench_kv.c */
-int cmd_moefy(int argc, char **argv);        /* bin/cmd_moefy.c */
+int cmd_bench_kv_ssd(int argc, char **argv);  /* bin/cmd_bench_kv.c */
+int cmd_moefy(int argc, char **argv);         /* bin/cmd_moefy.c */
+int cmd_chat_template(int argc, char **argv); /* bin/cmd_tokenize.c */
 static const s_cmd_t s_cmds[] = {
     {"serve", cmd_serve, "run the inference service (ZeroMQ + MessagePack, continuous batching)"},
     {"actor", cmd_actor, "run one actor of a topology as its own process"},
@@ -24,6 +25,7 @@ static const s_cmd_t s_cmds[] = {
     {"moefy", cmd_moefy, "split a dense model's FFNs into experts + routers (MoEfication)"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"detokenize", cmd_detokenize, "print the text of token ids read from stdin"},
+    {"chat-template", cmd_chat_template, "print a conversation as the model's template renders it"},
     {"client", cmd_client, "send a request to a running strata server (stream the answer)"},
     {"audit", cmd_audit, "verify the audit log's hash chain; show one request's record"},
     {"keygen", cmd_keygen, "write CURVE key pairs for actors and clients (docs/SECURITY.md)"},

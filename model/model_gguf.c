@@ -6,6 +6,8 @@
 #include "kern_ops.h"
 #include "model_err.h"
 
+#include "base_strmap.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +19,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
 #define GGUF_MAX_DIMS 4
@@ -37,9 +38,7 @@ struct model_gguf_t {
     model_gguf_kv_t *kv;          /* (n_kv) */
     int64_t n_tensors;            /* tensor count */
     model_gguf_tensor_t *tensors; /* (n_tensors) */
-    int64_t *by_name;             /* (n_slots) tensor index + 1, 0 = empty: an open-addressing
-                                     set keyed by XXH3 of the name, at most half full */
-    uint64_t n_slots;             /* a power of two */
+    base_strmap_t by_name;        /* tensor name (borrowed from the mapping) -> index */
 };
 
 /* Bounds-checked reader over the mapping.  Every error names the file offset of
@@ -245,20 +244,6 @@ static bool s_read_kv(s_cursor_t *c, model_gguf_kv_t *kv, int64_t idx) {
     return true;
 }
 
-/* The slot that holds the tensor named name[0..len), or the empty slot where it
- * would go.  The set is at most half full, so the probe ends. */
-static uint64_t s_slot(const model_gguf_t *self, const char *name, size_t len) {
-    uint64_t mask = self->n_slots - 1;
-    for (uint64_t i = XXH3_64bits(name, len) & mask;; i = (i + 1) & mask) {
-        int64_t k = self->by_name[i];
-        if (k == 0)
-            return i;
-        const model_gguf_str_t *s = &self->tensors[k - 1].name;
-        if (s->len == len && !memcmp(s->ptr, name, len))
-            return i;
-    }
-}
-
 /* Tensor info #idx at the cursor: name (unique), dimensions, type, data offset.
  * Every product of dimensions is checked; nbytes is the data size. */
 static bool s_read_tensor(s_cursor_t *c, model_gguf_t *self, int64_t idx) {
@@ -273,14 +258,13 @@ static bool s_read_tensor(s_cursor_t *c, model_gguf_t *self, int64_t idx) {
                (unsigned long long)t->name.len);
         return false;
     }
-    uint64_t slot = s_slot(self, t->name.ptr, t->name.len);
-    if (self->by_name[slot]) {
-        const model_gguf_tensor_t *first = &self->tensors[self->by_name[slot] - 1];
+    uint64_t first;
+    /* sized for every tensor: never grows, so -EEXIST is the only error */
+    if (base_strmap_add(&self->by_name, t->name.ptr, t->name.len, (uint64_t)idx, &first)) {
         s_fail(c, at, "duplicate tensor name '%.*s' (tensor #%lld; #%lld has it already)",
-               (int)t->name.len, t->name.ptr, (long long)idx, (long long)(first - self->tensors));
+               (int)t->name.len, t->name.ptr, (long long)idx, (long long)first);
         return false;
     }
-    self->by_name[slot] = idx + 1;
     uint32_t nd;
     at = c->p;
     if (!s_take(c, &nd, 4, "tensor dimension count"))
@@ -457,12 +441,9 @@ model_gguf_t *model_gguf_open(const char *path, char *err, size_t errlen) {
     }
     self->n_kv = (int64_t)nkv;
     self->n_tensors = (int64_t)nt;
-    for (self->n_slots = 2; self->n_slots < 2 * nt;)
-        self->n_slots *= 2;
     self->kv = calloc(nkv ? nkv : 1, sizeof *self->kv);
     self->tensors = calloc(nt ? nt : 1, sizeof *self->tensors);
-    self->by_name = calloc(self->n_slots, sizeof *self->by_name);
-    if (!self->kv || !self->tensors || !self->by_name)
+    if (!self->kv || !self->tensors || base_strmap_init(&self->by_name, (size_t)nt))
         goto oom;
     for (int64_t i = 0; i < self->n_kv; i++)
         if (!s_read_kv(&c, &self->kv[i], i))
@@ -527,7 +508,7 @@ void model_gguf_destroy(model_gguf_t **self_p) {
         munmap((void *)self->map, self->size);
     free(self->kv);
     free(self->tensors);
-    free(self->by_name);
+    base_strmap_free(&self->by_name);
     free(self->path);
     free(self);
     *self_p = NULL;
@@ -576,8 +557,8 @@ const model_gguf_kv_t *model_gguf_find(const model_gguf_t *self, const char *key
 }
 
 const model_gguf_tensor_t *model_gguf_tensor(const model_gguf_t *self, const char *name) {
-    int64_t k = self->by_name[s_slot(self, name, strlen(name))];
-    return k ? &self->tensors[k - 1] : NULL;
+    uint64_t k;
+    return base_strmap_get(&self->by_name, name, strlen(name), &k) ? &self->tensors[k] : NULL;
 }
 
 static bool s_is_unsigned(model_gguf_vtype_t t) {

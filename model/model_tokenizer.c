@@ -1,18 +1,21 @@
 /* model_tokenizer.c - text <-> token ids from a GGUF's tokenizer metadata.
- * Owns a copy of the vocabulary, hash indexes (text -> id, merge pair -> rank), the
- * compiled pre-tokenizer regexes and the chat template.  Two algorithms: byte-level
- * BPE ranked by merge order ("gpt2") and SentencePiece-style BPE ranked by score
- * ("llama").  Both merge with a binary heap over a linked list of symbols: O(n log n).
+ * Owns a copy of the vocabulary and its indexes (text -> id, merge pair -> rank), the
+ * compiled pre-tokenizer (a row of model_pretok.c) and the chat template (a row of
+ * model_chat_template.c).  Two algorithms: byte-level BPE ranked by merge order ("gpt2")
+ * and SentencePiece-style BPE ranked by score ("llama").  Both merge with a binary heap
+ * over a linked list of symbols: O(n log n).
  */
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include "model_tokenizer.h"
+#include "model_chat_template.h"
 #include "model_err.h"
+#include "model_pretok.h"
 
 #include "base_log.h"
+#include "base_map.h"
+#include "base_strmap.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <pcre2.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,28 +35,6 @@ enum {
 };
 
 typedef enum { TOK_BPE = 0, TOK_SPM = 1 } tok_kind_t;
-typedef enum { CHAT_NONE = 0, CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA2, CHAT_GEMMA } chat_style_t;
-
-/* The regexes of the pre-tokenizers (PCRE2 syntax, compiled with UTF + UCP). */
-static const char *RE_GPT2 =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-/* Llama 3: contractions in either case (ASCII classes, not (?i), which would let "'\u017f"
- * match), letters with one leading non-letter, numbers of up to three digits. */
-static const char *RE_LLAMA3 = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|"
-                               "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
-                               " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-/* Qwen2: Llama 3's rule except the digits, each of which is a word of its own. */
-static const char *RE_QWEN2 = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|"
-                              "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
-                              " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-static const char *RE_DIGIT = "\\p{N}";
-
-/* One merge in the pair index: (left id, right id) -> rank and result. */
-typedef struct {
-    uint64_t key;   /* (uint64)left << 32 | right; UINT64_MAX when the slot is empty */
-    int32_t rank;   /* position in tokenizer.ggml.merges: lower merges first */
-    int32_t result; /* id of the merged token */
-} merge_slot_t;
 
 struct model_tokenizer_t {
     tok_kind_t kind;     /* BPE (gpt2) or SPM (llama) */
@@ -68,10 +49,8 @@ struct model_tokenizer_t {
     float *score;        /* (n_vocab) SPM merge scores, NULL for BPE */
     bool *eog;           /* (n_vocab) end-of-generation flags */
 
-    int32_t *vocab_tab;      /* open-addressing table: token id or -1 (text -> id) */
-    uint32_t vocab_mask;     /* table size - 1 (a power of two) */
-    merge_slot_t *merge_tab; /* open-addressing table of merges (BPE only) */
-    uint32_t merge_mask;     /* table size - 1 */
+    base_strmap_t vocab; /* GGUF text (in text_blob) -> token id */
+    base_map_t merges;   /* (uint64)left << 32 | right -> (uint64)rank << 32 | result (BPE) */
 
     int32_t byte_tok[256]; /* token for each raw byte (byte-level char or <0xNN>), -1 if none */
 
@@ -79,41 +58,18 @@ struct model_tokenizer_t {
                                    length descending */
     int32_t special_start[257]; /* special[special_start[b] .. special_start[b+1]) start with b */
 
-    pcre2_code *re_main;  /* the pre-tokenizer regex (BPE only) */
-    pcre2_code *re_digit; /* \p{N}: isolates each digit first (smollm, starcoder), or NULL */
-    bool ignore_merges;   /* BPE: a word that is a token is that token, unmerged (llama3) */
+    model_pretok_t *pretok; /* the pre-tokenizer (BPE only) */
+    bool ignore_merges;     /* BPE: a word that is a token is that token, unmerged (llama3) */
 
     int32_t bos, eos, unk; /* -1 if none */
     bool add_bos;          /* tokenizer.ggml.add_bos_token */
     bool add_space_prefix; /* SPM: a leading U+2581 before the text */
 
-    chat_style_t chat;         /* recognised template style */
-    char *chat_default_system; /* ChatML: the template's built-in system prompt, or NULL */
+    model_chat_template_t chat; /* the recognised chat template (row NULL: none) */
 };
 
 /* ------------------------------------------------------------------------------------------ */
 /* Small helpers                                                                               */
-
-static uint32_t s_hash_bytes(const char *p, size_t n) {
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (uint8_t)p[i];
-        h *= 16777619u;
-    }
-    return h;
-}
-
-static uint32_t s_hash_pair(uint64_t key) {
-    key *= 0x9E3779B97F4A7C15ull;
-    return (uint32_t)(key >> 32) ^ (uint32_t)key;
-}
-
-static uint32_t s_pow2_at_least(uint64_t n) {
-    uint32_t s = 16;
-    while (s < n && s < (1u << 30))
-        s <<= 1;
-    return s;
-}
 
 /* Length of the UTF-8 sequence starting with byte c (1 for an invalid lead byte). */
 static int s_utf8_len(uint8_t c) {
@@ -238,50 +194,32 @@ static const char *s_text(const model_tokenizer_t *t, int32_t id, uint32_t *len)
 
 /* The id whose GGUF text is exactly p[0..n), or -1. */
 static int32_t s_lookup(const model_tokenizer_t *t, const char *p, size_t n) {
-    uint32_t i = s_hash_bytes(p, n) & t->vocab_mask;
-    for (;;) {
-        int32_t id = t->vocab_tab[i];
-        if (id < 0)
-            return -1;
-        if (t->text_len[id] == n && memcmp(t->text_blob + t->text_off[id], p, n) == 0)
-            return id;
-        i = (i + 1) & t->vocab_mask;
-    }
+    uint64_t id;
+    return base_strmap_get(&t->vocab, p, n, &id) ? (int32_t)id : -1;
 }
 
 static int s_build_vocab_index(model_tokenizer_t *t) {
-    uint32_t size = s_pow2_at_least((uint64_t)t->n_vocab * 2);
-    t->vocab_tab = malloc(sizeof(int32_t) * size);
-    if (!t->vocab_tab)
+    if (base_strmap_init(&t->vocab, (size_t)t->n_vocab))
         return -ENOMEM;
-    memset(t->vocab_tab, 0xFF, sizeof(int32_t) * size);
-    t->vocab_mask = size - 1;
     for (int32_t id = 0; id < t->n_vocab; id++) {
         uint32_t n;
         const char *p = s_text(t, id, &n);
-        if (s_lookup(t, p, n) >= 0)
-            continue; /* duplicate text: the lowest id wins */
-        uint32_t i = s_hash_bytes(p, n) & t->vocab_mask;
-        while (t->vocab_tab[i] >= 0)
-            i = (i + 1) & t->vocab_mask;
-        t->vocab_tab[i] = id;
+        /* a duplicate text keeps the lowest id (-EEXIST); the map was sized: no -ENOMEM */
+        base_strmap_add(&t->vocab, p, n, (uint64_t)id, NULL);
     }
     return 0;
 }
 
-static const merge_slot_t *s_merge_find(const model_tokenizer_t *t, int32_t a, int32_t b) {
-    if (!t->merge_tab || a < 0 || b < 0)
-        return NULL;
-    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-    uint32_t i = s_hash_pair(key) & t->merge_mask;
-    for (;;) {
-        const merge_slot_t *s = &t->merge_tab[i];
-        if (s->key == UINT64_MAX)
-            return NULL;
-        if (s->key == key)
-            return s;
-        i = (i + 1) & t->merge_mask;
-    }
+/* The merge of ids (a, b): its rank and result, or false when the pair does not merge. */
+static bool s_merge_find(const model_tokenizer_t *t, int32_t a, int32_t b, int32_t *rank,
+                         int32_t *result) {
+    uint64_t v;
+    if (a < 0 || b < 0 ||
+        !base_map_get(&t->merges, ((uint64_t)(uint32_t)a << 32) | (uint32_t)b, &v))
+        return false;
+    *rank = (int32_t)(v >> 32);
+    *result = (int32_t)(uint32_t)v;
+    return true;
 }
 
 /* Index tokenizer.ggml.merges ("left right" strings, rank = position).  A merge whose
@@ -308,17 +246,12 @@ static int s_build_merges(model_tokenizer_t *t, const model_gguf_t *g, char *err
         model_err_set(err, errlen, -EINVAL, "tokenizer: cannot read tokenizer.ggml.merges");
         return -EPROTO;
     }
-    uint32_t size = s_pow2_at_least(n * 2);
-    t->merge_tab = malloc(sizeof(merge_slot_t) * size);
     char *buf = malloc(1024);
-    if (!t->merge_tab || !buf) {
+    if (!buf || base_map_init(&t->merges, (size_t)n)) {
         free(m);
         free(buf);
         return -ENOMEM;
     }
-    for (uint32_t i = 0; i < size; i++)
-        t->merge_tab[i].key = UINT64_MAX;
-    t->merge_mask = size - 1;
     uint64_t skipped = 0;
     for (uint64_t r = 0; r < n; r++) {
         const char *p = m[r].ptr;
@@ -338,15 +271,11 @@ static int s_build_merges(model_tokenizer_t *t, const model_gguf_t *g, char *err
             skipped++;
             continue;
         }
-        if (s_merge_find(t, a, b))
-            continue; /* repeated pair: the first rank wins */
         uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-        uint32_t i = s_hash_pair(key) & t->merge_mask;
-        while (t->merge_tab[i].key != UINT64_MAX)
-            i = (i + 1) & t->merge_mask;
-        t->merge_tab[i].key = key;
-        t->merge_tab[i].rank = (int32_t)r;
-        t->merge_tab[i].result = c;
+        if (base_map_get(&t->merges, key, NULL))
+            continue; /* repeated pair: the first rank wins */
+        /* sized for n merges: never grows, so never fails */
+        base_map_put(&t->merges, key, ((uint64_t)r << 32) | (uint32_t)c);
     }
     if (skipped)
         LOG_W(TAG, "%llu of %llu merges name tokens not in the vocabulary; skipped",
@@ -507,103 +436,26 @@ static void s_build_eog(model_tokenizer_t *t, const model_gguf_t *g) {
     }
 }
 
-/* ChatML: if the template carries a literal system prompt used when the first message is
- * not a system one ('<|im_start|>system\n...<|im_end|>' inside a string literal), keep it. */
-static char *s_chatml_default_system(const char *tmpl) {
-    static const char *open = "<|im_start|>system";
-    const char *p = strstr(tmpl, open);
-    while (p) {
-        const char *q = p + strlen(open);
-        if (*q == '\n')
-            q++;
-        else if (q[0] == '\\' && q[1] == 'n')
-            q += 2;
-        else {
-            p = strstr(q, open);
-            continue;
-        }
-        const char *end = strstr(q, "<|im_end|>");
-        if (!end)
-            return NULL;
-        size_t n = (size_t)(end - q);
-        /* a literal, not a Jinja expression or the end of a string */
-        bool literal = n > 0;
-        for (size_t i = 0; i < n && literal; i++)
-            if (q[i] == '{' || q[i] == '}' || q[i] == '\'' || q[i] == '"')
-                literal = false;
-        if (literal) {
-            char *s = malloc(n + 1);
-            if (!s)
-                return NULL;
-            size_t o = 0;
-            for (size_t i = 0; i < n; i++) {
-                if (q[i] == '\\' && i + 1 < n && q[i + 1] == 'n') {
-                    s[o++] = '\n';
-                    i++;
-                } else {
-                    s[o++] = q[i];
-                }
-            }
-            s[o] = '\0';
-            return s;
-        }
-        p = strstr(end, open);
-    }
-    return NULL;
-}
-
 /* Whether the vocabulary has a special (non-normal) token with text name. */
-static bool s_has_special(const model_tokenizer_t *t, const char *name) {
+static bool s_has_special(void *ctx, const char *name) {
+    const model_tokenizer_t *t = ctx;
     int32_t id = s_lookup(t, name, strlen(name));
     return id >= 0 && t->type[id] != TT_NORMAL && t->type[id] != TT_UNDEF;
 }
 
-/* The template style, from tokenizer.chat_template's text; a GGUF without that key (Gemma 3
- * 270M's has none) gets Gemma's when the vocabulary has <start_of_turn> and <end_of_turn>. */
-static void s_build_chat(model_tokenizer_t *t, const model_gguf_t *g) {
+/* The chat template's row, from tokenizer.chat_template's text; a GGUF without that key
+ * (Gemma 3 270M's has none) gets the row whose vocabulary markers it has. */
+static int s_build_chat(model_tokenizer_t *t, const model_gguf_t *g) {
     char *tmpl = NULL;
-    if (!model_gguf_get_str(g, "tokenizer.chat_template", &tmpl) || !tmpl) {
-        if (s_has_special(t, "<start_of_turn>") && s_has_special(t, "<end_of_turn>"))
-            t->chat = CHAT_GEMMA;
-        return;
-    }
-    if (strstr(tmpl, "<start_of_turn>")) {
-        t->chat = CHAT_GEMMA;
-    } else if (strstr(tmpl, "<|im_start|>")) {
-        t->chat = CHAT_CHATML;
-        t->chat_default_system = s_chatml_default_system(tmpl);
-    } else if (strstr(tmpl, "<|start_header_id|>")) {
-        t->chat = CHAT_LLAMA3;
-    } else if (strstr(tmpl, "[INST]")) {
-        t->chat = CHAT_LLAMA2;
-    } else {
-        LOG_W(TAG, "chat template not recognised (not ChatML, Llama 3, Llama 2 or Gemma)");
-    }
+    if (!model_gguf_get_str(g, "tokenizer.chat_template", &tmpl))
+        tmpl = NULL;
+    int rc = model_chat_template_init(&t->chat, tmpl, s_has_special, t);
     free(tmpl);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Construction                                                                                */
-
-static pcre2_code *s_compile(const char *pattern, char *err, size_t errlen) {
-    int ec;
-    PCRE2_SIZE eo;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP;
-#ifdef PCRE2_MATCH_INVALID_UTF
-    opts |= PCRE2_MATCH_INVALID_UTF;
-#endif
-    pcre2_code *re =
-        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, opts, &ec, &eo, NULL);
-    if (!re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(ec, msg, sizeof msg);
-        model_err_set(err, errlen, -EINVAL, "tokenizer: regex error at %zu: %s", (size_t)eo,
-                      (char *)msg);
-        return NULL;
-    }
-    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* optional: falls back to the interpreter */
-    return re;
-}
 
 /* Numeric array element i of kv (found once, by key): the common types decoded here, the
  * others through the reader's generic (slower) accessor. */
@@ -645,28 +497,11 @@ static int s_setup_pretokenizer(model_tokenizer_t *t, const model_gguf_t *g, cha
                                 size_t errlen) {
     char *pre = NULL;
     model_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
-    const char *re = RE_GPT2;
-    bool digits = false;
-    if (!pre || !strcmp(pre, "gpt2") || !strcmp(pre, "default")) {
-    } else if (!strcmp(pre, "smollm") || !strcmp(pre, "starcoder") || !strcmp(pre, "refact")) {
-        digits = true;
-    } else if (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3") || !strcmp(pre, "llama-v3")) {
-        re = RE_LLAMA3;
-        t->ignore_merges = true;
-    } else if (!strcmp(pre, "qwen2") || !strcmp(pre, "deepseek-r1-qwen")) {
-        re = RE_QWEN2;
-    } else {
-        LOG_W(TAG, "unknown pre-tokenizer '%s': using the GPT-2 regex", pre);
-    }
+    t->pretok = model_pretok_new(pre, err, errlen);
     free(pre);
-    t->re_main = s_compile(re, err, errlen);
-    if (!t->re_main)
+    if (!t->pretok)
         return -EINVAL;
-    if (digits) {
-        t->re_digit = s_compile(RE_DIGIT, err, errlen);
-        if (!t->re_digit)
-            return -EINVAL;
-    }
+    t->ignore_merges = model_pretok_row(t->pretok)->ignore_merges;
     return 0;
 }
 
@@ -814,7 +649,8 @@ model_tokenizer_t *model_tokenizer_new(const model_gguf_t *gguf, char *err, size
             goto fail;
     }
     s_build_eog(t, gguf);
-    s_build_chat(t, gguf);
+    if (s_build_chat(t, gguf) < 0)
+        goto nomem;
     free(model);
     return t;
 nomem:
@@ -839,14 +675,11 @@ void model_tokenizer_destroy(model_tokenizer_t **self_p) {
     free(t->type);
     free(t->score);
     free(t->eog);
-    free(t->vocab_tab);
-    free(t->merge_tab);
+    base_strmap_free(&t->vocab);
+    base_map_free(&t->merges);
     free(t->special);
-    if (t->re_main)
-        pcre2_code_free(t->re_main);
-    if (t->re_digit)
-        pcre2_code_free(t->re_digit);
-    free(t->chat_default_system);
+    model_pretok_destroy(&t->pretok);
+    model_chat_template_free(&t->chat);
     free(t);
     *self_p = NULL;
 }
@@ -919,8 +752,8 @@ typedef struct {
     size_t heap_n, heap_cap;
     char *buf; /* SPM: the word with spaces replaced */
     size_t buf_cap;
-    pcre2_match_data *md;
-    int oom; /* an allocation failed */
+    model_pretok_match_t *pm; /* BPE: the pre-tokenizer's match scratch */
+    int oom;                  /* an allocation failed */
 } scratch_t;
 
 static bool s_cand_less(const cand_t *x, const cand_t *y) {
@@ -994,10 +827,10 @@ static void s_bpe_try(const model_tokenizer_t *t, scratch_t *s, int32_t left) {
     int32_t right = s->sym[left].next;
     if (right < 0)
         return;
-    const merge_slot_t *m = s_merge_find(t, s->sym[left].id, s->sym[right].id);
-    if (!m)
+    int32_t rank, result;
+    if (!s_merge_find(t, s->sym[left].id, s->sym[right].id, &rank, &result))
         return;
-    cand_t c = {(double)m->rank, left, right, s->sym[left].id, s->sym[right].id, m->result};
+    cand_t c = {(double)rank, left, right, s->sym[left].id, s->sym[right].id, result};
     s_heap_push(s, c);
 }
 
@@ -1060,58 +893,24 @@ static void s_bpe_word(const model_tokenizer_t *t, scratch_t *s, const char *p, 
             s_emit(e, s->sym[i].id);
 }
 
-/* Pre-tokenize span p[0..n) with the main regex; each match, and any text between
- * matches, is one word for BPE. */
-static void s_bpe_regex(const model_tokenizer_t *t, scratch_t *s, const char *p, size_t n,
-                        emit_t *e) {
-    size_t off = 0;
-    while (off < n && !s->oom) {
-        int rc = pcre2_match(t->re_main, (PCRE2_SPTR)p, n, off, 0, s->md, NULL);
-        if (rc < 0) {
-            if (rc != PCRE2_ERROR_NOMATCH)
-                LOG_W(TAG, "pre-tokenizer regex failed (%d): %zu bytes taken as one word", rc,
-                      n - off);
-            s_bpe_word(t, s, p + off, n - off, e);
-            return;
-        }
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
-        size_t m0 = ov[0], m1 = ov[1];
-        if (m1 <= m0) { /* an empty match: cannot happen with these patterns; step a char */
-            m1 = m0 + (size_t)s_utf8_len((uint8_t)p[m0]);
-            if (m1 > n)
-                m1 = n;
-        }
-        if (m0 > off)
-            s_bpe_word(t, s, p + off, m0 - off, e);
-        s_bpe_word(t, s, p + m0, m1 - m0, e);
-        off = m1;
-    }
+/* What the pre-tokenizer hands each word to: BPE of that word. */
+typedef struct {
+    const model_tokenizer_t *t;
+    scratch_t *s;
+    emit_t *e;
+} bpe_words_t;
+
+static bool s_bpe_on_word(void *ctx, const char *word, size_t n) {
+    bpe_words_t *w = ctx;
+    s_bpe_word(w->t, w->s, word, n, w->e);
+    return !w->s->oom;
 }
 
+/* Byte-level BPE of span p[0..n): the pre-tokenizer's words, each merged on its own. */
 static void s_bpe_text(const model_tokenizer_t *t, scratch_t *s, const char *p, size_t n,
                        emit_t *e) {
-    if (!t->re_digit) {
-        s_bpe_regex(t, s, p, n, e);
-        return;
-    }
-    /* digits first: each \p{N} character is a word of its own, the rest between them is
-     * pre-tokenized separately (so the regex's look-ahead stops at a digit) */
-    size_t off = 0;
-    while (off < n && !s->oom) {
-        int rc = pcre2_match(t->re_digit, (PCRE2_SPTR)p, n, off, 0, s->md, NULL);
-        if (rc < 0)
-            break;
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
-        size_t m0 = ov[0], m1 = ov[1];
-        if (m1 <= m0)
-            break;
-        if (m0 > off)
-            s_bpe_regex(t, s, p + off, m0 - off, e);
-        s_bpe_word(t, s, p + m0, m1 - m0, e);
-        off = m1;
-    }
-    if (off < n)
-        s_bpe_regex(t, s, p + off, n - off, e);
+    bpe_words_t w = {t, s, e};
+    model_pretok_split(t->pretok, s->pm, p, n, s_bpe_on_word, &w);
 }
 
 static void s_spm_try(const model_tokenizer_t *t, scratch_t *s, int32_t left) {
@@ -1232,9 +1031,9 @@ int model_tokenizer_encode(const model_tokenizer_t *self, const char *text, size
     emit_t e = {out, max_out, 0};
     scratch_t s;
     memset(&s, 0, sizeof s);
-    if (self->re_main) {
-        s.md = pcre2_match_data_create_from_pattern(self->re_main, NULL);
-        if (!s.md)
+    if (self->pretok) {
+        s.pm = model_pretok_match_new(self->pretok);
+        if (!s.pm)
             return -ENOMEM;
     }
     if (add_bos && self->bos >= 0)
@@ -1269,8 +1068,7 @@ int model_tokenizer_encode(const model_tokenizer_t *self, const char *text, size
     free(s.sym);
     free(s.heap);
     free(s.buf);
-    if (s.md)
-        pcre2_match_data_free(s.md);
+    model_pretok_match_destroy(&s.pm);
     if (oom)
         return -ENOMEM;
     if (e.n > INT_MAX)
@@ -1338,165 +1136,22 @@ char *model_tokenizer_decode(const model_tokenizer_t *self, const int32_t *ids, 
 /* ------------------------------------------------------------------------------------------ */
 /* Chat templates                                                                              */
 
-typedef struct {
-    char *p;    /* NUL-terminated */
-    size_t n;   /* length */
-    size_t cap; /* capacity */
-    bool oom;   /* an append failed */
-} sbuf_t;
-
-static void s_put(sbuf_t *b, const char *s, size_t n) {
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void s_puts(sbuf_t *b, const char *s) {
-    s_put(b, s, s ? strlen(s) : 0);
-}
-
-/* s without leading and trailing whitespace (Jinja's trim / Python's strip, ASCII). */
-static void s_put_trimmed(sbuf_t *b, const char *s) {
-    if (!s)
-        return;
-    size_t n = strlen(s), i = 0;
-    while (i < n && strchr(" \t\n\r\v\f", s[i]))
-        i++;
-    while (n > i && strchr(" \t\n\r\v\f", s[n - 1]))
-        n--;
-    s_put(b, s + i, n - i);
-}
-
 /* The rendered text does not include a BOS token's text (Llama 2/3 templates begin with
  * bos_token): encode it with add_bos = model_tokenizer_add_bos() to get the BOS id. */
 char *model_tokenizer_chat(const model_tokenizer_t *self, const model_chat_msg_t *msgs, int n,
                            bool add_assistant) {
-    if (!self || n < 0 || (n > 0 && !msgs) || self->chat == CHAT_NONE)
-        return NULL;
-    sbuf_t b = {0};
-    s_put(&b, "", 0);
-    switch (self->chat) {
-    case CHAT_CHATML:
-        for (int i = 0; i < n; i++) {
-            if (i == 0 && self->chat_default_system &&
-                (!msgs[0].role || strcmp(msgs[0].role, "system") != 0)) {
-                s_puts(&b, "<|im_start|>system\n");
-                s_puts(&b, self->chat_default_system);
-                s_puts(&b, "<|im_end|>\n");
-            }
-            s_puts(&b, "<|im_start|>");
-            s_puts(&b, msgs[i].role);
-            s_puts(&b, "\n");
-            s_puts(&b, msgs[i].content);
-            s_puts(&b, "<|im_end|>\n");
-        }
-        if (add_assistant)
-            s_puts(&b, "<|im_start|>assistant\n");
-        break;
-    case CHAT_LLAMA3:
-        for (int i = 0; i < n; i++) {
-            s_puts(&b, "<|start_header_id|>");
-            s_puts(&b, msgs[i].role);
-            s_puts(&b, "<|end_header_id|>\n\n");
-            s_put_trimmed(&b, msgs[i].content);
-            s_puts(&b, "<|eot_id|>");
-        }
-        if (add_assistant)
-            s_puts(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-        break;
-    case CHAT_GEMMA: {
-        /* <start_of_turn>user\n...<end_of_turn>\n, the assistant's role called "model"; Gemma
-         * has no system role: the system text (trimmed) opens the next user turn, followed by
-         * a blank line; contents are trimmed */
-        sbuf_t sys = {0};
-        s_put(&sys, "", 0);
-        for (int i = 0; i < n; i++) {
-            const char *role = msgs[i].role ? msgs[i].role : "";
-            if (!strcmp(role, "system")) {
-                s_put_trimmed(&sys, msgs[i].content);
-                continue;
-            }
-            bool model = !strcmp(role, "assistant") || !strcmp(role, "model");
-            s_puts(&b, "<start_of_turn>");
-            s_puts(&b, model ? "model" : role);
-            s_puts(&b, "\n");
-            if (sys.n > 0 && !model) {
-                s_put(&b, sys.p, sys.n);
-                s_puts(&b, "\n\n");
-                sys.n = 0;
-            }
-            s_put_trimmed(&b, msgs[i].content);
-            s_puts(&b, "<end_of_turn>\n");
-        }
-        if (sys.oom)
-            b.oom = true;
-        free(sys.p);
-        if (add_assistant)
-            s_puts(&b, "<start_of_turn>model\n");
-        break;
-    }
-    case CHAT_LLAMA2: {
-        /* [INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] answer </s><s>[INST] user [/INST] */
-        const char *sys = NULL;
-        bool open_inst = false, after_answer = false;
-        for (int i = 0; i < n; i++) {
-            const char *role = msgs[i].role ? msgs[i].role : "";
-            if (!strcmp(role, "system")) {
-                sys = msgs[i].content;
-                continue;
-            }
-            if (!strcmp(role, "assistant")) {
-                if (open_inst)
-                    s_puts(&b, " [/INST]");
-                s_puts(&b, " ");
-                s_put_trimmed(&b, msgs[i].content);
-                s_puts(&b, " </s>");
-                open_inst = false;
-                after_answer = true;
-                continue;
-            }
-            if (after_answer)
-                s_puts(&b, "<s>");
-            if (open_inst)
-                s_puts(&b, " [/INST]");
-            s_puts(&b, "[INST] ");
-            if (sys) {
-                s_puts(&b, "<<SYS>>\n");
-                s_put_trimmed(&b, sys);
-                s_puts(&b, "\n<</SYS>>\n\n");
-                sys = NULL;
-            }
-            s_put_trimmed(&b, msgs[i].content);
-            open_inst = true;
-            after_answer = false;
-        }
-        if (open_inst)
-            s_puts(&b, " [/INST]");
-        (void)add_assistant; /* the assistant turn simply follows [/INST] */
-        break;
-    }
-    default:
-        break;
-    }
-    if (b.oom) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
+    return self ? model_chat_template_render(&self->chat, msgs, n, add_assistant) : NULL;
+}
+
+const char *model_tokenizer_chat_name(const model_tokenizer_t *self) {
+    return self && self->chat.row ? self->chat.row->name : NULL;
+}
+
+const char *model_tokenizer_chat_row_name(int i) {
+    for (int k = 0; model_chat_rows[k].name; k++)
+        if (k == i)
+            return model_chat_rows[k].name;
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------------------------ */

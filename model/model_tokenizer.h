@@ -1,11 +1,11 @@
 /* model_tokenizer.h - text <-> token ids from a GGUF's tokenizer metadata:
- * byte-level BPE (tokenizer.ggml.model = "gpt2", with the pre-tokenizer named by
- * tokenizer.ggml.pre: gpt2/default, smollm/starcoder/refact, llama-bpe/llama3/llama-v3,
- * qwen2/deepseek-r1-qwen) and SentencePiece-style BPE ("llama": Llama 2, Gemma; spaces as
- * U+2581, a leading one only when tokenizer.ggml.add_space_prefix says so, <0xNN> byte
- * fallback); special/control and user-defined tokens, the ids matching llama.cpp's;
- * BOS/EOS rules from the metadata; the chat template; incremental detokenization
- * that never splits a UTF-8 character.
+ * byte-level BPE (tokenizer.ggml.model = "gpt2", split into words by the pre-tokenizer
+ * tokenizer.ggml.pre names: a row of model/model_pretok.c) and SentencePiece-style BPE
+ * ("llama": Llama 2, Gemma; spaces as U+2581, a leading one only when
+ * tokenizer.ggml.add_space_prefix says so, <0xNN> byte fallback); special/control and
+ * user-defined tokens, the ids matching llama.cpp's; BOS/EOS rules from the metadata; the
+ * chat template (a row of model/model_chat_template.c); incremental detokenization that
+ * never splits a UTF-8 character.
  */
 #ifndef MODEL_TOKENIZER_H
 #define MODEL_TOKENIZER_H
@@ -59,18 +59,22 @@ typedef struct {
     const char *content; /* UTF-8 text */
 } model_chat_msg_t;
 
-/* Render messages with the model's chat template, its style recognised from the
- * tokenizer.chat_template text: ChatML (<|im_start|>: SmolLM2, Qwen), Llama 3
- * (<|start_header_id|>), Llama 2 ([INST]) and Gemma (<start_of_turn>:
- * "<start_of_turn>user\n...<end_of_turn>\n", the assistant's role named "model", a system
- * message put in front of the next user turn's text followed by a blank line).  A GGUF
- * without a chat_template key gets Gemma's when its vocabulary has the special tokens
- * <start_of_turn> and <end_of_turn> (Gemma 3 270M's GGUF has no template key).  The text
- * never includes BOS: encode it with add_bos = model_tokenizer_add_bos().
- * add_assistant: end with the assistant turn opener.  Returns a malloc'd string, or NULL
- * if the template is not recognised. */
+/* Render messages with the model's chat template: the row of model/model_chat_template.c
+ * recognised from the tokenizer.chat_template text (ChatML: SmolLM2, Qwen; Llama 3; Llama 2;
+ * Gemma), or, for a GGUF without that key, from its vocabulary (Gemma 3 270M's GGUF has no
+ * template key: the special tokens <start_of_turn> and <end_of_turn> say Gemma).  The text
+ * never includes the first BOS: encode it with add_bos = model_tokenizer_add_bos().
+ * add_assistant: end with the generation prompt (the assistant turn opener).  Returns a
+ * malloc'd string, or NULL if the template is not recognised. */
 char *model_tokenizer_chat(const model_tokenizer_t *self, const model_chat_msg_t *msgs, int n,
                            bool add_assistant);
+
+/* The name of the chat template row recognised for this model ("chatml", "gemma", ...), or
+ * NULL when there is none. */
+const char *model_tokenizer_chat_name(const model_tokenizer_t *self);
+/* The name of row i of the chat template table (every template strata renders), or NULL
+ * past the last row. */
+const char *model_tokenizer_chat_row_name(int i);
 
 /* Incremental detokenizer: feed ids one at a time; get back only complete UTF-8
  * characters (a token ending mid-character holds its bytes until the next one). */

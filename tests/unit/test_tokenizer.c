@@ -6,6 +6,7 @@
  */
 #include "model_gguf.h"
 #include "model_gguf_write.h"
+#include "model_pretok.h"
 #include "model_tokenizer.h"
 #include "test_util.h"
 
@@ -376,13 +377,30 @@ static model_gguf_write_t *s_gpt2_writer(const char *pre) {
     return w;
 }
 
+/* The words of a split, as test_pretok_table collects them. */
+typedef struct {
+    int n;
+    char words[16][16];
+} words_t;
+
+/* model_pretok_split's word callback for test_pretok_table: copies each word. */
+static bool s_collect_word(void *ctx, const char *word, size_t len) {
+    words_t *got = ctx;
+    ck_assert_int_lt(got->n, 16);
+    ck_assert_uint_lt(len, 16);
+    memcpy(got->words[got->n], word, len);
+    got->words[got->n++][len] = '\0';
+    return true;
+}
+
 START_TEST(test_pretokenizers) {
     /* "12345": gpt2 keeps the digits one word (3 and 4 merge); llama3 splits them 123|45
      * and smollm isolates each digit, so they do not */
     struct {
         const char *pre;
         int n;
-    } cases[] = {{"gpt2", 4}, {NULL, 4}, {"llama-bpe", 5}, {"smollm", 5}, {"no-such-pre", 4}};
+    } cases[] = {{"gpt2", 4},  {NULL, 4},     {"llama-bpe", 5},  {"smollm", 5},
+                 {"qwen2", 5}, {"refact", 5}, {"no-such-pre", 4}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         model_gguf_write_t *w = s_gpt2_writer(cases[k].pre);
         char err[256] = "";
@@ -401,6 +419,42 @@ START_TEST(test_pretokenizers) {
         model_tokenizer_destroy(&t);
         model_gguf_write_destroy(&w);
     }
+}
+END_TEST
+
+START_TEST(test_pretok_table) {
+    /* every name of every row selects that row, and no other row has it */
+    int n_rows = 0;
+    for (const model_pretok_row_t *r = model_pretok_rows; r->names[0]; r++, n_rows++) {
+        ck_assert_ptr_nonnull(r->regex);
+        for (int i = 0; i < 4 && r->names[i]; i++) {
+            bool known = false;
+            ck_assert_ptr_eq(model_pretok_find(r->names[i], &known), r);
+            ck_assert(known);
+        }
+    }
+    ck_assert_int_ge(n_rows, 4);
+    bool known = true;
+    ck_assert_ptr_eq(model_pretok_find(NULL, &known), &model_pretok_rows[0]); /* no key */
+    ck_assert(known);
+    ck_assert_ptr_eq(model_pretok_find("no-such-pre", &known), &model_pretok_rows[0]);
+    ck_assert(!known);
+    /* a split covers the text exactly, word after word */
+    char err[256] = "";
+    model_pretok_t *p = model_pretok_new("llama3", err, sizeof err);
+    ck_assert_msg(p, "%s", err);
+    model_pretok_match_t *m = model_pretok_match_new(p);
+    ck_assert_ptr_nonnull(m);
+    static const char text[] = "Hello world's 12345!\n\n  x";
+    static const char *want[] = {"Hello", " world", "'s", " ", "123", "45", "!\n\n", " ", " x"};
+    words_t got = {0};
+    model_pretok_split(p, m, text, sizeof text - 1, s_collect_word, &got);
+    ck_assert_int_eq(got.n, (int)(sizeof want / sizeof want[0]));
+    for (int i = 0; i < got.n; i++)
+        ck_assert_str_eq(got.words[i], want[i]);
+    model_pretok_match_destroy(&m);
+    model_pretok_destroy(&p);
+    model_pretok_destroy(&p); /* safe twice */
 }
 END_TEST
 
@@ -595,6 +649,7 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, test_long_inputs);
     TCase *syn = tcase_create("synthetic");
     tcase_add_test(syn, test_pretokenizers);
+    tcase_add_test(syn, test_pretok_table);
     tcase_add_test(syn, test_sentencepiece);
     tcase_add_test(syn, test_llama3_chat);
     tcase_add_test(syn, test_bad_metadata);
