@@ -9,8 +9,9 @@ test_grammar_schemas.py builds it).  Every answer with finish_reason "stop" must
 JSON and validate.  An answer cut at max_tokens ("length": a grammar cannot make a 135M model
 close an unbounded string or stop adding array items) must have used exactly MAX_TOKENS
 tokens and be a prefix the grammar accepts (`strata grammar check` says "incomplete", not
-"refused"; "accepted", a whole value that could go on, must validate); at most MAX_CUT_FRACTION of the answers may be cut (see there).  The server is
-stopped by PID (serve_util.Server); the test is bounded in time."""
+"refused"; "accepted", a whole value that could go on, must validate); at most
+MAX_CUT_FRACTION of the answers may be cut (see there).  The server is stopped by PID
+(serve_util.Server); the test is bounded in time."""
 import concurrent.futures
 import glob
 import http.client
