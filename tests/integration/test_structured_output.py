@@ -194,7 +194,7 @@ def run_one(ep, m, kill=None, kill_at=3, timeout=120):
 # generating).  A run counts when it was resumed (frontend.resumed moved): the kill
 # interrupted a running request.  One whose request ended first (finding the worker takes
 # a stats round trip, 200 ms while a worker restarts) is run again, at most KILL_RUNS / 4.
-# Answers of 40 tokens or more, so that the kill lands while the worker still generates.
+# The requests' answers are 40 tokens or more (checked), so a kill lands while they run.
 KILL_REQUESTS = [("rw_product", None), ("rw_product", 7), ("rw_entities", None),
                  ("rw_entities", 5), ("arr_of_objects", 6), ("obj_nested", None)]
 KILL_AT = [1, 2, 3, 5, 8, 13, 21, 34, 4, 6, 9, 15, 25, 40, 7, 11, 18, 29, 10, 12]
@@ -208,7 +208,7 @@ KILL_WORKERS = ["worker0", "worker1", "worker2", "worker3"]
 
 def worker_pids(parent):
     """{worker name: pid} of the worker processes the supervisor (pid parent) runs now,
-    from /proc (the log names a restarted worker only once its new process is started)."""
+    from /proc: what runs now (the log's last "started" line may be a process killed since)."""
     out = {}
     for d in os.listdir("/proc"):
         try:
