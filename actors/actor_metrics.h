@@ -50,9 +50,4 @@ int actor_metrics_main(actor_env_t *env);
 /* Its options, declared once (name, type, default, range, help). */
 extern const actor_opt_t actor_metrics_opts[];
 
-/* Render counters (n of them, as a stats_reply carries them) as Prometheus text
- * exposition format 0.0.4 (docs/METRICS.md).  *out: malloc'd, NUL-terminated, *len bytes
- * (the caller frees it).  0, or -ENOMEM. */
-int actor_metrics_render(const msg_counter_t *counters, int n, char **out, size_t *len);
-
 #endif

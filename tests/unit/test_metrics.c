@@ -1,10 +1,11 @@
-/* test_metrics.c - actors/actor_metrics: the Prometheus text of a stats_reply's counters
+/* test_metrics.c - serve/serve_prom: the Prometheus text of a stats_reply's counters
  * (families by actor kind with an actor label, counters _total, gauges by name, units as
  * seconds, counter triples as histograms with +Inf = count), and the request histograms
  * the frontend keeps (serve/serve_metrics; its own suite: test_serve_metrics.c), rendered
  * end to end. */
-#include "actor_metrics.h"
+#include "actor_counters.h"
 #include "serve_metrics.h"
+#include "serve_prom.h"
 #include "test_util.h"
 
 #include <check.h>
@@ -14,7 +15,7 @@
 static char *s_render(const msg_counter_t *c, int n) {
     char *out;
     size_t len;
-    ck_assert_int_eq(actor_metrics_render(c, n, &out, &len), 0);
+    ck_assert_int_eq(serve_prom_render(c, n, &out, &len), 0);
     ck_assert_uint_eq(strlen(out), len);
     return out;
 }
