@@ -36,7 +36,7 @@ kern_bf16_t kern_f32_to_bf16(float f); /* round to nearest even */
  * scale = max|x| / 127, q = round-to-nearest-even(x * (127 / max|x|)) in
  * -127..127, x ~= q * scale (q all zero and scale 0 for a zero row).  Writes
  * q[0..n) and returns the scale.  The one definition that both the pool writer
- * (model_llama.c) and kvstore/kv_codec.c use, so their bytes agree. */
+ * (model/model_forward.c) and kvstore/kv_codec.c use, so their bytes agree. */
 float kern_i8_quant_row(const float *x, int8_t *q, int n);
 
 /* Attention of one KV head's query group at one query position, over paged KV.

@@ -12,7 +12,7 @@
  *   INT8  (B, D) int8 q, then (B) float scale            B*D + 4*B bytes
  *         x[s][c] = q[s][c] * scale[s]; the row quantizer is
  *         kern_i8_quant_row (symmetric, scale = max|row| / 127), the same
- *         function model_llama.c uses to write a KERN_I8 pool, so a block
+ *         function model_forward.c uses to write a KERN_I8 pool, so a block
  *         converted here is byte for byte what the forward pass would store.
  *   INT4  (KIVI: K per channel, V per token; asymmetric 4-bit)
  *         first the nibbles: (B, D) values in row-major (slot, channel) order,

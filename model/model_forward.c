@@ -42,42 +42,6 @@ static size_t s_max_row_bytes(int64_t cols) {
     return best;
 }
 
-/* Which activation formats an input consumed by weights ws[0..nw) needs. */
-static void s_plan_make(model_plan_t *qi, const model_weight_t *const *ws, int nw) {
-    qi->n = 0;
-    for (int i = 0; i < nw; i++) {
-        kern_type_t t = kern_type_traits(ws[i]->type)->vec_dot_type;
-        bool seen = false;
-        for (int j = 0; j < qi->n; j++)
-            seen |= qi->type[j] == t;
-        if (!seen) {
-            qi->type[qi->n] = t;
-            qi->row_bytes[qi->n] = kern_row_size(t, ws[i]->cols);
-            qi->n++;
-        }
-    }
-}
-
-static const uint8_t *s_plan_get(const model_ctx_t *c, const model_plan_t *qi, kern_type_t t,
-                                 size_t *row_bytes) {
-    for (int j = 0; j < qi->n; j++)
-        if (qi->type[j] == t) {
-            *row_bytes = qi->row_bytes[j];
-            return c->qbuf[j];
-        }
-    return NULL; /* unreachable: s_plan_make saw every weight */
-}
-
-/* Quantize rows [t0, t1) of src (cols each) into every format of plan qi. */
-/* model_impl.h */
-void model_ctx_plan_fill(model_ctx_t *c, const model_plan_t *qi, const float *src, int cols, int t0,
-                         int t1) {
-    for (int j = 0; j < qi->n; j++)
-        for (int t = t0; t < t1; t++)
-            c->k->quant_row(qi->type[j], src + (size_t)t * cols,
-                            c->qbuf[j] + (size_t)t * qi->row_bytes[j], cols);
-}
-
 model_ctx_t *model_ctx_new(const model_t *m, int max_tokens, int max_ctx, int n_threads,
                            const kern_ops_t *kernels) {
     if (max_tokens < 1 || max_ctx < 1 || n_threads < 1)
@@ -141,16 +105,16 @@ model_ctx_t *model_ctx_new(const model_t *m, int max_tokens, int max_ctx, int n_
             gu[0] = &L->eg[0];
             gu[1] = &L->eu[0];
             wd = &L->ed[0];
-            s_plan_make(&p[MODEL_PLAN_ROUTER], (const model_weight_t *[]){&L->wr}, 1);
+            model_plan_make(&p[MODEL_PLAN_ROUTER], (const model_weight_t *[]){&L->wr}, 1);
         }
-        s_plan_make(&p[MODEL_PLAN_QKV], qkv, 3);
-        s_plan_make(&p[MODEL_PLAN_WO], (const model_weight_t *[]){&L->wo}, 1);
-        s_plan_make(&p[MODEL_PLAN_GU], gu, 2);
-        s_plan_make(&p[MODEL_PLAN_WD], &wd, 1);
+        model_plan_make(&p[MODEL_PLAN_QKV], qkv, 3);
+        model_plan_make(&p[MODEL_PLAN_WO], (const model_weight_t *[]){&L->wo}, 1);
+        model_plan_make(&p[MODEL_PLAN_GU], gu, 2);
+        model_plan_make(&p[MODEL_PLAN_WD], &wd, 1);
     }
     if (ok)
-        s_plan_make(&c->plans[(size_t)cfg->n_layer * MODEL_PLANS_PER_LAYER],
-                    (const model_weight_t *[]){&m->out}, 1);
+        model_plan_make(&c->plans[(size_t)cfg->n_layer * MODEL_PLANS_PER_LAYER],
+                        (const model_weight_t *[]){&m->out}, 1);
     if (!ok)
         model_ctx_destroy(&c);
     return c;
@@ -196,40 +160,6 @@ int model_ctx_threads(const model_ctx_t *self) {
 }
 
 /* ------------------------------------------------------------------ stages */
-
-/* This thread's share of out = X W^T for each weight in ws (outputs outs, each
- * row-major (n, rows)), X the n quantized activation rows from row x0 of the
- * plan's buffers.  Rows are split in multiples of 16 so SIMD tiles stay whole. */
-void model_ctx_matmul(model_ctx_t *c, const model_plan_t *qi, const model_weight_t *const *ws,
-                      float *const *outs, int nw, int x0, int n, int ith, int nth) {
-    int total = 0;
-    for (int i = 0; i < nw; i++)
-        total += (int)ws[i]->rows;
-    int lo, hi;
-    base_pool_split(total, 16, ith, nth, &lo, &hi);
-    int base = 0;
-    for (int i = 0; i < nw && lo < hi; i++) {
-        const model_weight_t *w = ws[i];
-        int r0 = lo - base, r1 = hi - base;
-        if (r0 < 0)
-            r0 = 0;
-        if (r1 > w->rows)
-            r1 = (int)w->rows;
-        if (r0 < r1) {
-            size_t xs = 0;
-            const uint8_t *xq = s_plan_get(c, qi, kern_type_traits(w->type)->vec_dot_type, &xs);
-            xq += (size_t)x0 * xs;
-            if (w->packed && c->k->gemm_packed && r0 % 16 == 0)
-                c->k->gemm_packed(w->type, w->cols, r0, r1 - r0, n, w->packed, xq, xs, outs[i] + r0,
-                                  (size_t)w->rows);
-            else
-                c->k->gemm(w->type, w->cols, r1 - r0, n,
-                           (const uint8_t *)w->data + r0 * w->row_bytes, w->row_bytes, xq, xs,
-                           outs[i] + r0, (size_t)w->rows);
-        }
-        base += (int)w->rows;
-    }
-}
 
 /* The cos/sin pairs of position pos for the angles theta (n_rot/2) into cs (n_rot). */
 static void s_rope_angles(float *cs, int pos, const double *theta, int n_rot) {

@@ -128,8 +128,10 @@ struct model_ctx_t {
     void *moe_user;
 };
 
-/* ---- shared by the stages (model_forward.c) */
+/* ---- shared by the stages (model_matmul.c) */
 
+/* The activation plan of weights ws[0..nw): the formats their inputs are quantized to. */
+void model_plan_make(model_plan_t *qi, const model_weight_t *const *ws, int nw);
 /* Quantize rows [t0, t1) of src (cols each) into every format of plan qi. */
 void model_ctx_plan_fill(model_ctx_t *c, const model_plan_t *qi, const float *src, int cols, int t0,
                          int t1);
