@@ -1,5 +1,5 @@
 /* actor_worker.h - the target worker: owns the model weights, its KV pool
- * (kvstore/kv_blocks) and a continuous-batching scheduler (sched/sched_batch).
+ * (kvstore/kv_cache) and a continuous-batching scheduler (sched/sched_batch).
  * New requests join the running batch at every step; prefill chunks and decode
  * tokens of different requests share one model_ctx_forward call.  Sampling is
  * per request with model_sampler (seeded per position), so a request's tokens
