@@ -70,11 +70,10 @@ def layer_of(path):
 
 
 # An actor is a thin shell (DESIGN.md, "Actors"; issue 38): no file of actors/ passes this many
-# lines.  The files still over it are listed with their size at the last split, so that they
-# can only shrink (a list that empties as they are split).
+# lines.  A file found over it during a split may be listed here with its size, so that it can
+# only shrink until it is split; none is now.
 MAX_ACTOR_LINES = 700
-STILL_OVER = {
-}
+STILL_OVER = {}
 
 
 def actor_sizes(texts):
