@@ -180,9 +180,7 @@ const char *serve_openai_json_type(const cJSON *v) {
     return "null";
 }
 
-static int s_bad(serve_openai_bad_t *b, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int s_bad(serve_openai_bad_t *b, const char *param, const char *fmt, ...) {
+int serve_openai_bad(serve_openai_bad_t *b, const char *param, const char *fmt, ...) {
     snprintf(b->param, sizeof b->param, "%s", param);
     va_list ap;
     va_start(ap, fmt);
@@ -244,17 +242,18 @@ static bool s_type_ok(serve_openai_type_t t, const cJSON *v) {
 static int s_check(const serve_openai_field_t *row, const cJSON *v, serve_openai_bad_t *b) {
     const char *name = row->name;
     if (!s_type_ok(row->type, v))
-        return s_bad(b, name, "'%s': expected %s, got %s", name, s_type_name(row->type),
-                     serve_openai_json_type(v));
+        return serve_openai_bad(b, name, "'%s': expected %s, got %s", name, s_type_name(row->type),
+                                serve_openai_json_type(v));
     if (row->type == SERVE_OPENAI_NUMBER || row->type == SERVE_OPENAI_INTEGER) {
         double x = v->valuedouble;
         if (row->type == SERVE_OPENAI_INTEGER && x != floor(x))
-            return s_bad(b, name, "'%s': expected an integer, got %g", name, x);
+            return serve_openai_bad(b, name, "'%s': expected an integer, got %g", name, x);
         if (!(x >= row->lo && x <= row->hi))
-            return s_bad(b, name, "'%s': %g is out of range [%g, %g]", name, x, row->lo, row->hi);
+            return serve_openai_bad(b, name, "'%s': %g is out of range [%g, %g]", name, x, row->lo,
+                                    row->hi);
     }
     if (row->rule == SERVE_OPENAI_REFUSE || (row->rule == SERVE_OPENAI_ONLY && !row->only(v)))
-        return s_bad(b, name, "'%s': %s", name, row->does);
+        return serve_openai_bad(b, name, "'%s': %s", name, row->does);
     return 0;
 }
 
@@ -274,13 +273,14 @@ static int s_check_all(serve_openai_api_t api, const cJSON *root, serve_openai_b
             continue;
         const serve_openai_api_t other = api == CHAT ? COMPL : CHAT;
         if (serve_openai_field(other, k->string))
-            return s_bad(b, k->string, "'%s' is a field of /v1/%s, not of /v1/%s", k->string,
-                         other == CHAT ? "chat/completions" : "completions",
-                         api == CHAT ? "chat/completions" : "completions");
-        return s_bad(b, k->string,
-                     "'%s' is not supported (an unknown field is refused, never ignored: "
-                     "docs/HTTP.md)",
-                     k->string);
+            return serve_openai_bad(b, k->string, "'%s' is a field of /v1/%s, not of /v1/%s",
+                                    k->string, other == CHAT ? "chat/completions" : "completions",
+                                    api == CHAT ? "chat/completions" : "completions");
+        return serve_openai_bad(
+            b, k->string,
+            "'%s' is not supported (an unknown field is refused, never ignored: "
+            "docs/HTTP.md)",
+            k->string);
     }
     return 0;
 }
@@ -360,18 +360,18 @@ static int s_check_message(const cJSON *m, unsigned role, int i, serve_openai_ba
             if (!strcmp(s_msg_keys[r].key, k->string))
                 row = &s_msg_keys[r];
         if (!row)
-            return s_bad(b, param,
-                         "'%s' is not supported (an unknown message key is refused, "
-                         "never ignored: docs/HTTP.md)",
-                         param);
+            return serve_openai_bad(b, param,
+                                    "'%s' is not supported (an unknown message key is refused, "
+                                    "never ignored: docs/HTTP.md)",
+                                    param);
         if (!(row->roles & role))
-            return s_bad(b, param, "'%s': only %s messages carry it", param,
-                         row->roles == S_TOOL ? "tool" : "assistant");
+            return serve_openai_bad(b, param, "'%s': only %s messages carry it", param,
+                                    row->roles == S_TOOL ? "tool" : "assistant");
         if (!s_type_ok(row->type, k))
-            return s_bad(b, param, "'%s': expected %s, got %s", param, s_type_name(row->type),
-                         serve_openai_json_type(k));
+            return serve_openai_bad(b, param, "'%s': expected %s, got %s", param,
+                                    s_type_name(row->type), serve_openai_json_type(k));
         if (row->rule == SERVE_OPENAI_REFUSE)
-            return s_bad(b, param, "'%s': %s", param, row->does);
+            return serve_openai_bad(b, param, "'%s': %s", param, row->does);
     }
     return 0;
 }
@@ -397,7 +397,7 @@ static int s_content(const cJSON *c, const char *param, bool assistant, const ch
         const cJSON *t = key ? cJSON_GetObjectItemCaseSensitive(part, key) : NULL;
         if (!cJSON_IsString(t)) {
             free(s);
-            return s_bad(
+            return serve_openai_bad(
                 b, param, "'%s': only parts {\"type\": \"text\", \"text\": ...} are supported%s",
                 param, assistant ? " (and {\"type\": \"refusal\", \"refusal\": ...})" : "");
         }
@@ -453,7 +453,7 @@ static int s_render_calls(const char *text, const cJSON *calls, const cJSON *fc,
         return -ENOMEM;
     if (!calls && !s_add_call(arr, fc)) {
         cJSON_Delete(arr);
-        return s_bad(b, param, "'%s': expected {name, arguments: a string}", param);
+        return serve_openai_bad(b, param, "'%s': expected {name, arguments: a string}", param);
     }
     int j = 0;
     const cJSON *c;
@@ -461,10 +461,11 @@ static int s_render_calls(const char *text, const cJSON *calls, const cJSON *fc,
         if (!cJSON_IsObject(c) ||
             !s_add_call(arr, cJSON_GetObjectItemCaseSensitive(c, "function"))) {
             cJSON_Delete(arr);
-            return s_bad(b, param,
-                         "'%s[%d]': expected {id, type: function, function: {name, arguments: a "
-                         "string}}",
-                         param, j);
+            return serve_openai_bad(
+                b, param,
+                "'%s[%d]': expected {id, type: function, function: {name, arguments: a "
+                "string}}",
+                param, j);
         }
         j++;
     }
@@ -504,11 +505,11 @@ static int s_message(serve_openai_request_t *req, const cJSON *m, int i, serve_o
     char param[64];
     snprintf(param, sizeof param, "messages[%d].role", i);
     if (!cJSON_IsObject(m))
-        return s_bad(b, param, "'messages[%d]': expected an object, got %s", i,
-                     serve_openai_json_type(m));
+        return serve_openai_bad(b, param, "'messages[%d]': expected an object, got %s", i,
+                                serve_openai_json_type(m));
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
     if (!cJSON_IsString(role))
-        return s_bad(b, param, "'%s': expected a string", param);
+        return serve_openai_bad(b, param, "'%s': expected a string", param);
     const char *rs = role->valuestring;
     if (!strcmp(rs, "developer"))
         rs = "system"; /* OpenAI's newer name for it */
@@ -518,8 +519,9 @@ static int s_message(serve_openai_request_t *req, const cJSON *m, int i, serve_o
                    : !strcmp(rs, "tool")      ? S_TOOL
                                               : 0;
     if (!bit)
-        return s_bad(b, param, "'%s': '%s' is not supported (system, user, assistant, tool)", param,
-                     role->valuestring);
+        return serve_openai_bad(b, param,
+                                "'%s': '%s' is not supported (system, user, assistant, tool)",
+                                param, role->valuestring);
     int rc = s_check_message(m, bit, i, b);
     if (rc)
         return rc;
@@ -531,9 +533,10 @@ static int s_message(serve_openai_request_t *req, const cJSON *m, int i, serve_o
         calls = NULL; /* tool_calls: [] is no call */
     snprintf(param, sizeof param, "messages[%d].content", i);
     if (!c && !calls && !fc && !refusal)
-        return s_bad(b, param, "'%s' is required", param);
+        return serve_openai_bad(b, param, "'%s' is required", param);
     if (calls && fc)
-        return s_bad(b, "messages", "'messages[%d]': tool_calls or function_call, not both", i);
+        return serve_openai_bad(b, "messages",
+                                "'messages[%d]': tool_calls or function_call, not both", i);
     const char *text = "";
     if (c && !cJSON_IsNull(c) &&
         (rc = s_content(c, param, bit == S_ASSISTANT, &text, &req->owned[i], b)))
@@ -551,7 +554,7 @@ static int s_message(serve_openai_request_t *req, const cJSON *m, int i, serve_o
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
         snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
         if (!cJSON_IsString(id))
-            return s_bad(b, param, "'%s' is required (a string)", param);
+            return serve_openai_bad(b, param, "'%s' is required (a string)", param);
         if ((rc = s_render_result(id->valuestring, text, &rendered)) ||
             (rc = s_own(req, i, rendered, &text)))
             return rc;
@@ -565,7 +568,8 @@ static int s_messages(serve_openai_request_t *req, const cJSON *ms, serve_openai
     msg_generate_t *g = &req->gen;
     int n = cJSON_GetArraySize(ms);
     if (n < 1 || n > MSG_MAX_MESSAGES)
-        return s_bad(b, "messages", "'messages': %d messages, expected 1..%d", n, MSG_MAX_MESSAGES);
+        return serve_openai_bad(b, "messages", "'messages': %d messages, expected 1..%d", n,
+                                MSG_MAX_MESSAGES);
     if (!(g->messages = calloc((size_t)n + 1, sizeof *g->messages))) /* + the tools' turn */
         return -ENOMEM;
     g->n_messages = n;
@@ -582,18 +586,19 @@ static int s_messages(serve_openai_request_t *req, const cJSON *ms, serve_openai
 static int s_prompt(msg_generate_t *g, const cJSON *p, serve_openai_bad_t *b) {
     if (cJSON_IsArray(p)) {
         if (cJSON_GetArraySize(p) != 1)
-            return s_bad(b, "prompt",
-                         "'prompt': an array of %d prompts (only one prompt per request is "
-                         "supported)",
-                         cJSON_GetArraySize(p));
+            return serve_openai_bad(
+                b, "prompt",
+                "'prompt': an array of %d prompts (only one prompt per request is "
+                "supported)",
+                cJSON_GetArraySize(p));
         p = cJSON_GetArrayItem(p, 0);
     }
     if (!cJSON_IsString(p))
-        return s_bad(b, "prompt",
-                     "'prompt': expected a string (token ids are not supported), got %s",
-                     serve_openai_json_type(p));
+        return serve_openai_bad(b, "prompt",
+                                "'prompt': expected a string (token ids are not supported), got %s",
+                                serve_openai_json_type(p));
     if (!*p->valuestring)
-        return s_bad(b, "prompt", "'prompt' is empty");
+        return serve_openai_bad(b, "prompt", "'prompt' is empty");
     g->prompt = p->valuestring;
     g->prompt_len = strlen(p->valuestring);
     return 0;
@@ -602,14 +607,15 @@ static int s_prompt(msg_generate_t *g, const cJSON *p, serve_openai_bad_t *b) {
 static int s_stop(msg_generate_t *g, const cJSON *f, serve_openai_bad_t *b) {
     const cJSON *one = cJSON_IsString(f) ? f : NULL, *s;
     if (!one && cJSON_GetArraySize(f) > MSG_MAX_STOP)
-        return s_bad(b, "stop", "'stop': at most %d strings", MSG_MAX_STOP);
+        return serve_openai_bad(b, "stop", "'stop': at most %d strings", MSG_MAX_STOP);
     for (s = one ? one : f->child; s; s = one ? NULL : s->next) {
         if (!cJSON_IsString(s))
-            return s_bad(b, "stop", "'stop': expected strings, got %s", serve_openai_json_type(s));
+            return serve_openai_bad(b, "stop", "'stop': expected strings, got %s",
+                                    serve_openai_json_type(s));
         size_t n = strlen(s->valuestring);
         if (n < 1 || n > MSG_MAX_STOP_BYTES)
-            return s_bad(b, "stop", "'stop': each string must have 1..%d bytes",
-                         MSG_MAX_STOP_BYTES);
+            return serve_openai_bad(b, "stop", "'stop': each string must have 1..%d bytes",
+                                    MSG_MAX_STOP_BYTES);
         memcpy(g->stop[g->n_stop++], s->valuestring, n + 1);
     }
     return 0;
@@ -651,8 +657,8 @@ static void s_sampling(msg_generate_t *g, const cJSON *root, const serve_openai_
 static int s_logit_bias(serve_openai_request_t *req, const cJSON *f, serve_openai_bad_t *b) {
     int n = cJSON_GetArraySize(f);
     if (n > MSG_MAX_LOGIT_BIAS)
-        return s_bad(b, "logit_bias", "'logit_bias': %d entries, at most %d", n,
-                     MSG_MAX_LOGIT_BIAS);
+        return serve_openai_bad(b, "logit_bias", "'logit_bias': %d entries, at most %d", n,
+                                MSG_MAX_LOGIT_BIAS);
     if (n == 0)
         return 0;
     req->bias = malloc((size_t)n * sizeof *req->bias);
@@ -666,17 +672,21 @@ static int s_logit_bias(serve_openai_request_t *req, const cJSON *f, serve_opena
             c++;
         long id = c > key && !*c && c - key <= 10 ? strtol(key, NULL, 10) : -1;
         if (id < 0 || id > INT32_MAX)
-            return s_bad(b, "logit_bias",
-                         "'logit_bias': key '%.32s' is not a token id (a decimal integer)", key);
+            return serve_openai_bad(
+                b, "logit_bias", "'logit_bias': key '%.32s' is not a token id (a decimal integer)",
+                key);
         if (!cJSON_IsNumber(e))
-            return s_bad(b, "logit_bias", "'logit_bias.%.32s': expected a number, got %s", key,
-                         serve_openai_json_type(e));
+            return serve_openai_bad(b, "logit_bias",
+                                    "'logit_bias.%.32s': expected a number, got %s", key,
+                                    serve_openai_json_type(e));
         if (!(e->valuedouble >= -100 && e->valuedouble <= 100))
-            return s_bad(b, "logit_bias", "'logit_bias.%.32s': %g is out of range [-100, 100]", key,
-                         e->valuedouble);
+            return serve_openai_bad(b, "logit_bias",
+                                    "'logit_bias.%.32s': %g is out of range [-100, 100]", key,
+                                    e->valuedouble);
         for (int j = 0; j < k; j++)
             if (req->bias[j].token == (int32_t)id)
-                return s_bad(b, "logit_bias", "'logit_bias': token %ld is given twice", id);
+                return serve_openai_bad(b, "logit_bias", "'logit_bias': token %ld is given twice",
+                                        id);
         req->bias[k++] = (msg_logit_bias_t){(int32_t)id, (float)e->valuedouble};
     }
     req->gen.logit_bias = req->bias;
@@ -689,17 +699,18 @@ static int s_response_format(serve_openai_request_t *req, const cJSON *f, serve_
     msg_generate_t *g = &req->gen;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(f, "type"), *k;
     if (!cJSON_IsString(t))
-        return s_bad(b, "response_format", "'response_format.type' must be a string");
+        return serve_openai_bad(b, "response_format", "'response_format.type' must be a string");
     const char *type = t->valuestring;
     bool schema = !strcmp(type, "json_schema");
     if (strcmp(type, "text") && strcmp(type, "json_object") && !schema)
-        return s_bad(b, "response_format",
-                     "'response_format.type': '%.64s' is not one of text, json_object, json_schema",
-                     type);
+        return serve_openai_bad(
+            b, "response_format",
+            "'response_format.type': '%.64s' is not one of text, json_object, json_schema", type);
     cJSON_ArrayForEach(k, f) {
         if (strcmp(k->string, "type") && !(schema && !strcmp(k->string, "json_schema")))
-            return s_bad(b, "response_format", "'response_format.%.64s' is not supported with %s",
-                         k->string, type);
+            return serve_openai_bad(b, "response_format",
+                                    "'response_format.%.64s' is not supported with %s", k->string,
+                                    type);
     }
     if (!strcmp(type, "json_object"))
         g->json_object = true;
@@ -707,30 +718,32 @@ static int s_response_format(serve_openai_request_t *req, const cJSON *f, serve_
         return 0;
     const cJSON *js = cJSON_GetObjectItemCaseSensitive(f, "json_schema");
     if (!cJSON_IsObject(js))
-        return s_bad(b, "response_format", "'response_format.json_schema' must be an object");
+        return serve_openai_bad(b, "response_format",
+                                "'response_format.json_schema' must be an object");
     cJSON_ArrayForEach(k, js) {
         if (strcmp(k->string, "name") && strcmp(k->string, "description") &&
             strcmp(k->string, "schema") && strcmp(k->string, "strict"))
-            return s_bad(b, "response_format",
-                         "'response_format.json_schema.%.64s' is not supported", k->string);
+            return serve_openai_bad(b, "response_format",
+                                    "'response_format.json_schema.%.64s' is not supported",
+                                    k->string);
     }
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(js, "schema");
     if (sc && !cJSON_IsObject(sc) && !cJSON_IsBool(sc))
-        return s_bad(b, "response_format",
-                     "'response_format.json_schema.schema' must be an object, got %s",
-                     serve_openai_json_type(sc));
+        return serve_openai_bad(b, "response_format",
+                                "'response_format.json_schema.schema' must be an object, got %s",
+                                serve_openai_json_type(sc));
     /* no schema: any JSON value (the engine's "{}") */
     req->schema = sc ? cJSON_PrintUnformatted(sc) : strdup("{}");
     if (!req->schema)
         return -ENOMEM;
     size_t len = strlen(req->schema);
     if (len > MSG_MAX_GRAMMAR_BYTES)
-        return s_bad(b, "response_format", "the schema is %zu bytes, limit %u", len,
-                     MSG_MAX_GRAMMAR_BYTES);
+        return serve_openai_bad(b, "response_format", "the schema is %zu bytes, limit %u", len,
+                                MSG_MAX_GRAMMAR_BYTES);
     char why[256];
     char *gbnf = grammar_schema_to_gbnf(req->schema, len, why, sizeof why);
     if (!gbnf) /* fail-closed: the frontend would refuse it too; here it is a 400 at once */
-        return s_bad(b, "response_format", "the schema cannot be enforced: %s", why);
+        return serve_openai_bad(b, "response_format", "the schema cannot be enforced: %s", why);
     free(gbnf);
     g->json_schema = req->schema;
     g->json_schema_len = len;
@@ -801,8 +814,9 @@ static int s_tools_turn(serve_openai_request_t *req, char *text, serve_openai_ba
     }
     req->owned[MSG_MAX_MESSAGES] = text;
     if (g->n_messages >= MSG_MAX_MESSAGES)
-        return s_bad(b, "messages", "'messages': %d messages and the tools' system turn pass %d",
-                     g->n_messages, MSG_MAX_MESSAGES);
+        return serve_openai_bad(b, "messages",
+                                "'messages': %d messages and the tools' system turn pass %d",
+                                g->n_messages, MSG_MAX_MESSAGES);
     memmove(g->messages + 1, g->messages, (size_t)g->n_messages * sizeof *g->messages);
     memset(&g->messages[0], 0, sizeof g->messages[0]);
     snprintf(g->messages[0].role, sizeof g->messages[0].role, "system");
@@ -818,22 +832,22 @@ static int s_functions(serve_openai_request_t *req, cJSON *root, serve_openai_ba
     const cJSON *fns = s_field(root, "functions"), *fc = s_field(root, "function_call");
     if (!fns || !cJSON_GetArraySize(fns)) {
         if (fc && !s_only_no_tool(fc))
-            return s_bad(b, "function_call",
-                         "'function_call' names a function: it needs 'functions'");
+            return serve_openai_bad(b, "function_call",
+                                    "'function_call' names a function: it needs 'functions'");
         return 0;
     }
     if (s_field(root, "tools") || s_field(root, "tool_choice"))
-        return s_bad(b, "functions",
-                     "'functions' and 'tools': give one (functions is the "
-                     "deprecated form of tools)");
+        return serve_openai_bad(b, "functions",
+                                "'functions' and 'tools': give one (functions is the "
+                                "deprecated form of tools)");
     cJSON *tools = cJSON_CreateArray(), *choice = NULL;
     const cJSON *f;
     int i = 0;
     cJSON_ArrayForEach(f, fns) {
         if (!cJSON_IsObject(f)) {
             cJSON_Delete(tools);
-            return s_bad(b, "functions",
-                         "'functions[%d]': expected {name, description, parameters}", i);
+            return serve_openai_bad(b, "functions",
+                                    "'functions[%d]': expected {name, description, parameters}", i);
         }
         cJSON *t = cJSON_CreateObject();
         cJSON_AddStringToObject(t, "type", "function");
@@ -844,15 +858,17 @@ static int s_functions(serve_openai_request_t *req, cJSON *root, serve_openai_ba
     if (cJSON_IsString(fc)) {
         if (strcmp(fc->valuestring, "none") && strcmp(fc->valuestring, "auto")) {
             cJSON_Delete(tools);
-            return s_bad(b, "function_call", "'function_call': '%.64s' is not none, auto or {name}",
-                         fc->valuestring);
+            return serve_openai_bad(b, "function_call",
+                                    "'function_call': '%.64s' is not none, auto or {name}",
+                                    fc->valuestring);
         }
         choice = cJSON_CreateString(fc->valuestring);
     } else if (fc) {
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fc, "name");
         if (!cJSON_IsString(nm)) {
             cJSON_Delete(tools);
-            return s_bad(b, "function_call", "'function_call': expected none, auto or {name}");
+            return serve_openai_bad(b, "function_call",
+                                    "'function_call': expected none, auto or {name}");
         }
         choice = cJSON_CreateObject();
         cJSON_AddStringToObject(choice, "type", "function");
@@ -874,33 +890,36 @@ int serve_openai_tools_compile(const cJSON *tools, const cJSON *choice, const cJ
     *tools_mode = SERVE_OPENAI_TOOLS_NONE;
     *grammar = *turn = NULL;
     if (tools && !cJSON_IsArray(tools))
-        return s_bad(b, "tools", "'tools' must be an array");
+        return serve_openai_bad(b, "tools", "'tools' must be an array");
     if (par && !cJSON_IsBool(par))
-        return s_bad(b, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+        return serve_openai_bad(b, "parallel_tool_calls",
+                                "'parallel_tool_calls' must be a boolean");
     int nt = tools ? cJSON_GetArraySize(tools) : 0;
     bool parallel = !par || cJSON_IsTrue(par);
     const char *named = NULL, *mode = nt ? "auto" : "none";
     if (nt > SERVE_OPENAI_MAX_TOOLS)
-        return s_bad(b, "tools", "'tools': %d tools, at most %d", nt, SERVE_OPENAI_MAX_TOOLS);
+        return serve_openai_bad(b, "tools", "'tools': %d tools, at most %d", nt,
+                                SERVE_OPENAI_MAX_TOOLS);
     if (cJSON_IsString(choice)) {
         mode = choice->valuestring;
         if (strcmp(mode, "none") && strcmp(mode, "auto") && strcmp(mode, "required"))
-            return s_bad(b, "tool_choice",
-                         "'tool_choice': '%.64s' is not one of none, auto, required or "
-                         "{type: function, function: {name}}",
-                         mode);
+            return serve_openai_bad(b, "tool_choice",
+                                    "'tool_choice': '%.64s' is not one of none, auto, required or "
+                                    "{type: function, function: {name}}",
+                                    mode);
     } else if (choice) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(choice, "type");
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
         if (!cJSON_IsString(t) || strcmp(t->valuestring, "function") || !cJSON_IsString(nm))
-            return s_bad(b, "tool_choice",
-                         "'tool_choice': expected {type: function, function: {name}}");
+            return serve_openai_bad(b, "tool_choice",
+                                    "'tool_choice': expected {type: function, function: {name}}");
         named = nm->valuestring;
         mode = "required";
     }
     if (!nt && strcmp(mode, "none"))
-        return s_bad(b, "tool_choice", "'tool_choice': '%s' needs tools", named ? named : mode);
+        return serve_openai_bad(b, "tool_choice", "'tool_choice': '%s' needs tools",
+                                named ? named : mode);
     if (!strcmp(mode, "none"))
         return 0; /* text: the tools are not described (their history still is) */
     /* check each tool; the call schema: an array of {name: const, arguments: parameters} */
@@ -917,13 +936,15 @@ int serve_openai_tools_compile(const cJSON *tools, const cJSON *choice, const cJ
         const cJSON *desc = s_field(fn, "description"), *pars = s_field(fn, "parameters");
         if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
             !cJSON_IsObject(fn) || !cJSON_IsString(nm)) {
-            rc = s_bad(b, "tools", "'%s': expected {type: function, function: {name, ...}}", param);
+            rc = serve_openai_bad(b, "tools",
+                                  "'%s': expected {type: function, function: {name, ...}}", param);
             goto out;
         }
         cJSON_ArrayForEach(k, fn) {
             if (strcmp(k->string, "name") && strcmp(k->string, "description") &&
                 strcmp(k->string, "parameters") && strcmp(k->string, "strict")) {
-                rc = s_bad(b, "tools", "'%s.function.%.32s' is not supported", param, k->string);
+                rc = serve_openai_bad(b, "tools", "'%s.function.%.32s' is not supported", param,
+                                      k->string);
                 goto out;
             }
         }
@@ -931,7 +952,8 @@ int serve_openai_tools_compile(const cJSON *tools, const cJSON *choice, const cJ
         if (nl < 1 || nl > 64 ||
             strspn(nm->valuestring, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                     "0123456789_-") != nl) {
-            rc = s_bad(b, "tools", "'%s.function.name' must be 1..64 of a-z A-Z 0-9 _ -", param);
+            rc = serve_openai_bad(b, "tools", "'%s.function.name' must be 1..64 of a-z A-Z 0-9 _ -",
+                                  param);
             goto out;
         }
         for (const cJSON *u = tools->child; u != t; u = u->next)
@@ -939,22 +961,24 @@ int serve_openai_tools_compile(const cJSON *tools, const cJSON *choice, const cJ
                             cJSON_GetObjectItemCaseSensitive(u, "function"), "name")
                             ->valuestring,
                         nm->valuestring)) {
-                rc = s_bad(b, "tools", "'%s': the name '%s' is used twice", param, nm->valuestring);
+                rc = serve_openai_bad(b, "tools", "'%s': the name '%s' is used twice", param,
+                                      nm->valuestring);
                 goto out;
             }
         if (desc && !cJSON_IsString(desc)) {
-            rc = s_bad(b, "tools", "'%s.function.description' must be a string", param);
+            rc = serve_openai_bad(b, "tools", "'%s.function.description' must be a string", param);
             goto out;
         }
         if (pars && !cJSON_IsObject(pars)) {
-            rc = s_bad(b, "tools", "'%s.function.parameters' must be an object", param);
+            rc = serve_openai_bad(b, "tools", "'%s.function.parameters' must be an object", param);
             goto out;
         }
         if (pars && s_has_ref(pars, path, sizeof path)) {
-            rc = s_bad(b, "tools",
-                       "'%s.function.parameters' cannot be enforced: #%s: $ref: not supported in "
-                       "tool parameters",
-                       param, path);
+            rc = serve_openai_bad(
+                b, "tools",
+                "'%s.function.parameters' cannot be enforced: #%s: $ref: not supported in "
+                "tool parameters",
+                param, path);
             goto out;
         }
         /* compiled alone first, so that a refusal names the path inside parameters */
@@ -964,8 +988,9 @@ int serve_openai_tools_compile(const cJSON *tools, const cJSON *choice, const cJ
         bool oom = !ptext;
         free(ptext);
         if (!gb) {
-            rc = !oom ? s_bad(b, "tools", "'%s.function.parameters' cannot be enforced: %s", param,
-                              why)
+            rc = !oom ? serve_openai_bad(b, "tools",
+                                         "'%s.function.parameters' cannot be enforced: %s", param,
+                                         why)
                       : -ENOMEM;
             goto out;
         }
@@ -996,7 +1021,7 @@ int serve_openai_tools_compile(const cJSON *tools, const cJSON *choice, const cJ
         i++;
     }
     if (named && !found) {
-        rc = s_bad(b, "tool_choice", "'tool_choice': no tool is named '%.64s'", named);
+        rc = serve_openai_bad(b, "tool_choice", "'tool_choice': no tool is named '%.64s'", named);
         goto out;
     }
     cJSON_AddStringToObject(sch, "type", "array");
@@ -1010,7 +1035,7 @@ int serve_openai_tools_compile(const cJSON *tools, const cJSON *choice, const cJ
     bool oom = !text;
     free(text);
     if (!gb) {
-        rc = !oom ? s_bad(b, "tools", "the tools cannot be enforced: %s", why) : -ENOMEM;
+        rc = !oom ? serve_openai_bad(b, "tools", "the tools cannot be enforced: %s", why) : -ENOMEM;
         goto out;
     }
     bool auto_ = !strcmp(mode, "auto");
@@ -1032,8 +1057,8 @@ int serve_openai_tools_compile(const cJSON *tools, const cJSON *choice, const cJ
         gb = o;
     }
     if (strlen(gb) > MSG_MAX_GRAMMAR_BYTES) {
-        rc = s_bad(b, "tools", "the tools' grammar is %zu bytes, limit %u", strlen(gb),
-                   MSG_MAX_GRAMMAR_BYTES);
+        rc = serve_openai_bad(b, "tools", "the tools' grammar is %zu bytes, limit %u", strlen(gb),
+                              MSG_MAX_GRAMMAR_BYTES);
         free(gb);
         goto out;
     }
@@ -1063,8 +1088,8 @@ static int s_tools(serve_openai_request_t *req, const cJSON *root, serve_openai_
     if (g->json_object || g->json_schema) {
         free(gb);
         free(turn);
-        return s_bad(b, "response_format",
-                     "'response_format' together with tools is not supported");
+        return serve_openai_bad(b, "response_format",
+                                "'response_format' together with tools is not supported");
     }
     req->grammar = gb;
     g->grammar = gb;
@@ -1080,7 +1105,8 @@ static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
     double v = 0;
     int rc;
     if (!cJSON_IsObject(root))
-        return s_bad(b, "", "the body must be a JSON object, not %s", serve_openai_json_type(root));
+        return serve_openai_bad(b, "", "the body must be a JSON object, not %s",
+                                serve_openai_json_type(root));
     if ((rc = s_check_all(api, root, b)))
         return rc;
     /* log-probabilities: chat has logprobs (bool) + top_logprobs (0..20); the legacy
@@ -1088,7 +1114,7 @@ static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
     if (api == CHAT) {
         g->logprobs = (f = s_field(root, "logprobs")) && cJSON_IsTrue(f);
         if (s_number(root, "top_logprobs", &v) && v > 0 && !g->logprobs)
-            return s_bad(b, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+            return serve_openai_bad(b, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
         if (s_field(root, "top_logprobs"))
             g->top_logprobs = (int)v;
     } else if (s_number(root, "logprobs", &v)) {
@@ -1098,12 +1124,12 @@ static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
     /* the prompt */
     if (api == CHAT) {
         if (!(f = s_field(root, "messages")))
-            return s_bad(b, "messages", "'messages' is required");
+            return serve_openai_bad(b, "messages", "'messages' is required");
         if ((rc = s_messages(req, f, b)))
             return rc;
     } else {
         if (!(f = s_field(root, "prompt")))
-            return s_bad(b, "prompt", "'prompt' is required");
+            return serve_openai_bad(b, "prompt", "'prompt' is required");
         if ((rc = s_prompt(g, f, b)))
             return rc;
     }
@@ -1141,12 +1167,12 @@ static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
             bool usage = !strcmp(k->string, "include_usage");
             /* include_obfuscation pads chunks against size side channels: not the answer */
             if (!usage && strcmp(k->string, "include_obfuscation"))
-                return s_bad(b, param,
-                             "'%s' is not supported (only include_usage, include_obfuscation)",
-                             param);
+                return serve_openai_bad(
+                    b, param, "'%s' is not supported (only include_usage, include_obfuscation)",
+                    param);
             if (!cJSON_IsBool(k))
-                return s_bad(b, param, "'%s': expected a boolean, got %s", param,
-                             serve_openai_json_type(k));
+                return serve_openai_bad(b, param, "'%s': expected a boolean, got %s", param,
+                                        serve_openai_json_type(k));
             if (usage)
                 req->include_usage = cJSON_IsTrue(k);
         }
@@ -1166,12 +1192,12 @@ int serve_openai_request_parse(serve_openai_request_t *req, serve_openai_api_t a
         body && strlen(body) == len ? cJSON_ParseWithLengthOpts(body, len + 1, &end, true) : NULL;
     if (!req->root) {
         size_t at = end && body ? (size_t)(end - body) : 0;
-        s_bad(bad, "", "the body is not valid JSON (at byte %zu of %zu)", at, len);
+        serve_openai_bad(bad, "", "the body is not valid JSON (at byte %zu of %zu)", at, len);
         return -EBADMSG;
     }
     int rc = s_translate(req, api, def, seed, bad);
     if (rc == -ENOMEM)
-        s_bad(bad, "", "out of memory");
+        serve_openai_bad(bad, "", "out of memory");
     return rc;
 }
 

@@ -76,6 +76,10 @@ typedef struct {
     char msg[512];
 } serve_openai_bad_t;
 
+/* Set b (param, and the message printf'd) and return -EINVAL: a 400 naming param. */
+int serve_openai_bad(serve_openai_bad_t *b, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* What a chat request does with its tools (docs/HTTP.md, tool calls). */
 typedef enum {
     SERVE_OPENAI_TOOLS_NONE,   /* no tools, or tool_choice "none": the answer is text */

@@ -104,17 +104,6 @@ int serve_responses_store_count(const serve_responses_store_t *s) {
 
 /* ---- the request */
 
-static int s_bad(serve_openai_bad_t *b, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int s_bad(serve_openai_bad_t *b, const char *param, const char *fmt, ...) {
-    snprintf(b->param, sizeof b->param, "%s", param);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->msg, sizeof b->msg, fmt, ap);
-    va_end(ap);
-    return -EINVAL;
-}
-
 /* A field given as JSON null counts as absent. */
 static const cJSON *s_field(const cJSON *o, const char *name) {
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
@@ -198,12 +187,13 @@ static int s_check_fields(const cJSON *root, serve_openai_bad_t *b) {
             if (!strcmp(s_rows[i].name, f->string))
                 row = &s_rows[i];
         if (!row)
-            return s_bad(b, f->string, "'%.64s' is not a field of /v1/responses that strata knows",
-                         f->string);
+            return serve_openai_bad(b, f->string,
+                                    "'%.64s' is not a field of /v1/responses that strata knows",
+                                    f->string);
         if (cJSON_IsNull(f))
             continue;
         if (row->rule == S_REFUSE || (row->rule == S_DEFAULT && !s_is_default(row->name, f)))
-            return s_bad(b, row->name, "'%s': %s", row->name, row->why);
+            return serve_openai_bad(b, row->name, "'%s': %s", row->name, row->why);
     }
     return 0;
 }
@@ -214,7 +204,7 @@ static char *s_text(const cJSON *c, const char *param, serve_openai_bad_t *b) {
     if (cJSON_IsString(c))
         return strdup(c->valuestring);
     if (!cJSON_IsArray(c)) {
-        s_bad(b, param, "'%s': expected a string or an array of text parts", param);
+        serve_openai_bad(b, param, "'%s': expected a string or an array of text parts", param);
         return NULL;
     }
     size_t n = 1;
@@ -225,10 +215,10 @@ static char *s_text(const cJSON *c, const char *param, serve_openai_bad_t *b) {
         if (!cJSON_IsString(t) || !cJSON_IsString(x) ||
             (strcmp(t->valuestring, "input_text") && strcmp(t->valuestring, "output_text") &&
              strcmp(t->valuestring, "text"))) {
-            s_bad(b, param,
-                  "'%s': only text parts are supported (input_text, output_text), "
-                  "not %.32s",
-                  param, cJSON_IsString(t) ? t->valuestring : "a part without a type");
+            serve_openai_bad(b, param,
+                             "'%s': only text parts are supported (input_text, output_text), "
+                             "not %.32s",
+                             param, cJSON_IsString(t) ? t->valuestring : "a part without a type");
             return NULL;
         }
         n += strlen(x->valuestring);
@@ -264,7 +254,7 @@ static int s_input(cJSON *msgs, const cJSON *input, serve_openai_bad_t *b) {
         return 0;
     }
     if (!cJSON_IsArray(input))
-        return s_bad(b, "input", "'input': expected a string or an array of items");
+        return serve_openai_bad(b, "input", "'input': expected a string or an array of items");
     cJSON *calls = NULL; /* the assistant turn consecutive function_call items make */
     int i = 0;
     const cJSON *it;
@@ -275,15 +265,15 @@ static int s_input(cJSON *msgs, const cJSON *input, serve_openai_bad_t *b) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
         const char *ty = cJSON_IsString(type) ? type->valuestring : "message";
         if (!cJSON_IsObject(it))
-            return s_bad(b, "input", "'%s': expected an object", param);
+            return serve_openai_bad(b, "input", "'%s': expected an object", param);
         if (!strcmp(ty, "function_call")) {
             const cJSON *id = s_field(it, "call_id"), *nm = s_field(it, "name");
             const cJSON *args = s_field(it, "arguments");
             if (!cJSON_IsString(id) || !cJSON_IsString(nm) || !cJSON_IsString(args))
-                return s_bad(b, "input",
-                             "'%s': a function_call needs call_id, name, arguments "
-                             "(strings)",
-                             param);
+                return serve_openai_bad(b, "input",
+                                        "'%s': a function_call needs call_id, name, arguments "
+                                        "(strings)",
+                                        param);
             if (!calls) {
                 cJSON *m = cJSON_CreateObject();
                 cJSON_AddStringToObject(m, "role", "assistant");
@@ -304,7 +294,8 @@ static int s_input(cJSON *msgs, const cJSON *input, serve_openai_bad_t *b) {
         if (!strcmp(ty, "function_call_output")) {
             const cJSON *id = s_field(it, "call_id");
             if (!cJSON_IsString(id))
-                return s_bad(b, "input", "'%s': a function_call_output needs call_id", param);
+                return serve_openai_bad(b, "input", "'%s': a function_call_output needs call_id",
+                                        param);
             char *t = s_text(s_field(it, "output"), param, b);
             if (!t)
                 return b->msg[0] ? -EINVAL : -ENOMEM;
@@ -314,18 +305,18 @@ static int s_input(cJSON *msgs, const cJSON *input, serve_openai_bad_t *b) {
             continue;
         }
         if (strcmp(ty, "message"))
-            return s_bad(b, "input",
-                         "'%s': items of type '%.32s' are not supported (message, "
-                         "function_call, function_call_output)",
-                         param, ty);
+            return serve_openai_bad(b, "input",
+                                    "'%s': items of type '%.32s' are not supported (message, "
+                                    "function_call, function_call_output)",
+                                    param, ty);
         const char *r = cJSON_IsString(role) ? role->valuestring : "";
         if (!strcmp(r, "developer"))
             r = "system";
         if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "assistant"))
-            return s_bad(b, "input",
-                         "'%s': role '%.32s' is not user, assistant, system or "
-                         "developer",
-                         param, r);
+            return serve_openai_bad(b, "input",
+                                    "'%s': role '%.32s' is not user, assistant, system or "
+                                    "developer",
+                                    param, r);
         char *t = s_text(s_field(it, "content"), param, b);
         if (!t)
             return b->msg[0] ? -EINVAL : -ENOMEM;
@@ -337,15 +328,16 @@ static int s_input(cJSON *msgs, const cJSON *input, serve_openai_bad_t *b) {
 /* Flat tools ({type, name, description, parameters, strict}) as chat tools. */
 static int s_tools(cJSON *chat, const cJSON *tools, serve_openai_bad_t *b) {
     if (!cJSON_IsArray(tools))
-        return s_bad(b, "tools", "'tools': expected an array");
+        return serve_openai_bad(b, "tools", "'tools': expected an array");
     cJSON *out = cJSON_AddArrayToObject(chat, "tools");
     int i = 0;
     const cJSON *t;
     cJSON_ArrayForEach(t, tools) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))
-            return s_bad(b, "tools", "'tools[%d]': only function tools are supported (not %.32s)",
-                         i, cJSON_IsString(type) ? type->valuestring : "an untyped tool");
+            return serve_openai_bad(b, "tools",
+                                    "'tools[%d]': only function tools are supported (not %.32s)", i,
+                                    cJSON_IsString(type) ? type->valuestring : "an untyped tool");
         cJSON *c = cJSON_CreateObject(), *fn;
         cJSON_AddStringToObject(c, "type", "function");
         fn = cJSON_AddObjectToObject(c, "function");
@@ -369,9 +361,9 @@ static int s_tool_choice(cJSON *chat, const cJSON *c, serve_openai_bad_t *b) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(c, "type");
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(c, "name");
     if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(nm))
-        return s_bad(b, "tool_choice",
-                     "'tool_choice': expected none, auto, required or "
-                     "{type: function, name}");
+        return serve_openai_bad(b, "tool_choice",
+                                "'tool_choice': expected none, auto, required or "
+                                "{type: function, name}");
     cJSON *o = cJSON_AddObjectToObject(chat, "tool_choice");
     cJSON_AddStringToObject(o, "type", "function");
     cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "function"), "name", nm->valuestring);
@@ -383,14 +375,14 @@ static int s_format(cJSON *chat, const cJSON *text, serve_openai_bad_t *b) {
     const cJSON *k;
     cJSON_ArrayForEach(k, text) {
         if (strcmp(k->string, "format") && strcmp(k->string, "verbosity"))
-            return s_bad(b, "text", "'text.%.32s' is not supported (format)", k->string);
+            return serve_openai_bad(b, "text", "'text.%.32s' is not supported (format)", k->string);
     }
     const cJSON *f = s_field(text, "format");
     if (!f)
         return 0;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(f, "type");
     if (!cJSON_IsString(type))
-        return s_bad(b, "text.format", "'text.format.type' must be a string");
+        return serve_openai_bad(b, "text.format", "'text.format.type' must be a string");
     cJSON *rf = cJSON_AddObjectToObject(chat, "response_format");
     cJSON_AddStringToObject(rf, "type", type->valuestring);
     if (strcmp(type->valuestring, "json_schema"))
@@ -462,11 +454,12 @@ int serve_responses_request_parse(serve_responses_request_t *req, const char *bo
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false), *chat = NULL;
     int rc;
     if (!root) {
-        s_bad(b, "", "the body is not JSON (at byte %td)", end ? end - body : (ptrdiff_t)0);
+        serve_openai_bad(b, "", "the body is not JSON (at byte %td)",
+                         end ? end - body : (ptrdiff_t)0);
         return -EBADMSG;
     }
     if (!cJSON_IsObject(root)) {
-        rc = s_bad(b, "", "the body must be a JSON object");
+        rc = serve_openai_bad(b, "", "the body must be a JSON object");
         goto out;
     }
     if ((rc = s_check_fields(root, b)))
@@ -481,8 +474,9 @@ int serve_responses_request_parse(serve_responses_request_t *req, const char *bo
     if ((f = s_field(root, "previous_response_id"))) {
         const s_kept_t *k = cJSON_IsString(f) ? s_find(store, f->valuestring) : NULL;
         if (!k) {
-            s_bad(b, "previous_response_id", "Previous response with id '%.80s' not found",
-                  cJSON_IsString(f) ? f->valuestring : "(not a string)");
+            serve_openai_bad(b, "previous_response_id",
+                             "Previous response with id '%.80s' not found",
+                             cJSON_IsString(f) ? f->valuestring : "(not a string)");
             rc = cJSON_IsString(f) ? -ENOENT : -EINVAL;
             goto out;
         }
@@ -491,7 +485,7 @@ int serve_responses_request_parse(serve_responses_request_t *req, const char *bo
             cJSON_AddItemToArray(req->history, cJSON_Duplicate(m, true));
     }
     if (!(f = s_field(root, "input"))) {
-        rc = s_bad(b, "input", "'input' is required");
+        rc = serve_openai_bad(b, "input", "'input' is required");
         goto out;
     }
     if ((rc = s_input(req->history, f, b)))
@@ -500,7 +494,7 @@ int serve_responses_request_parse(serve_responses_request_t *req, const char *bo
     cJSON *msgs = cJSON_AddArrayToObject(chat, "messages");
     if ((f = s_field(root, "instructions"))) {
         if (!cJSON_IsString(f)) {
-            rc = s_bad(b, "instructions", "'instructions' must be a string");
+            rc = serve_openai_bad(b, "instructions", "'instructions' must be a string");
             goto out;
         }
         cJSON_AddItemToArray(msgs, s_message("system", strdup(f->valuestring)));
@@ -513,7 +507,7 @@ int serve_responses_request_parse(serve_responses_request_t *req, const char *bo
         goto out;
     if ((f = s_field(root, "text")) &&
         (rc = cJSON_IsObject(f) ? s_format(chat, f, b)
-                                : s_bad(b, "text", "'text' must be an object")))
+                                : serve_openai_bad(b, "text", "'text' must be an object")))
         goto out;
     if ((f = s_field(root, "max_output_tokens")))
         cJSON_AddItemToObject(chat, "max_tokens", cJSON_Duplicate(f, true));

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static char DIR_[256], SYNTH[300];
+static test_synth_fixture_t FIX; /* the synthetic model, opened by main */
 static model_t *MODEL;
 static model_tokenizer_t *TOK;
 
@@ -167,23 +167,12 @@ static Suite *s_suite(void) {
 }
 
 int main(int argc, char **argv) {
-    char err[256];
-    const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(DIR_, sizeof DIR_, "%s/strata-test-emit-XXXXXX", tmp);
-    if (!mkdtemp(DIR_))
-        return 1;
-    snprintf(SYNTH, sizeof SYNTH, "%s/synth.gguf", DIR_);
     test_synth_t sc = {.seed = 3};
-    if (test_synth_model(SYNTH, &sc, err, sizeof err) ||
-        !(MODEL = model_load(SYNTH, err, sizeof err)) ||
-        !(TOK = model_tokenizer_new(model_file(MODEL), err, sizeof err))) {
-        fprintf(stderr, "%s\n", err);
+    if (test_synth_open(&FIX, "emit", &sc))
         return 1;
-    }
+    MODEL = FIX.model;
+    TOK = FIX.tok;
     int rc = test_run_suite(argc, argv, s_suite(), CK_NOFORK);
-    model_tokenizer_destroy(&TOK);
-    model_destroy(&MODEL);
-    unlink(SYNTH);
-    rmdir(DIR_);
+    test_synth_close(&FIX);
     return rc;
 }

@@ -3,7 +3,9 @@
 #include "test_util.h"
 
 #include "actor_runtime.h"
+#include "model.h"
 #include "model_gguf_write.h"
+#include "model_tokenizer.h"
 
 #include <errno.h>
 #include <math.h>
@@ -272,4 +274,35 @@ int test_recv_wait(zsock_t *s, msg_any_t *m, int ms) {
         zclock_sleep(1);
     }
     return -ETIMEDOUT;
+}
+
+int test_synth_open(test_synth_fixture_t *f, const char *tag, const test_synth_t *cfg) {
+    char err[256];
+    memset(f, 0, sizeof *f);
+    const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(f->dir, sizeof f->dir, "%s/strata-test-%s-XXXXXX", tmp, tag);
+    if (!mkdtemp(f->dir)) {
+        fprintf(stderr, "mkdtemp %s: %s\n", f->dir, strerror(errno));
+        f->dir[0] = 0;
+        return -1;
+    }
+    snprintf(f->path, sizeof f->path, "%s/synth.gguf", f->dir);
+    if (test_synth_model(f->path, cfg, err, sizeof err) ||
+        !(f->model = model_load(f->path, err, sizeof err)) ||
+        !(f->tok = model_tokenizer_new(model_file(f->model), err, sizeof err))) {
+        fprintf(stderr, "%s\n", err);
+        test_synth_close(f);
+        return -1;
+    }
+    return 0;
+}
+
+void test_synth_close(test_synth_fixture_t *f) {
+    model_tokenizer_destroy(&f->tok);
+    model_destroy(&f->model);
+    if (f->path[0])
+        unlink(f->path);
+    if (f->dir[0])
+        rmdir(f->dir);
+    f->path[0] = f->dir[0] = 0;
 }

@@ -85,4 +85,18 @@ typedef struct {
 /* Write the model to path.  0, or a negative errno with a reason in err. */
 int test_synth_model(const char *path, const test_synth_t *cfg, char *err, size_t errlen);
 
+/* A synthetic model written to a fresh temporary folder ($TMPDIR or /tmp, named after tag)
+ * and loaded with its tokenizer: what the suites that need a vocabulary share. */
+typedef struct {
+    char dir[256];                 /* the folder */
+    char path[300];                /* the GGUF in it */
+    struct model_t *model;         /* loaded */
+    struct model_tokenizer_t *tok; /* its tokenizer */
+} test_synth_fixture_t;
+
+/* 0, or -1 with the reason on stderr. */
+int test_synth_open(test_synth_fixture_t *f, const char *tag, const test_synth_t *cfg);
+/* Free the model and remove the folder; safe twice. */
+void test_synth_close(test_synth_fixture_t *f);
+
 #endif
