@@ -236,6 +236,62 @@ static void s_print_trace(const unsigned char *b, size_t n) {
     msgpack_unpacked_destroy(&u);
 }
 
+/* The trace line of a record: its digest and, when kept, the trace itself. */
+static void s_show_trace(const cJSON *tr) {
+    if (!cJSON_IsObject(tr)) {
+        printf("  trace         none (the request did not ask for one)\n");
+    } else {
+        printf("  trace         %.0f bytes, BLAKE2b %s\n", s_num(tr, "bytes"),
+               s_str(tr, "blake2b", "?"));
+        const char *b64 = s_str(tr, "base64", NULL);
+        if (b64) {
+            size_t cap = strlen(b64), n = 0;
+            unsigned char *bin = malloc(cap + 1);
+            if (bin && !sodium_base642bin(bin, cap, b64, strlen(b64), NULL, &n, NULL,
+                                          sodium_base64_VARIANT_ORIGINAL)) {
+                char hex[AUDIT_HASH_HEX];
+                audit_blake2b_hex(bin, n, hex);
+                printf("  trace kept    %s its digest\n",
+                       !strcmp(hex, s_str(tr, "blake2b", "")) ? "matches" : "DOES NOT match");
+                s_print_trace(bin, n);
+            } else {
+                printf("  trace kept    not valid base64\n");
+            }
+            free(bin);
+        } else {
+            printf("  trace kept    no (only its digest)\n");
+        }
+    }
+}
+
+/* The record's and the chain's integrity lines. */
+static void s_show_integrity(const cJSON *j, const s_integrity_t *in) {
+    printf("\nIntegrity\n  record        ");
+    if (in->record_ok)
+        printf("intact: its hash %s matches its bytes\n", s_str(j, "hash", "?"));
+    else
+        printf("BROKEN: %s\n", in->record_why);
+    printf("  chain         ");
+    if (in->verify_rc && in->verify_rc != -EBADMSG) {
+        printf("not checked: %s\n", strerror(-in->verify_rc));
+    } else if (in->verify_rc == 0) {
+        printf("intact from %s to the end of the log (seq %llu",
+               in->rep.head_checked ? "genesis" : "the start of this file",
+               (unsigned long long)in->rep.last_seq);
+        if (in->rep.head_checked)
+            printf(", head at seq %llu", (unsigned long long)in->rep.head_seq);
+        printf(")\n");
+    } else if (in->chain_ok) {
+        printf("intact up to this record; broken after it: ");
+        s_print_problem(&in->rep);
+        printf("\n");
+    } else {
+        printf("BROKEN at or before this record: ");
+        s_print_problem(&in->rep);
+        printf("\n");
+    }
+}
+
 static void s_show_audit(const cJSON *j, const audit_found_t *f, const s_integrity_t *in,
                          const char *path) {
     const cJSON *c = s_get(j, "client"), *p = s_get(j, "params"), *pr = s_get(j, "prompt");
@@ -293,54 +349,8 @@ static void s_show_audit(const cJSON *j, const audit_found_t *f, const s_integri
     else
         printf("error: %s: %s\n", s_str(end, "error", "?"), s_str(end, "message", ""));
     printf("  resumes       %.0f\n", s_num(j, "resumes"));
-    if (!cJSON_IsObject(tr)) {
-        printf("  trace         none (the request did not ask for one)\n");
-    } else {
-        printf("  trace         %.0f bytes, BLAKE2b %s\n", s_num(tr, "bytes"),
-               s_str(tr, "blake2b", "?"));
-        const char *b64 = s_str(tr, "base64", NULL);
-        if (b64) {
-            size_t cap = strlen(b64), n = 0;
-            unsigned char *bin = malloc(cap + 1);
-            if (bin && !sodium_base642bin(bin, cap, b64, strlen(b64), NULL, &n, NULL,
-                                          sodium_base64_VARIANT_ORIGINAL)) {
-                char hex[AUDIT_HASH_HEX];
-                audit_blake2b_hex(bin, n, hex);
-                printf("  trace kept    %s its digest\n",
-                       !strcmp(hex, s_str(tr, "blake2b", "")) ? "matches" : "DOES NOT match");
-                s_print_trace(bin, n);
-            } else {
-                printf("  trace kept    not valid base64\n");
-            }
-            free(bin);
-        } else {
-            printf("  trace kept    no (only its digest)\n");
-        }
-    }
-    printf("\nIntegrity\n  record        ");
-    if (in->record_ok)
-        printf("intact: its hash %s matches its bytes\n", s_str(j, "hash", "?"));
-    else
-        printf("BROKEN: %s\n", in->record_why);
-    printf("  chain         ");
-    if (in->verify_rc && in->verify_rc != -EBADMSG) {
-        printf("not checked: %s\n", strerror(-in->verify_rc));
-    } else if (in->verify_rc == 0) {
-        printf("intact from %s to the end of the log (seq %llu",
-               in->rep.head_checked ? "genesis" : "the start of this file",
-               (unsigned long long)in->rep.last_seq);
-        if (in->rep.head_checked)
-            printf(", head at seq %llu", (unsigned long long)in->rep.head_seq);
-        printf(")\n");
-    } else if (in->chain_ok) {
-        printf("intact up to this record; broken after it: ");
-        s_print_problem(&in->rep);
-        printf("\n");
-    } else {
-        printf("BROKEN at or before this record: ");
-        s_print_problem(&in->rep);
-        printf("\n");
-    }
+    s_show_trace(tr);
+    s_show_integrity(j, in);
 }
 
 static int s_show(int argc, char **argv) {

@@ -5,6 +5,7 @@
  */
 #include "base_log.h"
 #include "cli.h"
+#include "cli_flags.h"
 #include "kv_ssd.h"
 
 #include <errno.h>
@@ -16,23 +17,80 @@
 /* SmolLM2-135M, F16: 30 layers x (K, V) x 3 KV heads x 16 positions x 64 dims x 2 bytes */
 #define S_DEFAULT_BYTES (30 * 2 * 3 * 16 * 64 * 2)
 
-static void s_usage(FILE *f) {
-    fprintf(f,
-            "usage: strata bench-kv-ssd [options]\n"
-            "  Fill a kv_ssd store of N blocks, then overwrite and read them all, each\n"
-            "  round in a new random order, keeping --qd requests in flight; prints MB/s\n"
-            "  (10^6 bytes of payload) and blocks/s per pass and the medians.\n"
-            "  -d, --dir DIR      directory of the data files (default /var/tmp/strata-bench-kv)\n"
-            "  -n, --blocks N     blocks written (default 1024)\n"
-            "  -R, --rounds N     overwrite + read rounds after the fill (default 3)\n"
-            "  -b, --bytes B      payload bytes per block (default %d: a SmolLM2 F16 block)\n"
-            "  -q, --qd N         queue depth: requests in flight (default 32)\n"
-            "  -f, --files N      data files (default 1)\n"
-            "      --buffered     no O_DIRECT\n"
-            "      --keep         keep the data files\n"
-            "  -h, --help         this help\n",
-            S_DEFAULT_BYTES);
-}
+typedef struct {
+    const char *dir; /* -d */
+    int n_blocks;    /* -n */
+    int rounds;      /* -R */
+    int bytes;       /* -b: payload per block */
+    int qd;          /* -q */
+    int files;       /* -f */
+    bool buffered;
+    bool keep;
+} s_opts_t;
+
+#define S_O(member) ACTOR_OPT_FIELD(s_opts_t, member)
+static const cli_flag_t s_flags[] = {
+    {.name = "dir",
+     .short_name = 'd',
+     .arg = "DIR",
+     .opt = {.type = ACTOR_OPT_PATH, .help = "directory of the data files", .field = S_O(dir)}},
+    {.name = "blocks",
+     .short_name = 'n',
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 1,
+             .max = 1 << 24,
+             .help = "blocks written",
+             .field = S_O(n_blocks)}},
+    {.name = "rounds",
+     .short_name = 'R',
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 0,
+             .max = 1000,
+             .help = "overwrite + read rounds after the fill",
+             .field = S_O(rounds)}},
+    {.name = "bytes",
+     .short_name = 'b',
+     .arg = "B",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 1,
+             .max = 1 << 30,
+             .help = "payload bytes per block (the default: a SmolLM2 F16 block)",
+             .field = S_O(bytes)}},
+    {.name = "qd",
+     .short_name = 'q',
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 1,
+             .max = 1024,
+             .help = "queue depth: requests in flight",
+             .field = S_O(qd)}},
+    {.name = "files",
+     .short_name = 'f',
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 1,
+             .max = KV_SSD_MAX_FILES,
+             .help = "data files",
+             .field = S_O(files)}},
+    {.name = "buffered",
+     .opt = {.type = ACTOR_OPT_BOOL, .help = "no O_DIRECT", .field = S_O(buffered)}},
+    {.name = "keep",
+     .opt = {.type = ACTOR_OPT_BOOL, .help = "keep the data files", .field = S_O(keep)}},
+    {NULL},
+};
+#undef S_O
+
+static const cli_cmd_t s_cmd = {
+    "bench-kv-ssd",
+    "usage: strata bench-kv-ssd [options]\n"
+    "  Fill a kv_ssd store of N blocks, then overwrite and read them all, each\n"
+    "  round in a new random order, keeping --qd requests in flight; prints MB/s\n"
+    "  (10^6 bytes of payload) and blocks/s per pass and the medians.\n",
+    NULL,
+    {{s_flags, 0}, {NULL}},
+};
 
 static uint64_t s_rand(uint64_t *x) {
     *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
@@ -110,50 +168,96 @@ static double s_pass(kv_ssd_t *ssd, const uint8_t *src, long bytes, long qd, con
     return t;
 }
 
-int cmd_bench_kv_ssd(int argc, char **argv) {
-    const char *dir = "/var/tmp/strata-bench-kv";
-    long n_blocks = 1024, rounds = 3, bytes = S_DEFAULT_BYTES, qd = 32, files = 1;
-    bool buffered = false, keep = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool v = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            s_usage(stdout);
-            return 0;
-        } else if ((!strcmp(a, "-d") || !strcmp(a, "--dir")) && v) {
-            dir = argv[++i];
-        } else if ((!strcmp(a, "-n") || !strcmp(a, "--blocks")) && v) {
-            if (!cli_int("bench-kv-ssd", a, argv[++i], 1, 1 << 24, &n_blocks))
-                return 1;
-        } else if ((!strcmp(a, "-R") || !strcmp(a, "--rounds")) && v) {
-            if (!cli_int("bench-kv-ssd", a, argv[++i], 0, 1000, &rounds))
-                return 1;
-        } else if ((!strcmp(a, "-b") || !strcmp(a, "--bytes")) && v) {
-            if (!cli_int("bench-kv-ssd", a, argv[++i], 1, 1 << 30, &bytes))
-                return 1;
-        } else if ((!strcmp(a, "-q") || !strcmp(a, "--qd")) && v) {
-            if (!cli_int("bench-kv-ssd", a, argv[++i], 1, 1024, &qd))
-                return 1;
-        } else if ((!strcmp(a, "-f") || !strcmp(a, "--files")) && v) {
-            if (!cli_int("bench-kv-ssd", a, argv[++i], 1, KV_SSD_MAX_FILES, &files))
-                return 1;
-        } else if (!strcmp(a, "--buffered")) {
-            buffered = true;
-        } else if (!strcmp(a, "--keep")) {
-            keep = true;
-        } else {
-            fprintf(stderr, "strata bench-kv-ssd: unknown option or missing value: %s\n", a);
+/* The fill, then --rounds of overwrites and reads, each over a random permutation of
+ * the slots (every block once, like fio's random map), one line per pass and the
+ * medians.  0 or 1. */
+static int s_rounds(kv_ssd_t *ssd, const s_opts_t *o, const uint8_t *src, int *perm,
+                    kv_ssd_done_t *d) {
+    const long n = o->n_blocks, bytes = o->bytes;
+    double *tw = calloc((size_t)o->rounds + 1, sizeof *tw);
+    double *tr = calloc((size_t)o->rounds + 1, sizeof *tr);
+    int rc = !tw || !tr;
+    uint64_t x = 12345;
+    for (int r = 0; r <= o->rounds && rc == 0; r++) {
+        double t = s_pass(ssd, src, bytes, o->qd, perm, (int)n, true, d);
+        if (t < 0) {
+            rc = 1;
+            break;
+        }
+        tw[r] = t;
+        printf("%s: %ld blocks x %ld bytes in %.3f s: %.1f MB/s, %.1f blocks/s\n",
+               r == 0 ? "fill" : "write", n, bytes, t, (double)n * (double)bytes / 1e6 / t,
+               (double)n / t);
+        if (r == 0)
+            continue;
+        s_shuffle(perm, (int)n, &x);
+        if ((t = s_pass(ssd, src, bytes, o->qd, perm, (int)n, false, d)) < 0) {
+            rc = 1;
+            break;
+        }
+        tr[r - 1] = t;
+        printf("read: %ld blocks x %ld bytes in %.3f s: %.1f MB/s, %.1f blocks/s "
+               "(checksums verified)\n",
+               n, bytes, t, (double)n * (double)bytes / 1e6 / t, (double)n / t);
+        s_shuffle(perm, (int)n, &x);
+    }
+    if (rc == 0 && o->rounds > 0) {
+        double mw = s_median(tw + 1, o->rounds), mr = s_median(tr, o->rounds);
+        double mb = (double)n * (double)bytes / 1e6;
+        printf("median write: %.1f MB/s, %.1f blocks/s\n", mb / mw, (double)n / mw);
+        printf("median read: %.1f MB/s, %.1f blocks/s\n", mb / mr, (double)n / mr);
+    }
+    free(tw);
+    free(tr);
+    return rc;
+}
+
+/* Every slot allocated, in perm (an existing store is emptied first).  0 or 1. */
+static int s_alloc_all(kv_ssd_t *ssd, int n, int *perm) {
+    for (int s = 0; s < n; s++)
+        if (kv_ssd_slot_info(ssd, s, NULL))
+            kv_ssd_free(ssd, s);
+    for (int i = 0; i < n; i++)
+        if ((perm[i] = kv_ssd_alloc(ssd)) < 0) {
+            fprintf(stderr, "strata bench-kv-ssd: no free slot\n");
             return 1;
         }
-    }
+    return 0;
+}
 
-    kv_ssd_config_t c = {.dir = dir,
-                         .n_slots = (int)n_blocks,
-                         .payload_max = (size_t)bytes,
-                         .queue_depth = (int)qd,
-                         .n_files = (int)files,
+/* Without --keep: the data files and the directory (if empty) go. */
+static void s_remove(const s_opts_t *o) {
+    if (o->keep)
+        return;
+    for (int i = 0; i < o->files; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/kv-ssd-%02d.dat", o->dir, i);
+        unlink(p);
+    }
+    rmdir(o->dir); /* only if empty */
+}
+
+int cmd_bench_kv_ssd(int argc, char **argv) {
+    s_opts_t o = {.dir = "/var/tmp/strata-bench-kv",
+                  .n_blocks = 1024,
+                  .rounds = 3,
+                  .bytes = S_DEFAULT_BYTES,
+                  .qd = 32,
+                  .files = 1};
+    int next, rc = cli_flags_parse(&s_cmd, argc, argv, &o, &next);
+    if (rc != CLI_PARSED)
+        return rc;
+    if (next < argc) {
+        fprintf(stderr, "strata bench-kv-ssd: unexpected argument '%s'\n", argv[next]);
+        return 2;
+    }
+    kv_ssd_config_t c = {.dir = o.dir,
+                         .n_slots = o.n_blocks,
+                         .payload_max = (size_t)o.bytes,
+                         .queue_depth = o.qd,
+                         .n_files = o.files,
                          .cookie = 0xbe4c4b5353ull,
-                         .buffered = buffered};
+                         .buffered = o.buffered};
     char err[512];
     kv_ssd_t *ssd = kv_ssd_new(&c, err, sizeof err);
     if (!ssd) {
@@ -162,92 +266,27 @@ int cmd_bench_kv_ssd(int argc, char **argv) {
     }
     /* the payload: incompressible bytes, copied into each request's buffer
      * (as kv_tiers converts a block into it) */
-    uint8_t *src = malloc((size_t)bytes);
-    kv_ssd_done_t *d = malloc((size_t)qd * sizeof *d);
-    int *perm = malloc((size_t)n_blocks * sizeof *perm);
+    uint8_t *src = malloc((size_t)o.bytes);
+    kv_ssd_done_t *d = malloc((size_t)o.qd * sizeof *d);
+    int *perm = malloc((size_t)o.n_blocks * sizeof *perm);
+    rc = 1;
     if (!src || !d || !perm) {
-        free(perm);
-        free(d);
-        free(src);
         fprintf(stderr, "strata bench-kv-ssd: out of memory\n");
-        kv_ssd_destroy(&ssd);
-        return 1;
-    }
-    uint64_t y = 0x9e3779b97f4a7c15ull;
-    for (long i = 0; i < bytes; i++)
-        src[i] = (uint8_t)s_rand(&y);
-    printf("kv_ssd: dir %s, %s, %s buffers, slot %zu bytes (payload %ld), qd %ld, %ld file(s)\n",
-           dir, kv_ssd_direct(ssd) ? "O_DIRECT" : "buffered",
-           kv_ssd_fixed(ssd) ? "registered" : "plain", kv_ssd_slot_bytes(ssd), bytes, qd, files);
-
-    /* fill: every slot written once (into preallocated, never-written extents
-     * on a new store); then rounds of overwrites and reads, each over a random
-     * permutation of the slots (every block once, like fio's random map) */
-    int rc = 0;
-    for (int s = 0; s < n_blocks; s++) /* an existing store: start empty */
-        if (kv_ssd_slot_info(ssd, s, NULL))
-            kv_ssd_free(ssd, s);
-    for (long i = 0; i < n_blocks; i++) {
-        perm[i] = kv_ssd_alloc(ssd);
-        if (perm[i] < 0) {
-            fprintf(stderr, "strata bench-kv-ssd: no free slot\n");
-            rc = 1;
-            goto out;
-        }
-    }
-    double *tw = calloc((size_t)rounds + 1, sizeof *tw), *tr = calloc((size_t)rounds, sizeof *tr);
-    if (!tw || !tr) {
-        free(tw);
-        free(tr);
-        rc = 1;
         goto out;
     }
-    uint64_t x = 12345;
-    for (int r = 0; r <= rounds && rc == 0; r++) {
-        double t = s_pass(ssd, src, bytes, qd, perm, n_blocks, true, d);
-        const char *what = r == 0 ? "fill" : "write";
-        if (t < 0) {
-            rc = 1;
-            break;
-        }
-        tw[r] = t;
-        printf("%s: %ld blocks x %ld bytes in %.3f s: %.1f MB/s, %.1f blocks/s\n", what, n_blocks,
-               bytes, t, (double)n_blocks * (double)bytes / 1e6 / t, (double)n_blocks / t);
-        if (r == 0)
-            continue;
-        s_shuffle(perm, n_blocks, &x);
-        t = s_pass(ssd, src, bytes, qd, perm, n_blocks, false, d);
-        if (t < 0) {
-            rc = 1;
-            break;
-        }
-        tr[r - 1] = t;
-        printf("read: %ld blocks x %ld bytes in %.3f s: %.1f MB/s, %.1f blocks/s "
-               "(checksums verified)\n",
-               n_blocks, bytes, t, (double)n_blocks * (double)bytes / 1e6 / t,
-               (double)n_blocks / t);
-        s_shuffle(perm, n_blocks, &x);
-    }
-    if (rc == 0 && rounds > 0) {
-        double mw = s_median(tw + 1, rounds), mr = s_median(tr, rounds);
-        double mb = (double)n_blocks * (double)bytes / 1e6;
-        printf("median write: %.1f MB/s, %.1f blocks/s\n", mb / mw, (double)n_blocks / mw);
-        printf("median read: %.1f MB/s, %.1f blocks/s\n", mb / mr, (double)n_blocks / mr);
-    }
-    free(tw);
-    free(tr);
+    uint64_t y = 0x9e3779b97f4a7c15ull;
+    for (long i = 0; i < o.bytes; i++)
+        src[i] = (uint8_t)s_rand(&y);
+    printf("kv_ssd: dir %s, %s, %s buffers, slot %zu bytes (payload %d), qd %d, %d file(s)\n",
+           o.dir, kv_ssd_direct(ssd) ? "O_DIRECT" : "buffered",
+           kv_ssd_fixed(ssd) ? "registered" : "plain", kv_ssd_slot_bytes(ssd), o.bytes, o.qd,
+           o.files);
+    rc = s_alloc_all(ssd, o.n_blocks, perm) || s_rounds(ssd, &o, src, perm, d);
 out:
     free(perm);
     free(d);
     free(src);
     kv_ssd_destroy(&ssd);
-    if (!keep) {
-        for (int i = 0; i < files; i++) {
-            char p[4096];
-            snprintf(p, sizeof p, "%s/kv-ssd-%02d.dat", dir, i);
-            unlink(p);
-        }
-        rmdir(dir); /* only if empty */
-    }
+    s_remove(&o);
     return rc;
 }

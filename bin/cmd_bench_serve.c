@@ -4,10 +4,10 @@
  * from a fixed prompt set back to back, and reports aggregate generated
  * tokens/s, time to first token and time per output token at p50 and p99. */
 #include "cli.h"
+#include "cli_flags.h"
 
 #include "strata_client.h"
 
-#include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,60 +104,111 @@ static double s_pct(double *v, int n, double q) {
     return v[i];
 }
 
-static void s_help(FILE *f) {
-    fprintf(f,
-            "usage: strata bench serve [options]     (also: strata bench-serve)\n"
-            "\n"
-            "Load generator for a running `strata serve`: for each concurrency level, that many\n"
-            "clients send greedy chat requests from a fixed prompt set back to back.\n"
-            "\n"
-            "      --endpoint EP     server (default tcp://127.0.0.1:5555)\n"
-            "  -c, --clients LIST    concurrency levels, one run each (default \"1,4,16\")\n"
-            "  -r, --requests N      requests per client per run (default 2)\n"
-            "  -n, --max-tokens N    tokens per request (default 32)\n"
-            "  -h, --help            this help\n");
+typedef struct {
+    const char *endpoint; /* --endpoint */
+    const char *clients;  /* -c: concurrency levels */
+    int requests;         /* -r: per client per run */
+    int max_tokens;       /* -n */
+} s_opts_t;
+
+#define S_O(member) ACTOR_OPT_FIELD(s_opts_t, member)
+static const cli_flag_t s_flags[] = {
+    {.name = "endpoint",
+     .arg = "EP",
+     .opt = {.type = ACTOR_OPT_STRING, .help = "server", .field = S_O(endpoint)}},
+    {.name = "clients",
+     .short_name = 'c',
+     .arg = "LIST",
+     .opt = {.type = ACTOR_OPT_STRING,
+             .help = "concurrency levels (1..1024 each), one run each",
+             .field = S_O(clients)}},
+    {.name = "requests",
+     .short_name = 'r',
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 1,
+             .max = 100000,
+             .help = "requests per client per run",
+             .field = S_O(requests)}},
+    {.name = "max-tokens",
+     .short_name = 'n',
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 1,
+             .max = MSG_MAX_TOKENS,
+             .help = "tokens per request",
+             .field = S_O(max_tokens)}},
+    {NULL},
+};
+#undef S_O
+
+static const cli_cmd_t s_cmd = {
+    "bench serve",
+    "usage: strata bench serve [options]     (also: strata bench-serve)\n"
+    "\n"
+    "Load generator for a running `strata serve`: for each concurrency level, that many\n"
+    "clients send greedy chat requests from a fixed prompt set back to back.\n",
+    NULL,
+    {{s_flags, 0}, {NULL}},
+};
+
+/* One run of nc clients, -r requests each: one line of the table.  0 or 1. */
+static int s_level(const s_opts_t *o, int nc) {
+    s_job_t *jobs = calloc((size_t)nc, sizeof *jobs);
+    pthread_t *th = calloc((size_t)nc, sizeof *th);
+    int total = nc * o->requests, rc = 0;
+    double *ttft = malloc((size_t)total * sizeof *ttft);
+    double *tpot = malloc((size_t)total * sizeof *tpot);
+    if (!jobs || !th || !ttft || !tpot) {
+        fprintf(stderr, "strata bench serve: out of memory\n");
+        free(jobs), free(th), free(ttft), free(tpot);
+        return 1;
+    }
+    double t0 = cli_now();
+    for (int i = 0; i < nc; i++) {
+        jobs[i] = (s_job_t){.endpoint = o->endpoint,
+                            .index = i,
+                            .requests = o->requests,
+                            .max_tokens = o->max_tokens,
+                            .ttft = ttft + i * o->requests,
+                            .tpot = tpot + i * o->requests};
+        pthread_create(&th[i], NULL, s_client, &jobs[i]);
+    }
+    long tokens = 0;
+    int failed = 0;
+    const char *err = NULL;
+    for (int i = 0; i < nc; i++) {
+        pthread_join(th[i], NULL);
+        tokens += jobs[i].tokens;
+        failed += jobs[i].failed;
+        if (jobs[i].failed && !err)
+            err = jobs[i].err;
+    }
+    double dt = cli_now() - t0;
+    double t50 = s_pct(ttft, total, 0.5), t99 = s_pct(ttft, total, 0.99);
+    double p50 = s_pct(tpot, total, 0.5), p99 = s_pct(tpot, total, 0.99);
+    printf("%8d %10d %12.1f %8.1fms %8.1fms %8.2fms %8.2fms %7d\n", nc, total, tokens / dt,
+           t50 * 1e3, t99 * 1e3, p50 * 1e3, p99 * 1e3, failed);
+    fflush(stdout);
+    if (failed) {
+        fprintf(stderr, "strata bench serve: %d requests failed (%s)\n", failed, err ? err : "?");
+        rc = 1;
+    }
+    free(jobs), free(th), free(ttft), free(tpot);
+    return rc;
 }
 
 int cmd_bench_serve(int argc, char **argv) {
-    const char *C = "bench serve";
-    const char *endpoint = "tcp://127.0.0.1:5555", *clients_s = "1,4,16";
-    long requests = 2, max_tokens = 32;
-    static const struct option opts[] = {
-        {"endpoint", required_argument, 0, 1},   {"clients", required_argument, 0, 'c'},
-        {"requests", required_argument, 0, 'r'}, {"max-tokens", required_argument, 0, 'n'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
-    int o;
-    optind = 1;
-    while ((o = getopt_long(argc, argv, "c:r:n:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 1:
-            endpoint = optarg;
-            break;
-        case 'c':
-            clients_s = optarg;
-            break;
-        case 'r':
-            if (!cli_int(C, "--requests", optarg, 1, 100000, &requests))
-                return 1;
-            break;
-        case 'n':
-            if (!cli_int(C, "--max-tokens", optarg, 1, 8192, &max_tokens))
-                return 1;
-            break;
-        case 'h':
-            s_help(stdout);
-            return 0;
-        default:
-            s_help(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "strata bench serve: unexpected argument '%s'\n", argv[optind]);
+    s_opts_t o = {"tcp://127.0.0.1:5555", "1,4,16", 2, 32};
+    int next, rc = cli_flags_parse(&s_cmd, argc, argv, &o, &next);
+    if (rc != CLI_PARSED)
+        return rc;
+    if (next < argc) {
+        fprintf(stderr, "strata bench serve: unexpected argument '%s'\n", argv[next]);
         return 2;
     }
     int n_levels = 0;
-    int32_t *levels = cli_parse_ids(clients_s, &n_levels);
+    int32_t *levels = cli_parse_ids(o.clients, &n_levels);
     if (!levels || n_levels < 1) {
         fprintf(stderr, "strata bench serve: --clients must be a list like 1,4,16\n");
         free(levels);
@@ -169,56 +220,12 @@ int cmd_bench_serve(int argc, char **argv) {
             free(levels);
             return 2;
         }
-    printf("strata bench serve: %s, %ld requests per client, %ld tokens each, greedy\n", endpoint,
-           requests, max_tokens);
+    printf("strata bench serve: %s, %d requests per client, %d tokens each, greedy\n", o.endpoint,
+           o.requests, o.max_tokens);
     printf("%8s %10s %12s %10s %10s %10s %10s %7s\n", "clients", "requests", "gen tok/s",
            "ttft p50", "ttft p99", "tpot p50", "tpot p99", "errors");
-    int rc = 0;
-    for (int l = 0; l < n_levels; l++) {
-        int nc = levels[l];
-        s_job_t *jobs = calloc((size_t)nc, sizeof *jobs);
-        pthread_t *th = calloc((size_t)nc, sizeof *th);
-        int total = nc * (int)requests;
-        double *ttft = malloc((size_t)total * sizeof *ttft);
-        double *tpot = malloc((size_t)total * sizeof *tpot);
-        if (!jobs || !th || !ttft || !tpot) {
-            fprintf(stderr, "strata bench serve: out of memory\n");
-            free(jobs), free(th), free(ttft), free(tpot), free(levels);
-            return 1;
-        }
-        double t0 = cli_now();
-        for (int i = 0; i < nc; i++) {
-            jobs[i] = (s_job_t){.endpoint = endpoint,
-                                .index = i,
-                                .requests = (int)requests,
-                                .max_tokens = (int)max_tokens,
-                                .ttft = ttft + i * requests,
-                                .tpot = tpot + i * requests};
-            pthread_create(&th[i], NULL, s_client, &jobs[i]);
-        }
-        long tokens = 0;
-        int failed = 0;
-        const char *err = NULL;
-        for (int i = 0; i < nc; i++) {
-            pthread_join(th[i], NULL);
-            tokens += jobs[i].tokens;
-            failed += jobs[i].failed;
-            if (jobs[i].failed && !err)
-                err = jobs[i].err;
-        }
-        double dt = cli_now() - t0;
-        double t50 = s_pct(ttft, total, 0.5), t99 = s_pct(ttft, total, 0.99);
-        double p50 = s_pct(tpot, total, 0.5), p99 = s_pct(tpot, total, 0.99);
-        printf("%8d %10d %12.1f %8.1fms %8.1fms %8.2fms %8.2fms %7d\n", nc, total, tokens / dt,
-               t50 * 1e3, t99 * 1e3, p50 * 1e3, p99 * 1e3, failed);
-        fflush(stdout);
-        if (failed) {
-            fprintf(stderr, "strata bench serve: %d requests failed (%s)\n", failed,
-                    err ? err : "?");
-            rc = 1;
-        }
-        free(jobs), free(th), free(ttft), free(tpot);
-    }
+    for (int l = 0; l < n_levels; l++)
+        rc |= s_level(&o, levels[l]);
     free(levels);
     return rc;
 }

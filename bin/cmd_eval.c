@@ -1,148 +1,146 @@
-/* cmd_eval.c - `strata logits`, `strata perplexity` and `strata bench-model`:
- * whole-model evaluation without sampling. */
+/* cmd_eval.c - `strata logits` and `strata perplexity`: whole-model evaluation
+ * without sampling (bench-model: bin/cmd_bench_model.c). */
 #include "cli.h"
+#include "cli_flags.h"
 #include "kv_codec.h"
 #include "model_klbase.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* --kv-type: the T0 pool format, f32, f16 or int8.  false with a message. */
-static bool s_kv_type(const char *cmd, const char *val, kern_type_t *out) {
-    int fmt = kv_fmt_parse(val);
-    int t = kv_fmt_pool_type(fmt);
-    if (t < 0) {
-        fprintf(stderr, "strata %s: --kv-type must be f32, f16 or int8 (not '%s')\n", cmd, val);
-        return false;
-    }
-    *out = (kern_type_t)t;
-    return true;
-}
-
 /* ------------------------------------------------------------------ logits */
 
-static void s_logits_help(FILE *f) {
-    fprintf(f,
-            "usage: strata logits [-m MODEL] (--ids LIST | -p PROMPT) -o OUT [options]\n"
-            "\n"
-            "Runs the prompt and writes the logits of every position to OUT as\n"
-            "little-endian int32 n_tokens, int32 n_vocab, then n_tokens x n_vocab float32.\n"
-            "\n"
-            "  -m, --model PATH    GGUF model (default: %s)\n"
-            "      --ids LIST      token ids (\"1 2 3\")\n"
-            "  -p, --prompt TEXT   text, tokenized without BOS unless the model asks for it\n"
-            "  -o, --out PATH      output file\n"
-            "  -t, --threads N     threads (default %d)\n"
-            "      --ubatch N      tokens per forward pass (default 512)\n"
-            "      --kv-type TYPE  KV cache: f16 (default), f32 or int8\n"
-            "  -h, --help\n",
-            cli_default_model(), cli_default_threads());
+typedef struct {
+    const char *ids;    /* --ids */
+    const char *prompt; /* -p */
+    const char *out;    /* -o */
+    int ubatch;         /* --ubatch */
+} s_logits_opts_t;
+
+typedef struct {
+    cli_model_opts_t m;
+    s_logits_opts_t l;
+    cli_kv_opts_t kv;
+} s_logits_cfg_t;
+
+#define S_LOG(member) ACTOR_OPT_FIELD(s_logits_opts_t, member)
+static const cli_flag_t s_logits_flags[] = {
+    {.name = "ids",
+     .arg = "LIST",
+     .opt = {.type = ACTOR_OPT_STRING, .help = "token ids (\"1 2 3\")", .field = S_LOG(ids)}},
+    {.name = "prompt",
+     .short_name = 'p',
+     .arg = "TEXT",
+     .opt = {.type = ACTOR_OPT_STRING,
+             .help = "text, tokenized without BOS unless the model asks for it",
+             .field = S_LOG(prompt)}},
+    {.name = "out",
+     .short_name = 'o',
+     .arg = "PATH",
+     .opt = {.type = ACTOR_OPT_PATH, .help = "output file", .field = S_LOG(out)}},
+    {.name = "ubatch",
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 1,
+             .max = 8192,
+             .help = "tokens per forward pass",
+             .field = S_LOG(ubatch)}},
+    {NULL},
+};
+#undef S_LOG
+
+static const cli_cmd_t s_logits_cmd = {
+    "logits",
+    "usage: strata logits [-m MODEL] (--ids LIST | -p PROMPT) -o OUT [options]\n"
+    "\n"
+    "Runs the prompt and writes the logits of every position to OUT as\n"
+    "little-endian int32 n_tokens, int32 n_vocab, then n_tokens x n_vocab float32.\n",
+    NULL,
+    {{cli_model_flags, offsetof(s_logits_cfg_t, m)},
+     {cli_threads_flags, offsetof(s_logits_cfg_t, m)},
+     {s_logits_flags, offsetof(s_logits_cfg_t, l)},
+     {cli_kv_flags, offsetof(s_logits_cfg_t, kv)},
+     {NULL}},
+};
+
+/* The ids of --ids or the tokens of -p, each in the vocabulary.  NULL after a message. */
+static int32_t *s_logits_ids(const cli_runner_t *r, const s_logits_opts_t *l, int *n) {
+    int32_t *ids = NULL;
+    *n = 0;
+    if (l->ids) {
+        ids = cli_parse_ids(l->ids, n);
+    } else {
+        const char *p = l->prompt;
+        bool bos = model_tokenizer_add_bos(r->tok);
+        int need = model_tokenizer_encode(r->tok, p, strlen(p), bos, false, NULL, 0);
+        ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
+        if (ids && need > 0)
+            *n = model_tokenizer_encode(r->tok, p, strlen(p), bos, false, ids, need);
+    }
+    const model_config_t *cfg = model_config(r->model);
+    if (!ids || *n < 1) {
+        fprintf(stderr, "strata logits: empty or malformed token list\n");
+        free(ids);
+        return NULL;
+    }
+    for (int i = 0; i < *n; i++)
+        if (ids[i] >= cfg->n_vocab) {
+            fprintf(stderr, "strata logits: token id %d out of range (vocabulary %d)\n", ids[i],
+                    cfg->n_vocab);
+            free(ids);
+            return NULL;
+        }
+    return ids;
+}
+
+/* Write the header and the (n, n_vocab) logits to path.  false after a message. */
+static bool s_logits_write(const char *path, const float *logits, int n, int nv) {
+    FILE *f = fopen(path, "wb");
+    int32_t hdr[2] = {n, nv};
+    bool ok = f && fwrite(hdr, sizeof hdr, 1, f) == 1 &&
+              fwrite(logits, sizeof(float) * nv, (size_t)n, f) == (size_t)n;
+    if (f && fclose(f))
+        ok = false;
+    if (!ok)
+        fprintf(stderr, "strata logits: cannot write '%s'\n", path);
+    return ok;
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *C = "logits", *model = NULL, *ids_s = NULL, *prompt = NULL, *out = NULL;
-    long threads = cli_default_threads(), ubatch = 512;
-    kern_type_t kv_type = KERN_F16;
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"ids", required_argument, 0, 1},
-                                         {"prompt", required_argument, 0, 'p'},
-                                         {"out", required_argument, 0, 'o'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"ubatch", required_argument, 0, 2},
-                                         {"kv-type", required_argument, 0, 3},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    int o;
-    optind = 1;
-    while ((o = getopt_long(argc, argv, "m:p:o:t:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'm':
-            model = optarg;
-            break;
-        case 1:
-            ids_s = optarg;
-            break;
-        case 'p':
-            prompt = optarg;
-            break;
-        case 'o':
-            out = optarg;
-            break;
-        case 't':
-            if (!cli_int(C, "--threads", optarg, 1, 256, &threads))
-                return 1;
-            break;
-        case 2:
-            if (!cli_int(C, "--ubatch", optarg, 1, 8192, &ubatch))
-                return 1;
-            break;
-        case 3:
-            if (!s_kv_type(C, optarg, &kv_type))
-                return 1;
-            break;
-        case 'h':
-            s_logits_help(stdout);
-            return 0;
-        default:
-            s_logits_help(stderr);
-            return 2;
-        }
-    }
-    if (!!ids_s + !!prompt != 1 || !out) {
+    s_logits_cfg_t c;
+    memset(&c, 0, sizeof c);
+    cli_model_opts_default(&c.m);
+    cli_kv_opts_default(&c.kv);
+    c.l.ubatch = 512;
+    int next, rc = cli_flags_parse(&s_logits_cmd, argc, argv, &c, &next);
+    if (rc != CLI_PARSED)
+        return rc;
+    if (!!c.l.ids + !!c.l.prompt != 1 || !c.l.out) {
         fprintf(stderr, "strata logits: give --ids or -p, and -o (see --help)\n");
         return 2;
     }
     cli_runner_t r;
-    if (!cli_runner_open(&r, C, model ? model : cli_default_model()))
+    if (!cli_runner_open(&r, "logits", c.m.model))
         return 1;
-    int rc = 1, n = 0;
-    int32_t *ids = NULL;
+    rc = 1;
+    int n = 0;
     float *logits = NULL;
-    FILE *f = NULL;
-    if (ids_s) {
-        ids = cli_parse_ids(ids_s, &n);
-    } else {
-        bool bos = model_tokenizer_add_bos(r.tok);
-        int need = model_tokenizer_encode(r.tok, prompt, strlen(prompt), bos, false, NULL, 0);
-        ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
-        if (ids && need > 0)
-            n = model_tokenizer_encode(r.tok, prompt, strlen(prompt), bos, false, ids, need);
-    }
-    const model_config_t *cfg = model_config(r.model);
-    if (!ids || n < 1) {
-        fprintf(stderr, "strata logits: empty or malformed token list\n");
+    int32_t *ids = s_logits_ids(&r, &c.l, &n);
+    const int nv = model_config(r.model)->n_vocab;
+    if (!ids || !cli_runner_reserve(&r, "logits", n, c.l.ubatch, c.m.threads,
+                                    (kern_type_t)kv_fmt_pool_type(c.kv.kv_fmt)))
         goto out;
-    }
-    for (int i = 0; i < n; i++)
-        if (ids[i] >= cfg->n_vocab) {
-            fprintf(stderr, "strata logits: token id %d out of range (vocabulary %d)\n", ids[i],
-                    cfg->n_vocab);
-            goto out;
-        }
-    if (!cli_runner_reserve(&r, C, n, (int)ubatch, (int)threads, kv_type))
-        goto out;
-    logits = malloc((size_t)n * cfg->n_vocab * sizeof(float));
+    logits = malloc((size_t)n * nv * sizeof(float));
     if (!logits || cli_runner_eval(&r, ids, n, 0, true, logits)) {
         fprintf(stderr, "strata logits: evaluation failed\n");
         goto out;
     }
-    f = fopen(out, "wb");
-    int32_t hdr[2] = {n, cfg->n_vocab};
-    if (!f || fwrite(hdr, sizeof hdr, 1, f) != 1 ||
-        fwrite(logits, sizeof(float) * cfg->n_vocab, (size_t)n, f) != (size_t)n) {
-        fprintf(stderr, "strata logits: cannot write '%s'\n", out);
-        goto out;
-    }
-    rc = 0;
+    if (s_logits_write(c.l.out, logits, n, nv))
+        rc = 0;
 out:
-    if (f && fclose(f) && rc == 0) {
-        fprintf(stderr, "strata logits: cannot write '%s'\n", out);
-        rc = 1;
-    }
     free(ids);
     free(logits);
     cli_runner_close(&r);
@@ -150,47 +148,6 @@ out:
 }
 
 /* ------------------------------------------------------------------ perplexity */
-
-static void s_ppl_help(FILE *f) {
-    fprintf(f,
-            "usage: strata perplexity [-m MODEL] (-f FILE | --kl-base FILE) [options]\n"
-            "\n"
-            "Splits the tokenized file into chunks of --ctx tokens and scores the second\n"
-            "half of each chunk given the first (as llama.cpp's perplexity does).\n"
-            "\n"
-            "  -m, --model PATH         GGUF model (default: %s)\n"
-            "  -f, --file PATH          text file\n"
-            "  -c, --ctx N              tokens per chunk (default 512)\n"
-            "      --chunks N           score at most N chunks (default: all)\n"
-            "  -t, --threads N          threads (default %d)\n"
-            "      --kv-type TYPE       KV cache (T0) format: f16 (default), f32 or int8\n"
-            "      --kv-tier-type TYPE  simulate KV blocks restored from a lower tier stored\n"
-            "                           as f16, int8 or int4: each block of positions, once\n"
-            "                           complete, is converted to TYPE and back in place, so\n"
-            "                           later positions attend to the round-tripped values\n"
-            "                           (a chunk's last partial block stays exact; chunks\n"
-            "                           then run one block per forward pass)\n"
-            "      --kl-ref MODEL       also run MODEL (e.g. an F32 copy made with strata\n"
-            "                           quantize; F32 KV) on the same chunks and print the\n"
-            "                           KL divergence KL(ref || this) of the next-token\n"
-            "                           distributions over the scored positions (mean,\n"
-            "                           median, p99, max) and how often the top token agrees,\n"
-            "                           as llama-perplexity --kl-divergence does\n"
-            "      --kl-base FILE       compare with the log-probabilities that\n"
-            "                           llama-perplexity --kl-divergence-base FILE saved\n"
-            "                           (llama.cpp's own forward pass): evaluate the file's\n"
-            "                           tokens and chunking (its n_ctx; -c must match or be\n"
-            "                           left out; -f, if given, is only checked against\n"
-            "                           the file's tokens) and print the same KL and\n"
-            "                           top-token lines, with KL(base || this) summed over\n"
-            "                           the tokens whose base log-probability is above -16,\n"
-            "                           as llama.cpp sums it\n"
-            "  -h, --help\n"
-            "\n"
-            "Prints the perplexity and the KV bytes per token (K and V, all layers) of\n"
-            "the T0 format and of the tier format.\n",
-            cli_default_model(), cli_default_threads());
-}
 
 /* Run one chunk of n tokens from position 0 and write the logits of
  * positions lo .. hi-1 (the scored ones) into logits (hi - lo, n_vocab); the
@@ -309,240 +266,319 @@ static int32_t *s_klbase_ids(const model_klbase_t *kb, const model_tokenizer_t *
     return ids;
 }
 
-int cmd_perplexity(int argc, char **argv) {
-    const char *C = "perplexity", *model = NULL, *file = NULL, *kl_ref = NULL, *kl_base = NULL;
-    long threads = cli_default_threads(), ctx = 512, max_chunks = 0;
-    bool ctx_set = false;
-    kern_type_t kv_type = KERN_F16;
-    int tier = -1; /* kv_fmt_t of --kv-tier-type, or none */
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"file", required_argument, 0, 'f'},
-                                         {"ctx", required_argument, 0, 'c'},
-                                         {"chunks", required_argument, 0, 1},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"kv-type", required_argument, 0, 2},
-                                         {"kv-tier-type", required_argument, 0, 3},
-                                         {"kl-ref", required_argument, 0, 4},
-                                         {"kl-base", required_argument, 0, 5},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    int o;
-    optind = 1;
-    while ((o = getopt_long(argc, argv, "m:f:c:t:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'm':
-            model = optarg;
-            break;
-        case 'f':
-            file = optarg;
-            break;
-        case 'c':
-            if (!cli_int(C, "--ctx", optarg, 8, 1 << 16, &ctx))
-                return 1;
-            ctx_set = true;
-            break;
-        case 1:
-            if (!cli_int(C, "--chunks", optarg, 0, 1 << 30, &max_chunks))
-                return 1;
-            break;
-        case 't':
-            if (!cli_int(C, "--threads", optarg, 1, 256, &threads))
-                return 1;
-            break;
-        case 2:
-            if (!s_kv_type(C, optarg, &kv_type))
-                return 1;
-            break;
-        case 3:
-            tier = kv_fmt_parse(optarg);
-            if (tier != KV_FMT_F16 && tier != KV_FMT_I8 && tier != KV_FMT_I4) {
-                fprintf(stderr,
-                        "strata perplexity: --kv-tier-type must be f16, int8 or int4 "
-                        "(not '%s')\n",
-                        optarg);
-                return 1;
-            }
-            break;
-        case 4:
-            kl_ref = optarg;
-            break;
-        case 5:
-            kl_base = optarg;
-            break;
-        case 'h':
-            s_ppl_help(stdout);
-            return 0;
-        default:
-            s_ppl_help(stderr);
-            return 2;
-        }
-    }
-    if (!file && !kl_base) {
+typedef struct {
+    const char *file;    /* -f */
+    int ctx;             /* -c (0: not given: 512, or the --kl-base file's) */
+    int chunks;          /* --chunks (0: all) */
+    int tier;            /* --kv-tier-type: a kv_fmt_t, or -1: none */
+    const char *kl_ref;  /* --kl-ref */
+    const char *kl_base; /* --kl-base */
+} s_ppl_opts_t;
+
+typedef struct {
+    cli_model_opts_t m;
+    s_ppl_opts_t p;
+    cli_kv_opts_t kv;
+} s_ppl_cfg_t;
+
+#define S_PPL(member) ACTOR_OPT_FIELD(s_ppl_opts_t, member)
+static const cli_flag_t s_ppl_flags[] = {
+    {.name = "file",
+     .short_name = 'f',
+     .arg = "PATH",
+     .opt = {.type = ACTOR_OPT_PATH, .help = "text file", .field = S_PPL(file)}},
+    {.name = "ctx",
+     .short_name = 'c',
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 8,
+             .max = 1 << 16,
+             .help = "tokens per chunk",
+             .field = S_PPL(ctx)},
+     .def_text = "512"},
+    {.name = "chunks",
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 0,
+             .max = 1 << 30,
+             .help = "score at most N chunks",
+             .field = S_PPL(chunks)},
+     .def_text = "all"},
+    {.name = "kv-tier-type",
+     .arg = "TYPE",
+     .opt = {.type = ACTOR_OPT_ENUM,
+             .values = "f16|int8|int4",
+             .parse = kv_fmt_parse,
+             .help = "simulate KV blocks restored from a lower tier stored as TYPE: each block "
+                     "of positions, once complete, is converted to TYPE and back in place, so "
+                     "later positions attend to the round-tripped values (a chunk's last "
+                     "partial block stays exact; chunks then run one block per forward pass)",
+             .field = S_PPL(tier)},
+     .def_text = "none"},
+    {.name = "kl-ref",
+     .arg = "MODEL",
+     .opt = {.type = ACTOR_OPT_PATH,
+             .help = "also run MODEL (e.g. an F32 copy made with strata quantize; F32 KV) on "
+                     "the same chunks and print the KL divergence KL(ref || this) of the "
+                     "next-token distributions over the scored positions (mean, median, p99, "
+                     "max) and how often the top token agrees, as llama-perplexity "
+                     "--kl-divergence does",
+             .field = S_PPL(kl_ref)}},
+    {.name = "kl-base",
+     .arg = "FILE",
+     .opt = {.type = ACTOR_OPT_PATH,
+             .help = "compare with the log-probabilities that llama-perplexity "
+                     "--kl-divergence-base FILE saved (llama.cpp's own forward pass): evaluate "
+                     "the file's tokens and chunking (its n_ctx; -c must match or be left out; "
+                     "-f, if given, is only checked against the file's tokens) and print the "
+                     "same KL and top-token lines, with KL(base || this) summed over the tokens "
+                     "whose base log-probability is above -16, as llama.cpp sums it",
+             .field = S_PPL(kl_base)}},
+    {NULL},
+};
+#undef S_PPL
+
+static const cli_cmd_t s_ppl_cmd = {
+    "perplexity",
+    "usage: strata perplexity [-m MODEL] (-f FILE | --kl-base FILE) [options]\n"
+    "\n"
+    "Splits the tokenized file into chunks of --ctx tokens and scores the second\n"
+    "half of each chunk given the first (as llama.cpp's perplexity does).\n",
+    "Prints the perplexity and the KV bytes per token (K and V, all layers) of\n"
+    "the T0 format and of the tier format.",
+    {{cli_model_flags, offsetof(s_ppl_cfg_t, m)},
+     {cli_threads_flags, offsetof(s_ppl_cfg_t, m)},
+     {s_ppl_flags, offsetof(s_ppl_cfg_t, p)},
+     {cli_kv_flags, offsetof(s_ppl_cfg_t, kv)},
+     {NULL}},
+};
+
+/* One perplexity run: its inputs, its runners and buffers, its sums. */
+typedef struct {
+    s_ppl_cfg_t c;
+    model_klbase_t *kb; /* --kl-base, or NULL */
+    char *text;         /* -f's text, or NULL */
+    size_t len;
+    cli_runner_t r, rr; /* the model; rr: the --kl-ref model */
+    bool r_open, rr_open;
+    int32_t *ids; /* (n) the tokens */
+    int n, n_chunks;
+    int lo, hi;                 /* positions whose next token is scored */
+    bool bos;                   /* chunks start with BOS */
+    int t0;                     /* the T0 kv_fmt_t */
+    float *logits, *ref_logits; /* (hi - lo, n_vocab) */
+    float *base_lp;             /* (n_vocab) one --kl-base row */
+    int32_t *chunk;             /* (ctx) */
+    void *tmp;                  /* one tier block */
+    double *kld;                /* (n_chunks * (hi - lo)) KL per scored position */
+    long count, same_top;
+    double nll, ref_nll;
+} s_ppl_t;
+
+/* Parse argv into c.  CLI_PARSED, or the exit status after a message. */
+static int s_ppl_parse(int argc, char **argv, s_ppl_cfg_t *c) {
+    memset(c, 0, sizeof *c);
+    cli_model_opts_default(&c->m);
+    cli_kv_opts_default(&c->kv);
+    c->p.tier = -1;
+    int next, rc = cli_flags_parse(&s_ppl_cmd, argc, argv, c, &next);
+    if (rc != CLI_PARSED)
+        return rc;
+    if (!c->p.file && !c->p.kl_base) {
         fprintf(stderr,
                 "strata perplexity: -f FILE (or --kl-base FILE) is required (see --help)\n");
         return 2;
     }
-    if (kl_ref && kl_base) {
+    if (c->p.kl_ref && c->p.kl_base) {
         fprintf(stderr, "strata perplexity: give --kl-ref or --kl-base, not both\n");
         return 2;
     }
-    if (optind < argc) {
-        fprintf(stderr, "strata perplexity: unexpected argument '%s' (see --help)\n", argv[optind]);
+    if (next < argc) {
+        fprintf(stderr, "strata perplexity: unexpected argument '%s' (see --help)\n", argv[next]);
         return 2;
     }
-    model_klbase_t *kb = NULL;
-    if (kl_base) {
-        char err[512];
-        if (!(kb = model_klbase_open(kl_base, err, sizeof err))) {
+    return CLI_PARSED;
+}
+
+/* Open --kl-base (its n_ctx becomes -c), read -f, load the model(s).  false after a message. */
+static bool s_ppl_open(s_ppl_t *s) {
+    s_ppl_opts_t *p = &s->c.p;
+    char err[512];
+    if (p->kl_base) {
+        if (!(s->kb = model_klbase_open(p->kl_base, err, sizeof err))) {
             fprintf(stderr, "strata perplexity: --kl-base: %s\n", err);
-            return 1;
+            return false;
         }
-        if (ctx_set && ctx != model_klbase_n_ctx(kb)) {
+        if (p->ctx && p->ctx != model_klbase_n_ctx(s->kb)) {
             fprintf(stderr,
                     "strata perplexity: --kl-base '%s' was computed with n_ctx %d, not --ctx "
-                    "%ld (leave -c out to use the file's)\n",
-                    kl_base, model_klbase_n_ctx(kb), ctx);
-            model_klbase_destroy(&kb);
-            return 1;
+                    "%d (leave -c out to use the file's)\n",
+                    p->kl_base, model_klbase_n_ctx(s->kb), p->ctx);
+            return false;
         }
-        ctx = model_klbase_n_ctx(kb);
+        p->ctx = model_klbase_n_ctx(s->kb);
     }
-    size_t len = 0;
-    char *text = file ? cli_read_file(file, &len) : NULL;
-    if (file && !text) {
-        fprintf(stderr, "strata perplexity: cannot read '%s'\n", file);
-        model_klbase_destroy(&kb);
-        return 1;
+    if (!p->ctx)
+        p->ctx = 512;
+    if (p->file && !(s->text = cli_read_file(p->file, &s->len))) {
+        fprintf(stderr, "strata perplexity: cannot read '%s'\n", p->file);
+        return false;
     }
-    cli_runner_t r, rr; /* rr: the --kl-ref model */
-    if (!cli_runner_open(&r, C, model ? model : cli_default_model())) {
-        free(text);
-        model_klbase_destroy(&kb);
-        return 1;
-    }
-    if (kl_ref && !cli_runner_open(&rr, C, kl_ref)) {
-        cli_runner_close(&r);
-        free(text);
-        return 1;
-    }
-    int rc = 1;
-    float *logits = NULL, *ref_logits = NULL;
-    double *kld = NULL;
-    long same_top = 0;
-    double ref_nll = 0;
-    int32_t *chunk = NULL, *ids = NULL;
-    float *base_lp = NULL; /* (n_vocab) one --kl-base row */
-    void *tmp = NULL;
-    int n = 0;
-    const model_config_t *cfg = model_config(r.model);
-    if (kb && model_klbase_n_vocab(kb) != cfg->n_vocab) {
+    if (!(s->r_open = cli_runner_open(&s->r, "perplexity", s->c.m.model)))
+        return false;
+    return !p->kl_ref || (s->rr_open = cli_runner_open(&s->rr, "perplexity", p->kl_ref));
+}
+
+/* The tokens to score: the --kl-base file's, else -f's.  false after a message. */
+static bool s_ppl_tokens(s_ppl_t *s) {
+    const model_config_t *cfg = model_config(s->r.model);
+    if (s->kb && model_klbase_n_vocab(s->kb) != cfg->n_vocab) {
         fprintf(stderr,
                 "strata perplexity: --kl-base '%s' has a vocabulary of %d tokens, the model %d "
                 "(computed with another model family)\n",
-                kl_base, model_klbase_n_vocab(kb), cfg->n_vocab);
-        goto out;
+                s->c.p.kl_base, model_klbase_n_vocab(s->kb), cfg->n_vocab);
+        return false;
     }
-    if (kb) {
-        if (!(ids = s_klbase_ids(kb, r.tok, file, text, len, &n)))
-            goto out;
-    } else {
-        int need = model_tokenizer_encode(r.tok, text, len, false, false, NULL, 0);
-        ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
-        n = ids && need > 0 ? model_tokenizer_encode(r.tok, text, len, false, false, ids, need) : 0;
+    if (s->kb)
+        return (s->ids = s_klbase_ids(s->kb, s->r.tok, s->c.p.file, s->text, s->len, &s->n));
+    int need = model_tokenizer_encode(s->r.tok, s->text, s->len, false, false, NULL, 0);
+    s->ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *s->ids);
+    s->n = s->ids && need > 0
+               ? model_tokenizer_encode(s->r.tok, s->text, s->len, false, false, s->ids, need)
+               : 0;
+    return true;
+}
+
+/* Chunk the tokens, size the runners and the buffers.  false after a message. */
+static bool s_ppl_reserve(s_ppl_t *s) {
+    const s_ppl_opts_t *p = &s->c.p;
+    const model_config_t *cfg = model_config(s->r.model);
+    const int ctx = p->ctx, th = s->c.m.threads;
+    s->n_chunks = s->n / ctx;
+    if (p->chunks && s->n_chunks > p->chunks)
+        s->n_chunks = p->chunks;
+    if (s->n_chunks < 1) {
+        fprintf(stderr, "strata perplexity: '%s' has %d tokens, fewer than one chunk of %d\n",
+                p->file, s->n, ctx);
+        return false;
     }
-    int n_chunks = n / (int)ctx;
-    if (max_chunks && n_chunks > max_chunks)
-        n_chunks = (int)max_chunks;
-    if (n_chunks < 1) {
-        fprintf(stderr, "strata perplexity: '%s' has %d tokens, fewer than one chunk of %ld\n",
-                file, n, ctx);
-        goto out;
+    s->bos = model_tokenizer_bos(s->r.tok) >= 0 && model_tokenizer_add_bos(s->r.tok);
+    kern_type_t kv_type = (kern_type_t)kv_fmt_pool_type(s->c.kv.kv_fmt);
+    if (!cli_runner_reserve(&s->r, "perplexity", ctx, ctx, th, kv_type))
+        return false;
+    if (p->kl_ref && model_config(s->rr.model)->n_vocab != cfg->n_vocab) {
+        fprintf(stderr, "strata perplexity: --kl-ref model has another vocabulary\n");
+        return false;
     }
-    bool bos = model_tokenizer_bos(r.tok) >= 0 && model_tokenizer_add_bos(r.tok);
-    if (!cli_runner_reserve(&r, C, (int)ctx, (int)ctx, (int)threads, kv_type))
-        goto out;
-    if (kl_ref) {
-        if (model_config(rr.model)->n_vocab != cfg->n_vocab) {
-            fprintf(stderr, "strata perplexity: --kl-ref model has another vocabulary\n");
-            goto out;
-        }
-        if (!cli_runner_reserve(&rr, C, (int)ctx, (int)ctx, (int)threads, KERN_F32))
-            goto out;
-    }
-    const int bs = r.kv.block_size, t0 = kv_fmt_of_pool_type(kv_type);
-    const kern_kv_shape_t shape = model_kv_shape(cfg, bs);
-    const int lo = (int)ctx / 2, hi = (int)ctx - 1; /* positions whose next token is scored */
-    logits = malloc((size_t)(hi - lo) * cfg->n_vocab * sizeof(float));
-    chunk = malloc((size_t)ctx * sizeof *chunk);
-    tmp = tier >= 0 ? malloc(kv_fmt_block_bytes(&shape, tier)) : NULL;
-    if (kl_ref)
-        ref_logits = malloc((size_t)(hi - lo) * cfg->n_vocab * sizeof(float));
-    if (kb)
-        base_lp = malloc((size_t)cfg->n_vocab * sizeof *base_lp);
-    if (kl_ref || kb)
-        kld = malloc((size_t)n_chunks * (hi - lo) * sizeof *kld);
-    if (!logits || !chunk || (tier >= 0 && !tmp) || (kl_ref && !ref_logits) || (kb && !base_lp) ||
-        ((kl_ref || kb) && !kld)) {
+    if (p->kl_ref && !cli_runner_reserve(&s->rr, "perplexity", ctx, ctx, th, KERN_F32))
+        return false;
+    s->t0 = kv_fmt_of_pool_type(kv_type);
+    const kern_kv_shape_t shape = model_kv_shape(cfg, s->r.kv.block_size);
+    const size_t rows = (size_t)(ctx - 1 - ctx / 2) * cfg->n_vocab;
+    s->lo = ctx / 2;
+    s->hi = ctx - 1;
+    s->logits = malloc(rows * sizeof(float));
+    s->chunk = malloc((size_t)ctx * sizeof *s->chunk);
+    s->tmp = p->tier >= 0 ? malloc(kv_fmt_block_bytes(&shape, p->tier)) : NULL;
+    s->ref_logits = p->kl_ref ? malloc(rows * sizeof(float)) : NULL;
+    s->base_lp = s->kb ? malloc((size_t)cfg->n_vocab * sizeof *s->base_lp) : NULL;
+    s->kld =
+        p->kl_ref || s->kb ? malloc((size_t)s->n_chunks * (s->hi - s->lo) * sizeof *s->kld) : NULL;
+    if (!s->logits || !s->chunk || (p->tier >= 0 && !s->tmp) || (p->kl_ref && !s->ref_logits) ||
+        (s->kb && !s->base_lp) || ((p->kl_ref || s->kb) && !s->kld)) {
         fprintf(stderr, "strata perplexity: out of memory\n");
-        goto out;
+        return false;
     }
-    fprintf(stderr, "strata perplexity: %d tokens, %d chunks of %ld, kv %s%s%s\n", n, n_chunks, ctx,
-            kv_fmt_name(t0), tier >= 0 ? ", tier round trip " : "",
-            tier >= 0 ? kv_fmt_name(tier) : "");
-    double nll = 0;
-    long count = 0;
-    double ts = cli_now();
-    for (int c = 0; c < n_chunks; c++) {
-        memcpy(chunk, ids + (size_t)c * ctx, (size_t)ctx * sizeof *chunk);
-        if (bos)
-            chunk[0] = model_tokenizer_bos(r.tok);
-        if (s_ppl_chunk(&r, chunk, (int)ctx, lo, hi, tier, tmp, logits)) {
-            fprintf(stderr, "strata perplexity: evaluation failed\n");
-            goto out;
-        }
-        if (kl_ref && s_ppl_chunk(&rr, chunk, (int)ctx, lo, hi, -1, NULL, ref_logits)) {
-            fprintf(stderr, "strata perplexity: evaluation of the --kl-ref model failed\n");
-            goto out;
-        }
-        for (int i = lo; kl_ref && i < hi; i++) {
-            const float *q = logits + (size_t)(i - lo) * cfg->n_vocab;
-            const float *p = ref_logits + (size_t)(i - lo) * cfg->n_vocab;
-            double kl, lse_p, lse_q;
-            int top_p, top_q;
-            s_ppl_kl(p, q, cfg->n_vocab, &kl, &lse_p, &lse_q, &top_p, &top_q);
-            kld[count + (i - lo)] = kl;
-            same_top += top_p == top_q;
-            ref_nll += lse_p - p[ids[(size_t)c * ctx + i + 1]];
-        }
-        for (int i = lo; kb && i < hi; i++) {
-            int e = model_klbase_row(kb, c, i - lo, base_lp);
+    return true;
+}
+
+/* Chunk c's KL against the --kl-ref model's logits, or the --kl-base file's rows, into
+ * s->kld from s->count.  false after a message. */
+static bool s_ppl_kl_chunk(s_ppl_t *s, int c) {
+    const int nv = model_config(s->r.model)->n_vocab, ctx = s->c.p.ctx;
+    for (int i = s->lo; i < s->hi; i++) {
+        const float *q = s->logits + (size_t)(i - s->lo) * nv;
+        const int32_t want = s->ids[(size_t)c * ctx + i + 1];
+        double kl, lse_p, lse_q;
+        int top_p, top_q;
+        if (s->ref_logits) {
+            const float *p = s->ref_logits + (size_t)(i - s->lo) * nv;
+            s_ppl_kl(p, q, nv, &kl, &lse_p, &lse_q, &top_p, &top_q);
+            s->ref_nll += lse_p - p[want];
+        } else {
+            int e = model_klbase_row(s->kb, c, i - s->lo, s->base_lp);
             if (e) {
-                fprintf(stderr, "strata perplexity: --kl-base '%s': chunk %d row %d: %s\n", kl_base,
-                        c, i - lo, e == -EPROTO ? "bad scale" : strerror(-e));
-                goto out;
+                fprintf(stderr, "strata perplexity: --kl-base '%s': chunk %d row %d: %s\n",
+                        s->c.p.kl_base, c, i - s->lo, e == -EPROTO ? "bad scale" : strerror(-e));
+                return false;
             }
-            double kl;
-            int top_p, top_q;
-            s_klbase_kl(base_lp, logits + (size_t)(i - lo) * cfg->n_vocab, cfg->n_vocab, &kl,
-                        &top_p, &top_q);
-            kld[count + (i - lo)] = kl;
-            same_top += top_p == top_q;
-            ref_nll -= base_lp[ids[(size_t)c * ctx + i + 1]];
+            s_klbase_kl(s->base_lp, q, nv, &kl, &top_p, &top_q);
+            s->ref_nll -= s->base_lp[want];
         }
-        for (int i = lo; i < hi; i++) {
-            const float *lg = logits + (size_t)(i - lo) * cfg->n_vocab;
-            float mx = lg[0];
-            for (int v = 1; v < cfg->n_vocab; v++)
-                mx = lg[v] > mx ? lg[v] : mx;
-            double s = 0; /* terms in (0, 1], rounded to float: 1e-7 relative */
-            for (int v = 0; v < cfg->n_vocab; v++)
-                s += expf(lg[v] - mx);
-            nll += log(s) + mx - lg[ids[(size_t)c * ctx + i + 1]];
-            count++;
-        }
-        fprintf(stderr, "[%d/%d] ppl %.4f  (%.1f tok/s)\n", c + 1, n_chunks, exp(nll / count),
-                (c + 1) * ctx / (cli_now() - ts));
+        s->kld[s->count + (i - s->lo)] = kl;
+        s->same_top += top_p == top_q;
     }
+    return true;
+}
+
+/* Run and score chunk c.  false after a message. */
+static bool s_ppl_score(s_ppl_t *s, int c) {
+    const int nv = model_config(s->r.model)->n_vocab, ctx = s->c.p.ctx;
+    memcpy(s->chunk, s->ids + (size_t)c * ctx, (size_t)ctx * sizeof *s->chunk);
+    if (s->bos)
+        s->chunk[0] = model_tokenizer_bos(s->r.tok);
+    if (s_ppl_chunk(&s->r, s->chunk, ctx, s->lo, s->hi, s->c.p.tier, s->tmp, s->logits)) {
+        fprintf(stderr, "strata perplexity: evaluation failed\n");
+        return false;
+    }
+    if (s->ref_logits &&
+        s_ppl_chunk(&s->rr, s->chunk, ctx, s->lo, s->hi, -1, NULL, s->ref_logits)) {
+        fprintf(stderr, "strata perplexity: evaluation of the --kl-ref model failed\n");
+        return false;
+    }
+    if ((s->ref_logits || s->kb) && !s_ppl_kl_chunk(s, c))
+        return false;
+    for (int i = s->lo; i < s->hi; i++) {
+        const float *lg = s->logits + (size_t)(i - s->lo) * nv;
+        float mx = lg[0];
+        for (int v = 1; v < nv; v++)
+            mx = lg[v] > mx ? lg[v] : mx;
+        double sum = 0; /* terms in (0, 1], rounded to float: 1e-7 relative */
+        for (int v = 0; v < nv; v++)
+            sum += expf(lg[v] - mx);
+        s->nll += log(sum) + mx - lg[s->ids[(size_t)c * ctx + i + 1]];
+        s->count++;
+    }
+    return true;
+}
+
+/* The KL lines of --kl-ref / --kl-base (sorts s->kld). */
+static void s_ppl_report_kl(s_ppl_t *s) {
+    const long count = s->count;
+    double sum = 0, sq = 0;
+    for (long i = 0; i < count; i++) {
+        sum += s->kld[i];
+        sq += s->kld[i] * s->kld[i];
+    }
+    double mean = sum / count, var = count > 1 ? (sq / count - mean * mean) : 0;
+    qsort(s->kld, (size_t)count, sizeof *s->kld, s_cmp_double);
+    double pt = (double)s->same_top / count;
+    if (s->c.p.kl_ref)
+        printf("kl-ref %s: perplexity %.4f\n", s->c.p.kl_ref, exp(s->ref_nll / count));
+    else
+        printf("kl-base %s: perplexity %.4f (n_ctx %d, %d of its %d chunks)\n", s->c.p.kl_base,
+               exp(s->ref_nll / count), model_klbase_n_ctx(s->kb), s->n_chunks,
+               model_klbase_n_chunks(s->kb));
+    printf("kl-divergence mean %.6f +/- %.6f  median %.6f  p99 %.6f  max %.6f\n", mean,
+           sqrt((var > 0 ? var : 0) / count), s->kld[count / 2], s->kld[(long)(0.99 * (count - 1))],
+           s->kld[count - 1]);
+    printf("same top token %.3f +/- %.3f %%\n", 100 * pt, 100 * sqrt(pt * (1 - pt) / count));
+}
+
+/* The KV bytes per token, the perplexity and the KL lines on stdout. */
+static void s_ppl_report(s_ppl_t *s) {
+    const int bs = s->r.kv.block_size, t0 = s->t0, tier = s->c.p.tier;
+    const kern_kv_shape_t shape = model_kv_shape(model_config(s->r.model), bs);
     /* bytes per position of K and V over all layers and KV heads */
     printf("kv t0 %s: %.1f bytes/token\n", kv_fmt_name(t0),
            (double)kv_fmt_block_bytes(&shape, t0) / bs);
@@ -550,325 +586,56 @@ int cmd_perplexity(int argc, char **argv) {
         printf("kv tier %s: %.1f bytes/token (blocks of %d round-tripped %s -> %s -> %s)\n",
                kv_fmt_name(tier), (double)kv_fmt_block_bytes(&shape, tier) / bs, bs,
                kv_fmt_name(t0), kv_fmt_name(tier), kv_fmt_name(t0));
-    printf("perplexity %.4f over %ld scored tokens (%d chunks of %ld)\n", exp(nll / count), count,
-           n_chunks, ctx);
-    if (kl_ref || kb) {
-        double sum = 0, sq = 0;
-        for (long i = 0; i < count; i++) {
-            sum += kld[i];
-            sq += kld[i] * kld[i];
-        }
-        double mean = sum / count, var = count > 1 ? (sq / count - mean * mean) : 0;
-        qsort(kld, (size_t)count, sizeof *kld, s_cmp_double);
-        double pt = (double)same_top / count;
-        if (kl_ref)
-            printf("kl-ref %s: perplexity %.4f\n", kl_ref, exp(ref_nll / count));
-        else
-            printf("kl-base %s: perplexity %.4f (n_ctx %d, %d of its %d chunks)\n", kl_base,
-                   exp(ref_nll / count), model_klbase_n_ctx(kb), n_chunks,
-                   model_klbase_n_chunks(kb));
-        printf("kl-divergence mean %.6f +/- %.6f  median %.6f  p99 %.6f  max %.6f\n", mean,
-               sqrt((var > 0 ? var : 0) / count), kld[count / 2], kld[(long)(0.99 * (count - 1))],
-               kld[count - 1]);
-        printf("same top token %.3f +/- %.3f %%\n", 100 * pt, 100 * sqrt(pt * (1 - pt) / count));
-    }
-    rc = 0;
-out:
-    free(ref_logits);
-    free(base_lp);
-    model_klbase_destroy(&kb);
-    free(kld);
-    if (kl_ref)
-        cli_runner_close(&rr);
-    free(ids);
-    free(logits);
-    free(chunk);
-    free(tmp);
-    free(text);
-    cli_runner_close(&r);
-    return rc;
+    printf("perplexity %.4f over %ld scored tokens (%d chunks of %d)\n", exp(s->nll / s->count),
+           s->count, s->n_chunks, s->c.p.ctx);
+    if (s->kld)
+        s_ppl_report_kl(s);
 }
 
-/* ------------------------------------------------------------------ bench-model */
+static void s_ppl_close(s_ppl_t *s) {
+    free(s->ref_logits);
+    free(s->base_lp);
+    model_klbase_destroy(&s->kb);
+    free(s->kld);
+    if (s->rr_open)
+        cli_runner_close(&s->rr);
+    free(s->ids);
+    free(s->logits);
+    free(s->chunk);
+    free(s->tmp);
+    free(s->text);
+    if (s->r_open)
+        cli_runner_close(&s->r);
+}
+
+int cmd_perplexity(int argc, char **argv) {
+    s_ppl_t s;
+    memset(&s, 0, sizeof s);
+    int rc = s_ppl_parse(argc, argv, &s.c);
+    if (rc != CLI_PARSED)
+        return rc;
+    rc = 1;
+    if (!s_ppl_open(&s) || !s_ppl_tokens(&s) || !s_ppl_reserve(&s))
+        goto out;
+    const int tier = s.c.p.tier;
+    fprintf(stderr, "strata perplexity: %d tokens, %d chunks of %d, kv %s%s%s\n", s.n, s.n_chunks,
+            s.c.p.ctx, kv_fmt_name(s.t0), tier >= 0 ? ", tier round trip " : "",
+            tier >= 0 ? kv_fmt_name(tier) : "");
+    double ts = cli_now();
+    for (int c = 0; c < s.n_chunks; c++) {
+        if (!s_ppl_score(&s, c))
+            goto out;
+        fprintf(stderr, "[%d/%d] ppl %.4f  (%.1f tok/s)\n", c + 1, s.n_chunks, exp(s.nll / s.count),
+                (c + 1) * s.c.p.ctx / (cli_now() - ts));
+    }
+    s_ppl_report(&s);
+    rc = 0;
+out:
+    s_ppl_close(&s);
+    return rc;
+}
 
 static int s_cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static void s_bench_help(FILE *f) {
-    fprintf(f,
-            "usage: strata bench-model [-m MODEL] [options]\n"
-            "\n"
-            "Measures prompt processing (one batch of -p tokens) and generation (-n tokens,\n"
-            "one at a time after the prompt) and prints the median tokens/s of -r runs.\n"
-            "Decoding is greedy with the end-of-generation tokens banned (as generate\n"
-            "--ignore-eos), so every run decodes real text for all -n tokens.\n"
-            "\n"
-            "  -m, --model PATH    GGUF model (default: %s)\n"
-            "  -p, --n-prompt N    prompt tokens (default 512)\n"
-            "  -n, --n-gen N       generated tokens (default 128)\n"
-            "  -r, --reps N        repetitions (default 5)\n"
-            "  -t, --threads N     threads (default %d)\n"
-            "      --kv-type TYPE  KV cache: f16 (default), f32 or int8\n"
-            "  -d, --depth D       llama-bench's depth: before each run, fill the context\n"
-            "                      with D tokens (not timed), then time -p tokens in one\n"
-            "                      batch at positions D.. and, separately, -n tokens one\n"
-            "                      at a time at positions D.. (so -d 0 decodes from an\n"
-            "                      empty context, like llama-bench -d 0).  Without -d,\n"
-            "                      generation runs after the -p prompt tokens.\n"
-            "  -b, --batch B       decode B sequences at once (continuous batching): each\n"
-            "                      prefills its own -p tokens, then -n steps of B tokens;\n"
-            "                      prints the aggregate generation tokens/s (default 1)\n"
-            "      --bandwidth     also measure the read bandwidth (1 GiB summed by 1 and\n"
-            "                      by -t threads, best of 3) and print generation as a\n"
-            "                      fraction of its bound: bandwidth / weight bytes read\n"
-            "                      per token (every matrix, one embedding row)\n"
-            "  -h, --help\n",
-            cli_default_model(), cli_default_threads());
-}
-
-/* bench-model --batch B: B sequences, each prefilled separately, then decoded
- * together one token each per forward pass.  Returns 0 or 1. */
-static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int threads,
-                         kern_type_t kv_type, double *pp, double *tg) {
-    const model_config_t *cfg = model_config(r->model);
-    const int bs = 16, nb = (np + ng + bs - 1) / bs;
-    int rc = 1;
-    kern_kv_pool_t kv;
-    kern_kv_shape_t shape = model_kv_shape(cfg, bs);
-    if (kern_kv_pool_init(&kv, &shape, kv_type, B * nb))
-        return 1;
-    model_ctx_t *ctx = model_ctx_new(r->model, np > B ? np : B, np + ng, threads, NULL);
-    int32_t *blocks = malloc(sizeof(int32_t) * B * nb);
-    model_seq_view_t *sv = malloc(sizeof *sv * B);
-    int n = np > B ? np : B;
-    int32_t *tok = malloc(sizeof(int32_t) * n), *pos = malloc(sizeof(int32_t) * n);
-    int32_t *seq = malloc(sizeof(int32_t) * n), *next = malloc(sizeof(int32_t) * B);
-    bool *want = malloc(sizeof(bool) * n);
-    float *logits = malloc(sizeof(float) * B * cfg->n_vocab);
-    int n_eog;
-    int32_t *eog = model_tokenizer_eog_ids(r->tok, cfg->n_vocab, &n_eog);
-    if (!ctx || !blocks || !sv || !tok || !pos || !seq || !next || !want || !logits || !eog)
-        goto out;
-    for (int i = 0; i < B * nb; i++)
-        blocks[i] = i;
-    for (int s = 0; s < B; s++)
-        sv[s] = (model_seq_view_t){blocks + s * nb, nb};
-    for (int k = 0; k < reps; k++) {
-        double t0 = cli_now();
-        for (int s = 0; s < B; s++) {
-            for (int j = 0; j < np; j++) {
-                tok[j] = (int32_t)((uint32_t)(j * 2654435761u + s * 97u) % (uint32_t)cfg->n_vocab);
-                pos[j] = j;
-                seq[j] = s;
-                want[j] = j == np - 1;
-            }
-            model_batch_t b = {np, tok, pos, seq, want, B, sv};
-            if (model_ctx_forward(ctx, &b, &kv, logits) < 0)
-                goto out;
-            model_logits_ban(logits, eog, n_eog);
-            next[s] = model_argmax(logits, cfg->n_vocab);
-        }
-        double t1 = cli_now();
-        for (int i = 0; i < ng; i++) {
-            for (int s = 0; s < B; s++) {
-                tok[s] = next[s];
-                pos[s] = np + i;
-                seq[s] = s;
-                want[s] = true;
-            }
-            model_batch_t b = {B, tok, pos, seq, want, B, sv};
-            if (model_ctx_forward(ctx, &b, &kv, logits) < 0)
-                goto out;
-            for (int s = 0; s < B; s++) {
-                float *row = logits + (size_t)s * cfg->n_vocab;
-                model_logits_ban(row, eog, n_eog);
-                next[s] = model_argmax(row, cfg->n_vocab);
-            }
-        }
-        double t2 = cli_now();
-        pp[k] = (double)B * np / (t1 - t0);
-        tg[k] = (double)B * ng / (t2 - t1);
-        fprintf(stderr, "run %d/%d: %d x pp%d %.1f tok/s, %d x tg%d %.1f tok/s aggregate\n", k + 1,
-                reps, B, np, pp[k], B, ng, tg[k]);
-    }
-    rc = 0;
-out:
-    model_ctx_destroy(&ctx);
-    kern_kv_pool_free(&kv);
-    free(blocks);
-    free(sv);
-    free(tok);
-    free(pos);
-    free(seq);
-    free(next);
-    free(want);
-    free(logits);
-    free(eog);
-    return rc;
-}
-
-int cmd_bench_model(int argc, char **argv) {
-    const char *C = "bench-model", *model = NULL;
-    long threads = cli_default_threads(), np = 512, ng = 128, reps = 5, batch = 1, depth = -1;
-    bool bandwidth = false;
-    kern_type_t kv_type = KERN_F16;
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"n-prompt", required_argument, 0, 'p'},
-                                         {"n-gen", required_argument, 0, 'n'},
-                                         {"reps", required_argument, 0, 'r'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"kv-type", required_argument, 0, 1},
-                                         {"batch", required_argument, 0, 'b'},
-                                         {"depth", required_argument, 0, 'd'},
-                                         {"bandwidth", no_argument, 0, 2},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    int o;
-    optind = 1;
-    while ((o = getopt_long(argc, argv, "m:p:n:r:t:b:d:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'm':
-            model = optarg;
-            break;
-        case 'b':
-            if (!cli_int(C, "--batch", optarg, 1, 256, &batch))
-                return 1;
-            break;
-        case 'd':
-            if (!cli_int(C, "--depth", optarg, 0, 1 << 16, &depth))
-                return 1;
-            break;
-        case 'p':
-            if (!cli_int(C, "--n-prompt", optarg, 1, 8192, &np))
-                return 1;
-            break;
-        case 'n':
-            if (!cli_int(C, "--n-gen", optarg, 1, 8192, &ng))
-                return 1;
-            break;
-        case 'r':
-            if (!cli_int(C, "--reps", optarg, 1, 1000, &reps))
-                return 1;
-            break;
-        case 't':
-            if (!cli_int(C, "--threads", optarg, 1, 256, &threads))
-                return 1;
-            break;
-        case 1:
-            if (!s_kv_type(C, optarg, &kv_type))
-                return 1;
-            break;
-        case 2:
-            bandwidth = true;
-            break;
-        case 'h':
-            s_bench_help(stdout);
-            return 0;
-        default:
-            s_bench_help(stderr);
-            return 2;
-        }
-    }
-    if (depth >= 0 && batch > 1) {
-        fprintf(stderr, "strata bench-model: --depth is for one sequence, not with --batch\n");
-        return 2;
-    }
-    model = model ? model : cli_default_model();
-    cli_runner_t r;
-    if (!cli_runner_open(&r, C, model))
-        return 1;
-    const model_config_t *cfg = model_config(r.model);
-    int rc = 1;
-    const int d = depth > 0 ? (int)depth : 0; /* context tokens before each measurement */
-    int32_t *toks = malloc((size_t)(d + np) * sizeof *toks);
-    float *logits = malloc((size_t)cfg->n_vocab * sizeof(float));
-    double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
-    int n_eog;
-    int32_t *eog = model_tokenizer_eog_ids(r.tok, cfg->n_vocab, &n_eog);
-    if (!toks || !logits || !pp || !tg || !eog)
-        goto out;
-    if (batch > 1) {
-        if (s_bench_batch(&r, (int)batch, (int)np, (int)ng, (int)reps, (int)threads, kv_type, pp,
-                          tg))
-            goto out;
-        goto report;
-    }
-    /* with --depth, tg runs at positions d.. (not after the prompt) */
-    const int ctx_need = depth >= 0 ? d + (int)(np > ng ? np : ng) : (int)(np + ng);
-    if (!cli_runner_reserve(&r, C, ctx_need, (int)np, (int)threads, kv_type))
-        goto out;
-    uint64_t st = 42;
-    for (int i = 0; i < d + np; i++) {
-        st = st * 6364136223846793005ull + 1442695040888963407ull;
-        toks[i] = (int32_t)((st >> 33) % (uint64_t)cfg->n_vocab);
-    }
-    /* warm-up: touch the weights once (at most the tokens there are: -p 8 -d 0 has 8) */
-    cli_runner_eval(&r, toks, d + np < 16 ? d + (int)np : 16, 0, false, logits);
-    for (int k = 0; k < reps; k++) {
-        if (d > 0 && cli_runner_eval(&r, toks, d, 0, false, logits)) /* the depth, not timed */
-            goto out;
-        double t0 = cli_now();
-        if (cli_runner_eval(&r, toks + d, (int)np, d, false, logits))
-            goto out;
-        double t1 = cli_now();
-        model_logits_ban(logits, eog, n_eog);
-        int32_t next = model_argmax(logits, cfg->n_vocab);
-        /* legacy: after the prompt; --depth: at positions d.., overwriting the
-         * prompt's KV (positions < d are untouched and still the depth's) */
-        const int g0 = depth >= 0 ? d : (int)np;
-        for (int i = 0; i < ng; i++) {
-            if (cli_runner_eval(&r, &next, 1, g0 + i, false, logits))
-                goto out;
-            model_logits_ban(logits, eog, n_eog);
-            next = model_argmax(logits, cfg->n_vocab);
-        }
-        double t2 = cli_now();
-        pp[k] = np / (t1 - t0);
-        tg[k] = ng / (t2 - t1);
-        fprintf(stderr, "run %d/%ld: pp%ld %.1f tok/s, tg%ld %.1f tok/s\n", k + 1, reps, np, pp[k],
-                ng, tg[k]);
-    }
-report:
-    qsort(pp, (size_t)reps, sizeof *pp, s_cmp_double);
-    qsort(tg, (size_t)reps, sizeof *tg, s_cmp_double);
-    const char *base = strrchr(model, '/');
-    printf("model %s (%s weights, %.1f MiB)  threads %ld  kernels %s  kv %s\n",
-           base ? base + 1 : model, kern_type_traits(cfg->ftype)->name,
-           model_weight_bytes(r.model) / 1048576.0, threads, kern_ops_best()->name,
-           kv_fmt_name(kv_fmt_of_pool_type(kv_type)));
-    const char *agg = batch > 1 ? " aggregate" : "";
-    printf("batch %ld\n", batch);
-    char at[32] = "";
-    if (depth >= 0)
-        snprintf(at, sizeof at, " @ d%ld", depth);
-    printf("pp%ld%s: %.1f tok/s%s (median of %ld; min %.1f max %.1f)\n", np, at, pp[reps / 2], agg,
-           reps, pp[0], pp[reps - 1]);
-    printf("tg%ld%s: %.1f tok/s%s (median of %ld; min %.1f max %.1f)\n", ng, at, tg[reps / 2], agg,
-           reps, tg[0], tg[reps - 1]);
-    const double per_tok = (double)model_decode_bytes(r.model);
-    if (batch == 1)
-        printf("decode reads %.1f MiB of weights per token: tg %.1f GB/s\n", per_tok / 1048576.0,
-               tg[reps / 2] * per_tok / 1e9);
-    if (bandwidth) {
-        const double bw1 = cli_read_bandwidth(1, (size_t)1 << 30, 3);
-        const double bwn = cli_read_bandwidth((int)threads, (size_t)1 << 30, 3);
-        printf("read bandwidth: 1 thread %.1f GB/s, %ld threads %.1f GB/s (1 GiB, best of 3)\n",
-               bw1, threads, bwn);
-        if (batch == 1 && bwn > 0)
-            printf("decode bound %.1f tok/s: tg at %.0f %% of it\n", bwn * 1e9 / per_tok,
-                   100.0 * tg[reps / 2] * per_tok / (bwn * 1e9));
-    }
-    rc = 0;
-out:
-    if (rc)
-        fprintf(stderr, "strata bench-model: failed\n");
-    free(toks);
-    free(logits);
-    free(pp);
-    free(tg);
-    free(eog);
-    cli_runner_close(&r);
-    return rc;
 }

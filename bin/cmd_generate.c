@@ -2,355 +2,362 @@
  * library directly (no actors).  This is the reference the service must
  * reproduce token for token under greedy decoding. */
 #include "cli.h"
+#include "cli_flags.h"
+#include "kv_codec.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void s_help(FILE *f) {
-    fprintf(f,
-            "usage: strata generate [-m MODEL] (-p PROMPT | -f FILE | --ids \"1 2 3\") [options]\n"
-            "\n"
-            "Streams the continuation to stdout; prompt and generation speed go to stderr.\n"
-            "\n"
-            "  -m, --model PATH        GGUF model, or a name in the model cache (gemma)\n"
-            "                          (default: %s)\n"
-            "  -p, --prompt TEXT       prompt text\n"
-            "  -f, --file PATH         read the prompt from a file ('-' for stdin)\n"
-            "      --ids LIST          prompt as token ids (\"1 2 3\"), no tokenization\n"
-            "  -n, --n-predict N       tokens to generate at most (default 256)\n"
-            "      --chat              wrap the prompt as a user message in the chat template\n"
-            "      --system TEXT       system message (with --chat)\n"
-            "  -t, --threads N         threads (default: %d, the online CPUs)\n"
-            "      --ctx N             context positions (default: prompt + n-predict)\n"
-            "      --kv-type TYPE      KV cache element type: f16 (default) or f32\n"
-            "      --greedy            argmax decoding (same as --temp 0)\n"
-            "      --temp X            temperature (default 0.8; 0 = greedy)\n"
-            "      --top-k N           (default 40; 0 = off)\n"
-            "      --top-p X           (default 0.95; 1 = off)\n"
-            "      --min-p X           (default 0.05; 0 = off)\n"
-            "      --repeat-penalty X  (default 1.0 = off)\n"
-            "      --repeat-last-n N   tokens the penalty looks back (default 64)\n"
-            "      --seed N            sampling seed (default 0)\n"
-            "      --stop TEXT         stop when TEXT appears (repeatable, up to 8)\n"
-            "      --ignore-eos        never end: end-of-generation tokens are banned from\n"
-            "                          sampling (generate exactly -n tokens)\n"
-            "      --print-ids         print generated token ids (one line) instead of text\n"
-            "  -h, --help              this help\n",
-            cli_default_model(), cli_default_threads());
-}
+/* generate's own flags */
+typedef struct {
+    const char *prompt; /* -p */
+    const char *file;   /* -f */
+    const char *ids;    /* --ids */
+    int n_predict;      /* -n */
+    bool chat;          /* --chat */
+    const char *system; /* --system */
+    int ctx;            /* --ctx (0: prompt + n-predict) */
+    bool print_ids;     /* --print-ids */
+    bool ignore_eos;    /* --ignore-eos */
+} s_gen_opts_t;
 
-int cmd_generate(int argc, char **argv) {
-    const char *C = "generate";
-    const char *model = NULL, *prompt = NULL, *file = NULL, *ids_s = NULL, *system = NULL;
-    const char *stops[MODEL_MAX_STOP];
-    int n_stops = 0;
-    long n_predict = 256, threads = cli_default_threads(), ctx_n = 0;
-    bool chat = false, print_ids = false, ignore_eos = false;
-    kern_type_t kv_type = KERN_F16;
-    model_sampler_params_t sp = model_sampler_defaults();
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"prompt", required_argument, 0, 'p'},
-                                         {"file", required_argument, 0, 'f'},
-                                         {"ids", required_argument, 0, 1},
-                                         {"n-predict", required_argument, 0, 'n'},
-                                         {"chat", no_argument, 0, 2},
-                                         {"system", required_argument, 0, 3},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"ctx", required_argument, 0, 4},
-                                         {"kv-type", required_argument, 0, 5},
-                                         {"greedy", no_argument, 0, 6},
-                                         {"temp", required_argument, 0, 7},
-                                         {"top-k", required_argument, 0, 8},
-                                         {"top-p", required_argument, 0, 9},
-                                         {"min-p", required_argument, 0, 10},
-                                         {"repeat-penalty", required_argument, 0, 11},
-                                         {"repeat-last-n", required_argument, 0, 12},
-                                         {"seed", required_argument, 0, 13},
-                                         {"stop", required_argument, 0, 14},
-                                         {"print-ids", no_argument, 0, 15},
-                                         {"ignore-eos", no_argument, 0, 16},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    int o;
-    long lv;
-    double dv;
-    optind = 1;
-    while ((o = getopt_long(argc, argv, "m:p:f:n:t:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'm':
-            model = optarg;
-            break;
-        case 'p':
-            prompt = optarg;
-            break;
-        case 'f':
-            file = optarg;
-            break;
-        case 1:
-            ids_s = optarg;
-            break;
-        case 'n':
-            if (!cli_int(C, "--n-predict", optarg, 0, 1 << 20, &n_predict))
-                return 1;
-            break;
-        case 2:
-            chat = true;
-            break;
-        case 3:
-            system = optarg;
-            break;
-        case 't':
-            if (!cli_int(C, "--threads", optarg, 1, 256, &threads))
-                return 1;
-            break;
-        case 4:
-            if (!cli_int(C, "--ctx", optarg, 1, 1 << 20, &ctx_n))
-                return 1;
-            break;
-        case 5:
-            if (!strcmp(optarg, "f32"))
-                kv_type = KERN_F32;
-            else if (!strcmp(optarg, "f16"))
-                kv_type = KERN_F16;
-            else {
-                fprintf(stderr, "strata generate: --kv-type must be f32 or f16\n");
-                return 1;
-            }
-            break;
-        case 6:
-            sp.temperature = 0;
-            break;
-        case 7:
-            if (!cli_float(C, "--temp", optarg, 0, 100, &dv))
-                return 1;
-            sp.temperature = (float)dv;
-            break;
-        case 8:
-            if (!cli_int(C, "--top-k", optarg, 0, 1 << 30, &lv))
-                return 1;
-            sp.top_k = (int)lv;
-            break;
-        case 9:
-            if (!cli_float(C, "--top-p", optarg, 1e-6, 1, &dv))
-                return 1;
-            sp.top_p = (float)dv;
-            break;
-        case 10:
-            if (!cli_float(C, "--min-p", optarg, 0, 1, &dv))
-                return 1;
-            sp.min_p = (float)dv;
-            break;
-        case 11:
-            if (!cli_float(C, "--repeat-penalty", optarg, 1e-3, 10, &dv))
-                return 1;
-            sp.repeat_penalty = (float)dv;
-            break;
-        case 12:
-            if (!cli_int(C, "--repeat-last-n", optarg, 0, 1 << 20, &lv))
-                return 1;
-            sp.repeat_last_n = (int)lv;
-            break;
-        case 13: {
-            char *end;
-            sp.seed = strtoull(optarg, &end, 10);
-            if (*end || end == optarg) {
-                fprintf(stderr, "strata generate: bad --seed '%s'\n", optarg);
-                return 1;
-            }
-            break;
-        }
-        case 14:
-            if (n_stops == MODEL_MAX_STOP || !optarg[0]) {
-                fprintf(stderr, "strata generate: at most %d non-empty --stop strings\n",
-                        MODEL_MAX_STOP);
-                return 1;
-            }
-            stops[n_stops++] = optarg;
-            break;
-        case 15:
-            print_ids = true;
-            break;
-        case 16:
-            ignore_eos = true;
-            break;
-        case 'h':
-            s_help(stdout);
-            return 0;
-        default:
-            s_help(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "strata generate: unexpected argument '%s'\n", argv[optind]);
+typedef struct {
+    cli_model_opts_t m;
+    s_gen_opts_t g;
+    cli_kv_opts_t kv;
+    cli_sample_opts_t s;
+} s_cfg_t;
+
+#define S_GEN(member) ACTOR_OPT_FIELD(s_gen_opts_t, member)
+static const cli_flag_t s_gen_flags[] = {
+    {.name = "prompt",
+     .short_name = 'p',
+     .arg = "TEXT",
+     .opt = {.type = ACTOR_OPT_STRING, .help = "prompt text", .field = S_GEN(prompt)}},
+    {.name = "file",
+     .short_name = 'f',
+     .arg = "PATH",
+     .opt = {.type = ACTOR_OPT_PATH,
+             .help = "read the prompt from a file ('-' for stdin)",
+             .field = S_GEN(file)}},
+    {.name = "ids",
+     .arg = "LIST",
+     .opt = {.type = ACTOR_OPT_STRING,
+             .help = "prompt as token ids (\"1 2 3\"), no tokenization",
+             .field = S_GEN(ids)}},
+    {.name = "n-predict",
+     .short_name = 'n',
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 0,
+             .max = 1 << 20,
+             .help = "tokens to generate at most",
+             .field = S_GEN(n_predict)}},
+    {.name = "chat",
+     .opt = {.type = ACTOR_OPT_BOOL,
+             .help = "wrap the prompt as a user message in the chat template",
+             .field = S_GEN(chat)}},
+    {.name = "system",
+     .arg = "TEXT",
+     .opt = {.type = ACTOR_OPT_STRING,
+             .help = "system message (with --chat)",
+             .field = S_GEN(system)}},
+    {.name = "ctx",
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 1,
+             .max = 1 << 20,
+             .help = "context positions",
+             .field = S_GEN(ctx)},
+     .def_text = "prompt + n-predict"},
+    {.name = "ignore-eos",
+     .opt = {.type = ACTOR_OPT_BOOL,
+             .help =
+                 "never end: end-of-generation tokens are banned from sampling (generate exactly "
+                 "-n tokens)",
+             .field = S_GEN(ignore_eos)}},
+    {.name = "print-ids",
+     .opt = {.type = ACTOR_OPT_BOOL,
+             .help = "print generated token ids (one line) instead of text",
+             .field = S_GEN(print_ids)}},
+    {NULL},
+};
+#undef S_GEN
+
+static const cli_cmd_t s_cmd = {
+    "generate",
+    "usage: strata generate [-m MODEL] (-p PROMPT | -f FILE | --ids \"1 2 3\") [options]\n"
+    "\n"
+    "Streams the continuation to stdout; prompt and generation speed go to stderr.\n",
+    NULL,
+    {{cli_model_flags, offsetof(s_cfg_t, m)},
+     {cli_threads_flags, offsetof(s_cfg_t, m)},
+     {s_gen_flags, offsetof(s_cfg_t, g)},
+     {cli_kv_flags, offsetof(s_cfg_t, kv)},
+     {cli_sample_flags, offsetof(s_cfg_t, s)},
+     {NULL}},
+};
+
+/* Parse argv into c.  CLI_PARSED, or the exit status after a message. */
+static int s_parse(int argc, char **argv, s_cfg_t *c) {
+    memset(c, 0, sizeof *c);
+    cli_model_opts_default(&c->m);
+    cli_kv_opts_default(&c->kv);
+    cli_sample_opts_default(&c->s);
+    c->g.n_predict = 256;
+    int next, rc = cli_flags_parse(&s_cmd, argc, argv, c, &next);
+    if (rc != CLI_PARSED)
+        return rc;
+    if (next < argc) {
+        fprintf(stderr, "strata generate: unexpected argument '%s'\n", argv[next]);
         return 2;
     }
-    if (!!prompt + !!file + !!ids_s != 1) {
+    if (!!c->g.prompt + !!c->g.file + !!c->g.ids != 1) {
         fprintf(stderr, "strata generate: give exactly one of -p PROMPT, -f FILE or --ids LIST "
                         "(see --help)\n");
         return 2;
     }
-    if (!model)
-        model = cli_default_model();
+    return CLI_PARSED;
+}
 
-    char *text = NULL;
-    if (file) {
-        text = cli_read_file(file, NULL);
-        if (!text) {
-            fprintf(stderr, "strata generate: cannot read prompt file '%s'\n", file);
-            return 1;
+/* The sampler's parameters from the sampling flags. */
+static model_sampler_params_t s_sampler_params(const cli_sample_opts_t *s) {
+    model_sampler_params_t sp = model_sampler_defaults();
+    sp.temperature = (float)s->temp;
+    sp.top_k = s->top_k;
+    sp.top_p = (float)s->top_p;
+    sp.min_p = (float)s->min_p;
+    sp.repeat_penalty = (float)s->repeat_penalty;
+    sp.repeat_last_n = s->repeat_last_n;
+    sp.seed = s->seed;
+    return sp;
+}
+
+/* The text prompt's tokens: rendered by the chat template with --chat.  NULL after a message. */
+static int32_t *s_text_tokens(cli_runner_t *r, const s_gen_opts_t *g, const char *prompt, int *n) {
+    char *rendered = NULL;
+    if (g->chat) {
+        model_chat_msg_t msgs[2];
+        int nm = 0;
+        if (g->system)
+            msgs[nm++] = (model_chat_msg_t){"system", g->system};
+        msgs[nm++] = (model_chat_msg_t){"user", prompt};
+        rendered = model_tokenizer_chat(r->tok, msgs, nm, true);
+        if (!rendered) {
+            fprintf(stderr, "strata generate: this model has no chat template strata knows\n");
+            return NULL;
         }
-        prompt = text;
     }
-    /* Load with a provisional context; resize once the prompt length is known. */
-    cli_runner_t r;
-    int rc = 1;
-    int32_t *toks = NULL, *hist = NULL, *eog = NULL;
-    int n_eog = 0; /* banned ids in eog: the end-of-generation tokens with --ignore-eos */
-    model_sampler_t *sampler = NULL;
-    model_stopper_t stopper = {0};
-    char err[256];
-    if (!cli_runner_open(&r, C, model))
-        goto out_text;
-    int n_prompt = 0;
-    if (ids_s) {
-        toks = cli_parse_ids(ids_s, &n_prompt);
-        if (!toks || n_prompt == 0) {
+    const char *t = rendered ? rendered : prompt;
+    bool bos = model_tokenizer_add_bos(r->tok);
+    int need = model_tokenizer_encode(r->tok, t, strlen(t), bos, g->chat, NULL, 0);
+    int32_t *toks = malloc((size_t)(need > 0 ? need : 1) * sizeof *toks);
+    *n = 0;
+    if (need > 0 && toks)
+        *n = model_tokenizer_encode(r->tok, t, strlen(t), bos, g->chat, toks, need);
+    free(rendered);
+    if (*n <= 0) {
+        fprintf(stderr, "strata generate: the prompt is empty\n");
+        free(toks);
+        return NULL;
+    }
+    return toks;
+}
+
+/* The prompt's tokens (--ids, or the text of -p / -f), each checked against the
+ * vocabulary.  NULL after a message. */
+static int32_t *s_prompt_tokens(cli_runner_t *r, const s_gen_opts_t *g, const char *prompt,
+                                int *n) {
+    int32_t *toks;
+    if (g->ids) {
+        toks = cli_parse_ids(g->ids, n);
+        if (!toks || *n == 0) {
             fprintf(stderr, "strata generate: --ids must be a non-empty list of token ids\n");
-            goto out;
+            free(toks);
+            return NULL;
         }
-    } else {
-        char *rendered = NULL;
-        if (chat) {
-            model_chat_msg_t msgs[2];
-            int nm = 0;
-            if (system)
-                msgs[nm++] = (model_chat_msg_t){"system", system};
-            msgs[nm++] = (model_chat_msg_t){"user", prompt};
-            rendered = model_tokenizer_chat(r.tok, msgs, nm, true);
-            if (!rendered) {
-                fprintf(stderr, "strata generate: this model has no chat template strata knows\n");
-                goto out;
-            }
-        }
-        const char *t = rendered ? rendered : prompt;
-        bool bos = model_tokenizer_add_bos(r.tok);
-        int need = model_tokenizer_encode(r.tok, t, strlen(t), bos, chat, NULL, 0);
-        toks = malloc((size_t)(need > 0 ? need : 1) * sizeof *toks);
-        if (need > 0 && toks)
-            n_prompt = model_tokenizer_encode(r.tok, t, strlen(t), bos, chat, toks, need);
-        free(rendered);
-        if (n_prompt <= 0) {
-            fprintf(stderr, "strata generate: the prompt is empty\n");
-            goto out;
-        }
+    } else if (!(toks = s_text_tokens(r, g, prompt, n))) {
+        return NULL;
     }
-    const model_config_t *cfg = model_config(r.model);
-    for (int i = 0; i < n_prompt; i++)
+    const model_config_t *cfg = model_config(r->model);
+    for (int i = 0; i < *n; i++)
         if (toks[i] < 0 || toks[i] >= cfg->n_vocab) {
             fprintf(stderr, "strata generate: token id %d out of range (vocabulary %d)\n", toks[i],
                     cfg->n_vocab);
-            goto out;
+            free(toks);
+            return NULL;
         }
-    int max_ctx = ctx_n ? (int)ctx_n : n_prompt + (int)n_predict;
-    if (n_prompt + n_predict > max_ctx) {
-        fprintf(stderr, "strata generate: prompt (%d tokens) + n-predict (%ld) exceed --ctx %d\n",
-                n_prompt, n_predict, max_ctx);
-        goto out;
+    return toks;
+}
+
+/* Size the runner for the prompt and -n (or --ctx).  false after a message. */
+static bool s_reserve(cli_runner_t *r, const s_cfg_t *c, int n_prompt) {
+    const model_config_t *cfg = model_config(r->model);
+    int max_ctx = c->g.ctx ? c->g.ctx : n_prompt + c->g.n_predict;
+    if (n_prompt + c->g.n_predict > max_ctx) {
+        fprintf(stderr, "strata generate: prompt (%d tokens) + n-predict (%d) exceed --ctx %d\n",
+                n_prompt, c->g.n_predict, max_ctx);
+        return false;
     }
     if (max_ctx > cfg->n_ctx_train)
         fprintf(stderr,
                 "strata generate: warning: %d positions exceed the model's training "
                 "context of %d\n",
                 max_ctx, cfg->n_ctx_train);
-    if (!cli_runner_reserve(&r, C, max_ctx, 512, (int)threads, kv_type))
-        goto out;
-    if (model_sampler_check(&sp, err, sizeof err)) {
-        fprintf(stderr, "strata generate: %s\n", err);
-        goto out;
-    }
-    sampler = model_sampler_new(cfg->n_vocab);
-    hist = malloc(((size_t)n_prompt + n_predict + 1) * sizeof *hist);
-    if (ignore_eos)
-        eog = model_tokenizer_eog_ids(r.tok, cfg->n_vocab, &n_eog);
-    if (!sampler || !hist || (ignore_eos && !eog) || model_stopper_init(&stopper, stops, n_stops)) {
-        fprintf(stderr, "strata generate: out of memory\n");
-        goto out;
-    }
-    memcpy(hist, toks, (size_t)n_prompt * sizeof *hist);
-    int n_hist = n_prompt;
-    float *logits = malloc((size_t)cfg->n_vocab * sizeof(float));
-    double t0 = cli_now();
-    int e = cli_runner_eval(&r, toks, n_prompt, 0, false, logits);
-    double t1 = cli_now();
-    if (e) {
-        fprintf(stderr, "strata generate: forward pass failed (%d)\n", e);
-        free(logits);
-        goto out;
-    }
+    return cli_runner_reserve(r, "generate", max_ctx, 512, c->m.threads,
+                              (kern_type_t)kv_fmt_pool_type(c->kv.kv_fmt));
+}
+
+/* One generation's state beside the runner. */
+typedef struct {
+    model_sampler_params_t sp;
+    model_sampler_t *sampler;
+    model_stopper_t stopper;
+    int32_t *hist; /* (n_prompt + n_predict + 1) prompt and generated tokens */
+    int n_hist;
+    int32_t *eog; /* (n_eog) banned ids: the end-of-generation tokens with --ignore-eos */
+    int n_eog;
+    float *logits; /* (n_vocab) */
     model_detok_t dt;
-    model_detok_init(&dt, r.tok);
-    char piece[1024], outbuf[2048];
-    int n_gen = 0;
-    const char *stop_reason = "length";
-    for (; n_gen < n_predict; n_gen++) {
-        int pos = n_prompt + n_gen;
-        model_logits_ban(logits, eog, n_eog);
-        int32_t next = model_sampler_sample(sampler, &sp, logits, hist, n_hist, pos);
-        if (!ignore_eos && model_tokenizer_is_eog(r.tok, next)) {
-            stop_reason = "eos";
+    int n_gen;
+    const char *stop_reason; /* "length", "eos", "stop" */
+} s_run_t;
+
+/* Allocate run for the prompt toks[0..n_prompt).  false after a message. */
+static bool s_run_open(s_run_t *run, cli_runner_t *r, const s_cfg_t *c, const int32_t *toks,
+                       int n_prompt) {
+    const model_config_t *cfg = model_config(r->model);
+    char err[256];
+    memset(run, 0, sizeof *run);
+    run->sp = s_sampler_params(&c->s);
+    if (model_sampler_check(&run->sp, err, sizeof err)) {
+        fprintf(stderr, "strata generate: %s\n", err);
+        return false;
+    }
+    run->sampler = model_sampler_new(cfg->n_vocab);
+    run->hist = malloc(((size_t)n_prompt + c->g.n_predict + 1) * sizeof *run->hist);
+    run->logits = malloc((size_t)cfg->n_vocab * sizeof(float));
+    if (c->g.ignore_eos)
+        run->eog = model_tokenizer_eog_ids(r->tok, cfg->n_vocab, &run->n_eog);
+    if (!run->sampler || !run->hist || !run->logits || (c->g.ignore_eos && !run->eog) ||
+        model_stopper_init(&run->stopper, c->s.stop, c->s.n_stop)) {
+        fprintf(stderr, "strata generate: out of memory\n");
+        return false;
+    }
+    memcpy(run->hist, toks, (size_t)n_prompt * sizeof *run->hist);
+    run->n_hist = n_prompt;
+    model_detok_init(&run->dt, r->tok);
+    run->stop_reason = "length";
+    return true;
+}
+
+static void s_run_close(s_run_t *run) {
+    model_stopper_free(&run->stopper);
+    model_sampler_destroy(&run->sampler);
+    free(run->hist);
+    free(run->eog);
+    free(run->logits);
+}
+
+/* Print one piece of text through the stop strings; true when one of them appeared. */
+static bool s_emit(s_run_t *run, const char *piece, int len) {
+    char out[2048];
+    size_t ol = model_stopper_push(&run->stopper, piece, (size_t)len, out, sizeof out);
+    fwrite(out, 1, ol, stdout);
+    fflush(stdout);
+    return run->stopper.stopped;
+}
+
+/* Sample up to -n tokens after the prompt (whose logits are in run->logits),
+ * printing each.  0, or -1 after a message. */
+static int s_decode(s_run_t *run, cli_runner_t *r, const s_cfg_t *c, int n_prompt) {
+    char piece[1024];
+    for (; run->n_gen < c->g.n_predict; run->n_gen++) {
+        int pos = n_prompt + run->n_gen;
+        model_logits_ban(run->logits, run->eog, run->n_eog);
+        int32_t next =
+            model_sampler_sample(run->sampler, &run->sp, run->logits, run->hist, run->n_hist, pos);
+        if (!c->g.ignore_eos && model_tokenizer_is_eog(r->tok, next)) {
+            run->stop_reason = "eos";
             break;
         }
-        hist[n_hist++] = next;
-        if (print_ids) {
-            printf(n_gen ? " %d" : "%d", next);
-        } else {
-            int pl = model_detok_push(&dt, next, piece, sizeof piece);
-            size_t ol = model_stopper_push(&stopper, piece, (size_t)pl, outbuf, sizeof outbuf);
-            fwrite(outbuf, 1, ol, stdout);
-            fflush(stdout);
-            if (stopper.stopped) {
-                stop_reason = "stop";
-                n_gen++;
-                break;
-            }
+        run->hist[run->n_hist++] = next;
+        if (c->g.print_ids) {
+            printf(run->n_gen ? " %d" : "%d", next);
+        } else if (s_emit(run, piece, model_detok_push(&run->dt, next, piece, sizeof piece))) {
+            run->stop_reason = "stop";
+            run->n_gen++;
+            break;
         }
-        if (n_gen + 1 < n_predict && cli_runner_eval(&r, &next, 1, pos, false, logits)) {
+        if (run->n_gen + 1 < c->g.n_predict &&
+            cli_runner_eval(r, &next, 1, pos, false, run->logits)) {
             fprintf(stderr, "strata generate: forward pass failed\n");
-            free(logits);
-            goto out;
+            return -1;
         }
     }
-    double t2 = cli_now();
-    if (!print_ids) {
-        int pl = model_detok_flush(&dt, piece, sizeof piece);
-        size_t ol = model_stopper_push(&stopper, piece, (size_t)pl, outbuf, sizeof outbuf);
-        fwrite(outbuf, 1, ol, stdout);
-        ol = model_stopper_flush(&stopper, outbuf, sizeof outbuf);
-        fwrite(outbuf, 1, ol, stdout);
+    if (!c->g.print_ids) {
+        s_emit(run, piece, model_detok_flush(&run->dt, piece, sizeof piece));
+        char out[2048];
+        fwrite(out, 1, model_stopper_flush(&run->stopper, out, sizeof out), stdout);
     }
     printf("\n");
     fflush(stdout);
-    if (n_gen == 0 && !strcmp(stop_reason, "eos"))
+    return 0;
+}
+
+/* Prefill the prompt, decode, and say how fast on stderr.  0, or -1 after a message. */
+static int s_generate(cli_runner_t *r, const s_cfg_t *c, const int32_t *toks, int n_prompt) {
+    s_run_t run;
+    int rc = -1;
+    if (!s_run_open(&run, r, c, toks, n_prompt))
+        goto out;
+    double t0 = cli_now();
+    int e = cli_runner_eval(r, toks, n_prompt, 0, false, run.logits);
+    double t1 = cli_now();
+    if (e) {
+        fprintf(stderr, "strata generate: forward pass failed (%d)\n", e);
+        goto out;
+    }
+    if (s_decode(&run, r, c, n_prompt))
+        goto out;
+    double t2 = cli_now();
+    if (run.n_gen == 0 && !strcmp(run.stop_reason, "eos"))
         fprintf(stderr, "strata generate: the model ended the answer at once (0 tokens)%s\n",
-                chat || ids_s ? "" : ": for an instruct model use the chat form (--chat)");
+                c->g.chat || c->g.ids ? "" : ": for an instruct model use the chat form (--chat)");
     fprintf(stderr,
             "strata generate: prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in "
-            "%.3f s (%.1f tok/s), stop: %s, threads %ld, kernels %s\n",
-            n_prompt, t1 - t0, n_prompt / (t1 - t0), n_gen, t2 - t1, n_gen / (t2 - t1), stop_reason,
-            threads, kern_ops_best()->name);
-    free(logits);
+            "%.3f s (%.1f tok/s), stop: %s, threads %d, kernels %s\n",
+            n_prompt, t1 - t0, n_prompt / (t1 - t0), run.n_gen, t2 - t1, run.n_gen / (t2 - t1),
+            run.stop_reason, c->m.threads, kern_ops_best()->name);
     rc = 0;
 out:
-    model_stopper_free(&stopper);
-    model_sampler_destroy(&sampler);
-    free(hist);
-    free(eog);
+    s_run_close(&run);
+    return rc;
+}
+
+int cmd_generate(int argc, char **argv) {
+    s_cfg_t c;
+    int rc = s_parse(argc, argv, &c);
+    if (rc != CLI_PARSED)
+        return rc;
+    const char *prompt = c.g.prompt;
+    char *text = NULL;
+    if (c.g.file && !(prompt = text = cli_read_file(c.g.file, NULL))) {
+        fprintf(stderr, "strata generate: cannot read prompt file '%s'\n", c.g.file);
+        return 1;
+    }
+    cli_runner_t r;
+    int32_t *toks = NULL;
+    int n_prompt = 0;
+    rc = 1;
+    if (cli_runner_open(&r, "generate", c.m.model)) {
+        if ((toks = s_prompt_tokens(&r, &c.g, prompt, &n_prompt)) && s_reserve(&r, &c, n_prompt) &&
+            s_generate(&r, &c, toks, n_prompt) == 0)
+            rc = 0;
+        cli_runner_close(&r);
+    }
     free(toks);
-    cli_runner_close(&r);
-out_text:
     free(text);
     return rc;
 }

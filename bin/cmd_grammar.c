@@ -3,6 +3,7 @@
  * token mask (for the schema corpus test), and time the mask (bench).  docs/GRAMMAR.md.
  */
 #include "cli.h"
+#include "cli_flags.h"
 #include "grammar.h"
 #include "grammar_mask.h"
 #include "model_gguf.h"
@@ -13,22 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static void s_usage(FILE *f) {
-    fprintf(f, "usage: strata grammar ACTION SOURCE [options]\n"
-               "  SOURCE: --gbnf FILE | --schema FILE | --regex RE   (FILE '-' reads stdin)\n"
-               "  ACTION:\n"
-               "    compile             print the GBNF (exit 1 with the reason if refused)\n"
-               "    check --text T      exit 0 if T is a complete sentence, 1 if not\n"
-               "    walk [-n N] [--seed S] [-m MODEL | --bytes]\n"
-               "                        N random sentences by walking the token mask, one JSON\n"
-               "                        string per line (default: a small byte-level vocabulary)\n"
-               "    bench [-m MODEL] [--vocab N] [--walks W] [--steps S] [--seed S]\n"
-               "                        mask time per token (median, p99) over random walks; with\n"
-               "                        --vocab N the model's vocabulary is extended to N tokens\n"
-               "                        with random byte strings; SOURCE may be repeated\n"
-               "  -h, --help            this help\n");
-}
 
 /* ---- sources */
 
@@ -278,162 +263,301 @@ static int s_cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-int cmd_grammar(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        s_usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+/* ---- flags */
+
+#define S_MAX_SRC 64
+
+typedef struct {
+    s_src_t src[S_MAX_SRC]; /* --gbnf, --schema, --regex in order */
+    int n_src;
+    const char *model; /* -m (NULL: walk: bytes; bench: the default model) */
+    const char *text;  /* check --text */
+    bool bytes;
+    int n, vocab_n, walks, steps;
+    long seed;
+} s_opts_t;
+
+/* --gbnf, --schema, --regex: one more source (the flag's name is its kind). */
+static bool s_add_src(s_opts_t *o, const char *kind, const char *value, char *why, size_t len) {
+    if (o->n_src == S_MAX_SRC) {
+        snprintf(why, len, "at most %d sources", S_MAX_SRC);
+        return false;
     }
-    const char *action = argv[1], *model = NULL, *text = NULL;
-    s_src_t src[64];
-    int n_src = 0;
-    long n = 10, vocab_n = 0, walks = 20, steps = 200, seed = 1;
-    bool bytes = false;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        bool has = i + 1 < argc;
-        if ((!strcmp(a, "--gbnf") || !strcmp(a, "--schema") || !strcmp(a, "--regex")) && has &&
-            n_src < 64)
-            src[n_src++] = (s_src_t){a + 2, argv[++i]};
-        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has)
-            model = argv[++i];
-        else if (!strcmp(a, "--text") && has)
-            text = argv[++i];
-        else if (!strcmp(a, "--bytes"))
-            bytes = true;
-        else if (!strcmp(a, "-n") && has) {
-            if (!cli_int("grammar", a, argv[++i], 1, 1000000, &n))
-                return 2;
-        } else if (!strcmp(a, "--vocab") && has) {
-            if (!cli_int("grammar", a, argv[++i], 0, 4000000, &vocab_n))
-                return 2;
-        } else if (!strcmp(a, "--walks") && has) {
-            if (!cli_int("grammar", a, argv[++i], 1, 100000, &walks))
-                return 2;
-        } else if (!strcmp(a, "--steps") && has) {
-            if (!cli_int("grammar", a, argv[++i], 1, 1000000, &steps))
-                return 2;
-        } else if (!strcmp(a, "--seed") && has) {
-            if (!cli_int("grammar", a, argv[++i], 0, 1L << 40, &seed))
-                return 2;
-        } else {
-            fprintf(stderr, "strata grammar: unknown or incomplete option %s\n", a);
-            return 2;
-        }
+    o->src[o->n_src++] = (s_src_t){kind, value};
+    return true;
+}
+static bool s_set_gbnf(const char *value, void *group, char *why, size_t len) {
+    return s_add_src(group, "gbnf", value, why, len);
+}
+static bool s_set_schema(const char *value, void *group, char *why, size_t len) {
+    return s_add_src(group, "schema", value, why, len);
+}
+static bool s_set_regex(const char *value, void *group, char *why, size_t len) {
+    return s_add_src(group, "regex", value, why, len);
+}
+
+/* --seed: 0..2^40. */
+static bool s_set_seed(const char *value, void *group, char *why, size_t len) {
+    char *end;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    if (!*value || *end || errno || v < 0 || v > 1L << 40) {
+        snprintf(why, len, "expected an integer in 0..%ld", 1L << 40);
+        return false;
     }
-    if (!n_src) {
-        fprintf(stderr, "strata grammar: give --gbnf, --schema or --regex\n");
-        return 2;
-    }
-    if (!strcmp(action, "compile")) {
-        char *g = s_gbnf(&src[0]);
-        if (!g)
-            return 1;
-        char err[512];
-        grammar_t *gr = grammar_new(g, err, sizeof err);
-        if (!gr) {
-            fprintf(stderr, "strata grammar: grammar: %s\n", err);
-            free(g);
-            return 1;
-        }
-        fputs(g, stdout);
-        fprintf(stderr, "strata grammar: %d rules, %d positions\n", grammar_n_rules(gr),
-                grammar_n_positions(gr));
-        grammar_destroy(&gr);
+    ((s_opts_t *)group)->seed = v;
+    return true;
+}
+
+#define S_O(member) ACTOR_OPT_FIELD(s_opts_t, member)
+static const cli_flag_t s_flags[] = {
+    {.name = "gbnf",
+     .arg = "FILE",
+     .opt = {.type = ACTOR_OPT_PATH, .help = "SOURCE: a GBNF grammar ('-' reads stdin)"},
+     .set = s_set_gbnf},
+    {.name = "schema",
+     .arg = "FILE",
+     .opt = {.type = ACTOR_OPT_PATH, .help = "SOURCE: a JSON Schema ('-' reads stdin)"},
+     .set = s_set_schema},
+    {.name = "regex",
+     .arg = "RE",
+     .opt = {.type = ACTOR_OPT_STRING, .help = "SOURCE: a regular expression"},
+     .set = s_set_regex},
+    {.name = "text",
+     .arg = "T",
+     .opt = {.type = ACTOR_OPT_STRING, .help = "check: the text", .field = S_O(text)}},
+    {.name = "model",
+     .short_name = 'm',
+     .arg = "MODEL",
+     .opt = {.type = ACTOR_OPT_PATH,
+             .help = "walk, bench: the vocabulary of this GGUF (bench: default the default "
+                     "model)",
+             .field = S_O(model)}},
+    {.name = "bytes",
+     .opt = {.type = ACTOR_OPT_BOOL,
+             .help = "walk: a small byte-level vocabulary (the default without -m)",
+             .field = S_O(bytes)}},
+    {.name = "n",
+     .short_name = 'n',
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 1,
+             .max = 1000000,
+             .help = "walk: sentences",
+             .field = S_O(n)}},
+    {.name = "vocab",
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 0,
+             .max = 4000000,
+             .help = "bench: extend the model's vocabulary to N tokens with random byte strings",
+             .field = S_O(vocab_n)}},
+    {.name = "walks",
+     .arg = "W",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 1,
+             .max = 100000,
+             .help = "bench: random walks per source",
+             .field = S_O(walks)}},
+    {.name = "steps",
+     .arg = "S",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 1,
+             .max = 1000000,
+             .help = "bench: tokens per walk at most",
+             .field = S_O(steps)}},
+    {.name = "seed",
+     .arg = "S",
+     .opt = {.type = ACTOR_OPT_INT, .help = "walk, bench: random seed (0..2^40, default 1)"},
+     .set = s_set_seed},
+    {NULL},
+};
+#undef S_O
+
+static const cli_cmd_t s_cmd = {
+    "grammar",
+    "usage: strata grammar ACTION SOURCE [options]\n"
+    "  SOURCE: --gbnf FILE | --schema FILE | --regex RE   (FILE '-' reads stdin)\n"
+    "  ACTION:\n"
+    "    compile             print the GBNF (exit 1 with the reason if refused)\n"
+    "    check --text T      exit 0 if T is a complete sentence, 1 if not\n"
+    "    walk [-n N] [--seed S] [-m MODEL | --bytes]\n"
+    "                        N random sentences by walking the token mask, one JSON\n"
+    "                        string per line (default: a small byte-level vocabulary)\n"
+    "    bench [-m MODEL] [--vocab N] [--walks W] [--steps S] [--seed S]\n"
+    "                        mask time per token (median, p99) over random walks; with\n"
+    "                        --vocab N the model's vocabulary is extended to N tokens\n"
+    "                        with random byte strings; SOURCE may be repeated\n",
+    NULL,
+    {{s_flags, 0}, {NULL}},
+};
+
+/* ---- actions */
+
+/* compile: print the GBNF of src.  The exit status. */
+static int s_compile(const s_src_t *src) {
+    char *g = s_gbnf(src);
+    if (!g)
+        return 1;
+    char err[512];
+    grammar_t *gr = grammar_new(g, err, sizeof err);
+    if (!gr) {
+        fprintf(stderr, "strata grammar: grammar: %s\n", err);
         free(g);
-        return 0;
+        return 1;
     }
-    if (!strcmp(action, "check")) {
-        grammar_t *g = s_grammar(&src[0]);
-        if (!g || !text)
-            return g ? 2 : 1;
-        grammar_state_t *s = grammar_state_new(g);
-        int rc = s ? grammar_state_accept_bytes(s, text, strlen(text)) : -ENOMEM;
-        bool ok = rc == 0 && grammar_state_accepting(s);
-        printf("%s\n", ok ? "accepted" : rc == 0 ? "incomplete" : "refused");
-        grammar_state_destroy(&s);
+    fputs(g, stdout);
+    fprintf(stderr, "strata grammar: %d rules, %d positions\n", grammar_n_rules(gr),
+            grammar_n_positions(gr));
+    grammar_destroy(&gr);
+    free(g);
+    return 0;
+}
+
+/* check: is text a complete sentence of src?  The exit status. */
+static int s_check(const s_src_t *src, const char *text) {
+    grammar_t *g = s_grammar(src);
+    if (!g || !text) {
         grammar_destroy(&g);
-        return ok ? 0 : 1;
+        return g ? 2 : 1;
     }
-    bool bench = !strcmp(action, "bench");
-    if (!bench && strcmp(action, "walk")) {
-        fprintf(stderr, "strata grammar: unknown action %s\n", action);
-        return 2;
+    grammar_state_t *s = grammar_state_new(g);
+    int rc = s ? grammar_state_accept_bytes(s, text, strlen(text)) : -ENOMEM;
+    bool ok = rc == 0 && grammar_state_accepting(s);
+    printf("%s\n", ok ? "accepted" : rc == 0 ? "incomplete" : "refused");
+    grammar_state_destroy(&s);
+    grammar_destroy(&g);
+    return ok ? 0 : 1;
+}
+
+/* What walk and bench share: the vocabulary, its pieces, the random state, the times. */
+typedef struct {
+    const s_opts_t *o;
+    bool bench;
+    s_vocab_t voc;
+    s_pieces_t pc;
+    uint64_t rs;
+    s_times_t all; /* bench: every mask time */
+    char *out;     /* (1 MiB) one sentence */
+} s_walker_t;
+
+/* walk: -n sentences of g as JSON strings.  0 or 1. */
+static int s_walk_print(s_walker_t *w, grammar_t *g, grammar_index_t *ix) {
+    const long n = w->o->n;
+    for (long k = 0, tries = 0; k < n; tries++) {
+        int rc =
+            s_walk(g, ix, w->voc.v, &w->rs, 20000, w->out, 1 << 20, NULL, w->pc.piece, w->pc.len);
+        if (rc == -2) {
+            fprintf(stderr, "strata grammar: mask and state disagree (walk %ld)\n", k);
+            return 1;
+        }
+        if (rc >= 0) {
+            s_print_json_string(w->out, (size_t)rc);
+            k++;
+        } else if (tries > 50 * n) {
+            fprintf(stderr, "strata grammar: walks do not end\n");
+            return 1;
+        }
     }
-    /* a vocabulary, and its pieces again for the walk's output */
-    s_vocab_t voc = {0};
-    uint64_t vseed = (uint64_t)seed * 2654435761u + 1;
-    bool vok = !bench && (bytes || !model)
-                   ? s_vocab_bytes(&voc)
-                   : s_vocab_model(&voc, model ? model : cli_default_model(), (int)vocab_n, vseed);
+    return 0;
+}
+
+/* bench: --walks walks of --steps tokens over g, one line of mask times.  0 or 1. */
+static int s_bench_one(s_walker_t *w, const s_src_t *src, grammar_t *g, grammar_index_t *ix) {
+    const s_opts_t *o = w->o;
+    int status = 0;
+    s_times_t t = {w->all.us + w->all.n, 0, o->walks * o->steps};
+    for (long k = 0; k < o->walks; k++)
+        if (s_walk(g, ix, w->voc.v, &w->rs, o->steps, w->out, 1 << 20, &t, w->pc.piece,
+                   w->pc.len) == -2)
+            status = 1;
+    grammar_index_stats_t st;
+    grammar_index_stats(ix, &st);
+    qsort(t.us, (size_t)t.n, sizeof *t.us, s_cmp_double);
+    const char *name = strrchr(src->arg, '/') ? strrchr(src->arg, '/') + 1 : src->arg;
+    printf("%-32.32s %9d %9lld %9.1f %8.1f %9.1f %9.1f %7d\n", name, st.positions,
+           (long long)st.uncertain, st.build_ms, st.bytes / 1048576.0, t.n ? t.us[t.n / 2] : 0,
+           t.n ? t.us[(int)(t.n * 0.99)] : 0, t.n);
+    w->all.n += t.n;
+    return status;
+}
+
+/* walk or bench over every source.  The exit status. */
+static int s_walk_all(const s_opts_t *o, bool bench) {
+    s_walker_t w = {.o = o, .bench = bench};
+    uint64_t vseed = (uint64_t)o->seed * 2654435761u + 1;
+    bool vok =
+        !bench && (o->bytes || !o->model)
+            ? s_vocab_bytes(&w.voc)
+            : s_vocab_model(&w.voc, o->model ? o->model : cli_default_model(), o->vocab_n, vseed);
     if (!vok)
         return 1;
-    int32_t nv = grammar_vocab_size(voc.v);
+    int32_t nv = grammar_vocab_size(w.voc.v);
     /* the pieces as the vocabulary holds them (the walk prints what it generates) */
-    s_pieces_t pc = {malloc((size_t)nv * sizeof *pc.piece), malloc((size_t)nv * sizeof *pc.len)};
+    w.pc = (s_pieces_t){malloc((size_t)nv * sizeof *w.pc.piece),
+                        malloc((size_t)nv * sizeof *w.pc.len)};
     for (int32_t i = 0; i < nv; i++)
-        grammar_vocab_piece(voc.v, i, &pc.piece[i], &pc.len[i]);
+        grammar_vocab_piece(w.voc.v, i, &w.pc.piece[i], &w.pc.len[i]);
     int status = 0;
-    uint64_t rs = (uint64_t)seed * 0x9E3779B97F4A7C15ull + 7;
-    s_times_t all = {malloc(sizeof(double) * (size_t)(walks * steps * n_src + 1)), 0,
-                     (int)(walks * steps * n_src)};
+    w.rs = (uint64_t)o->seed * 0x9E3779B97F4A7C15ull + 7;
+    w.all = (s_times_t){malloc(sizeof(double) * ((size_t)o->walks * o->steps * o->n_src + 1)), 0,
+                        o->walks * o->steps * o->n_src};
+    w.out = malloc(1 << 20);
     if (bench)
         printf("vocabulary: %d tokens\n%-32s %9s %9s %9s %8s %9s %9s %7s\n", nv, "grammar",
                "positions", "uncertain", "build_ms", "index_MB", "median_us", "p99_us", "masks");
-    for (int k = 0; k < n_src && status == 0; k++) {
-        grammar_t *g = s_grammar(&src[k]);
+    for (int k = 0; k < o->n_src && status == 0 && w.out; k++) {
+        grammar_t *g = s_grammar(&o->src[k]);
         char err[256];
-        grammar_index_t *ix = g ? grammar_index_new(g, voc.v, err, sizeof err) : NULL;
+        grammar_index_t *ix = g ? grammar_index_new(g, w.voc.v, err, sizeof err) : NULL;
         if (!ix) {
             if (g)
                 fprintf(stderr, "strata grammar: %s\n", err);
-            grammar_destroy(&g);
             status = 1;
-            break;
-        }
-        char *out = malloc(1 << 20);
-        if (!bench) {
-            for (long w = 0, tries = 0; w < n && out; tries++) {
-                int rc = s_walk(g, ix, voc.v, &rs, 20000, out, 1 << 20, NULL, pc.piece, pc.len);
-                if (rc == -2) {
-                    fprintf(stderr, "strata grammar: mask and state disagree (walk %ld)\n", w);
-                    status = 1;
-                    break;
-                }
-                if (rc >= 0) {
-                    s_print_json_string(out, (size_t)rc);
-                    w++;
-                } else if (tries > 50 * n) {
-                    fprintf(stderr, "strata grammar: walks do not end\n");
-                    status = 1;
-                    break;
-                }
-            }
         } else {
-            s_times_t t = {all.us + all.n, 0, (int)(walks * steps)};
-            for (long w = 0; w < walks && out; w++)
-                if (s_walk(g, ix, voc.v, &rs, (int)steps, out, 1 << 20, &t, pc.piece, pc.len) == -2)
-                    status = 1;
-            grammar_index_stats_t st;
-            grammar_index_stats(ix, &st);
-            qsort(t.us, (size_t)t.n, sizeof *t.us, s_cmp_double);
-            const char *name = strrchr(src[k].arg, '/') ? strrchr(src[k].arg, '/') + 1 : src[k].arg;
-            printf("%-32.32s %9d %9lld %9.1f %8.1f %9.1f %9.1f %7d\n", name, st.positions,
-                   (long long)st.uncertain, st.build_ms, st.bytes / 1048576.0,
-                   t.n ? t.us[t.n / 2] : 0, t.n ? t.us[(int)(t.n * 0.99)] : 0, t.n);
-            all.n += t.n;
+            status = bench ? s_bench_one(&w, &o->src[k], g, ix) : s_walk_print(&w, g, ix);
         }
-        free(out);
         grammar_index_destroy(&ix);
         grammar_destroy(&g);
     }
-    if (bench && all.n) {
-        qsort(all.us, (size_t)all.n, sizeof *all.us, s_cmp_double);
-        printf("%-32s %9s %9s %9s %8s %9.1f %9.1f %7d\n", "all", "", "", "", "", all.us[all.n / 2],
-               all.us[(int)(all.n * 0.99)], all.n);
+    if (bench && w.all.n) {
+        qsort(w.all.us, (size_t)w.all.n, sizeof *w.all.us, s_cmp_double);
+        printf("%-32s %9s %9s %9s %8s %9.1f %9.1f %7d\n", "all", "", "", "", "",
+               w.all.us[w.all.n / 2], w.all.us[(int)(w.all.n * 0.99)], w.all.n);
     }
-    free(all.us);
-    free(pc.piece);
-    free(pc.len);
-    grammar_vocab_destroy(&voc.v);
+    free(w.out);
+    free(w.all.us);
+    free(w.pc.piece);
+    free(w.pc.len);
+    grammar_vocab_destroy(&w.voc.v);
     return status;
+}
+
+int cmd_grammar(int argc, char **argv) {
+    s_opts_t o = {.n = 10, .walks = 20, .steps = 200, .seed = 1};
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        cli_flags_help(&s_cmd, &o, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *action = argv[1];
+    int next, rc = cli_flags_parse(&s_cmd, argc - 1, argv + 1, &o, &next);
+    if (rc != CLI_PARSED)
+        return rc;
+    if (next < argc - 1) {
+        fprintf(stderr, "strata grammar: unexpected argument '%s'\n", argv[1 + next]);
+        return 2;
+    }
+    if (!o.n_src) {
+        fprintf(stderr, "strata grammar: give --gbnf, --schema or --regex\n");
+        return 2;
+    }
+    if (!strcmp(action, "compile"))
+        return s_compile(&o.src[0]);
+    if (!strcmp(action, "check"))
+        return s_check(&o.src[0], o.text);
+    if (strcmp(action, "bench") && strcmp(action, "walk")) {
+        fprintf(stderr, "strata grammar: unknown action %s\n", action);
+        return 2;
+    }
+    return s_walk_all(&o, !strcmp(action, "bench"));
 }

@@ -3,6 +3,7 @@
  * --topology FILE each actor runs as its own process under a supervisor that
  * restarts the ones that die.  Its flags are a table mapped onto actor options. */
 #include "cli.h"
+#include "cli_flags.h"
 
 #include "actor_curve.h"
 #include "actor_frontend.h"
@@ -182,22 +183,7 @@ static void s_help(FILE *f) {
             snprintf(help, sizeof help, "%s (%s%sdefault %s)", o.help,
                      text ? "" : actor_opt_range(&o, range, sizeof range), text ? "" : ", ", def);
         }
-        /* wrap at 96 columns, continuation under the help column */
-        fprintf(f, "  %-22s", left);
-        int col = 24;
-        if (strlen(left) > 21) {
-            fprintf(f, "\n%24s", "");
-        }
-        for (char *w = strtok(help, " "); w; w = strtok(NULL, " ")) {
-            int n = (int)strlen(w);
-            if (col > 24 && col + 1 + n > 96) {
-                fprintf(f, "\n%24s", "");
-                col = 24;
-            }
-            fprintf(f, "%s%s", col > 24 ? " " : "", w);
-            col += (col > 24 ? 1 : 0) + n;
-        }
-        fprintf(f, "\n");
+        cli_help_line(f, left, help);
     }
     fprintf(f, "\nSIGINT or SIGTERM stops the service cleanly.\n");
 }
@@ -335,12 +321,19 @@ static bool s_flag_value(int r, const char *value, char *out, size_t len) {
     return true;
 }
 
-int cmd_serve(int argc, char **argv) {
-    static char vals[S_N_FLAGS][ACTOR_TOPO_VALUE]; /* what each row sets; "" = not given */
-    struct option opts[S_N_FLAGS + 1];
-    char shorts[16] = "";
+/* What the flags of one `strata serve` say. */
+typedef struct {
+    char vals[S_N_FLAGS][ACTOR_TOPO_VALUE]; /* what each row sets; "" = not given */
+    long workers, experts;
+    const char *endpoint, *topo_path, *host;
+    bool tiers;
+} s_serve_t;
+
+/* getopt_long's table of s_flags (one entry per flag: its first row) and its short
+ * options. */
+static void s_getopt_table(struct option *opts, char *shorts) {
     int n_opts = 0;
-    memset(vals, 0, sizeof vals);
+    shorts[0] = 0;
     for (int r = 0; r < S_N_FLAGS; r++) {
         if (!s_first_row(r))
             continue;
@@ -354,13 +347,57 @@ int cmd_serve(int argc, char **argv) {
         }
     }
     opts[n_opts] = (struct option){0, 0, 0, 0};
-    long workers = 1, experts = 0;
-    const char *endpoint = ACTOR_FRONTEND_DEFAULT_ENDPOINT, *topo_path = NULL, *host = NULL;
-    bool tiers = true;
+}
+
+/* Flag row r given (value: its argument, or NULL for a switch): serve's own flags
+ * into s, the options it maps to into s->vals.  -1 to go on, or the exit status. */
+static int s_take(s_serve_t *s, int r, const char *value) {
+    const char *flag = s_flags[r].flag;
+    if (!strcmp(flag, "help")) {
+        s_help(stdout);
+        return 0;
+    } else if (!strcmp(flag, "workers")) {
+        if (!cli_int("serve", "--workers", value, 1, 64, &s->workers))
+            return 1;
+    } else if (!strcmp(flag, "experts")) {
+        if (!cli_int("serve", "--experts", value, 0, 64, &s->experts))
+            return 1;
+    } else if (!strcmp(flag, "no-tiers")) {
+        s->tiers = false;
+    } else if (!strcmp(flag, "topology")) {
+        s->topo_path = value;
+    } else if (!strcmp(flag, "host")) {
+        s->host = value;
+    }
+    char prev[ACTOR_TOPO_VALUE] = ""; /* --cors-origin repeated: a list */
+    if (!strcmp(flag, "cors-origin"))
+        snprintf(prev, sizeof prev, "%s", s->vals[r]);
+    for (int k = r; k < S_N_FLAGS && !strcmp(s_flags[k].flag, flag); k++)
+        if (s_flags[k].key &&
+            !s_flag_value(k, value ? value : s_flags[k].value, s->vals[k], sizeof s->vals[k]))
+            return 1;
+    if (prev[0]) {
+        size_t a = strlen(prev), b = strlen(s->vals[r]);
+        if (a + 1 + b >= sizeof s->vals[r]) {
+            fprintf(stderr, "strata serve: --cors-origin: too many origins\n");
+            return 2;
+        }
+        memmove(s->vals[r] + a + 1, s->vals[r], b + 1);
+        memcpy(s->vals[r], prev, a);
+        s->vals[r][a] = ',';
+    }
+    return -1;
+}
+
+/* Parse argv into s.  -1 to go on, or the exit status after a message. */
+static int s_parse(s_serve_t *s, int argc, char **argv) {
+    struct option opts[S_N_FLAGS + 1];
+    char shorts[16];
+    s_getopt_table(opts, shorts);
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, shorts, opts, NULL)) != -1) {
-        int r = -1;
+        int r = -1, rc;
         if (o >= 256)
             r = o - 256;
         for (int k = 0; k < S_N_FLAGS && r < 0; k++)
@@ -370,54 +407,29 @@ int cmd_serve(int argc, char **argv) {
             s_help(stderr);
             return 2;
         }
-        const char *flag = s_flags[r].flag;
-        if (!strcmp(flag, "help")) {
-            s_help(stdout);
-            return 0;
-        } else if (!strcmp(flag, "workers")) {
-            if (!cli_int("serve", "--workers", optarg, 1, 64, &workers))
-                return 1;
-        } else if (!strcmp(flag, "experts")) {
-            if (!cli_int("serve", "--experts", optarg, 0, 64, &experts))
-                return 1;
-        } else if (!strcmp(flag, "no-tiers")) {
-            tiers = false;
-        } else if (!strcmp(flag, "topology")) {
-            topo_path = optarg;
-        } else if (!strcmp(flag, "host")) {
-            host = optarg;
-        }
-        char prev[ACTOR_TOPO_VALUE] = ""; /* --cors-origin repeated: a list */
-        if (!strcmp(flag, "cors-origin"))
-            snprintf(prev, sizeof prev, "%s", vals[r]);
-        for (int k = r; k < S_N_FLAGS && !strcmp(s_flags[k].flag, flag); k++)
-            if (s_flags[k].key &&
-                !s_flag_value(k, optarg ? optarg : s_flags[k].value, vals[k], sizeof vals[k]))
-                return 1;
-        if (prev[0]) {
-            size_t a = strlen(prev), b = strlen(vals[r]);
-            if (a + 1 + b >= sizeof vals[r]) {
-                fprintf(stderr, "strata serve: --cors-origin: too many origins\n");
-                return 2;
-            }
-            memmove(vals[r] + a + 1, vals[r], b + 1);
-            memcpy(vals[r], prev, a);
-            vals[r][a] = ',';
-        }
+        if ((rc = s_take(s, r, optarg)) >= 0)
+            return rc;
     }
     if (optind < argc) {
         fprintf(stderr, "strata serve: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-#define VAL(flag) s_val(vals, flag)
-    if ((host || VAL("hang-timeout-ms")) && !topo_path) {
+    return -1;
+}
+
+#define VAL(flag) s_val(s->vals, flag)
+
+/* The checks between flags and serve's own defaults.  -1 to go on, or the exit
+ * status after a message. */
+static int s_settle(s_serve_t *s) {
+    if ((s->host || VAL("hang-timeout-ms")) && !s->topo_path) {
         fprintf(stderr, "strata serve: --%s needs --topology (process mode)\n",
-                host ? "host" : "hang-timeout-ms");
+                s->host ? "host" : "hang-timeout-ms");
         return 2;
     }
     if (VAL("endpoint"))
-        endpoint = VAL("endpoint");
-    if (!strstr(endpoint, "://")) {
+        s->endpoint = VAL("endpoint");
+    if (!strstr(s->endpoint, "://")) {
         fprintf(stderr, "strata serve: --endpoint must look like tcp://HOST:PORT\n");
         return 2;
     }
@@ -427,115 +439,127 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     if (draft_model && !draft)
-        s_set(vals, "draft", draft = "model");
+        s_set(s->vals, "draft", "model");
     if (draft_model && access(draft_model, R_OK)) {
         fprintf(stderr, "strata serve: cannot read the draft model '%s'\n", draft_model);
         return 1;
     }
     /* serve's own defaults: T1 in the T0 format, T2 in the T1 format, no T2 files */
     if (!VAL("t1-type"))
-        s_set(vals, "t1-type",
+        s_set(s->vals, "t1-type",
               VAL("kv-type") ? VAL("kv-type") : actor_opts_find(actor_worker_opts, "kv_type")->def);
     if (!VAL("t2-type"))
-        s_set(vals, "t2-type", VAL("t1-type"));
+        s_set(s->vals, "t2-type", VAL("t1-type"));
     if (!VAL("t2-dir"))
-        s_set(vals, "t2-dir", "none");
+        s_set(s->vals, "t2-dir", "none");
     if (!VAL("model"))
-        s_set(vals, "model", cli_default_model());
+        s_set(s->vals, "model", cli_default_model());
     if (access(VAL("model"), R_OK)) {
         fprintf(stderr, "strata serve: cannot read the model '%s'\n", VAL("model"));
         return 1;
     }
     if (!VAL("threads")) {
-        long threads = cli_default_threads() / workers;
+        long threads = cli_default_threads() / s->workers;
         char num[32];
         snprintf(num, sizeof num, "%ld", threads < 1 ? 1 : threads);
-        s_set(vals, "threads", num);
+        s_set(s->vals, "threads", num);
     }
+    return -1;
+}
+
+/* Add actor name at inproc://strata-PID-name to topo. */
+static actor_topo_entry_t *s_add(actor_topology_t *topo, const char *name) {
+    char ep[128];
+    snprintf(ep, sizeof ep, "inproc://strata-%d-%s", (int)getpid(), name);
+    return actor_topology_add(topo, name, ep);
+}
+
+/* The embedded default's topology: every option a flag maps to on the "defaults"
+ * line, given or not (the workers' defaults then hold for every actor that shares a
+ * key, as the draft worker), and the actors the flags ask for.  false after a message. */
+static bool s_thread_topology(s_serve_t *s, actor_topology_t *topo) {
+    actor_topo_entry_t *d = actor_topology_add(topo, "defaults", "-");
+    for (int r = 0; r < S_N_FLAGS; r++) {
+        const s_flag_t *x = &s_flags[r];
+        if (!x->key || !strcmp(x->actor, "supervisor") ||
+            !strcmp(x->actor, "metrics") || /* on its own line, below */
+            (!s->vals[r][0] && (!strcmp(x->actor, "draft") || !strcmp(x->actor, "http"))))
+            continue;
+        if (s->vals[r][0]) {
+            actor_topology_set(d, x->key, s->vals[r]);
+        } else if (!x->value) {
+            actor_opt_t o = s_flag_opt(x);
+            if (o.def && !actor_topology_opt(topo, "defaults", x->key, NULL))
+                actor_topology_set(d, x->key, o.def); /* the option's own default */
+        }
+    }
+    if (VAL("http")) {
+        s_add(topo, "http");
+    } else if (VAL("api-key-file") || VAL("cors-origin")) {
+        fprintf(stderr, "strata serve: --%s needs --http\n",
+                VAL("api-key-file") ? "api-key-file" : "cors-origin");
+        return false;
+    }
+    if (VAL("draft"))
+        s_add(topo, "draft");
+    if (VAL("metrics")) { /* its options on its line: `listen` is not every actor's */
+        actor_topo_entry_t *m = s_add(topo, "metrics");
+        for (int r = 0; r < S_N_FLAGS; r++)
+            if (s_flags[r].key && !strcmp(s_flags[r].actor, "metrics") && s->vals[r][0])
+                actor_topology_set(m, s_flags[r].key, s->vals[r]);
+    }
+    if (s->tiers) {
+        s_add(topo, "kvtier");
+        s_add(topo, "prefetcher");
+    }
+    s_add(topo, "frontend");
+    s_add(topo, "tokenizer");
+    s_add(topo, "router");
+    for (int i = 0; i < s->workers + s->experts; i++) {
+        char name[32];
+        snprintf(name, sizeof name, i < s->workers ? "worker%d" : "expert%d",
+                 i < s->workers ? i : i - (int)s->workers);
+        s_add(topo, name);
+    }
+    return true;
+}
+
+/* Process mode: the topology file, with --hang-timeout-ms on its supervisor line. */
+static int s_run_topology(s_serve_t *s, actor_topology_t *topo) {
+    char err[512];
+    if (actor_topology_load(topo, s->topo_path, actor_info_check_opt, err, sizeof err)) {
+        fprintf(stderr, "strata serve: %s\n", err);
+        return 1;
+    }
+    /* the supervisor's flag is the one a topology file does not replace */
+    actor_topo_entry_t *sup = (actor_topo_entry_t *)actor_topology_find(topo, "supervisor");
+    if (VAL("hang-timeout-ms") && sup)
+        actor_topology_set(sup, "hang_timeout_ms", VAL("hang-timeout-ms"));
+    return s_process_mode(topo, s->topo_path, s->host);
+}
+
+int cmd_serve(int argc, char **argv) {
+    static s_serve_t s; /* vals: too large for the stack */
+    memset(&s, 0, sizeof s);
+    s.workers = 1;
+    s.endpoint = ACTOR_FRONTEND_DEFAULT_ENDPOINT;
+    s.tiers = true;
+    int rc = s_parse(&s, argc, argv);
+    if (rc < 0)
+        rc = s_settle(&s);
+    if (rc >= 0)
+        return rc;
     actor_topology_t *topo = calloc(1, sizeof *topo);
     if (!topo)
         return 1;
     zsys_init();
-    int rc;
-    char err[512];
-    if (topo_path) {
-        if (actor_topology_load(topo, topo_path, actor_info_check_opt, err, sizeof err)) {
-            fprintf(stderr, "strata serve: %s\n", err);
-            free(topo);
-            return 1;
-        }
-        /* the supervisor's flag is the one a topology file does not replace */
-        actor_topo_entry_t *sup = (actor_topo_entry_t *)actor_topology_find(topo, "supervisor");
-        if (VAL("hang-timeout-ms") && sup)
-            actor_topology_set(sup, "hang_timeout_ms", VAL("hang-timeout-ms"));
-        rc = s_process_mode(topo, topo_path, host);
-    } else {
-        char ep[128];
-        int pid = (int)getpid();
-        /* every option a flag maps to, given or not (the workers' defaults
-         * then hold for every actor that shares a key, as the draft worker) */
-        actor_topo_entry_t *d = actor_topology_add(topo, "defaults", "-");
-        for (int r = 0; r < S_N_FLAGS; r++) {
-            if (!s_flags[r].key || !strcmp(s_flags[r].actor, "supervisor") ||
-                !strcmp(s_flags[r].actor, "metrics") || /* on its own line, below */
-                (!vals[r][0] &&
-                 (!strcmp(s_flags[r].actor, "draft") || !strcmp(s_flags[r].actor, "http"))))
-                continue;
-            if (vals[r][0]) {
-                actor_topology_set(d, s_flags[r].key, vals[r]);
-            } else if (!s_flags[r].value) {
-                actor_opt_t x = s_flag_opt(&s_flags[r]);
-                if (x.def && !actor_topology_opt(topo, "defaults", s_flags[r].key, NULL))
-                    actor_topology_set(d, s_flags[r].key, x.def); /* the option's own default */
-            }
-        }
-        if (VAL("http")) {
-            snprintf(ep, sizeof ep, "inproc://strata-%d-http", pid);
-            actor_topology_add(topo, "http", ep);
-        } else if (VAL("api-key-file") || VAL("cors-origin")) {
-            fprintf(stderr, "strata serve: --%s needs --http\n",
-                    VAL("api-key-file") ? "api-key-file" : "cors-origin");
-            free(topo);
-            return 2;
-        }
-        if (draft) {
-            snprintf(ep, sizeof ep, "inproc://strata-%d-draft", pid);
-            actor_topology_add(topo, "draft", ep);
-        }
-        if (VAL("metrics")) { /* its options on its line: `listen` is not every actor's */
-            snprintf(ep, sizeof ep, "inproc://strata-%d-metrics", pid);
-            actor_topo_entry_t *m = actor_topology_add(topo, "metrics", ep);
-            for (int r = 0; r < S_N_FLAGS; r++)
-                if (s_flags[r].key && !strcmp(s_flags[r].actor, "metrics") && vals[r][0])
-                    actor_topology_set(m, s_flags[r].key, vals[r]);
-        }
-        if (tiers) {
-            snprintf(ep, sizeof ep, "inproc://strata-%d-kvtier", pid);
-            actor_topology_add(topo, "kvtier", ep);
-            snprintf(ep, sizeof ep, "inproc://strata-%d-prefetcher", pid);
-            actor_topology_add(topo, "prefetcher", ep);
-        }
-        snprintf(ep, sizeof ep, "inproc://strata-%d-frontend", pid);
-        actor_topology_add(topo, "frontend", ep);
-        snprintf(ep, sizeof ep, "inproc://strata-%d-tokenizer", pid);
-        actor_topology_add(topo, "tokenizer", ep);
-        snprintf(ep, sizeof ep, "inproc://strata-%d-router", pid);
-        actor_topology_add(topo, "router", ep);
-        for (int i = 0; i < workers; i++) {
-            char name[32];
-            snprintf(name, sizeof name, "worker%d", i);
-            snprintf(ep, sizeof ep, "inproc://strata-%d-%s", pid, name);
-            actor_topology_add(topo, name, ep);
-        }
-        for (int i = 0; i < experts; i++) {
-            char name[32];
-            snprintf(name, sizeof name, "expert%d", i);
-            snprintf(ep, sizeof ep, "inproc://strata-%d-%s", pid, name);
-            actor_topology_add(topo, name, ep);
-        }
-        rc = s_thread_mode(topo, (int)workers, endpoint);
-    }
-#undef VAL
+    if (s.topo_path)
+        rc = s_run_topology(&s, topo);
+    else if (!s_thread_topology(&s, topo))
+        rc = 2;
+    else
+        rc = s_thread_mode(topo, (int)s.workers, s.endpoint);
     free(topo);
     return rc;
 }
+#undef VAL
