@@ -29,7 +29,7 @@ from test_schema_soundness import ecma_validator_class  # noqa: E402  (ECMA-262 
 import jsonschema  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "schemas")
-CONCURRENCY = 16
+CONCURRENCY = 8
 MAX_TOKENS = 64
 # Cut answers: on SmolLM2-135M-Instruct Q4_1 at MAX_TOKENS 64, 62 of the 294 answers (21 %)
 # run to max_tokens: free strings the model fills with prose (obj_infer_type, pattern "abc"
@@ -103,8 +103,10 @@ def main():
     failures, cut, n_ok, tok = [], [], 0, []
     with u.Server(["--workers", "2", "--threads", "1", "--max-batch", str(CONCURRENCY), "--http",
                    "127.0.0.1:%d" % hport]) as srv:
-        # both runs of a schema go out together: they meet in one worker's grammar cache
-        # (8 grammars; more distinct schemas in flight than that would compile again)
+        # both runs of a schema go out together: they meet in one worker's grammar cache.
+        # 8 in flight, not 16: a worker compiles a new schema's grammar on its loop (up to
+        # 0.6 s each at this vocabulary), so a burst of 16 new schemas on a loaded machine
+        # kept requests unaccepted past the frontend's 30 s give-up
         with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
             futs = [pool.submit(ask, hport, n, schemas[n], s) for n, s in jobs]
             for f in concurrent.futures.as_completed(futs, timeout=DEADLINE - time.time()):
