@@ -4,6 +4,8 @@
  * that are implemented. */
 #include "serve_openai.h"
 
+#include "base_buf.h"
+
 #include "grammar.h"
 #include "serve_choices.h"
 
@@ -294,23 +296,6 @@ static int s_number(const cJSON *root, const char *name, double *out) {
     return 1;
 }
 
-static int s_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 1024;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *p = realloc(*buf, c);
-        if (!p)
-            return -ENOMEM;
-        *buf = p;
-        *cap = c;
-    }
-    memcpy(*buf + *len, s, n);
-    *len += n;
-    (*buf)[*len] = 0;
-    return 0;
-}
-
 /* ---- the keys of a message (messages[i]), one row each, checked as the body's fields are:
  * known to the message's role, of its type, allowed by its rule */
 
@@ -385,8 +370,7 @@ static int s_content(const cJSON *c, const char *param, bool assistant, const ch
         *text = c->valuestring;
         return 0;
     }
-    size_t len = 0, cap = 0;
-    char *s = NULL;
+    base_buf_t s = {0};
     const cJSON *part;
     cJSON_ArrayForEach(part, c) {
         const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
@@ -396,18 +380,18 @@ static int s_content(const cJSON *c, const char *param, bool assistant, const ch
                                                                   : NULL;
         const cJSON *t = key ? cJSON_GetObjectItemCaseSensitive(part, key) : NULL;
         if (!cJSON_IsString(t)) {
-            free(s);
+            base_buf_free(&s);
             return serve_openai_bad(
                 b, param, "'%s': only parts {\"type\": \"text\", \"text\": ...} are supported%s",
                 param, assistant ? " (and {\"type\": \"refusal\", \"refusal\": ...})" : "");
         }
-        if (s_append(&s, &len, &cap, t->valuestring, strlen(t->valuestring))) {
-            free(s);
+        if (base_buf_adds(&s, t->valuestring)) {
+            base_buf_free(&s);
             return -ENOMEM;
         }
     }
-    *owned = s;
-    *text = s ? s : "";
+    *owned = base_buf_take(&s);
+    *text = *owned ? *owned : "";
     return 0;
 }
 
