@@ -104,6 +104,10 @@ struct kern_backend_t {
     /* x (n_tok, n_heads, head_dim) in place; cos_sin (n_tok, n_rot) as kern_ops_t.rope. */
     int (*rope)(kern_backend_t *be, float *x, int n_tok, int n_heads, int head_dim, int n_rot,
                 const float *cos_sin, bool neox);
+    /* x[r][i] += y[r * y_stride + i] for r < n_rows, i < dim (x contiguous rows of dim):
+     * y_stride dim adds a (n_rows, dim) array (a residual), 0 adds the one row y to every
+     * row (a bias). */
+    int (*add)(kern_backend_t *be, float *x, const float *y, int n_rows, int dim, size_t y_stride);
     /* out[i] = silu(gate[i]) * up[i]; out may equal gate. */
     int (*swiglu)(kern_backend_t *be, float *out, const float *gate, const float *up, int64_t n);
     /* out[t] = dequant(row ids[t] of table), dim elements of type wt, rows row_bytes

@@ -181,6 +181,20 @@ static int s_rope(kern_backend_t *be, float *x, int n_tok, int n_heads, int head
     return 0;
 }
 
+static int s_add(kern_backend_t *be, float *x, const float *y, int n_rows, int dim,
+                 size_t y_stride) {
+    (void)be;
+    if (!x || !y || n_rows < 0 || dim < 0)
+        return -EINVAL;
+    for (int r = 0; r < n_rows; r++) {
+        float *xr = x + (size_t)r * dim;
+        const float *yr = y + (size_t)r * y_stride;
+        for (int i = 0; i < dim; i++)
+            xr[i] += yr[i];
+    }
+    return 0;
+}
+
 static int s_swiglu(kern_backend_t *be, float *out, const float *gate, const float *up, int64_t n) {
     if (!out || !gate || !up || n < 0 || n > INT32_MAX)
         return -EINVAL;
@@ -401,6 +415,7 @@ kern_backend_t *kern_backend_cpu_new(const kern_ops_t *ops) {
     be->softmax = s_softmax;
     be->rope = s_rope;
     be->swiglu = s_swiglu;
+    be->add = s_add;
     be->embed = s_embed;
     be->sample = s_sample;
     be->alloc = s_alloc;

@@ -161,8 +161,8 @@ int model_ctx_threads(const model_ctx_t *self) {
 
 /* ------------------------------------------------------------------ stages */
 
-/* The cos/sin pairs of position pos for the angles theta (n_rot/2) into cs (n_rot). */
-static void s_rope_angles(float *cs, int pos, const double *theta, int n_rot) {
+/* model_impl.h */
+void model_rope_angles(float *cs, int pos, const double *theta, int n_rot) {
     for (int i = 0; i < n_rot / 2; i++) {
         double th = pos * theta[i];
         cs[2 * i] = (float)cos(th);
@@ -184,10 +184,10 @@ static void s_stage_embed(model_ctx_t *c, int t0, int t1) {
         if (m->embd_mul != 1.0f)
             for (int i = 0; i < cfg->d_model; i++)
                 x[i] *= m->embd_mul;
-        s_rope_angles(c->cs + (size_t)t * cfg->n_rot, b->pos[t], m->rope_theta, cfg->n_rot);
+        model_rope_angles(c->cs + (size_t)t * cfg->n_rot, b->pos[t], m->rope_theta, cfg->n_rot);
         if (c->cs_swa)
-            s_rope_angles(c->cs_swa + (size_t)t * cfg->n_rot, b->pos[t], m->rope_theta_swa,
-                          cfg->n_rot);
+            model_rope_angles(c->cs_swa + (size_t)t * cfg->n_rot, b->pos[t], m->rope_theta_swa,
+                              cfg->n_rot);
     }
 }
 

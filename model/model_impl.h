@@ -3,6 +3,8 @@
  *   model_load.c     keys and tensors of a GGUF, as its architecture declares them
  *   model_forward.c  the context and the forward pass, stage by stage
  *   model_moe.c      the Mixture-of-Experts FFN stage, its remote executor and the FFN tap
+ *   model_matmul.c   the activation plans and the threaded matmul both stage files use
+ *   model_device.c   the forward pass on the backend seam (kern_backend.h)
  */
 #ifndef MODEL_IMPL_H
 #define MODEL_IMPL_H
@@ -130,6 +132,8 @@ struct model_ctx_t {
 
 /* ---- shared by the stages (model_matmul.c) */
 
+/* The cos/sin pairs of position pos for the angles theta (n_rot/2) into cs (n_rot). */
+void model_rope_angles(float *cs, int pos, const double *theta, int n_rot);
 /* The activation plan of weights ws[0..nw): the formats their inputs are quantized to. */
 void model_plan_make(model_plan_t *qi, const model_weight_t *const *ws, int nw);
 /* Quantize rows [t0, t1) of src (cols each) into every format of plan qi. */

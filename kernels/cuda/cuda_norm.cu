@@ -100,6 +100,23 @@ static int s_grid(int64_t n, int threads) {
     return (int)(b < 65535 ? (b > 0 ? b : 1) : 65535);
 }
 
+__global__ static void s_add(float *x, const float *y, int64_t n, int dim, size_t y_stride) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] += y[(size_t)(i / dim) * y_stride + (size_t)(i % dim)];
+}
+
+extern "C" int kern_cuda_add(kern_cuda_ctx_t *c, float *x, const float *y, int n_rows, int dim,
+                             size_t y_stride) {
+    if (!c || !x || !y || n_rows < 0 || dim < 0)
+        return -EINVAL;
+    int64_t n = (int64_t)n_rows * dim;
+    if (n == 0)
+        return 0;
+    s_add<<<s_grid(n, 256), 256, 0, c->stream>>>(x, y, n, dim, y_stride);
+    return kern_cuda_launched(c, "add");
+}
+
 extern "C" int kern_cuda_swiglu(kern_cuda_ctx_t *c, float *out, const float *gate, const float *up,
                                 int64_t n) {
     if (!c || !out || !gate || !up || n < 0)

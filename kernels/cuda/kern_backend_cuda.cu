@@ -69,6 +69,11 @@ static int s_rope(kern_backend_t *be, float *x, int n_tok, int n_heads, int head
     return kern_cuda_rope(s_ctx(be), x, n_tok, n_heads, head_dim, n_rot, cos_sin, neox ? 1 : 0);
 }
 
+static int s_add(kern_backend_t *be, float *x, const float *y, int n_rows, int dim,
+                 size_t y_stride) {
+    return kern_cuda_add(s_ctx(be), x, y, n_rows, dim, y_stride);
+}
+
 static int s_swiglu(kern_backend_t *be, float *out, const float *gate, const float *up, int64_t n) {
     return kern_cuda_swiglu(s_ctx(be), out, gate, up, n);
 }
@@ -153,6 +158,7 @@ extern "C" kern_backend_t *kern_backend_cuda_new(int device) {
     be->softmax = s_softmax;
     be->rope = s_rope;
     be->swiglu = s_swiglu;
+    be->add = s_add;
     be->embed = s_embed;
     be->sample = s_sample;
     be->alloc = s_alloc;

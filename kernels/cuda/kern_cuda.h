@@ -129,6 +129,9 @@ int kern_cuda_rmsnorm(kern_cuda_ctx_t *self, float *out, const float *x, const f
                       int n, float eps);
 /* Each of n_rows rows of n floats = softmax(row), in place, max subtracted. */
 int kern_cuda_softmax(kern_cuda_ctx_t *self, float *x, int n_rows, int n);
+/* x[r][i] += y[r * y_stride + i] for n_rows rows of dim (y_stride 0: one row for all). */
+int kern_cuda_add(kern_cuda_ctx_t *self, float *x, const float *y, int n_rows, int dim,
+                  size_t y_stride);
 /* out[i] = silu(gate[i]) * up[i] for n elements; out may equal gate. */
 int kern_cuda_swiglu(kern_cuda_ctx_t *self, float *out, const float *gate, const float *up,
                      int64_t n);

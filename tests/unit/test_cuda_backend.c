@@ -166,6 +166,18 @@ int main(void) {
         e = rc ? INFINITY : s_maxrel(got, want, R * N, 1e-6);
         s_report(e <= 1e-6, "swiglu via table", e, 1e-6);
 
+        /* add: a residual (stride N), then a bias (stride 0): exact in both */
+        memcpy(want, x, nb);
+        cpu->add(cpu, want, u, R, N, (size_t)N);
+        cpu->add(cpu, want, w, R, N, 0);
+        rc = gpu->upload(gpu, dout, x, nb);
+        rc = rc ? rc : gpu->add(gpu, dout, du, R, N, (size_t)N);
+        rc = rc ? rc : gpu->add(gpu, dout, dw, R, N, 0);
+        if (!rc)
+            s_take(gpu, got, dout, nb);
+        e = rc ? INFINITY : s_maxrel(got, want, R * N, 1e-9);
+        s_report(e == 0, "add (residual, bias) via table", e, 0);
+
         size_t qb = sizeof(float) * T * NH * HD;
         memcpy(want, x, qb);
         cpu->rope(cpu, want, T, NH, HD, NROT, cs, true);

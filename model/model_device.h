@@ -1,0 +1,39 @@
+/* model_device.h - the forward pass written on the backend seam (kernels/kern_backend.h): the
+ * model's weights uploaded once to a backend (the CPU one, which is the reference, or CUDA
+ * beside it), its activations in the backend's memory, each stage one backend op, and only
+ * token ids in and logits out crossing to the host.  It is what a GPU worker runs; the CPU
+ * worker keeps model_ctx_forward (threads over kern_ops), and tests/unit/test_model_device.c
+ * checks this one against that one on the CPU backend.
+ *
+ * It covers the dense models whose layers are: RMSNorm, Q/K/V (+ bias), per-head norm,
+ * RoPE, causal attention over paged KV, the output projection (+ bias), SwiGLU, sandwich
+ * norms.  It refuses (-ENOTSUP, naming it) what the seam has no op for yet: MoE layers,
+ * sliding-window attention, GeGLU, scaled embeddings. */
+#ifndef MODEL_DEVICE_H
+#define MODEL_DEVICE_H
+
+#include "kern_backend.h"
+#include "model.h"
+
+#include <stddef.h>
+
+typedef struct model_dev_t model_dev_t;
+
+/* m's weights uploaded to be (both borrowed: they outlive it), and backend scratch for
+ * batches of up to max_tokens tokens over at most max_seqs sequences of at most max_blocks
+ * KV blocks each.  NULL with a one-line reason in err: a stage or weight type this path or
+ * this backend lacks (named), or out of memory. */
+model_dev_t *model_dev_new(const model_t *m, kern_backend_t *be, int max_tokens, int max_seqs,
+                           int max_blocks, char *err, size_t errlen);
+/* Free the uploads and the scratch; nulls *self_p; safe on NULL and twice. */
+void model_dev_destroy(model_dev_t **self_p);
+
+/* Run batch b as model_ctx_forward does over the KV pool kv, whose base is backend memory
+ * (kern_kv.h's layout): every token's K and V stored, the logits of every wanted token, in
+ * batch order, into logits (host, (n_wanted, n_vocab)).  Returns the number of wanted
+ * tokens, -EINVAL for a batch outside the limits (as model_ctx_forward, and more sequences
+ * or blocks than made for), or a backend's error. */
+int model_dev_forward(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t *kv,
+                      float *logits);
+
+#endif

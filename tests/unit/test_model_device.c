@@ -1,0 +1,199 @@
+/* test_model_device.c - model/model_device: the forward pass on the backend seam, run on the
+ * CPU backend, against the CPU forward (model_ctx_forward, itself checked against NumPy and
+ * llama.cpp by the oracle tests).  Two sequences, a prefill of each then decode steps of both
+ * in one batch, over a paged KV pool with scattered blocks.  The synthetic model (F32
+ * weights): logits within 1e-4 of their scale, the same argmax, the KV pools equal byte for
+ * byte (F16 and F32 pools).  The default model (quantized weights; a model case): within the
+ * oracle tests' tolerance (mean KL, top-1).  Batches past the limits are refused. */
+#include "model_device.h"
+#include "test_util.h"
+
+#include "model.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define S_BLOCK 16
+#define S_NBLK 8 /* per sequence */
+
+/* How close the two forwards came over the same batches. */
+typedef struct {
+    double worst;   /* max |difference| / max |logit| of a row */
+    double mean_kl; /* mean KL(softmax(cpu) || softmax(device)) per row, nats */
+    double top1;    /* share of rows with the same argmax */
+    bool same_kv;   /* the pools they wrote are equal byte for byte */
+} s_cmp_t;
+
+static double s_kl(const float *x, const float *y, int n) {
+    double mx = -INFINITY, my = -INFINITY, sx = 0, sy = 0, kl = 0;
+    for (int i = 0; i < n; i++) {
+        mx = fmax(mx, x[i]);
+        my = fmax(my, y[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        sx += exp(x[i] - mx);
+        sy += exp(y[i] - my);
+    }
+    for (int i = 0; i < n; i++) {
+        double lp = x[i] - mx - log(sx), lq = y[i] - my - log(sy);
+        kl += exp(lp) * (lp - lq);
+    }
+    return kl;
+}
+
+/* Both forwards over the same batches: two sequences on scattered blocks, a prefill of 21
+ * and 13 tokens (crossing a block edge, every token's logits wanted), then 3 decode steps of
+ * both in one batch. */
+static s_cmp_t s_compare(const model_t *m, kern_type_t kv_type) {
+    const model_config_t *c = model_config(m);
+    kern_kv_shape_t sh = {c->n_layer, c->n_head_kv, c->head_dim, S_BLOCK};
+    kern_kv_pool_t pa, pb;
+    ck_assert_int_eq(kern_kv_pool_init(&pa, &sh, kv_type, 2 * S_NBLK + 4), 0);
+    ck_assert_int_eq(kern_kv_pool_init(&pb, &sh, kv_type, 2 * S_NBLK + 4), 0);
+    memset(pa.base, 0, pa.block_bytes * pa.n_blocks);
+    memset(pb.base, 0, pb.block_bytes * pb.n_blocks);
+    kern_backend_t *be = kern_backend_cpu_new(NULL);
+    ck_assert_ptr_nonnull(be);
+    char err[256] = "";
+    model_dev_t *d = model_dev_new(m, be, 40, 2, S_NBLK, err, sizeof err);
+    ck_assert_msg(d != NULL, "%s", err);
+    model_ctx_t *ctx = model_ctx_new(m, 40, S_BLOCK * S_NBLK, 2, NULL);
+    ck_assert_ptr_nonnull(ctx);
+    int32_t blk0[S_NBLK], blk1[S_NBLK]; /* sequence 0 the odd blocks, 1 the even, reversed */
+    for (int i = 0; i < S_NBLK; i++) {
+        blk0[i] = 2 * i + 1;
+        blk1[i] = 2 * (S_NBLK - 1 - i);
+    }
+    model_seq_view_t seqs[2] = {{blk0, S_NBLK}, {blk1, S_NBLK}};
+    int32_t tok[40], pos[40], seq[40];
+    bool want[40];
+    float *la = malloc(40 * sizeof(float) * (size_t)c->n_vocab);
+    float *lb = malloc(40 * sizeof(float) * (size_t)c->n_vocab);
+    uint64_t rng = 7;
+    s_cmp_t r = {0, 0, 0, false};
+    int len[2] = {0, 0}, rows = 0, same = 0;
+    for (int step = 0; step < 4; step++) {
+        int n = 0;
+        for (int s = 0; s < 2; s++) {
+            int k = step == 0 ? (s ? 13 : 21) : 1;
+            for (int i = 0; i < k; i++, n++) {
+                tok[n] = (int32_t)(test_rand_u64(&rng) % (uint64_t)c->n_vocab);
+                pos[n] = len[s]++;
+                seq[n] = s;
+                want[n] = true;
+            }
+        }
+        model_batch_t b = {n, tok, pos, seq, want, 2, seqs};
+        int na = model_ctx_forward(ctx, &b, &pa, la);
+        int nb = model_dev_forward(d, &b, &pb, lb);
+        ck_assert_int_eq(nb, na);
+        for (int o = 0; o < na; o++, rows++) {
+            const float *x = la + (size_t)o * c->n_vocab, *y = lb + (size_t)o * c->n_vocab;
+            double scale = 1e-6, diff = 0;
+            int ax = 0, ay = 0;
+            for (int i = 0; i < c->n_vocab; i++) {
+                scale = fmax(scale, fabs(x[i]));
+                diff = fmax(diff, fabs((double)x[i] - y[i]));
+                ax = x[i] > x[ax] ? i : ax;
+                ay = y[i] > y[ay] ? i : ay;
+            }
+            r.worst = fmax(r.worst, diff / scale);
+            r.mean_kl += s_kl(x, y, c->n_vocab);
+            same += ax == ay;
+        }
+    }
+    r.mean_kl /= rows;
+    r.top1 = (double)same / rows;
+    r.same_kv = !memcmp(pa.base, pb.base, pa.block_bytes * pa.n_blocks);
+    free(la);
+    free(lb);
+    model_ctx_destroy(&ctx);
+    model_dev_destroy(&d);
+    ck_assert_ptr_null(d);
+    model_dev_destroy(&d);
+    kern_backend_destroy(&be);
+    kern_kv_pool_free(&pa);
+    kern_kv_pool_free(&pb);
+    return r;
+}
+
+/* F32 weights: the same kernels on both paths, so the same numbers. */
+START_TEST(synthetic_equals_cpu_forward) {
+    test_synth_fixture_t f;
+    test_synth_t sc = {.seed = 5, .n_vocab = 96};
+    ck_assert_int_eq(test_synth_open(&f, "device", &sc), 0);
+    kern_type_t kv[2] = {KERN_F16, KERN_F32};
+    for (int i = 0; i < 2; i++) {
+        s_cmp_t r = s_compare(f.model, kv[i]);
+        ck_assert_msg(r.worst <= 1e-4, "kv %d: worst relative difference %g", i, r.worst);
+        ck_assert_msg(r.top1 == 1.0 && r.same_kv, "kv %d: top-1 %.3f, same KV %d", i, r.top1,
+                      r.same_kv);
+    }
+    test_synth_close(&f);
+}
+END_TEST
+
+/* The default model's quantized weights.  The two paths do not agree exactly here, by
+ * design of the kernels: the CPU forward multiplies by the kernels' packed copies
+ * (gemm_packed, one fixed sequence of float operations per output) and the backend by the
+ * plain rows (gemm, another sequence); the two differ in the last bit of 60-80 % of the
+ * outputs for Q8_0 and Q4_1 (checked directly, max |diff| 9.5e-7), and thirty layers carry
+ * that to mean KL 0.0093, top-1 95 %, the worst logit 11 % of its scale off (Zen 4).  With the
+ * model's F16 requantization (no packed copy) the two agree exactly.  The bound is the one the
+ * oracle tests hold two engines to (test_llamacpp_kl: mean KL < 0.02, top-1 >= 90 %). */
+START_TEST(default_model_close_to_cpu_forward) {
+    char err[256];
+    model_t *m = model_load(test_model_path(), err, sizeof err);
+    ck_assert_msg(m != NULL, "%s", err);
+    s_cmp_t r = s_compare(m, KERN_F16);
+    fprintf(stderr, "default model: mean KL %.5f, top-1 %.1f %%, worst %.4f of the scale\n",
+            r.mean_kl, 100 * r.top1, r.worst);
+    ck_assert_msg(r.mean_kl < 0.02 && r.top1 >= 0.9, "mean KL %g, top-1 %.3f", r.mean_kl, r.top1);
+    model_destroy(&m);
+}
+END_TEST
+
+START_TEST(bad_limits_refused) {
+    test_synth_fixture_t f;
+    test_synth_t sc = {.seed = 5};
+    ck_assert_int_eq(test_synth_open(&f, "device-limits", &sc), 0);
+    kern_backend_t *be = kern_backend_cpu_new(NULL);
+    char err[256];
+    ck_assert_ptr_null(model_dev_new(f.model, be, 0, 1, 1, err, sizeof err));
+    model_dev_t *d = model_dev_new(f.model, be, 4, 1, 2, err, sizeof err);
+    ck_assert_ptr_nonnull(d);
+    kern_kv_shape_t sh = {2, 2, 16, S_BLOCK};
+    kern_kv_pool_t p;
+    ck_assert_int_eq(kern_kv_pool_init(&p, &sh, KERN_F16, 4), 0);
+    int32_t blk[3] = {0, 1, 2}, tok[5] = {3, 4, 5, 6, 7}, pos[5] = {0, 1, 2, 3, 4}, sq[5] = {0};
+    model_seq_view_t s = {blk, 3}; /* more blocks than made for */
+    model_batch_t b = {1, tok, pos, sq, NULL, 1, &s};
+    ck_assert_int_eq(model_dev_forward(d, &b, &p, NULL), -EINVAL);
+    s.n_blocks = 2;
+    b.n_tokens = 5; /* more tokens than made for */
+    ck_assert_int_eq(model_dev_forward(d, &b, &p, NULL), -EINVAL);
+    b.n_tokens = 1;
+    ck_assert_int_eq(model_dev_forward(d, &b, &p, NULL), 0);
+    kern_kv_pool_free(&p);
+    model_dev_destroy(&d);
+    kern_backend_destroy(&be);
+    test_synth_close(&f);
+}
+END_TEST
+
+static Suite *s_suite(void) {
+    Suite *s = suite_create("model_device");
+    TCase *tc = tcase_create("model_device");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, synthetic_equals_cpu_forward);
+    tcase_add_test(tc, bad_limits_refused);
+    suite_add_tcase(s, tc);
+    TCase *tm = test_tcase_model(s, "model");
+    tcase_set_timeout(tm, 120);
+    tcase_add_test(tm, default_model_close_to_cpu_forward);
+    return s;
+}
+
+TEST_MAIN(s_suite)
