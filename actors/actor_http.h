@@ -4,10 +4,13 @@
  * (docs/PROTOCOL.md), requests of all HTTP connections multiplexed by id.
  * docs/HTTP.md is the user's documentation.
  *
- * HTTP (listen=HOST:PORT):
- *   POST /v1/chat/completions  -> generate {messages}; JSON or SSE (stream)
+ * HTTP (listen=HOST:PORT; the table is serve/serve_routes.c):
+ *   POST /v1/chat/completions  -> generate {messages} (n > 1: n generates); JSON or SSE
  *   POST /v1/completions       -> generate {prompt};   JSON or SSE (stream)
- *   GET  /v1/models            -> the one model (its file name as id)
+ *   POST /v1/responses         -> generate {messages} (serve_responses); JSON or SSE events
+ *   GET|DELETE /v1/responses/{id} -> a kept response
+ *   POST /v1/embeddings        -> one embed per input
+ *   GET  /v1/models[/{id}]     -> the one model (its file name as id)
  *   GET  /health               -> 200 when the frontend says every actor is ready, else 503
  *   an HTTP connection that ends before its generation did -> cancel {id}
  *
@@ -15,7 +18,8 @@
  *   ping / stats_query -> pong / stats_answer to the frontend
  *   stop               -> ends the actor
  * Upstream (DEALER to the frontend's client endpoint):
- *   token / done / error -> the HTTP response of their request
+ *   token / done / error -> the HTTP response of their request (serve_answer)
+ *   embedding            -> the vector of one input
  *   health_reply         -> the state /health reports (asked every 500 ms)
  *
  * Options: actor_http_opts in actor_http.c (`strata actor --help`).
