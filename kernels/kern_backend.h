@@ -45,6 +45,8 @@ typedef struct {
     int layer;             /* which layer's slabs */
     kern_type_t kv_type;   /* KERN_F32, KERN_F16, KERN_I8 (CPU); KERN_F16 (CUDA) */
     float scale;           /* usually 1/sqrt(D) */
+    int window;            /* > 0: token t sees only its last `window` positions (a sliding-window
+                              layer: n_ctx[t] - window .. n_ctx[t] - 1); 0: all of them */
 } kern_backend_attn_t;
 
 /* Store n_tok tokens' K and V rows ((n_tok, n_head_kv, D) floats each) into
@@ -108,6 +110,11 @@ struct kern_backend_t {
      * y_stride dim adds a (n_rows, dim) array (a residual), 0 adds the one row y to every
      * row (a bias). */
     int (*add)(kern_backend_t *be, float *x, const float *y, int n_rows, int dim, size_t y_stride);
+    /* out[i] = gelu_tanh(gate[i]) * up[i] (GeGLU, kern_ops_t.geglu's formula); out may equal
+     * gate. */
+    int (*geglu)(kern_backend_t *be, float *out, const float *gate, const float *up, int64_t n);
+    /* x[i] *= s for n elements. */
+    int (*scale)(kern_backend_t *be, float *x, int64_t n, float s);
     /* out[i] = silu(gate[i]) * up[i]; out may equal gate. */
     int (*swiglu)(kern_backend_t *be, float *out, const float *gate, const float *up, int64_t n);
     /* out[t] = dequant(row ids[t] of table), dim elements of type wt, rows row_bytes

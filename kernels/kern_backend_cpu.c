@@ -99,6 +99,7 @@ static int s_attention(kern_backend_t *be, const kern_backend_attn_t *a) {
                 .q = a->q + ((size_t)t * a->n_head + (size_t)hk * n_q) * D,
                 .out = a->out + ((size_t)t * a->n_head + (size_t)hk * n_q) * D,
                 .n_ctx = n_ctx,
+                .pos0 = a->window > 0 && n_ctx > a->window ? n_ctx - a->window : 0,
                 .blocks = a->blocks + (size_t)a->seq[t] * a->max_blocks,
                 .block_size = a->block_size,
                 .k_base = base + ((size_t)(a->layer * 2 + 0) * a->n_head_kv + hk) * slab,
@@ -192,6 +193,22 @@ static int s_add(kern_backend_t *be, float *x, const float *y, int n_rows, int d
         for (int i = 0; i < dim; i++)
             xr[i] += yr[i];
     }
+    return 0;
+}
+
+static int s_geglu(kern_backend_t *be, float *out, const float *gate, const float *up, int64_t n) {
+    if (!out || !gate || !up || n < 0 || n > INT32_MAX)
+        return -EINVAL;
+    s_self(be)->ops->geglu(out, gate, up, (int)n);
+    return 0;
+}
+
+static int s_scale(kern_backend_t *be, float *x, int64_t n, float s) {
+    (void)be;
+    if (!x || n < 0)
+        return -EINVAL;
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
     return 0;
 }
 
@@ -416,6 +433,8 @@ kern_backend_t *kern_backend_cpu_new(const kern_ops_t *ops) {
     be->rope = s_rope;
     be->swiglu = s_swiglu;
     be->add = s_add;
+    be->geglu = s_geglu;
+    be->scale = s_scale;
     be->embed = s_embed;
     be->sample = s_sample;
     be->alloc = s_alloc;

@@ -1,10 +1,12 @@
 /* model_device.c - see model_device.h.  The stages of a layer, in dataflow order, each one
  * backend op over the whole batch (the shapes as model_forward.c's):
- *   x = embed(tokens)                                      (n, d_model)
+ *   x = embed(tokens) (* embd_mul)                         (n, d_model)
  *   h = rmsnorm(x) ; q, k, v = h Wq, h Wk, h Wv (+ biases)  (n, q_dim), (n, kv_dim) x 2
  *   q, k = rmsnorm of each head (qk_norm) ; rope(q, k) ; KV[pos] = k, v
  *   o = attention(q, KV) Wo (+ bo) ; x += o or rmsnorm(o)
- *   h = rmsnorm(x) ; x += (silu(h Wg) * h Wu) Wd, or its rmsnorm
+ *   h = rmsnorm(x) ; x += (act(h Wg) * h Wu) Wd, or its rmsnorm   act: silu or gelu_tanh
+ * (attention over the last `window` positions in a sliding-window layer, with its own RoPE
+ * base when the model has one)
  *   logits = rmsnorm(x[wanted]) Wout
  * The host computes what is cheap and per token (the RoPE angles, the block tables) and
  * uploads it once per batch. */
@@ -43,13 +45,14 @@ struct model_dev_t {
     const float *out_norm;
     /* activations and per-batch inputs, backend memory */
     float *x, *h, *q, *k, *v, *att, *tmp, *ff_g, *ff_u; /* as model_ctx_t's */
-    float *cs;                                          /* (max_tokens, n_rot) */
-    float *logits;                                      /* (max_tokens, n_vocab) */
-    int32_t *ids, *pos, *n_ctx, *seq, *rows;            /* (max_tokens) each */
-    int32_t *blocks;                                    /* (max_seqs, max_blocks) */
+    float *cs;                                          /* (max_tokens, n_rot) RoPE angles */
+    float *cs_swa; /* the same with rope_theta_swa (sliding-window layers), or NULL */
+    float *logits; /* (max_tokens, n_vocab) */
+    int32_t *ids, *pos, *n_ctx, *seq, *rows; /* (max_tokens) each */
+    int32_t *blocks;                         /* (max_seqs, max_blocks) */
     /* host staging of the per-batch inputs */
     int32_t *h_ids, *h_nctx, *h_rows, *h_blocks;
-    float *h_cs;
+    float *h_cs, *h_cs_swa;
     void *owned[S_MAX_OWNED]; /* every backend allocation, freed at destroy */
     int n_owned;
 };
@@ -95,17 +98,9 @@ static int s_weight(model_dev_t *d, const model_weight_t *w, s_w_t *out, const c
 
 /* What this path cannot run yet, or NULL. */
 static const char *s_unsupported(const model_t *m) {
-    if (m->embd_mul != 1.0f)
-        return "scaled embeddings (embd_scale)";
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        const model_stages_t *st = &m->layers[l].st;
-        if (st->ffn == MODEL_FFN_MOE)
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        if (m->layers[l].st.ffn == MODEL_FFN_MOE)
             return "Mixture-of-Experts layers";
-        if (st->attn == MODEL_ATTN_SLIDING)
-            return "sliding-window attention";
-        if (st->act == MODEL_ACT_GELU)
-            return "GeGLU (gelu_tanh)";
-    }
     return NULL;
 }
 
@@ -117,8 +112,8 @@ model_dev_t *model_dev_new(const model_t *m, kern_backend_t *be, int max_tokens,
         s_fail(err, errlen, -ENOTSUP, "%s: %s are not on the backend path yet", c->name, no);
         return NULL;
     }
-    if (max_tokens < 1 || max_seqs < 1 || max_blocks < 1 || !be->add) {
-        s_fail(err, errlen, -EINVAL, "model_dev_new: bad limits, or a backend without add");
+    if (max_tokens < 1 || max_seqs < 1 || max_blocks < 1 || !be->add || !be->geglu || !be->scale) {
+        s_fail(err, errlen, -EINVAL, "model_dev_new: bad limits, or a backend without an op");
         return NULL;
     }
     model_dev_t *d = calloc(1, sizeof *d);
@@ -182,7 +177,9 @@ model_dev_t *model_dev_new(const model_t *m, kern_backend_t *be, int max_tokens,
          !(d->h_ids = malloc(T * I)) || !(d->h_nctx = malloc(T * I)) ||
          !(d->h_rows = malloc(T * I)) ||
          !(d->h_blocks = malloc((size_t)max_seqs * max_blocks * I)) ||
-         !(d->h_cs = malloc(T * c->n_rot * F))))
+         !(d->h_cs = malloc(T * c->n_rot * F)) ||
+         (m->rope_theta_swa && (!(d->cs_swa = s_alloc(d, NULL, T * c->n_rot * F)) ||
+                                !(d->h_cs_swa = malloc(T * c->n_rot * F))))))
         rc = s_fail(err, errlen, -ENOMEM, "out of memory for the scratch of %d tokens", max_tokens);
     if (rc)
         model_dev_destroy(&d);
@@ -201,6 +198,7 @@ void model_dev_destroy(model_dev_t **self_p) {
     free(d->h_rows);
     free(d->h_blocks);
     free(d->h_cs);
+    free(d->h_cs_swa);
     free(d);
     *self_p = NULL;
 }
@@ -220,6 +218,8 @@ static int s_layer(model_dev_t *d, int l, int n, const kern_kv_pool_t *kv, int m
     const s_layer_t *L = &d->layers[l];
     const int dm = c->d_model, D = c->head_dim, H = c->n_head, Hkv = c->n_head_kv;
     const int q_dim = H * D, kv_dim = Hkv * D;
+    const bool sliding = st->attn == MODEL_ATTN_SLIDING;
+    const float *cs = sliding && d->cs_swa ? d->cs_swa : d->cs; /* its own base, when it has one */
     int rc;
     /* ---- attention: h = rmsnorm(x); q, k, v = h W (+ b) */
     if ((rc = be->rmsnorm(be, d->h, d->x, L->attn_norm, n, dm, c->rms_eps)) ||
@@ -233,8 +233,8 @@ static int s_layer(model_dev_t *d, int l, int n, const kern_kv_pool_t *kv, int m
     if (st->qk_norm && ((rc = be->rmsnorm(be, d->q, d->q, L->q_norm, n * H, D, c->rms_eps)) ||
                         (rc = be->rmsnorm(be, d->k, d->k, L->k_norm, n * Hkv, D, c->rms_eps))))
         return rc;
-    if ((rc = be->rope(be, d->q, n, H, D, c->n_rot, d->cs, c->rope_neox)) ||
-        (rc = be->rope(be, d->k, n, Hkv, D, c->n_rot, d->cs, c->rope_neox)))
+    if ((rc = be->rope(be, d->q, n, H, D, c->n_rot, cs, c->rope_neox)) ||
+        (rc = be->rope(be, d->k, n, Hkv, D, c->n_rot, cs, c->rope_neox)))
         return rc;
     kern_backend_kv_t st_kv = {.pool = kv->base,
                                .block_bytes = kv->block_bytes,
@@ -266,7 +266,8 @@ static int s_layer(model_dev_t *d, int l, int n, const kern_kv_pool_t *kv, int m
                               .block_size = kv->block_size,
                               .layer = l,
                               .kv_type = kv->type,
-                              .scale = m->attn_scale};
+                              .scale = m->attn_scale,
+                              .window = sliding ? st->window : 0};
     if ((rc = be->kv_store(be, &st_kv)) || (rc = be->attention(be, &at)) ||
         (rc = s_mm(d, &L->wo, d->att, n, d->tmp)))
         return rc;
@@ -279,7 +280,8 @@ static int s_layer(model_dev_t *d, int l, int n, const kern_kv_pool_t *kv, int m
     if ((rc = be->add(be, d->x, d->tmp, n, dm, (size_t)dm)) ||
         (rc = be->rmsnorm(be, d->h, d->x, L->ffn_norm, n, dm, c->rms_eps)) ||
         (rc = s_mm(d, &L->wg, d->h, n, d->ff_g)) || (rc = s_mm(d, &L->wu, d->h, n, d->ff_u)) ||
-        (rc = be->swiglu(be, d->ff_g, d->ff_g, d->ff_u, (int64_t)n * c->d_ff)) ||
+        (rc = (st->act == MODEL_ACT_GELU ? be->geglu : be->swiglu)(be, d->ff_g, d->ff_g, d->ff_u,
+                                                                   (int64_t)n * c->d_ff)) ||
         (rc = s_mm(d, &L->wd, d->ff_g, n, d->tmp)))
         return rc;
     if (st->norm_post_ffn && (rc = be->rmsnorm(be, d->tmp, d->tmp, L->ffn_post, n, dm, c->rms_eps)))
@@ -315,6 +317,9 @@ static int s_stage(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t 
         if (d->h_nctx[t] > *max_ctx)
             *max_ctx = d->h_nctx[t];
         model_rope_angles(d->h_cs + (size_t)t * c->n_rot, b->pos[t], d->m->rope_theta, c->n_rot);
+        if (d->h_cs_swa)
+            model_rope_angles(d->h_cs_swa + (size_t)t * c->n_rot, b->pos[t], d->m->rope_theta_swa,
+                              c->n_rot);
         if (b->want && b->want[t])
             d->h_rows[n_out++] = t;
     }
@@ -337,10 +342,14 @@ int model_dev_forward(model_dev_t *d, const model_batch_t *b, const kern_kv_pool
         (rc = be->upload(be, d->n_ctx, d->h_nctx, n * I)) ||
         (rc = be->upload(be, d->blocks, d->h_blocks, (size_t)b->n_seqs * d->max_blocks * I)) ||
         (rc = be->upload(be, d->cs, d->h_cs, (size_t)n * c->n_rot * sizeof(float))) ||
+        (d->cs_swa &&
+         (rc = be->upload(be, d->cs_swa, d->h_cs_swa, (size_t)n * c->n_rot * sizeof(float)))) ||
         (n_out && (rc = be->upload(be, d->rows, d->h_rows, n_out * I))))
         return rc;
     if ((rc = be->embed(be, d->embd.type, d->embd.data, d->embd.row_bytes, d->embd.rows, d->ids, n,
                         dm, d->x)))
+        return rc;
+    if (d->m->embd_mul != 1.0f && (rc = be->scale(be, d->x, (int64_t)n * dm, d->m->embd_mul)))
         return rc;
     for (int l = 0; l < c->n_layer; l++)
         if ((rc = s_layer(d, l, n, kv, max_ctx)))

@@ -5,10 +5,10 @@
  * worker keeps model_ctx_forward (threads over kern_ops), and tests/unit/test_model_device.c
  * checks this one against that one on the CPU backend.
  *
- * It covers the dense models whose layers are: RMSNorm, Q/K/V (+ bias), per-head norm,
- * RoPE, causal attention over paged KV, the output projection (+ bias), SwiGLU, sandwich
- * norms.  It refuses (-ENOTSUP, naming it) what the seam has no op for yet: MoE layers,
- * sliding-window attention, GeGLU, scaled embeddings. */
+ * It covers the dense models of every architecture strata loads (model_arch.h: llama, qwen,
+ * gemma3 stages: biases, per-head norms, sandwich norms, SwiGLU or GeGLU, scaled embeddings,
+ * sliding-window layers with their own RoPE base).  It refuses (-ENOTSUP, naming it) MoE
+ * layers, whose routing has no backend op yet. */
 #ifndef MODEL_DEVICE_H
 #define MODEL_DEVICE_H
 

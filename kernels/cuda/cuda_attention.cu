@@ -35,7 +35,8 @@ __global__ static void __launch_bounds__(KC_ATT_THREADS)
     int s = blockIdx.x, h = blockIdx.y, t = blockIdx.z, D = a.head_dim;
     int hk = h / (a.n_head / a.n_head_kv);
     int n_ctx = a.n_ctx[t];
-    int p0 = s * KERN_CUDA_ATTN_SPLIT;
+    int lo = a.window > 0 && n_ctx > a.window ? n_ctx - a.window : 0; // sliding window
+    int p0 = max(s * KERN_CUDA_ATTN_SPLIT, lo);
     int p1 = min(n_ctx, p0 + KERN_CUDA_ATTN_SPLIT);
     size_t part = ((size_t)t * a.n_head + h) * n_split + s;
     float *acc = accs + part * D;

@@ -117,6 +117,41 @@ extern "C" int kern_cuda_add(kern_cuda_ctx_t *c, float *x, const float *y, int n
     return kern_cuda_launched(c, "add");
 }
 
+// GeGLU in the reference's operations (kern_ref_geglu): g * sigmoid(2u), u = c (g + a g^3).
+__global__ static void s_geglu(float *out, const float *gate, const float *up, int64_t n) {
+    const float c = 0.7978845608f;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float g = gate[i], u = c * (g + 0.044715f * g * g * g);
+        out[i] = g / (1.0f + expf(-2.0f * u)) * up[i];
+    }
+}
+
+extern "C" int kern_cuda_geglu(kern_cuda_ctx_t *c, float *out, const float *gate, const float *up,
+                               int64_t n) {
+    if (!c || !out || !gate || !up || n < 0)
+        return -EINVAL;
+    if (n == 0)
+        return 0;
+    s_geglu<<<s_grid(n, 256), 256, 0, c->stream>>>(out, gate, up, n);
+    return kern_cuda_launched(c, "geglu");
+}
+
+__global__ static void s_scale(float *x, int64_t n, float s) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+extern "C" int kern_cuda_scale(kern_cuda_ctx_t *c, float *x, int64_t n, float s) {
+    if (!c || !x || n < 0)
+        return -EINVAL;
+    if (n == 0)
+        return 0;
+    s_scale<<<s_grid(n, 256), 256, 0, c->stream>>>(x, n, s);
+    return kern_cuda_launched(c, "scale");
+}
+
 extern "C" int kern_cuda_swiglu(kern_cuda_ctx_t *c, float *out, const float *gate, const float *up,
                                 int64_t n) {
     if (!c || !out || !gate || !up || n < 0)

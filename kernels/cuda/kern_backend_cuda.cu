@@ -42,6 +42,7 @@ static int s_attention(kern_backend_t *be, const kern_backend_attn_t *a) {
     c.block_size = a->block_size;
     c.layer = a->layer;
     c.scale = a->scale;
+    c.window = a->window;
     return kern_cuda_attention(s_ctx(be), &c);
 }
 
@@ -72,6 +73,14 @@ static int s_rope(kern_backend_t *be, float *x, int n_tok, int n_heads, int head
 static int s_add(kern_backend_t *be, float *x, const float *y, int n_rows, int dim,
                  size_t y_stride) {
     return kern_cuda_add(s_ctx(be), x, y, n_rows, dim, y_stride);
+}
+
+static int s_geglu(kern_backend_t *be, float *out, const float *gate, const float *up, int64_t n) {
+    return kern_cuda_geglu(s_ctx(be), out, gate, up, n);
+}
+
+static int s_scale(kern_backend_t *be, float *x, int64_t n, float s) {
+    return kern_cuda_scale(s_ctx(be), x, n, s);
 }
 
 static int s_swiglu(kern_backend_t *be, float *out, const float *gate, const float *up, int64_t n) {
@@ -159,6 +168,8 @@ extern "C" kern_backend_t *kern_backend_cuda_new(int device) {
     be->rope = s_rope;
     be->swiglu = s_swiglu;
     be->add = s_add;
+    be->geglu = s_geglu;
+    be->scale = s_scale;
     be->embed = s_embed;
     be->sample = s_sample;
     be->alloc = s_alloc;

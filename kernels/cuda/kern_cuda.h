@@ -132,6 +132,11 @@ int kern_cuda_softmax(kern_cuda_ctx_t *self, float *x, int n_rows, int n);
 /* x[r][i] += y[r * y_stride + i] for n_rows rows of dim (y_stride 0: one row for all). */
 int kern_cuda_add(kern_cuda_ctx_t *self, float *x, const float *y, int n_rows, int dim,
                   size_t y_stride);
+/* out[i] = gelu_tanh(gate[i]) * up[i] (the reference's formula) for n elements. */
+int kern_cuda_geglu(kern_cuda_ctx_t *self, float *out, const float *gate, const float *up,
+                    int64_t n);
+/* x[i] *= s for n elements. */
+int kern_cuda_scale(kern_cuda_ctx_t *self, float *x, int64_t n, float s);
 /* out[i] = silu(gate[i]) * up[i] for n elements; out may equal gate. */
 int kern_cuda_swiglu(kern_cuda_ctx_t *self, float *out, const float *gate, const float *up,
                      int64_t n);
@@ -175,6 +180,7 @@ typedef struct {
     int block_size;        /* positions per block */
     int layer;             /* which layer's slabs */
     float scale;           /* usually 1/sqrt(D) */
+    int window;            /* > 0: token t attends only n_ctx[t]-window .. n_ctx[t]-1 */
 } kern_cuda_attn_t;
 int kern_cuda_attention(kern_cuda_ctx_t *self, const kern_cuda_attn_t *a);
 
