@@ -166,6 +166,22 @@ int main(void) {
         e = rc ? INFINITY : s_maxrel(got, want, R * N, 1e-6);
         s_report(e <= 1e-6, "swiglu via table", e, 1e-6);
 
+        /* geglu (the reference's operations; expf within 2 ulp on the device), scale (exact) */
+        cpu->geglu(cpu, want, x, u, R * N);
+        rc = gpu->geglu(gpu, dout, dx, du, R * N);
+        if (!rc)
+            s_take(gpu, got, dout, nb);
+        e = rc ? INFINITY : s_maxrel(got, want, R * N, 1e-6);
+        s_report(e <= 1e-6, "geglu via table", e, 1e-6);
+        memcpy(want, x, nb);
+        cpu->scale(cpu, want, R * N, 1.7f);
+        rc = gpu->upload(gpu, dout, x, nb);
+        rc = rc ? rc : gpu->scale(gpu, dout, R * N, 1.7f);
+        if (!rc)
+            s_take(gpu, got, dout, nb);
+        e = rc ? INFINITY : s_maxrel(got, want, R * N, 1e-9);
+        s_report(e == 0, "scale via table", e, 0);
+
         /* add: a residual (stride N), then a bias (stride 0): exact in both */
         memcpy(want, x, nb);
         cpu->add(cpu, want, u, R, N, (size_t)N);
@@ -272,6 +288,18 @@ int main(void) {
                 worst = fmax(worst, fabs((double)got[i] - want[i]));
         }
         s_report(!rc && worst <= 2e-4, "kv_store + attention via table", worst, 2e-4);
+        /* the sliding window (Gemma 3): only the last 100 of the 300 positions */
+        ac.window = ag.window = 100;
+        rc = cpu->attention(cpu, &ac);
+        rc = rc ? rc : gpu->attention(gpu, &ag);
+        worst = 0;
+        if (!rc) {
+            s_take(gpu, got, dout, sizeof got);
+            for (int i = 0; i < H * D; i++)
+                worst = fmax(worst, fabs((double)got[i] - want[i]));
+        }
+        s_report(!rc && worst <= 2e-4, "attention with a window of 100 via table", worst, 2e-4);
+        ac.window = ag.window = 0;
         ag.kv_type = KERN_F32;
         s_report(gpu->attention(gpu, &ag) == -ENOTSUP, "attention over an F32 pool: -ENOTSUP", 0,
                  0);
