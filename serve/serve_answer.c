@@ -452,18 +452,17 @@ static int s_say_call(serve_answer_t *a, int i, const char *name, const char *ar
     cJSON_AddItemToObject(o, "item", s_call_item(a, i, name, "", "in_progress"));
     if (s_event(a, "response.output_item.added", o, out))
         return -ENOMEM;
-    o = s_event_obj("response.function_call_arguments.delta");
-    cJSON_AddStringToObject(o, "item_id", id);
-    cJSON_AddNumberToObject(o, "output_index", i);
-    cJSON_AddStringToObject(o, "delta", args);
-    if (s_event(a, "response.function_call_arguments.delta", o, out))
-        return -ENOMEM;
-    o = s_event_obj("response.function_call_arguments.done");
-    cJSON_AddStringToObject(o, "item_id", id);
-    cJSON_AddNumberToObject(o, "output_index", i);
-    cJSON_AddStringToObject(o, "arguments", args);
-    if (s_event(a, "response.function_call_arguments.done", o, out))
-        return -ENOMEM;
+    /* the arguments come whole: one delta with all of them, then done */
+    static const char *const ev[2][2] = {{"response.function_call_arguments.delta", "delta"},
+                                         {"response.function_call_arguments.done", "arguments"}};
+    for (int k = 0; k < 2; k++) {
+        o = s_event_obj(ev[k][0]);
+        cJSON_AddStringToObject(o, "item_id", id);
+        cJSON_AddNumberToObject(o, "output_index", i);
+        cJSON_AddStringToObject(o, ev[k][1], args);
+        if (s_event(a, ev[k][0], o, out))
+            return -ENOMEM;
+    }
     o = s_event_obj("response.output_item.done");
     cJSON_AddNumberToObject(o, "output_index", i);
     cJSON_AddItemToObject(o, "item", s_call_item(a, i, name, args, "completed"));

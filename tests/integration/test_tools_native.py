@@ -19,16 +19,8 @@ import jsonschema  # noqa: E402
 import openai  # noqa: E402
 import zmq  # noqa: E402
 
-WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
-                                            "unit": {"enum": ["C", "F"]}},
-           "required": ["city", "unit"]}
-TIME = {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 10}},
-        "required": ["tz"]}
-TOOLS = [{"type": "function", "function": {"name": "get_weather",
-                                           "description": "The weather of a city",
-                                           "parameters": WEATHER}},
-         {"type": "function", "function": {"name": "get_time", "parameters": TIME}}]
-PARAMS = {"get_weather": WEATHER, "get_time": TIME}
+from test_tools import PARAMS, TOOLS  # noqa: E402  the same tools as over HTTP
+
 ASK = "What is the weather in Paris?"
 ASK3 = "Get the weather for three cities: Paris, Rome, Berlin."
 
