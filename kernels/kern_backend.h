@@ -130,12 +130,25 @@ struct kern_backend_t {
                   const kern_backend_sample_t *p, const int32_t *hist, const int32_t *hist_off,
                   const int32_t *n_hist, const int32_t *pos, int32_t *ids);
 
-    /* Backend memory: alloc (zeroed for CPU, not for CUDA), free (NULL a
+    /* Backend memory: alloc (64-byte aligned at least; zeroed for CPU, not for CUDA), free (NULL a
      * no-op), and copies from and to host memory, complete on return. */
     int (*alloc)(kern_backend_t *be, void **p, size_t bytes);
     void (*free)(kern_backend_t *be, void *p);
     int (*upload)(kern_backend_t *be, void *dst, const void *src, size_t bytes);
     int (*download)(kern_backend_t *be, void *dst, const void *src, size_t bytes);
+    /* Copy bytes of backend memory to backend memory (not overlapping), ordered after
+     * the ops queued before it: a KV block's copy-on-write. */
+    int (*copy)(kern_backend_t *be, void *dst, const void *src, size_t bytes);
+    /* Host memory that moves to and from this backend fast (CUDA: pinned, cudaHostAlloc;
+     * CPU: plain): where a worker stages KV blocks; host_free(NULL) is a no-op. */
+    int (*host_alloc)(kern_backend_t *be, void **p, size_t bytes);
+    void (*host_free)(kern_backend_t *be, void *p);
+    /* A KV block's bytes out of backend memory into host (block_out) or in from host
+     * (block_in), host from host_alloc: after the ops queued so far (the forward pass
+     * that wrote the block), on the backend's copy stream where it has one (CUDA), so
+     * compute queued later runs beside it; complete on return. */
+    int (*block_out)(kern_backend_t *be, void *host, const void *src, size_t bytes);
+    int (*block_in)(kern_backend_t *be, void *dst, const void *host, size_t bytes);
     /* Wait for queued ops; 0 or the first error. */
     int (*sync)(kern_backend_t *be);
     /* Free the backend and null *be_p (kern_backend_destroy calls it). */

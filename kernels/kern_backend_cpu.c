@@ -369,15 +369,36 @@ static int s_sample(kern_backend_t *be, float *logits, int n_rows, int n_vocab,
 
 /* ---- memory and lifetime ------------------------------------------------- */
 
+/* calloc (whose large blocks are lazily zeroed pages) moved up to 64 bytes, the pointer
+ * calloc gave kept just below: a KV pool's alignment without touching every page. */
 static int s_alloc(kern_backend_t *be, void **p, size_t bytes) {
     (void)be;
-    if (!p || bytes == 0)
+    if (!p || bytes == 0 || bytes > SIZE_MAX - 128)
         return -EINVAL;
-    *p = calloc(1, bytes);
-    return *p ? 0 : -ENOMEM;
+    uint8_t *raw = calloc(1, bytes + 64 + sizeof(void *));
+    if (!raw)
+        return -ENOMEM;
+    uintptr_t at = ((uintptr_t)raw + sizeof(void *) + 63) & ~(uintptr_t)63;
+    ((void **)at)[-1] = raw;
+    *p = (void *)at;
+    return 0;
 }
 
 static void s_free(kern_backend_t *be, void *p) {
+    (void)be;
+    if (p)
+        free(((void **)p)[-1]);
+}
+
+static int s_host_alloc(kern_backend_t *be, void **p, size_t bytes) {
+    (void)be;
+    if (!p || bytes == 0)
+        return -EINVAL;
+    *p = malloc(bytes);
+    return *p ? 0 : -ENOMEM;
+}
+
+static void s_host_free(kern_backend_t *be, void *p) {
     (void)be;
     free(p);
 }
@@ -441,6 +462,11 @@ kern_backend_t *kern_backend_cpu_new(const kern_ops_t *ops) {
     be->free = s_free;
     be->upload = s_copy;
     be->download = s_copy;
+    be->copy = s_copy;
+    be->host_alloc = s_host_alloc;
+    be->host_free = s_host_free;
+    be->block_out = s_copy;
+    be->block_in = s_copy;
     be->sync = s_sync;
     be->destroy = s_destroy;
     return be;

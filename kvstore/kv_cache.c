@@ -64,6 +64,7 @@ struct kv_cache_t {
     uint64_t (*clock)(void *arg); /* microseconds; NULL: CLOCK_MONOTONIC */
     void *clock_arg;
     kv_cache_stats_t st; /* counters (the n_* fields are filled on request) */
+    uint8_t *stage;      /* backend pool: one block's bytes on the host (host_alloc) */
 };
 
 /* ---- the two indexes: base_map from a hash to a block id */
@@ -94,6 +95,71 @@ static int32_t *s_tokens(const kv_cache_t *self, int id) {
 
 static uint8_t *s_data(const kv_cache_t *self, int id) {
     return self->pool.base + (size_t)id * self->pool.block_bytes;
+}
+
+/* Block id's bytes where the host can read them: the pool itself, or with a backend
+ * pool the staging buffer after the block moved out into it; NULL (counted) when the move
+ * failed. */
+static const uint8_t *s_host_view(kv_cache_t *self, int id) {
+    kern_backend_t *be = self->cfg.backend;
+    if (!be)
+        return s_data(self, id);
+    if (be->block_out(be, self->stage, s_data(self, id), self->pool.block_bytes)) {
+        self->st.move_errors++;
+        return NULL;
+    }
+    return self->stage;
+}
+
+/* Copy block src's bytes over block dst's (copy-on-write). */
+static void s_copy_block(kv_cache_t *self, int dst, int src) {
+    kern_backend_t *be = self->cfg.backend;
+    if (!be)
+        memcpy(s_data(self, dst), s_data(self, src), self->pool.block_bytes);
+    else if (be->copy(be, s_data(self, dst), s_data(self, src), self->pool.block_bytes))
+        self->st.move_errors++; /* the backend's error fails the next forward pass too */
+}
+
+/* Block id's bytes from data in format fmt (converted to the T0 format): 0 or -errno. */
+static int s_fill_block(kv_cache_t *self, int id, int fmt, const void *data, int n_tokens) {
+    kern_backend_t *be = self->cfg.backend;
+    uint8_t *dst = be ? self->stage : s_data(self, id);
+    int rc = kv_codec_convert(&self->shape, fmt, data, self->cfg.fmt, dst, n_tokens);
+    if (rc)
+        return rc < 0 ? rc : -EINVAL;
+    if (be && be->block_in(be, s_data(self, id), self->stage, self->pool.block_bytes)) {
+        self->st.move_errors++;
+        return -EIO;
+    }
+    return 0;
+}
+
+/* The pool: host memory (kern_kv_pool_init), or the backend's.  0 or -errno. */
+static int s_pool_init(kv_cache_t *self, const kern_kv_shape_t *s, kern_type_t type, int n) {
+    kern_backend_t *be = self->cfg.backend;
+    if (!be)
+        return kern_kv_pool_init(&self->pool, s, type, n);
+    size_t bb = kern_kv_block_bytes(s, type);
+    if (bb == 0 || (size_t)n > SIZE_MAX / bb || !be->alloc || !be->copy || !be->host_alloc ||
+        !be->block_out || !be->block_in)
+        return -EINVAL;
+    void *base = NULL;
+    int rc = be->alloc(be, &base, bb * (size_t)n);
+    if (rc)
+        return rc;
+    self->pool = (kern_kv_pool_t){type, s->block_size, bb, n, base};
+    return be->host_alloc(be, (void **)&self->stage, bb);
+}
+
+static void s_pool_free(kv_cache_t *self) {
+    kern_backend_t *be = self->cfg.backend;
+    if (!be) {
+        kern_kv_pool_free(&self->pool);
+        return;
+    }
+    be->free(be, self->pool.base);
+    be->host_free(be, self->stage);
+    self->pool.base = self->stage = NULL;
 }
 
 static int s_blocks_for(const kv_cache_t *self, int n_positions) {
@@ -230,11 +296,11 @@ static void s_meta_of(const kv_cache_t *self, int id, kv_meta_t *meta) {
 static void s_evict(kv_cache_t *self, int id) {
     s_block_t *b = &self->blk[id];
     assert(b->state == S_CACHED && b->refs == 0);
-    if (self->on_evict) {
+    const uint8_t *data = self->on_evict ? s_host_view(self, id) : NULL;
+    if (data) {
         kv_meta_t meta;
         s_meta_of(self, id, &meta);
-        kv_cache_evicted_t ev = {&meta, self->cfg.fmt, s_data(self, id), self->pool.block_bytes,
-                                 b->in_lower};
+        kv_cache_evicted_t ev = {&meta, self->cfg.fmt, data, self->pool.block_bytes, b->in_lower};
         self->on_evict(self->evict_arg, &ev);
     }
     s_index_del(self, id);
@@ -328,7 +394,7 @@ kv_cache_t *kv_cache_new(const kern_kv_shape_t *s, const kv_cache_config_t *c) {
     self->cfg = *c;
     self->shape = *s;
     size_t n = (size_t)c->n_blocks;
-    if (kern_kv_pool_init(&self->pool, s, (kern_type_t)type, c->n_blocks))
+    if (s_pool_init(self, s, (kern_type_t)type, c->n_blocks))
         goto fail;
     self->blk = calloc(n, sizeof *self->blk);
     self->tokens = calloc(n * (size_t)c->block_size, sizeof *self->tokens);
@@ -355,7 +421,7 @@ void kv_cache_destroy(kv_cache_t **self_p) {
     if (!self_p || !*self_p)
         return;
     kv_cache_t *self = *self_p;
-    kern_kv_pool_free(&self->pool);
+    s_pool_free(self);
     free(self->blk);
     free(self->tokens);
     free(self->free_ids);
@@ -482,7 +548,7 @@ int kv_cache_reserve(kv_cache_t *self, kv_seq_t *seq, int pos0, int n_positions)
             if (!s_shared(self, old))
                 continue;
             int id = self->scratch[k++];
-            memcpy(s_data(self, id), s_data(self, old), self->pool.block_bytes);
+            s_copy_block(self, id, old);
             s_unref(self, old, now);
             seq->blocks[b] = id;
             self->st.cow_copies++;
@@ -603,14 +669,13 @@ int kv_cache_insert(kv_cache_t *self, const kv_meta_t *meta, int fmt, const void
         return -ENOSPC;
     int id = s_take(self);
     s_block_t *b = &self->blk[id];
-    int rc =
-        kv_codec_convert(&self->shape, fmt, data, self->cfg.fmt, s_data(self, id), meta->n_tokens);
+    int rc = s_fill_block(self, id, fmt, data, meta->n_tokens);
     if (rc) {
         b->refs = 0;
         b->state = S_FREE;
         self->n_used--;
         self->free_ids[self->n_free++] = id;
-        return rc < 0 ? rc : -EINVAL;
+        return rc;
     }
     b->hash = meta->hash;
     b->parent = meta->parent;
@@ -637,10 +702,12 @@ int kv_cache_write_through(kv_cache_t *self, kv_seq_t *seq, kv_cache_evict_fn fn
         s_block_t *b = &self->blk[id];
         if (b->in_lower || b->n_tokens != self->cfg.block_size)
             continue;
+        const uint8_t *data = s_host_view(self, id);
+        if (!data)
+            break; /* the next call tries this block again */
         kv_meta_t meta;
         s_meta_of(self, id, &meta);
-        kv_cache_evicted_t ev = {&meta, self->cfg.fmt, s_data(self, id), self->pool.block_bytes,
-                                 false};
+        kv_cache_evicted_t ev = {&meta, self->cfg.fmt, data, self->pool.block_bytes, false};
         fn(arg, &ev);
         b->in_lower = true;
         n++;

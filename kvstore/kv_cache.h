@@ -24,6 +24,7 @@
 #ifndef KV_CACHE_H
 #define KV_CACHE_H
 
+#include "kern_backend.h"
 #include "kv_codec.h"
 #include "kv_hash.h"
 #include "kv_policy.h"
@@ -39,6 +40,12 @@ typedef struct {
     int n_blocks;            /* blocks in the pool (the T0 cap) */
     kv_policy_kind_t policy; /* eviction order of cached blocks */
     bool prefix_sharing;     /* false: never publish or attach (every block private) */
+    /* NULL: the pool in host memory.  Else the pool in this backend's memory (a GPU
+     * worker's T0; kv_fmt F16 for CUDA), borrowed, outliving the cache: copy-on-write
+     * copies run on the backend, and a block the evict or write-through callback sees, or
+     * that kv_cache_insert brings, moves through one host buffer of the backend's
+     * (host_alloc: pinned for CUDA) by block_out / block_in. */
+    kern_backend_t *backend;
 } kv_cache_config_t;
 
 /* A sequence's block table: plain data owned by the caller (zero-initialise it). */
@@ -69,13 +76,16 @@ typedef struct {
     int64_t cow_copies;  /* copy-on-write copies */
     int64_t evictions;   /* cached blocks evicted */
     int64_t inserted;    /* blocks inserted from lower tiers */
+    int64_t move_errors; /* backend pool: blocks that failed to move (an evicted or
+                            written-through block not handed over, an insert refused,
+                            a copy-on-write whose copy failed) */
     int n_free;          /* never-used or freed blocks */
     int n_cached;        /* unreferenced published blocks (evictable) */
     int n_used;          /* blocks referenced by sequences */
 } kv_cache_stats_t;
 
 /* A cache of blocks of shape s (kernels/kern_kv.h; s->block_size must equal
- * c->block_size).  NULL on bad arguments or no memory. */
+ * c->block_size).  NULL on bad arguments or no memory (host or backend). */
 kv_cache_t *kv_cache_new(const kern_kv_shape_t *s, const kv_cache_config_t *c);
 void kv_cache_destroy(kv_cache_t **self_p);
 /* fn sees each evicted block just before its slot is reused; it must not call

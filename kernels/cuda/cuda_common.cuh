@@ -20,6 +20,7 @@ struct kern_cuda_ctx_t {
     void *scratch;        // device scratch, grown by s_scratch
     size_t scratch_bytes; // its size
     cudaEvent_t t0, t1;   // the benchmark timer
+    cudaEvent_t order;    // orders a block's d2h on the copy stream after the compute stream
     char err[160];        // last error text
 };
 

@@ -134,6 +134,26 @@ static int s_download(kern_backend_t *be, void *dst, const void *src, size_t byt
     return kern_cuda_download(s_ctx(be), dst, src, bytes);
 }
 
+static int s_copy(kern_backend_t *be, void *dst, const void *src, size_t bytes) {
+    return kern_cuda_copy(s_ctx(be), dst, src, bytes);
+}
+
+static int s_host_alloc(kern_backend_t *be, void **p, size_t bytes) {
+    return kern_cuda_host_alloc(s_ctx(be), p, bytes);
+}
+
+static void s_host_free(kern_backend_t *be, void *p) {
+    kern_cuda_host_free(s_ctx(be), p);
+}
+
+static int s_block_out(kern_backend_t *be, void *host, const void *src, size_t bytes) {
+    return kern_cuda_block_d2h(s_ctx(be), host, src, bytes);
+}
+
+static int s_block_in(kern_backend_t *be, void *dst, const void *host, size_t bytes) {
+    return kern_cuda_block_h2d(s_ctx(be), dst, host, bytes);
+}
+
 static int s_sync(kern_backend_t *be) {
     return kern_cuda_sync(s_ctx(be));
 }
@@ -176,6 +196,11 @@ extern "C" kern_backend_t *kern_backend_cuda_new(int device) {
     be->free = s_free;
     be->upload = s_upload;
     be->download = s_download;
+    be->copy = s_copy;
+    be->host_alloc = s_host_alloc;
+    be->host_free = s_host_free;
+    be->block_out = s_block_out;
+    be->block_in = s_block_in;
     be->sync = s_sync;
     be->destroy = s_destroy;
     return be;

@@ -67,7 +67,8 @@ extern "C" kern_cuda_ctx_t *kern_cuda_ctx_new(int device) {
     if (cudaSetDevice(device) != cudaSuccess ||
         cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess ||
         cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaEventCreate(&c->t0) != cudaSuccess || cudaEventCreate(&c->t1) != cudaSuccess)
+        cudaEventCreate(&c->t0) != cudaSuccess || cudaEventCreate(&c->t1) != cudaSuccess ||
+        cudaEventCreateWithFlags(&c->order, cudaEventDisableTiming) != cudaSuccess)
         goto fail;
     if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
         c->blas = nullptr;
@@ -102,6 +103,8 @@ extern "C" void kern_cuda_ctx_destroy(kern_cuda_ctx_t **self_p) {
         cudaEventDestroy(c->t0);
     if (c->t1)
         cudaEventDestroy(c->t1);
+    if (c->order)
+        cudaEventDestroy(c->order);
     if (c->copy)
         cudaStreamDestroy(c->copy);
     if (c->stream)
@@ -184,6 +187,21 @@ extern "C" int kern_cuda_memzero(kern_cuda_ctx_t *c, void *dst, size_t bytes) {
 
 // ---- the pinned pool --------------------------------------------------------
 
+extern "C" int kern_cuda_host_alloc(kern_cuda_ctx_t *c, void **p, size_t bytes) {
+    if (!c || !p || bytes == 0)
+        return -EINVAL;
+    *p = nullptr;
+    KC_CHECK(c, cudaSetDevice(c->device));
+    KC_CHECK(c, cudaHostAlloc(p, bytes, cudaHostAllocPortable));
+    return 0;
+}
+
+extern "C" void kern_cuda_host_free(kern_cuda_ctx_t *c, void *p) {
+    (void)c;
+    if (p)
+        cudaFreeHost(p);
+}
+
 struct kern_cuda_pinned_t {
     int n_bufs;       // buffers in the pool
     size_t buf_bytes; // bytes each
@@ -263,6 +281,10 @@ static int s_block_copy(kern_cuda_ctx_t *c, void *dst, const void *src, size_t b
                         cudaMemcpyKind kind) {
     if (!c || !dst || !src || bytes == 0)
         return -EINVAL;
+    // what the compute stream queued before (the forward pass that wrote the block, a
+    // copy-on-write) lands first; later compute work does not wait for the copy
+    KC_CHECK(c, cudaEventRecord(c->order, c->stream));
+    KC_CHECK(c, cudaStreamWaitEvent(c->copy, c->order, 0));
     KC_CHECK(c, cudaMemcpyAsync(dst, src, bytes, kind, c->copy));
     KC_CHECK(c, cudaStreamSynchronize(c->copy));
     return 0;

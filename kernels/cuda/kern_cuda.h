@@ -79,9 +79,14 @@ void *kern_cuda_pinned_get(kern_cuda_pinned_t *self);
 int kern_cuda_pinned_put(kern_cuda_pinned_t *self, void *buf);
 /* Buffers currently out (get minus put): 0 when nothing leaks. */
 int kern_cuda_pinned_in_use(const kern_cuda_pinned_t *self);
+/* One pinned host buffer of `bytes` (cudaHostAlloc) into *p / its release
+ * (NULL a no-op): what a worker stages KV blocks in. */
+int kern_cuda_host_alloc(kern_cuda_ctx_t *self, void **p, size_t bytes);
+void kern_cuda_host_free(kern_cuda_ctx_t *self, void *p);
 /* bytes device -> pinned host (d2h) or pinned host -> device (h2d) on the
- * context's copy stream, waited for before returning, so a caller sees the
- * data; the compute stream keeps running meanwhile. */
+ * context's copy stream, after the work queued on the compute stream so far
+ * (the forward pass that wrote a block), waited for before returning, so a
+ * caller sees the data; compute queued later does not wait for the copy. */
 int kern_cuda_block_d2h(kern_cuda_ctx_t *self, void *host, const void *dev, size_t bytes);
 int kern_cuda_block_h2d(kern_cuda_ctx_t *self, void *dev, const void *host, size_t bytes);
 

@@ -5,9 +5,11 @@
  * eviction follows the policy and the callback sees the evicted data; blocks
  * inserted from a lower tier are found by a later attach; truncate; -ENOSPC
  * takes nothing; random operations keep every invariant and every live
- * sequence's KV.  Then, on the real model: a sequence that attaches a cached
- * prefix and computes only the rest produces bitwise the logits of computing
- * it from scratch. */
+ * sequence's KV.  The same cases again with the pool in a backend's memory (the
+ * CPU backend, its moves counted: what a GPU worker's T0 does through CUDA's), and
+ * a backend whose moves fail: nothing half-moved is handed over or indexed.  Then,
+ * on the real model: a sequence that attaches a cached prefix and computes only the
+ * rest produces bitwise the logits of computing it from scratch. */
 #include "kv_cache.h"
 #include "model.h"
 #include "test_util.h"
@@ -27,6 +29,45 @@ static kern_kv_shape_t s_shape(void) {
 }
 
 /* A test clock: tests move it by hand. */
+/* The backend the pool lives in (NULL: host memory), the CPU one with its moves counted
+ * and, when S_FAIL, failed. */
+static kern_backend_t *S_BE;
+static int S_OUT, S_IN, S_COPY;
+static bool S_FAIL;
+static int (*s_cpu_out)(kern_backend_t *, void *, const void *, size_t);
+static int (*s_cpu_in)(kern_backend_t *, void *, const void *, size_t);
+static int (*s_cpu_copy)(kern_backend_t *, void *, const void *, size_t);
+
+static int s_count_out(kern_backend_t *be, void *host, const void *src, size_t n) {
+    S_OUT++;
+    return S_FAIL ? -EIO : s_cpu_out(be, host, src, n);
+}
+static int s_count_in(kern_backend_t *be, void *dst, const void *host, size_t n) {
+    S_IN++;
+    return S_FAIL ? -EIO : s_cpu_in(be, dst, host, n);
+}
+static int s_count_copy(kern_backend_t *be, void *dst, const void *src, size_t n) {
+    S_COPY++;
+    return S_FAIL ? -EIO : s_cpu_copy(be, dst, src, n);
+}
+
+static void s_backend_on(void) {
+    S_BE = kern_backend_cpu_new(NULL);
+    ck_assert_ptr_nonnull(S_BE);
+    s_cpu_out = S_BE->block_out;
+    s_cpu_in = S_BE->block_in;
+    s_cpu_copy = S_BE->copy;
+    S_BE->block_out = s_count_out;
+    S_BE->block_in = s_count_in;
+    S_BE->copy = s_count_copy;
+    S_OUT = S_IN = S_COPY = 0;
+    S_FAIL = false;
+}
+
+static void s_backend_off(void) {
+    kern_backend_destroy(&S_BE);
+}
+
 static uint64_t s_time;
 static uint64_t s_clock(void *arg) {
     (void)arg;
@@ -35,7 +76,7 @@ static uint64_t s_clock(void *arg) {
 
 static kv_cache_t *s_new(int n_blocks, kv_policy_kind_t policy, bool sharing) {
     kern_kv_shape_t c = s_shape();
-    kv_cache_config_t kc = {KV_FMT_F32, B, n_blocks, policy, sharing};
+    kv_cache_config_t kc = {KV_FMT_F32, B, n_blocks, policy, sharing, S_BE};
     kv_cache_t *kv = kv_cache_new(&c, &kc);
     ck_assert_ptr_nonnull(kv);
     s_time = 1000000;
@@ -512,7 +553,7 @@ START_TEST(sharing_off) {
     ck_assert_int_eq(kv_cache_stats(kv).n_free, 8);
     ck_assert_int_eq(kv_cache_stats(kv).n_cached, 0);
     kern_kv_shape_t c = s_shape();
-    kv_cache_config_t bad = {KV_FMT_I4, B, 8, KV_POLICY_LRU, true}; /* not a T0 format */
+    kv_cache_config_t bad = {KV_FMT_I4, B, 8, KV_POLICY_LRU, true, S_BE}; /* not a T0 format */
     ck_assert_ptr_null(kv_cache_new(&c, &bad));
     bad.fmt = KV_FMT_F16;
     bad.block_size = KV_MAX_BLOCK_TOKENS + 1;
@@ -677,7 +718,7 @@ static void s_forward(model_ctx_t *ctx, const kv_cache_t *kv, const kv_seq_t *q,
 }
 
 static kv_cache_t *s_model_cache(void) {
-    kv_cache_config_t kc = {KV_FMT_F32, 16, 16, KV_POLICY_LRU, true};
+    kv_cache_config_t kc = {KV_FMT_F32, 16, 16, KV_POLICY_LRU, true, NULL};
     kern_kv_shape_t shape = model_kv_shape(model_config(M), kc.block_size);
     kv_cache_t *kv = kv_cache_new(&shape, &kc);
     ck_assert_ptr_nonnull(kv);
@@ -765,6 +806,61 @@ static void s_model_free(void) {
     model_destroy(&M);
 }
 
+/* After the core cases ran on the backend's pool: every kind of move went through it. */
+START_TEST(backend_moves_used) {
+    ck_assert_int_gt(S_OUT, 0);  /* evictions (callback), write-through */
+    ck_assert_int_gt(S_IN, 0);   /* inserts */
+    ck_assert_int_gt(S_COPY, 0); /* copy-on-write */
+}
+END_TEST
+
+/* Moves that fail: an evicted block is not handed over, a write-through stops (and
+ * resumes later), an insert is refused with the block back on the free list. */
+START_TEST(backend_moves_fail) {
+    kv_cache_t *kv = s_new(2, KV_POLICY_LRU, true);
+    s_evlog_t log = {0};
+    kv_cache_on_evict(kv, s_on_evict, &log);
+    kv_seq_t q = {0};
+    s_compute(kv, &q, T, 0, 2 * B);
+    ck_assert_int_eq(kv_cache_publish(kv, &q, T, 2 * B, false, 0), 0);
+    S_FAIL = true;
+    ck_assert_int_eq(kv_cache_write_through(kv, &q, s_on_evict, &log), 0);
+    ck_assert_int_eq(log.n, 0);
+    ck_assert_int_eq(q.n_written, 0);
+    S_FAIL = false;
+    ck_assert_int_eq(kv_cache_write_through(kv, &q, s_on_evict, &log), 2);
+    ck_assert_int_eq(log.n, 2);
+    log.n = 0;
+    ck_assert(s_valid(kv, &q, T, 0, 2 * B));
+    kv_cache_release(kv, &q);
+    /* both cached; a new sequence evicts one while moves fail: no callback */
+    S_FAIL = true;
+    int32_t other[B] = {5, 6, 7, 8};
+    kv_seq_t z = {0};
+    ck_assert_int_eq(kv_cache_reserve(kv, &z, 0, B), 0);
+    ck_assert_int_eq(log.n, 0);
+    kv_cache_stats_t st = kv_cache_stats(kv);
+    ck_assert_int_eq(st.evictions, 1);
+    ck_assert_int_ge(st.move_errors, 2);
+    /* an insert whose block cannot move in: refused, nothing indexed, invariants hold */
+    kv_meta_t m = {0};
+    m.n_tokens = B;
+    memcpy(m.tokens, other, sizeof other);
+    m.hash = kv_hash_block(0, other, B);
+    size_t f32 = kv_fmt_block_bytes(kv_cache_shape(kv), KV_FMT_F32);
+    float *data = calloc(1, f32);
+    kv_cache_release(kv, &z);
+    ck_assert_int_eq(kv_cache_insert(kv, &m, KV_FMT_F32, data, f32), -EIO);
+    ck_assert(!kv_cache_contains(kv, m.hash));
+    s_check(kv, NULL, 0);
+    S_FAIL = false;
+    ck_assert_int_eq(kv_cache_insert(kv, &m, KV_FMT_F32, data, f32), 0);
+    s_check(kv, NULL, 0);
+    free(data);
+    kv_cache_destroy(&kv);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("kv_cache");
     TCase *tc = tcase_create("core");
@@ -778,6 +874,20 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, sharing_off);
     tcase_add_loop_test(tc, random_vs_reference, 0, 6);
     suite_add_tcase(s, tc);
+    TCase *tb = tcase_create("backend pool");
+    tcase_add_unchecked_fixture(tb, s_backend_on, s_backend_off);
+    tcase_add_test(tb, attach_shares_blocks);
+    tcase_add_test(tb, fully_cached_prompt_cow);
+    tcase_add_test(tb, eviction_follows_policy);
+    tcase_add_test(tb, eviction_scored_pin);
+    tcase_add_test(tb, insert_then_attach);
+    tcase_add_test(tb, truncate_rolls_back);
+    tcase_add_test(tb, enospc_all_or_nothing);
+    tcase_add_test(tb, sharing_off);
+    tcase_add_loop_test(tb, random_vs_reference, 0, 6);
+    tcase_add_test(tb, backend_moves_used);
+    tcase_add_test(tb, backend_moves_fail);
+    suite_add_tcase(s, tb);
     TCase *tm = test_tcase_model(s, "model");
     tcase_add_unchecked_fixture(tm, s_model_load, s_model_free);
     tcase_set_timeout(tm, 300);

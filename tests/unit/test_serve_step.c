@@ -103,7 +103,7 @@ static void s_world_init(s_world_t *w, const char *path, int max_batch, int step
     sched_batch_config_t sc = {max_batch, 2, 64, 4, step_tokens, 256};
     w->sched = sched_batch_new(&sc);
     w->ctx = model_ctx_new(w->model, serve_step_max_tokens(&sc, spec), 256, 1, NULL);
-    kv_cache_config_t kc = {KV_FMT_F32, 4, 64, KV_POLICY_LRU, true};
+    kv_cache_config_t kc = {KV_FMT_F32, 4, 64, KV_POLICY_LRU, true, NULL};
     kern_kv_shape_t shape = model_kv_shape(cfg, 4);
     w->kv = kv_cache_new(&shape, &kc);
     w->sampler = model_sampler_new(cfg->n_vocab);
