@@ -326,12 +326,39 @@ static int s_stage(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t 
     return n_out;
 }
 
+/* The final hidden state (x after the output norm) of every token i with hidden[i] into
+ * row i of hidden_out (host), downloaded in runs of consecutive rows. */
+static int s_hidden(model_dev_t *d, int n, const bool *hidden, float *hidden_out) {
+    kern_backend_t *be = d->be;
+    const model_config_t *c = &d->m->cfg;
+    const size_t row = (size_t)c->d_model;
+    int rc = be->rmsnorm(be, d->tmp, d->x, d->out_norm, n, c->d_model, c->rms_eps);
+    for (int i = 0; !rc && i < n;) {
+        if (!hidden[i]) {
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j < n && hidden[j])
+            j++;
+        rc = be->download(be, hidden_out + i * row, d->tmp + i * row,
+                          (size_t)(j - i) * row * sizeof(float));
+        i = j;
+    }
+    return rc;
+}
+
 int model_dev_forward(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t *kv,
                       float *logits) {
+    return model_dev_forward_hidden(d, b, kv, logits, NULL, NULL);
+}
+
+int model_dev_forward_hidden(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t *kv,
+                             float *logits, const bool *hidden, float *hidden_out) {
     kern_backend_t *be = d->be;
     const model_config_t *c = &d->m->cfg;
     int max_ctx, n_out = s_stage(d, b, kv, &max_ctx);
-    if (n_out < 0 || (n_out && !logits))
+    if (n_out < 0 || (n_out && !logits) || (hidden && !hidden_out))
         return -EINVAL;
     const int n = b->n_tokens, dm = c->d_model;
     const size_t I = sizeof(int32_t);
@@ -354,6 +381,8 @@ int model_dev_forward(model_dev_t *d, const model_batch_t *b, const kern_kv_pool
     for (int l = 0; l < c->n_layer; l++)
         if ((rc = s_layer(d, l, n, kv, max_ctx)))
             return rc;
+    if (hidden && (rc = s_hidden(d, n, hidden, hidden_out)))
+        return rc;
     if (n_out) { /* the wanted rows of x gathered (an F32 "embedding" of x), normed, projected */
         if ((rc = be->embed(be, KERN_F32, d->x, (size_t)dm * sizeof(float), n, d->rows, n_out, dm,
                             d->h)) ||

@@ -15,6 +15,7 @@
 #include "kern_backend.h"
 #include "model.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct model_dev_t model_dev_t;
@@ -35,5 +36,12 @@ void model_dev_destroy(model_dev_t **self_p);
  * or blocks than made for), or a backend's error. */
 int model_dev_forward(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t *kv,
                       float *logits);
+
+/* model_dev_forward, and the final hidden state of every token i with hidden[i] (after
+ * the output norm, before the output projection: what an embedding pools) into row i of
+ * hidden_out (host, (n_tokens, d_model)), as model_ctx_forward_hidden; hidden NULL:
+ * exactly model_dev_forward.  -EINVAL when hidden is set and hidden_out is NULL. */
+int model_dev_forward_hidden(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t *kv,
+                             float *logits, const bool *hidden, float *hidden_out);
 
 #endif

@@ -3,9 +3,9 @@
  * llama.cpp by the oracle tests).  Two sequences, a prefill of each then decode steps of both
  * in one batch, over a paged KV pool with scattered blocks, both sides multiplying the same
  * plain rows: logits within 1e-4 of their scale, the same argmax, the KV pools equal byte for
- * byte, on the synthetic model (F32 weights; F16 and F32 pools) and on the default model
- * (quantized weights; a model case).  Gemma 3's stages: test_forward_gemma.  Batches past
- * the limits are refused. */
+ * byte, the final hidden states (an embedding's) within 1e-4, on the synthetic model (F32 weights;
+ * F16 and F32 pools) and on the default model (quantized weights; a model case).  Gemma 3's stages:
+ * test_forward_gemma.  Batches past the limits are refused. */
 #include "model_device.h"
 #include "test_util.h"
 
@@ -25,6 +25,7 @@ typedef struct {
     double mean_kl; /* mean KL(softmax(cpu) || softmax(device)) per row, nats */
     double top1;    /* share of rows with the same argmax */
     bool same_kv;   /* the pools they wrote are equal byte for byte */
+    double hidden;  /* max |difference| / max |h| of the final hidden states asked for */
 } s_cmp_t;
 
 static double s_kl(const float *x, const float *y, int n) {
@@ -74,8 +75,13 @@ static s_cmp_t s_compare(const model_t *m, kern_type_t kv_type) {
     bool want[40];
     float *la = malloc(40 * sizeof(float) * (size_t)c->n_vocab);
     float *lb = malloc(40 * sizeof(float) * (size_t)c->n_vocab);
+    float *ha = calloc(40 * (size_t)c->d_model, sizeof(float));
+    float *hb = calloc(40 * (size_t)c->d_model, sizeof(float));
+    bool hid[40]; /* every third token's final hidden state too (what an embedding pools) */
+    for (int i = 0; i < 40; i++)
+        hid[i] = i % 3 != 1;
     uint64_t rng = 7;
-    s_cmp_t r = {0, 0, 0, false};
+    s_cmp_t r = {0, 0, 0, false, 0};
     int len[2] = {0, 0}, rows = 0, same = 0;
     for (int step = 0; step < 4; step++) {
         int n = 0;
@@ -89,9 +95,15 @@ static s_cmp_t s_compare(const model_t *m, kern_type_t kv_type) {
             }
         }
         model_batch_t b = {n, tok, pos, seq, want, 2, seqs};
-        int na = model_ctx_forward(ctx, &b, &pa, la);
-        int nb = model_dev_forward(d, &b, &pb, lb);
+        int na = model_ctx_forward_hidden(ctx, &b, &pa, la, hid, ha);
+        int nb = model_dev_forward_hidden(d, &b, &pb, lb, hid, hb);
         ck_assert_int_eq(nb, na);
+        double hs = 1e-6, hd = 0;
+        for (size_t i = 0; i < (size_t)n * c->d_model; i++) {
+            hs = fmax(hs, fabs(ha[i]));
+            hd = fmax(hd, fabs((double)ha[i] - hb[i]));
+        }
+        r.hidden = fmax(r.hidden, hd / hs);
         for (int o = 0; o < na; o++, rows++) {
             const float *x = la + (size_t)o * c->n_vocab, *y = lb + (size_t)o * c->n_vocab;
             double scale = 1e-6, diff = 0;
@@ -112,6 +124,8 @@ static s_cmp_t s_compare(const model_t *m, kern_type_t kv_type) {
     r.same_kv = !memcmp(pa.base, pb.base, pa.block_bytes * pa.n_blocks);
     free(la);
     free(lb);
+    free(ha);
+    free(hb);
     model_ctx_destroy(&ctx);
     model_dev_destroy(&d);
     ck_assert_ptr_null(d);
@@ -130,7 +144,9 @@ START_TEST(synthetic_equals_cpu_forward) {
     kern_type_t kv[2] = {KERN_F16, KERN_F32};
     for (int i = 0; i < 2; i++) {
         s_cmp_t r = s_compare(f.model, kv[i]);
-        ck_assert_msg(r.worst <= 1e-4, "kv %d: worst relative difference %g", i, r.worst);
+        ck_assert_msg(r.worst <= 1e-4 && r.hidden <= 1e-4,
+                      "kv %d: worst relative difference %g, hidden states %g", i, r.worst,
+                      r.hidden);
         ck_assert_msg(r.top1 == 1.0 && r.same_kv, "kv %d: top-1 %.3f, same KV %d", i, r.top1,
                       r.same_kv);
     }
@@ -147,9 +163,9 @@ START_TEST(default_model_equals_cpu_forward) {
     model_t *m = model_load(test_model_path(), err, sizeof err);
     ck_assert_msg(m != NULL, "%s", err);
     s_cmp_t r = s_compare(m, KERN_F16);
-    ck_assert_msg(r.worst <= 1e-4 && r.top1 == 1.0 && r.same_kv,
-                  "worst %g, mean KL %g, top-1 %.3f, same KV %d", r.worst, r.mean_kl, r.top1,
-                  r.same_kv);
+    ck_assert_msg(r.worst <= 1e-4 && r.hidden <= 1e-4 && r.top1 == 1.0 && r.same_kv,
+                  "worst %g, hidden %g, mean KL %g, top-1 %.3f, same KV %d", r.worst, r.hidden,
+                  r.mean_kl, r.top1, r.same_kv);
     model_destroy(&m);
 }
 END_TEST
