@@ -15,6 +15,7 @@
 #include "model_sampler.h"
 #include "model_spec.h"
 #include "model_tokenizer.h"
+#include "serve_device.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -30,7 +31,11 @@ _Static_assert(MSG_DTYPE_F32 == 0 && MSG_DTYPE_F16 == 1,
 const actor_opt_t actor_worker_opts[] = {
     {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path",
      .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, model)},
-    {"threads", ACTOR_OPT_INT, "1", 1, 256, NULL, "threads of the forward pass",
+    {"device", ACTOR_OPT_STRING, "cpu", 0, 0, NULL,
+     "where the forward pass runs: cpu, cuda:N (T0 KV f16 in device memory), or cpu-seam "
+     "(the GPU worker's code path on the CPU, one thread) (docs/GPU.md)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, device)},
+    {"threads", ACTOR_OPT_INT, "1", 1, 256, NULL, "threads of the forward pass (device=cpu)",
      .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, threads)},
     {"max_batch", ACTOR_OPT_INT, "16", 1, 4096, NULL, "requests running at once",
      .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, max_batch)},
@@ -471,6 +476,8 @@ static void s_cleanup(actor_worker_t *w) {
     zsock_destroy(&w->to_tier);
     zsock_destroy(&w->to_draft);
     model_ctx_destroy(&w->ctx);
+    model_dev_destroy(&w->dev);
+    kern_backend_destroy(&w->be); /* after kv, whose pool it held */
     model_sampler_destroy(&w->sampler);
     model_tokenizer_destroy(&w->tok);
     model_destroy(&w->model);
@@ -491,6 +498,36 @@ static sched_batch_config_t s_sched_config(const actor_worker_cfg_t *c) {
                                   c->block_size, step,     c->max_ctx};
 }
 
+/* The forward pass: the threaded CPU one, or the seam's on the device's backend (its T0
+ * format checked).  0, or -1 with the reason in err. */
+static int s_forward(actor_worker_t *w, const sched_batch_config_t *sc, char *err, size_t errlen) {
+    const actor_worker_cfg_t *c = s_conf(w);
+    int room = serve_step_max_tokens(sc, s_spec(w));
+    serve_device_t d;
+    char name[32];
+    if (serve_device_parse(c->device, &d, err, errlen))
+        return -1;
+    if (d.kind == SERVE_DEVICE_CPU) {
+        if (!(w->ctx = model_ctx_new(w->model, room, c->max_ctx, c->threads, NULL)))
+            snprintf(err, errlen, "cannot set up (out of memory)");
+        return w->ctx ? 0 : -1;
+    }
+    if (!serve_device_kv_ok(&d, c->kv_type)) {
+        snprintf(err, errlen, "device=%s keeps T0 KV as f16, not kv_type=%s",
+                 serve_device_name(&d, name, sizeof name), kv_fmt_name(c->kv_type));
+        return -1;
+    }
+    if (!(w->be = serve_device_backend(&d, err, errlen)))
+        return -1;
+    /* a sequence's positions: max_ctx, and the drafts of its last decode step */
+    int max_blocks = (c->max_ctx + MODEL_SPEC_MAX_K + c->block_size - 1) / c->block_size;
+    char why[256];
+    w->dev = model_dev_new(w->model, w->be, room, c->max_batch, max_blocks, why, sizeof why);
+    if (!w->dev)
+        snprintf(err, errlen, "device=%s: %s", serve_device_name(&d, name, sizeof name), why);
+    return w->dev ? 0 : -1;
+}
+
 /* The model, its KV pool, the scheduler and the request side.  0, or -1 with the reason
  * in err. */
 static int s_load(actor_worker_t *w, char *err, size_t errlen) {
@@ -506,9 +543,10 @@ static int s_load(actor_worker_t *w, char *err, size_t errlen) {
     w->tok = model_tokenizer_new(model_file(w->model), terr, sizeof terr);
     /* with speculation a decode item carries up to MODEL_SPEC_MAX_K drafts */
     sched_batch_config_t sc = s_sched_config(c);
-    w->ctx = model_ctx_new(w->model, serve_step_max_tokens(&sc, s_spec(w)), c->max_ctx, c->threads,
-                           NULL);
-    kv_cache_config_t kc = {c->kv_type, c->block_size, c->kv_blocks, c->kv_policy, c->prefix_cache};
+    if (s_forward(w, &sc, err, errlen))
+        return -1;
+    kv_cache_config_t kc = {c->kv_type,   c->block_size,   c->kv_blocks,
+                            c->kv_policy, c->prefix_cache, w->be};
     kern_kv_shape_t shape = model_kv_shape(cfg, c->block_size);
     if ((w->kv = kv_cache_new(&shape, &kc)))
         kv_cache_on_evict(w->kv, actor_worker_on_evict, w);
@@ -519,8 +557,7 @@ static int s_load(actor_worker_t *w, char *err, size_t errlen) {
     w->grammars = w->tok ? serve_grammars_new(w->tok, cfg->n_vocab, n_grammars) : NULL;
     w->emit = w->tok ? serve_emit_new(w->tok, cfg->n_vocab, w->index, w->name) : NULL;
     w->parked = serve_parked_new();
-    if (!w->tok || !w->ctx || !w->kv || !w->sched || !w->sampler || !w->grammars || !w->emit ||
-        !w->parked) {
+    if (!w->tok || !w->kv || !w->sched || !w->sampler || !w->grammars || !w->emit || !w->parked) {
         snprintf(err, errlen, "cannot set up (%s)",
                  !w->tok  ? terr
                  : !w->kv ? "KV pool too large"
@@ -573,8 +610,8 @@ static int s_experts(actor_worker_t *w, char *err, size_t errlen) {
 
 /* The step, its results going to this actor's handlers.  0 or -ENOMEM. */
 static int s_start_step(actor_worker_t *w) {
-    serve_step_config_t stc = {w->model,   w->tok,     w->ctx,    w->kv,           w->sched,
-                               w->sampler, w->metrics, s_spec(w), w->write_through};
+    serve_step_config_t stc = {w->model, w->tok,     w->ctx,     w->dev,    w->kv,
+                               w->sched, w->sampler, w->metrics, s_spec(w), w->write_through};
     serve_step_sink_t sink = {w,
                               s_step_token,
                               s_step_finish,
@@ -586,6 +623,15 @@ static int s_start_step(actor_worker_t *w) {
                               actor_worker_on_written,
                               s_step_embedded};
     return (w->step = serve_step_new(&stc, &sink)) ? 0 : -ENOMEM;
+}
+
+/* Where the forward pass runs, for the ready line: "2 threads" or "device cuda:0". */
+static const char *s_where(const actor_worker_t *w, char *buf, size_t len) {
+    if (w->dev)
+        snprintf(buf, len, "device %s (%s backend)", s_conf(w)->device, w->be->name);
+    else
+        snprintf(buf, len, "%d threads", s_conf(w)->threads);
+    return buf;
 }
 
 int actor_worker_main(actor_env_t *env) {
@@ -617,11 +663,11 @@ int actor_worker_main(actor_env_t *env) {
     }
     actor_counters_set(w.counters, "kv.total_blocks", c->kv_blocks);
     LOG_I(w.name,
-          "ready: %d threads, batch %d, %d KV blocks of %d (%s, %s%s), queue %d, step %d "
+          "ready: %s, batch %d, %d KV blocks of %d (%s, %s%s), queue %d, step %d "
           "tokens",
-          c->threads, c->max_batch, c->kv_blocks, c->block_size, kv_fmt_name(c->kv_type),
-          kv_policy_name(c->kv_policy), c->prefix_cache ? ", prefix cache" : "", c->queue,
-          s_sched_config(c).step_tokens);
+          s_where(&w, what, sizeof what), c->max_batch, c->kv_blocks, c->block_size,
+          kv_fmt_name(c->kv_type), kv_policy_name(c->kv_policy),
+          c->prefix_cache ? ", prefix cache" : "", c->queue, s_sched_config(c).step_tokens);
     actor_env_ready(env);
     s_report(&w);
 

@@ -30,6 +30,7 @@
  * field per option, named after its key): actor_env_cfg(env) in the actor. */
 typedef struct {
     const char *model;     /* GGUF path */
+    const char *device;    /* cpu | cpu-seam | cuda | cuda:N (serve_device.h) */
     int threads;           /* threads of the forward pass */
     int max_batch;         /* requests running at once */
     int kv_blocks;         /* KV blocks (of block_size positions) in the worker's pool */

@@ -14,6 +14,7 @@
 
 #include "kv_cache.h"
 #include "model.h"
+#include "model_device.h"
 #include "sched_batch.h"
 #include "serve_emit.h"
 #include "serve_grammars.h"
@@ -52,7 +53,9 @@ typedef struct {
     zsock_t *to_draft;              /* PUSH to the draft worker, or NULL: no speculation */
     model_t *model;                 /* weights */
     model_tokenizer_t *tok;         /* end-of-generation tokens, detokenization */
-    model_ctx_t *ctx;               /* forward scratch and threads */
+    model_ctx_t *ctx;               /* forward scratch and threads (device=cpu), or */
+    kern_backend_t *be;             /* (another device) the backend, borrowed by kv, and */
+    model_dev_t *dev;               /* the forward pass on it */
     kv_cache_t *kv;                 /* T0: KV pool, prefix index, allocator */
     sched_batch_t *sched;           /* continuous batching policy */
     model_sampler_t *sampler;       /* scratch shared by all requests (one thread) */

@@ -47,6 +47,10 @@ static const s_flag_t s_flags[] = {
     {"workers", 0, NULL, NULL, "N", NULL, 0, "target workers (1..64, default 1)", NULL},
     {"threads", 't', "worker<N>", "threads", "N", NULL, 0,
      "threads per worker (1..256, default: CPUs / workers)", NULL},
+    {"device", 0, "worker<N>", "device", "DEV", NULL, 0,
+     "where every worker's forward pass runs: cpu (default), cuda:N (T0 KV f16 in device "
+     "memory), or cpu-seam (the GPU worker's code on the CPU, one thread; docs/GPU.md)",
+     NULL},
     {"max-batch", 0, "worker<N>", "max_batch", "N", NULL, 0, NULL, NULL},
     {"kv-blocks", 0, "worker<N>", "kv_blocks", "N", NULL, 0, NULL, NULL},
     {"queue", 0, "worker<N>", "queue", "N", NULL, 0, NULL, NULL},

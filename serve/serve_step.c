@@ -440,8 +440,11 @@ int serve_step_run(serve_step_t *self) {
         return nt;
     model_batch_t b = {nt, st->b_tok, st->b_pos, st->b_seq, st->b_want, n_items, st->b_seqs};
     uint64_t t_fwd = base_now_us();
-    int got = model_ctx_forward_hidden(st->cfg.ctx, &b, kv_cache_pool(st->cfg.kv), st->logits,
-                                       any_hidden ? st->b_hid : NULL, st->hidden);
+    const kern_kv_pool_t *pool = kv_cache_pool(st->cfg.kv);
+    bool *hid = any_hidden ? st->b_hid : NULL;
+    int got = st->cfg.dev
+                  ? model_dev_forward_hidden(st->cfg.dev, &b, pool, st->logits, hid, st->hidden)
+                  : model_ctx_forward_hidden(st->cfg.ctx, &b, pool, st->logits, hid, st->hidden);
     double dt = (double)(base_now_us() - t_fwd);
     st->step_us = st->step_us > 0 ? 0.9 * st->step_us + 0.1 * dt : dt;
     s_count(st, "steps", 1);

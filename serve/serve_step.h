@@ -14,6 +14,7 @@
 #include "grammar_mask.h"
 #include "kv_cache.h"
 #include "model.h"
+#include "model_device.h"
 #include "model_sampler.h"
 #include "model_spec.h"
 #include "model_tokenizer.h"
@@ -117,12 +118,15 @@ typedef struct {
 
 /* What the step runs on: all borrowed, they outlive the step. */
 typedef struct {
-    const model_t *model;          /* weights (n_vocab) */
-    const model_tokenizer_t *tok;  /* end-of-generation tokens (NULL: none end it) */
-    model_ctx_t *ctx;              /* forward scratch: room for max_tokens() tokens */
-    kv_cache_t *kv;                /* T0 */
-    sched_batch_t *sched;          /* what runs */
-    model_sampler_t *sampler;      /* sampling scratch */
+    const model_t *model;         /* weights (n_vocab) */
+    const model_tokenizer_t *tok; /* end-of-generation tokens (NULL: none end it) */
+    model_ctx_t *ctx;             /* forward scratch: room for max_tokens() tokens */
+    model_dev_t *dev;         /* or the forward pass on a backend (a GPU worker; ctx unused): made
+                                 for max_tokens() tokens, max_batch sequences, kv's pool in its
+                                 memory */
+    kv_cache_t *kv;           /* T0 */
+    sched_batch_t *sched;     /* what runs */
+    model_sampler_t *sampler; /* sampling scratch */
     serve_metrics_step_t *metrics; /* per-step histograms, or NULL */
     bool spec;                     /* decode items may carry drafts (room for them) */
     bool write_through;            /* full blocks go to sink.written as they fill */

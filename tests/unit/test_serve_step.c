@@ -5,8 +5,10 @@
  * generation through the step gives the same tokens as plain greedy decoding with the
  * model API (model_ctx_forward, one position at a time from an empty cache), and a draft
  * is verified in the decode pass: the accepted part and the target's own token are
- * emitted, the KV of the rejected positions rolled back.  The ordering cases run on a
- * small synthetic model (test_synth_model), so they need no download. */
+ * emitted, the KV of the rejected positions rolled back; both again with the forward pass
+ * on the backend seam (model_dev_forward on the CPU backend, the KV pool in the backend's
+ * memory: a GPU worker's path).  The ordering cases run on a small synthetic model
+ * (test_synth_model), so they need no download. */
 #include "serve_step.h"
 
 #include "kern_kv.h"
@@ -21,6 +23,7 @@
 #include <unistd.h>
 
 static char DIR_[256], SYNTH[300];
+static bool S_DEV; /* the world runs its forward pass on the CPU backend's seam */
 
 /* A request as a test holds it: the step's part first, then what the sink collected. */
 typedef struct {
@@ -37,7 +40,9 @@ typedef struct {
 typedef struct {
     model_t *model;
     model_tokenizer_t *tok;
-    model_ctx_t *ctx;
+    model_ctx_t *ctx;   /* the CPU forward, or */
+    kern_backend_t *be; /* (S_DEV) the backend and */
+    model_dev_t *dev;   /* the forward pass on it */
     kv_cache_t *kv;
     sched_batch_t *sched;
     model_sampler_t *sampler;
@@ -102,14 +107,23 @@ static void s_world_init(s_world_t *w, const char *path, int max_batch, int step
     }
     sched_batch_config_t sc = {max_batch, 2, 64, 4, step_tokens, 256};
     w->sched = sched_batch_new(&sc);
-    w->ctx = model_ctx_new(w->model, serve_step_max_tokens(&sc, spec), 256, 1, NULL);
-    kv_cache_config_t kc = {KV_FMT_F32, 4, 64, KV_POLICY_LRU, true, NULL};
+    int room = serve_step_max_tokens(&sc, spec);
+    if (S_DEV) {
+        w->be = kern_backend_cpu_new(NULL);
+        ck_assert_ptr_nonnull(w->be);
+        w->dev = model_dev_new(w->model, w->be, room, max_batch, 256 / 4, err, sizeof err);
+        ck_assert_msg(w->dev != NULL, "%s", err);
+    } else {
+        w->ctx = model_ctx_new(w->model, room, 256, 1, NULL);
+        ck_assert_ptr_nonnull(w->ctx);
+    }
+    kv_cache_config_t kc = {KV_FMT_F32, 4, 64, KV_POLICY_LRU, true, w->be};
     kern_kv_shape_t shape = model_kv_shape(cfg, 4);
     w->kv = kv_cache_new(&shape, &kc);
     w->sampler = model_sampler_new(cfg->n_vocab);
-    ck_assert(w->sched && w->ctx && w->kv && w->sampler);
-    serve_step_config_t stc = {w->model,   w->tok, w->ctx, w->kv, w->sched,
-                               w->sampler, NULL,   spec,   false};
+    ck_assert(w->sched && w->kv && w->sampler);
+    serve_step_config_t stc = {w->model, w->tok,     w->ctx, w->dev, w->kv,
+                               w->sched, w->sampler, NULL,   spec,   false};
     serve_step_sink_t sink = {w,    s_token, s_finish, s_ended, s_error,
                               NULL, NULL,    s_count,  NULL,    NULL};
     w->step = serve_step_new(&stc, &sink);
@@ -122,6 +136,8 @@ static void s_world_free(s_world_t *w) {
     sched_batch_destroy(&w->sched);
     kv_cache_destroy(&w->kv);
     model_ctx_destroy(&w->ctx);
+    model_dev_destroy(&w->dev);
+    kern_backend_destroy(&w->be);
     model_sampler_destroy(&w->sampler);
     model_tokenizer_destroy(&w->tok);
     model_destroy(&w->model);
@@ -156,16 +172,23 @@ static int s_greedy(const s_world_t *w, const int32_t *prompt, int n, int n_gen,
     kern_kv_pool_t kv;
     ck_assert_int_eq(kern_kv_pool_init(&kv, &shape, KERN_F32, 8), 0);
     int32_t blocks[8] = {0, 1, 2, 3, 4, 5, 6, 7}, seq[128], zero = 0;
-    model_ctx_t *ctx = model_ctx_new(w->model, 1, 128, 1, NULL);
+    model_ctx_t *ctx = S_DEV ? NULL : model_ctx_new(w->model, 1, 128, 1, NULL);
+    /* on the seam: its own forward, one position at a time (the same numbers; what is
+     * checked is the step's batching, chunks and cache, not the forward's rounding) */
+    kern_backend_t *be = S_DEV ? kern_backend_cpu_new(NULL) : NULL;
+    char err[256];
+    model_dev_t *dev = be ? model_dev_new(w->model, be, 1, 1, 8, err, sizeof err) : NULL;
     float *logits = malloc((size_t)cfg->n_vocab * sizeof *logits);
-    ck_assert(ctx && logits);
+    ck_assert((ctx || dev) && logits);
     memcpy(seq, prompt, (size_t)n * sizeof *seq);
     int got = 0;
     for (int p = 0; p < n + n_gen - 1; p++) {
         bool want = p >= n - 1;
         model_seq_view_t sv = {blocks, 8};
         model_batch_t b = {1, &seq[p], &p, &zero, &want, 1, &sv};
-        ck_assert_int_eq(model_ctx_forward(ctx, &b, &kv, logits), want ? 1 : 0);
+        ck_assert_int_eq(dev ? model_dev_forward(dev, &b, &kv, logits)
+                             : model_ctx_forward(ctx, &b, &kv, logits),
+                         want ? 1 : 0);
         if (!want)
             continue;
         int32_t t = model_argmax(logits, cfg->n_vocab);
@@ -175,6 +198,8 @@ static int s_greedy(const s_world_t *w, const int32_t *prompt, int n, int n_gen,
     }
     free(logits);
     model_ctx_destroy(&ctx);
+    model_dev_destroy(&dev);
+    kern_backend_destroy(&be);
     kern_kv_pool_free(&kv);
     return got;
 }
@@ -350,6 +375,14 @@ START_TEST(verify_draft_rolls_back) {
 }
 END_TEST
 
+static void s_dev_on(void) {
+    S_DEV = true;
+}
+
+static void s_dev_off(void) {
+    S_DEV = false;
+}
+
 int main(int argc, char **argv) {
     char err[512];
     const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -376,6 +409,17 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tm, 300);
     tcase_add_test(tm, step_equals_greedy);
     tcase_add_test(tm, verify_draft_rolls_back);
+    TCase *td = test_tcase_model(s, "model on the seam");
+    tcase_set_timeout(td, 300);
+    tcase_add_unchecked_fixture(td, s_dev_on, s_dev_off);
+    tcase_add_test(td, step_equals_greedy);
+    tcase_add_test(td, verify_draft_rolls_back);
+    TCase *to = tcase_create("ordering on the seam");
+    tcase_set_timeout(to, 60);
+    tcase_add_unchecked_fixture(to, s_dev_on, s_dev_off);
+    tcase_add_test(to, prefill_chunks_then_decode);
+    tcase_add_test(to, decode_before_prefill);
+    suite_add_tcase(s, to);
     int rc = test_run_suite(argc, argv, s, CK_NOFORK);
     unlink(SYNTH);
     rmdir(DIR_);
