@@ -1,7 +1,8 @@
-"""test_device_worker.py - the GPU worker's code path as a service (issue 25), run here on
-the seam's CPU backend (`device=cpu-seam`: model_dev_forward, the T0 KV pool in the
-backend's memory, blocks to and from T1 through the backend's staging buffer; on a GPU the
-same worker runs with device=cuda:N and the CUDA backend).
+"""test_device_worker.py - the GPU worker's code path as a service (issue 25), run on the
+seam's CPU backend (`device=cpu-seam`: model_dev_forward, the T0 KV pool in the backend's
+memory, blocks to and from T1 through the backend's staging buffer), and -- as the CTest
+entry cuda_device_worker (label cuda), STRATA_TEST_DEVICE=cuda:0 -- on a GPU, where it
+exits 77 when no CUDA device is visible (or the build has no CUDA).
 
 Process mode, a mixed topology on the default model as F16 (its sibling file, or `strata
 quantize` of it): worker0 the CPU worker (device=cpu), worker1 the device worker, the KV
@@ -29,7 +30,11 @@ the device worker's answers agree with the CPU worker's up to the first step whe
 and part only where the CPU worker's own top-2 log-probabilities are less than TIE apart,
 the device worker taking the CPU's second choice (test_gemma_greedy.py's rule); where one
 ends and the other goes on, the top-2 of the one that went on must be that close.
-Every process is stopped by PID (the serve process group).
+On CUDA every comparison takes that rule against the CPU worker's answers (the CUDA
+mat-vec multiplies float activations, cuBLAS F16 ones, the CPU F16 ones: a step's numbers
+depend on its path and batch, as in any GPU engine), and a resumed answer must keep to it
+too (STRATA_TEST_TIE_RULE=1 runs the seam that way, to check the checker).  Every
+process is stopped by PID (the serve process group).
 Exit 0 pass, 1 fail, 77 skip."""
 import os
 import shutil
@@ -40,8 +45,37 @@ import tempfile
 import serve_util as u  # first: it skips without the model, zmq or msgpack
 
 N, MAX_TOKENS = 8, 32
+AGREE = "equal to the reference"
 SLOW = u.TIMEOUT_SCALE
 TIE = 0.3
+DEVICE = os.environ.get("STRATA_TEST_DEVICE", "cpu-seam")
+EXACT = DEVICE == "cpu-seam" and not os.environ.get("STRATA_TEST_TIE_RULE")  # see above
+if not EXACT:
+    AGREE = "within the near-tie rule of the CPU worker's answers"
+
+
+def parts_at_tie(what, i, ref, toks):
+    """Check that toks (token ids) keeps to ref ([(token, top-2)] of the CPU worker) up to
+    a near tie; returns True when equal."""
+    a = [t for t, _ in ref]
+    k = next((j for j in range(min(len(a), len(toks))) if a[j] != toks[j]), None)
+    if k is None and len(a) == len(toks):
+        return True
+    if k is None:  # one ended (an end-of-turn token, not sent) where the other went on
+        k = min(len(a), len(toks))
+        u.check(len(a) > k, "%s: request %d went on past the CPU's end at token %d (no "
+                "log-probabilities to judge it)" % (what, i, k))
+        top, took_second = ref[k][1], True
+    else:
+        top = ref[k][1]
+        took_second = toks[k] == top[1][0]
+    gap = top[0][1] - top[1][1]
+    u.check(gap < TIE and took_second,
+            "%s: request %d parts at token %d: it took %s, the CPU's top-2 %s (gap %.3f; a "
+            "tie needs < %.1f and the second choice)"
+            % (what, i, k, toks[k] if k < len(toks) else "the end", top, gap, TIE))
+    print("%s: request %d parts at token %d, a near tie (top-2 gap %.3f)" % (what, i, k, gap))
+    return False
 
 
 def f16_model(d):
@@ -85,32 +119,29 @@ def quantized_round():
     """The device worker on the default model against the CPU worker: equal, or equal up to
     a step where the CPU's top-2 are less than TIE apart and the device took the second."""
     cpu = answers(["--device", "cpu", "--threads", "1"], 20)
-    dev = answers(["--device", "cpu-seam"], 20)
-    n_equal = 0
-    for i in range(N):
-        a, b = [t for t, _ in cpu[i]], [t for t, _ in dev[i]]
-        k = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), None)
-        if k is None and len(a) == len(b):
-            n_equal += 1
-            continue
-        if k is None:  # one ended (an end-of-turn token, not sent) where the other went on
-            k = min(len(a), len(b))
-            top = (cpu[i] if len(a) > k else dev[i])[k][1]
-            took_second = True  # the side that ended took a token it does not show
-        else:
-            top = cpu[i][k][1]
-            took_second = b[k] == top[1][0]
-        gap = top[0][1] - top[1][1]
-        u.check(gap < TIE and took_second,
-                "quantized: prompt %d parts at token %d: the device took %s, the top-2 %s "
-                "(gap %.3f; a tie needs < %.1f and the second choice)"
-                % (i, k, b[k] if k < len(b) else "the end", top, gap, TIE))
-        print("quantized: prompt %d parts at token %d, a near tie (top-2 gap %.3f)"
-              % (i, k, gap))
+    dev = answers(["--device", DEVICE], 20)
+    n_equal = sum(parts_at_tie("quantized", i, cpu[i], [t for t, _ in dev[i]])
+                  for i in range(N))
     print("quantized: %d/%d answers equal, the rest part at near ties" % (n_equal, N))
 
 
+def cuda_or_skip():
+    """Skip (77) unless a CUDA worker can start here: a build with CUDA and a visible GPU."""
+    if "cuda" not in DEVICE:
+        return
+    srv = u.Server(["--device", DEVICE, "--no-tiers"], ready_timeout=120 * SLOW)
+    try:
+        srv.start()
+    except RuntimeError as e:
+        if "no CUDA device" in str(e) or "has no CUDA" in str(e):
+            u.testenv.skip("%s: %s" % (DEVICE, str(e).strip().splitlines()[-1]), ci_fails=False)
+        raise
+    finally:
+        srv.stop()
+
+
 def main():
+    cuda_or_skip()
     d = tempfile.mkdtemp(prefix="strata-device-")
     port = u.free_port()
     f16 = f16_model(d)
@@ -119,9 +150,12 @@ def main():
         "supervisor": "hang_timeout_ms=2000",
         "frontend": "hang_timeout_ms=2000 accept_ms=2000",
         "worker0": "device=cpu",
-        "worker1": "device=cpu-seam",
+        "worker1": "device=" + DEVICE,
         "kvtier": "t1_blocks=1024 t2_dir=none"}, extra=("kvtier",))
-    want = {i: u.reference(u.PROMPTS[i], MAX_TOKENS, model=f16) for i in range(N)}
+    if EXACT:
+        want = {i: u.reference(u.PROMPTS[i], MAX_TOKENS, model=f16) for i in range(N)}
+    else:
+        ref = answers(["--device", "cpu", "--threads", "1", "-m", f16], MAX_TOKENS)
     s = u.Server(["--topology", path])
     s.port, s.endpoint = port, "tcp://127.0.0.1:%d" % port
     try:
@@ -129,7 +163,8 @@ def main():
             ep = s.endpoint
             u.wait_for(lambda: u.health(ep)["ok"], 30 * SLOW, "health ok")
             log = s.read_log()
-            u.check("device cpu-seam (cpu backend)" in log,
+            u.check("device %s (%s backend)" % (DEVICE, "cuda" if "cuda" in DEVICE else "cpu")
+                    in log,
                           "worker1's ready line does not name its device:\n" + log[-2000:])
 
             def served(i):
@@ -142,16 +177,18 @@ def main():
                     toks, done = res[i]
                     u.check(done["type"] == "done", "%s: request %d ended %r"
                                   % (what, i, done))
-                    u.check(toks == want[i], "%s: request %d differs from the "
-                                  "reference\n  got  %s\n  want %s" % (what, i, toks, want[i]))
+                    if EXACT:
+                        u.check(toks == want[i], "%s: request %d differs from the reference"
+                                "\n  got  %s\n  want %s" % (what, i, toks, want[i]))
+                    else:
+                        parts_at_tie(what, i, ref[i], toks)
                 return res
 
             d0 = served(1)
             round_("no fault")
             n_dev = served(1) - d0
             u.check(n_dev > 0, "the device worker decoded no token")
-            print("no fault: 8/8 equal to the reference; the device worker decoded %d tokens"
-                  % n_dev)
+            print("no fault: 8/8 %s; the device worker decoded %d tokens" % (AGREE, n_dev))
 
             for victim, other in (("worker1", "worker0"), ("worker0", "worker1")):
                 old = u.actor_pids(s.read_log(), victim)[-1]
@@ -163,9 +200,9 @@ def main():
                 round_("SIGKILL %s" % victim, kill)
                 n_resumed = u.stats(ep).get("frontend.resumed", 0) - r0
                 u.check(n_resumed >= 1, "SIGKILL %s resumed no request" % victim)
-                print("SIGKILL %s (%s): %d in flight, %d resumed on %s, 8/8 equal to the "
-                      "reference" % (victim, "device" if victim == "worker1" else "cpu",
-                                     len(kill.in_flight), n_resumed, other))
+                print("SIGKILL %s (%s): %d in flight, %d resumed on %s, 8/8 %s"
+                      % (victim, "device" if victim == "worker1" else "cpu",
+                         len(kill.in_flight), n_resumed, other, AGREE))
                 u.wait_for(lambda: u.actor_pids(s.read_log(), victim)[-1] != old, 15 * SLOW,
                            "%s restarted" % victim)
                 u.wait_for(lambda: u.health(ep)["ok"], 60 * SLOW, "health ok")
