@@ -203,7 +203,7 @@ START_TEST(topology_checks) {
     ck_assert_int_ne(s_parse(S_HEAD "worker0 inproc://w0 spec_k=17\n", err, sizeof err), 0);
     ck_assert_str_eq(err, "topology line 4: worker0: spec_k=17: out of range (0..16)");
     ck_assert_int_ne(s_parse(S_HEAD "worker0 inproc://w0 treads=2\n", err, sizeof err), 0);
-    ck_assert_ptr_nonnull(strstr(err, "worker0: treads=2: unknown option (model, threads"));
+    ck_assert_ptr_nonnull(strstr(err, "worker0: treads=2: unknown option (model, device, threads"));
     ck_assert_int_ne(
         s_parse("defaults - kv_type=int4\n" S_HEAD "worker0 inproc://w0\n", err, sizeof err), 0);
     ck_assert_ptr_nonnull(strstr(err, "topology line 1: defaults: kv_type=int4"));
