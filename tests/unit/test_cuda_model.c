@@ -38,23 +38,6 @@ static void s_report(bool ok, const char *what, double worst, double tol) {
     ok ? g_pass++ : g_fail++;
 }
 
-static double s_kl(const float *x, const float *y, int n) {
-    double mx = -INFINITY, my = -INFINITY, sx = 0, sy = 0, kl = 0;
-    for (int i = 0; i < n; i++) {
-        mx = fmax(mx, x[i]);
-        my = fmax(my, y[i]);
-    }
-    for (int i = 0; i < n; i++) {
-        sx += exp(x[i] - mx);
-        sy += exp(y[i] - my);
-    }
-    for (int i = 0; i < n; i++) {
-        double lp = x[i] - mx - log(sx), lq = y[i] - my - log(sy);
-        kl += exp(lp) * (lp - lq);
-    }
-    return kl;
-}
-
 /* One side: the model on backend be, an F16 pool of 2 * S_NBLK + 4 blocks in its memory. */
 typedef struct {
     kern_backend_t *be;
@@ -122,7 +105,7 @@ static void s_forward_case(const model_t *m, kern_backend_t *gpu, kern_backend_t
                 df = fmax(df, fabs((double)x[i] - y[i]));
             }
             worst = fmax(worst, df / sc);
-            kl += s_kl(x, y, (int)nv);
+            kl += test_kl(x, y, (int)nv);
             const float *p = ha + r * dm, *q = hb + r * dm;
             sc = 1e-6, df = 0;
             for (size_t i = 0; i < dm; i++) {

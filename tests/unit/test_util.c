@@ -306,3 +306,20 @@ void test_synth_close(test_synth_fixture_t *f) {
         rmdir(f->dir);
     f->path[0] = f->dir[0] = 0;
 }
+
+double test_kl(const float *p, const float *q, int n) {
+    double mp = -INFINITY, mq = -INFINITY, sp = 0, sq = 0, kl = 0;
+    for (int i = 0; i < n; i++) {
+        mp = fmax(mp, p[i]);
+        mq = fmax(mq, q[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        sp += exp(p[i] - mp);
+        sq += exp(q[i] - mq);
+    }
+    for (int i = 0; i < n; i++) {
+        double lp = p[i] - mp - log(sp), lq = q[i] - mq - log(sq);
+        kl += exp(lp) * (lp - lq);
+    }
+    return kl;
+}

@@ -66,6 +66,10 @@ uint64_t test_rand_u64(uint64_t *state);
 /* Uniform float in [lo, hi). */
 float test_rand_f32(uint64_t *state, float lo, float hi);
 
+/* KL(softmax(p) || softmax(q)) in nats of two rows of n logits (a forward against its
+ * reference: p the reference's). */
+double test_kl(const float *p, const float *q, int n);
+
 /* A small synthetic llama model with random F32 weights and a minimal
  * SentencePiece-style vocabulary ("<unk>", "<s>", "</s>", then "<tag>3",
  * "<tag>4", ...), for tests that need a real forward pass without the default
