@@ -149,6 +149,17 @@ struct kern_backend_t {
      * compute queued later runs beside it; complete on return. */
     int (*block_out)(kern_backend_t *be, void *host, const void *src, size_t bytes);
     int (*block_in)(kern_backend_t *be, void *dst, const void *host, size_t bytes);
+    /* Graphs (NULL on a backend without them, the CPU's): the ops issued between
+     * capture_begin and capture_end are recorded, not run, as one graph that replay runs
+     * again with the same arguments and pointers (what changes between replays is the
+     * contents of backend memory).  capture_end fails (-errno, *graph NULL, nothing run)
+     * when an op could not be recorded; the caller then issues the ops again without a
+     * graph.  replay gives -ESTALE for a graph the backend can no longer run (its scratch
+     * moved): free it and capture again. */
+    int (*capture_begin)(kern_backend_t *be);
+    int (*capture_end)(kern_backend_t *be, void **graph);
+    int (*replay)(kern_backend_t *be, void *graph);
+    void (*graph_free)(kern_backend_t *be, void *graph);
     /* Wait for queued ops; 0 or the first error. */
     int (*sync)(kern_backend_t *be);
     /* Free the backend and null *be_p (kern_backend_destroy calls it). */

@@ -35,6 +35,18 @@ typedef struct {
 } s_layer_t;
 
 #define S_MAX_OWNED 4096 /* backend allocations of one model (its weights and scratch) */
+#define S_GRAPHS 64      /* graphs kept (least recently used replaced) */
+#define S_GRAPH_TOKENS 8 /* batches of up to this many tokens run as graphs (decode) */
+#define S_CTX_BUCKET 256 /* with graphs, the attention's context bound rounded up to this */
+
+/* A batch shape's graph: the ops of a forward pass recorded once, replayed after. */
+typedef struct {
+    int n, n_out, max_ctx; /* the shape (max_ctx rounded up to S_CTX_BUCKET) */
+    const void *pool;      /* the KV pool it was recorded over */
+    void *g;               /* the backend's graph, or NULL: not recorded (yet) */
+    bool failed;           /* recording failed: this shape runs without a graph */
+    uint64_t used;         /* last use (d->tick) */
+} s_graph_t;
 
 struct model_dev_t {
     const model_t *m;   /* borrowed */
@@ -55,6 +67,11 @@ struct model_dev_t {
     float *h_cs, *h_cs_swa;
     void *owned[S_MAX_OWNED]; /* every backend allocation, freed at destroy */
     int n_owned;
+    bool graphs;                   /* decode batches as graphs (a backend with them) */
+    s_graph_t graph[S_GRAPHS];     /* by shape */
+    int n_graphs;                  /* entries used */
+    uint64_t tick;                 /* graph lookups */
+    model_dev_graph_stats_t gstat; /* counters */
 };
 
 static int s_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
@@ -181,15 +198,29 @@ model_dev_t *model_dev_new(const model_t *m, kern_backend_t *be, int max_tokens,
          (m->rope_theta_swa && (!(d->cs_swa = s_alloc(d, NULL, T * c->n_rot * F)) ||
                                 !(d->h_cs_swa = malloc(T * c->n_rot * F))))))
         rc = s_fail(err, errlen, -ENOMEM, "out of memory for the scratch of %d tokens", max_tokens);
+    const char *env = getenv("STRATA_GRAPHS");
+    model_dev_use_graphs(d, !(env && !strcmp(env, "0")));
     if (rc)
         model_dev_destroy(&d);
     return d;
+}
+
+void model_dev_use_graphs(model_dev_t *d, bool on) {
+    kern_backend_t *be = d->be;
+    d->graphs = on && be->capture_begin && be->capture_end && be->replay && be->graph_free;
+}
+
+model_dev_graph_stats_t model_dev_graph_stats(const model_dev_t *d) {
+    return d->gstat;
 }
 
 void model_dev_destroy(model_dev_t **self_p) {
     model_dev_t *d = self_p ? *self_p : NULL;
     if (!d)
         return;
+    for (int i = 0; i < d->n_graphs; i++)
+        if (d->graph[i].g)
+            d->be->graph_free(d->be, d->graph[i].g);
     for (int i = 0; i < d->n_owned; i++)
         d->be->free(d->be, d->owned[i]);
     free(d->layers);
@@ -353,6 +384,100 @@ int model_dev_forward(model_dev_t *d, const model_batch_t *b, const kern_kv_pool
     return model_dev_forward_hidden(d, b, kv, logits, NULL, NULL);
 }
 
+/* The ops of a forward pass after the uploads: embedding, the layers, the final hidden
+ * states asked for, the wanted rows' logits (left in d->logits). */
+static int s_body(model_dev_t *d, int n, int n_out, const kern_kv_pool_t *kv, int max_ctx,
+                  const bool *hidden, float *hidden_out) {
+    kern_backend_t *be = d->be;
+    const model_config_t *c = &d->m->cfg;
+    const int dm = c->d_model;
+    int rc;
+    if ((rc = be->embed(be, d->embd.type, d->embd.data, d->embd.row_bytes, d->embd.rows, d->ids, n,
+                        dm, d->x)))
+        return rc;
+    if (d->m->embd_mul != 1.0f && (rc = be->scale(be, d->x, (int64_t)n * dm, d->m->embd_mul)))
+        return rc;
+    for (int l = 0; l < c->n_layer; l++)
+        if ((rc = s_layer(d, l, n, kv, max_ctx)))
+            return rc;
+    if (hidden && (rc = s_hidden(d, n, hidden, hidden_out)))
+        return rc;
+    if (n_out && /* the wanted rows of x gathered (an F32 "embedding" of x), normed, projected */
+        ((rc = be->embed(be, KERN_F32, d->x, (size_t)dm * sizeof(float), n, d->rows, n_out, dm,
+                         d->h)) ||
+         (rc = be->rmsnorm(be, d->h, d->h, d->out_norm, n_out, dm, c->rms_eps)) ||
+         (rc = s_mm(d, &d->out, d->h, n_out, d->logits))))
+        return rc;
+    return 0;
+}
+
+/* The graph entry of this shape: found, or made (replacing the least recently used). */
+static s_graph_t *s_graph_of(model_dev_t *d, int n, int n_out, int max_ctx, const void *pool,
+                             bool *fresh) {
+    s_graph_t *lru = NULL;
+    *fresh = false;
+    for (int i = 0; i < d->n_graphs; i++) {
+        s_graph_t *e = &d->graph[i];
+        if (e->n == n && e->n_out == n_out && e->max_ctx == max_ctx && e->pool == pool)
+            return e;
+        if (!lru || e->used < lru->used)
+            lru = e;
+    }
+    s_graph_t *e = d->n_graphs < S_GRAPHS ? &d->graph[d->n_graphs++] : lru;
+    if (e->g)
+        d->be->graph_free(d->be, e->g);
+    *e = (s_graph_t){n, n_out, max_ctx, pool, NULL, false, 0};
+    *fresh = true;
+    return e;
+}
+
+/* A decode-sized batch through its shape's graph: replayed when recorded; recorded the
+ * second time the shape comes (the first runs without one, so that every scratch the ops
+ * use has grown to its size), then replayed; without a graph when recording fails (the ops
+ * then run as they are).  0 or a backend's error. */
+static int s_graphed(model_dev_t *d, int n, int n_out, const kern_kv_pool_t *kv, int max_ctx) {
+    kern_backend_t *be = d->be;
+    bool fresh;
+    s_graph_t *e = s_graph_of(d, n, n_out, max_ctx, kv->base, &fresh);
+    e->used = ++d->tick;
+    if (e->g) {
+        int rc = be->replay(be, e->g);
+        if (rc != -ESTALE) {
+            d->gstat.replayed += rc == 0;
+            return rc;
+        }
+        be->graph_free(be, e->g); /* the backend's scratch moved: record it again */
+        e->g = NULL;
+        d->gstat.stale++;
+    } else if (fresh || e->failed) {
+        return s_body(d, n, n_out, kv, max_ctx, NULL, NULL);
+    }
+    int rc = be->capture_begin(be);
+    if (rc == 0) {
+        int body = s_body(d, n, n_out, kv, max_ctx, NULL, NULL);
+        void *g = NULL;
+        rc = be->capture_end(be, &g);
+        if (rc == 0 && body == 0 && g) {
+            rc = be->replay(be, g);
+            if (rc == 0) {
+                e->g = g;
+                d->gstat.recorded++;
+                d->gstat.replayed++;
+                return 0;
+            }
+            if (rc != -ESTALE) {
+                be->graph_free(be, g);
+                return rc;
+            }
+        }
+        if (g)
+            be->graph_free(be, g);
+    }
+    e->failed = true; /* nothing ran: the ops again, as they are */
+    d->gstat.failed++;
+    return s_body(d, n, n_out, kv, max_ctx, NULL, NULL);
+}
+
 int model_dev_forward_hidden(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t *kv,
                              float *logits, const bool *hidden, float *hidden_out) {
     kern_backend_t *be = d->be;
@@ -360,7 +485,7 @@ int model_dev_forward_hidden(model_dev_t *d, const model_batch_t *b, const kern_
     int max_ctx, n_out = s_stage(d, b, kv, &max_ctx);
     if (n_out < 0 || (n_out && !logits) || (hidden && !hidden_out))
         return -EINVAL;
-    const int n = b->n_tokens, dm = c->d_model;
+    const int n = b->n_tokens;
     const size_t I = sizeof(int32_t);
     int rc;
     if ((rc = be->upload(be, d->ids, b->tokens, n * I)) ||
@@ -373,24 +498,18 @@ int model_dev_forward_hidden(model_dev_t *d, const model_batch_t *b, const kern_
          (rc = be->upload(be, d->cs_swa, d->h_cs_swa, (size_t)n * c->n_rot * sizeof(float)))) ||
         (n_out && (rc = be->upload(be, d->rows, d->h_rows, n_out * I))))
         return rc;
-    if ((rc = be->embed(be, d->embd.type, d->embd.data, d->embd.row_bytes, d->embd.rows, d->ids, n,
-                        dm, d->x)))
-        return rc;
-    if (d->m->embd_mul != 1.0f && (rc = be->scale(be, d->x, (int64_t)n * dm, d->m->embd_mul)))
-        return rc;
-    for (int l = 0; l < c->n_layer; l++)
-        if ((rc = s_layer(d, l, n, kv, max_ctx)))
-            return rc;
-    if (hidden && (rc = s_hidden(d, n, hidden, hidden_out)))
-        return rc;
-    if (n_out) { /* the wanted rows of x gathered (an F32 "embedding" of x), normed, projected */
-        if ((rc = be->embed(be, KERN_F32, d->x, (size_t)dm * sizeof(float), n, d->rows, n_out, dm,
-                            d->h)) ||
-            (rc = be->rmsnorm(be, d->h, d->h, d->out_norm, n_out, dm, c->rms_eps)) ||
-            (rc = s_mm(d, &d->out, d->h, n_out, d->logits)) ||
-            (rc = be->download(be, logits, d->logits, (size_t)n_out * c->n_vocab * sizeof(float))))
-            return rc;
+    if (d->graphs && !hidden && n <= S_GRAPH_TOKENS) {
+        /* a bucket's bound: the attention's chunks past the longest context are empty, so
+         * the numbers are those of the exact bound, and one graph serves 256 positions */
+        int bound = (max_ctx + S_CTX_BUCKET - 1) / S_CTX_BUCKET * S_CTX_BUCKET;
+        rc = s_graphed(d, n, n_out, kv, bound);
+    } else {
+        rc = s_body(d, n, n_out, kv, max_ctx, hidden, hidden_out);
     }
+    if (!rc && n_out)
+        rc = be->download(be, logits, d->logits, (size_t)n_out * c->n_vocab * sizeof(float));
+    if (rc)
+        return rc;
     rc = be->sync(be);
     return rc ? rc : n_out;
 }

@@ -44,4 +44,20 @@ int model_dev_forward(model_dev_t *d, const model_batch_t *b, const kern_kv_pool
 int model_dev_forward_hidden(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t *kv,
                              float *logits, const bool *hidden, float *hidden_out);
 
+/* CUDA graphs for decode: on a backend with graphs (kern_backend.h: CUDA), a batch of up to
+ * 8 tokens without hidden states runs as one recorded graph per shape (tokens, wanted rows,
+ * the context bound rounded up to 256, the KV pool), recorded the second time a shape comes
+ * and replayed after; a shape whose recording fails runs op by op.  On by default; off with
+ * on false, or the environment STRATA_GRAPHS=0 at model_dev_new.  No effect on a backend
+ * without graphs (the CPU's). */
+void model_dev_use_graphs(model_dev_t *d, bool on);
+
+typedef struct {
+    int64_t recorded; /* graphs recorded */
+    int64_t replayed; /* forward passes run as a graph */
+    int64_t failed;   /* recordings that failed (the shape then runs op by op) */
+    int64_t stale;    /* graphs recorded again because the backend's scratch moved */
+} model_dev_graph_stats_t;
+model_dev_graph_stats_t model_dev_graph_stats(const model_dev_t *d);
+
 #endif

@@ -19,6 +19,8 @@ struct kern_cuda_ctx_t {
     cublasHandle_t blas;  // bound to `stream`
     void *scratch;        // device scratch, grown by s_scratch
     size_t scratch_bytes; // its size
+    uint64_t scratch_gen; // bumped when scratch moves: graphs captured before are stale
+    uint64_t capture_gen; // scratch_gen when the capture in progress began
     cudaEvent_t t0, t1;   // the benchmark timer
     cudaEvent_t order;    // orders a block's d2h on the copy stream after the compute stream
     char err[160];        // last error text

@@ -154,6 +154,23 @@ static int s_block_in(kern_backend_t *be, void *dst, const void *host, size_t by
     return kern_cuda_block_h2d(s_ctx(be), dst, host, bytes);
 }
 
+static int s_capture_begin(kern_backend_t *be) {
+    return kern_cuda_capture_begin(s_ctx(be));
+}
+
+static int s_capture_end(kern_backend_t *be, void **graph) {
+    return kern_cuda_capture_end(s_ctx(be), (kern_cuda_graph_t **)graph);
+}
+
+static int s_replay(kern_backend_t *be, void *graph) {
+    return kern_cuda_graph_launch(s_ctx(be), (kern_cuda_graph_t *)graph);
+}
+
+static void s_graph_free(kern_backend_t *be, void *graph) {
+    (void)be;
+    kern_cuda_graph_free((kern_cuda_graph_t *)graph);
+}
+
 static int s_sync(kern_backend_t *be) {
     return kern_cuda_sync(s_ctx(be));
 }
@@ -201,6 +218,10 @@ extern "C" kern_backend_t *kern_backend_cuda_new(int device) {
     be->host_free = s_host_free;
     be->block_out = s_block_out;
     be->block_in = s_block_in;
+    be->capture_begin = s_capture_begin;
+    be->capture_end = s_capture_end;
+    be->replay = s_replay;
+    be->graph_free = s_graph_free;
     be->sync = s_sync;
     be->destroy = s_destroy;
     return be;

@@ -31,6 +31,7 @@ int kern_cuda_scratch(kern_cuda_ctx_t *c, size_t bytes, void **p) {
         c->scratch = nullptr;
         c->scratch_bytes = 0;
         size_t want = bytes + bytes / 4;
+        c->scratch_gen++;
         KC_CHECK(c, cudaMalloc(&c->scratch, want));
         c->scratch_bytes = want;
     }
@@ -183,6 +184,70 @@ extern "C" int kern_cuda_memzero(kern_cuda_ctx_t *c, void *dst, size_t bytes) {
         return -EINVAL;
     KC_CHECK(c, cudaMemsetAsync(dst, 0, bytes, c->stream));
     return 0;
+}
+
+// ---- graphs -----------------------------------------------------------------
+
+struct kern_cuda_graph_t {
+    cudaGraphExec_t exec; // the instantiated graph
+    uint64_t gen;         // scratch_gen when it was captured
+};
+
+extern "C" int kern_cuda_capture_begin(kern_cuda_ctx_t *c) {
+    if (!c)
+        return -EINVAL;
+    KC_CHECK(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    c->capture_gen = c->scratch_gen;
+    return 0;
+}
+
+extern "C" int kern_cuda_capture_end(kern_cuda_ctx_t *c, kern_cuda_graph_t **out) {
+    if (!c || !out)
+        return -EINVAL;
+    *out = nullptr;
+    cudaGraph_t g = nullptr;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (e != cudaSuccess || !g) {
+        if (g)
+            cudaGraphDestroy(g);
+        cudaGetLastError(); // an invalidated capture is not sticky: clear it
+        return kern_cuda_fail(c, e != cudaSuccess ? e : cudaErrorStreamCaptureInvalidated,
+                              "stream capture");
+    }
+    if (c->scratch_gen != c->capture_gen) { // scratch moved while capturing: stale at once
+        cudaGraphDestroy(g);
+        return -ESTALE;
+    }
+    kern_cuda_graph_t *h = (kern_cuda_graph_t *)calloc(1, sizeof *h);
+    if (!h) {
+        cudaGraphDestroy(g);
+        return -ENOMEM;
+    }
+    e = cudaGraphInstantiate(&h->exec, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        free(h);
+        return kern_cuda_fail(c, e, "cudaGraphInstantiate");
+    }
+    h->gen = c->capture_gen;
+    *out = h;
+    return 0;
+}
+
+extern "C" int kern_cuda_graph_launch(kern_cuda_ctx_t *c, kern_cuda_graph_t *h) {
+    if (!c || !h)
+        return -EINVAL;
+    if (h->gen != c->scratch_gen)
+        return -ESTALE;
+    KC_CHECK(c, cudaGraphLaunch(h->exec, c->stream));
+    return 0;
+}
+
+extern "C" void kern_cuda_graph_free(kern_cuda_graph_t *h) {
+    if (!h)
+        return;
+    cudaGraphExecDestroy(h->exec);
+    free(h);
 }
 
 // ---- the pinned pool --------------------------------------------------------

@@ -79,6 +79,20 @@ void *kern_cuda_pinned_get(kern_cuda_pinned_t *self);
 int kern_cuda_pinned_put(kern_cuda_pinned_t *self, void *buf);
 /* Buffers currently out (get minus put): 0 when nothing leaks. */
 int kern_cuda_pinned_in_use(const kern_cuda_pinned_t *self);
+/* CUDA graphs: the work queued on the compute stream between capture_begin and
+ * capture_end recorded (not run) as one graph, instantiated, and launched again and again
+ * with the same kernels, arguments and pointers (a decode step's ~300 launches as one).
+ * Capture is thread-local: a call that would synchronize (a scratch that must grow, an
+ * upload) fails the capture; capture_end then returns an error (-EIO, or -ESTALE when the
+ * scratch moved) and nothing was run: the caller runs the work without a graph.  launch
+ * returns -ESTALE for a graph captured before the scratch last moved (free it, capture
+ * again). */
+typedef struct kern_cuda_graph_t kern_cuda_graph_t;
+int kern_cuda_capture_begin(kern_cuda_ctx_t *self);
+int kern_cuda_capture_end(kern_cuda_ctx_t *self, kern_cuda_graph_t **graph);
+int kern_cuda_graph_launch(kern_cuda_ctx_t *self, kern_cuda_graph_t *graph);
+void kern_cuda_graph_free(kern_cuda_graph_t *graph);
+
 /* One pinned host buffer of `bytes` (cudaHostAlloc) into *p / its release
  * (NULL a no-op): what a worker stages KV blocks in. */
 int kern_cuda_host_alloc(kern_cuda_ctx_t *self, void **p, size_t bytes);
