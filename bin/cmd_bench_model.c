@@ -3,18 +3,21 @@
 #include "cli.h"
 #include "cli_flags.h"
 #include "kv_codec.h"
+#include "model_device.h"
+#include "serve_device.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct {
-    int np;         /* -p: prompt tokens */
-    int ng;         /* -n: generated tokens */
-    int reps;       /* -r */
-    int batch;      /* -b */
-    int depth;      /* -d (-1: none) */
-    bool bandwidth; /* --bandwidth */
+    int np;             /* -p: prompt tokens */
+    int ng;             /* -n: generated tokens */
+    int reps;           /* -r */
+    int batch;          /* -b */
+    int depth;          /* -d (-1: none) */
+    bool bandwidth;     /* --bandwidth */
+    const char *device; /* --device: cpu, cpu-seam, cuda:N */
 } s_bench_opts_t;
 
 typedef struct {
@@ -72,6 +75,15 @@ static const cli_flag_t s_bench_flags[] = {
                      "best of 3) and print generation as a fraction of its bound: bandwidth / "
                      "weight bytes read per token (every matrix, one embedding row)",
              .field = S_B(bandwidth)}},
+    {.name = "device",
+     .arg = "DEV",
+     .opt = {.type = ACTOR_OPT_STRING,
+             .def = "cpu",
+             .help = "where the forward pass runs: cpu (threads), cuda:N (the GPU worker's "
+                     "forward, weights and KV in device memory; decode as CUDA graphs unless "
+                     "STRATA_GRAPHS=0), cpu-seam (that code on the CPU, one thread); a device "
+                     "runs the --batch path, B >= 1",
+             .field = S_B(device)}},
     {NULL},
 };
 #undef S_B
@@ -97,18 +109,87 @@ static int s_cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* bench-model --batch B: B sequences, each prefilled separately, then decoded
+/* Where the batch path's forward runs: the threaded CPU forward, or a device's. */
+typedef struct {
+    model_ctx_t *ctx;   /* device cpu */
+    kern_backend_t *be; /* another device: its backend, */
+    model_dev_t *dev;   /* the forward on it, */
+    kern_kv_pool_t kv;  /* and the KV pool (in its memory when be) */
+} s_fwd_t;
+
+static int s_forward(s_fwd_t *f, const model_batch_t *b, float *logits) {
+    return f->dev ? model_dev_forward(f->dev, b, &f->kv, logits)
+                  : model_ctx_forward(f->ctx, b, &f->kv, logits);
+}
+
+/* The forward for device (NULL: cpu) over B sequences of max_ctx positions in blocks of bs.
+ * 0, or 1 with the reason on stderr. */
+static int s_fwd_open(s_fwd_t *f, cli_runner_t *r, const char *device, int B, int max_tokens,
+                      int max_ctx, int bs, int threads, kern_type_t kv_type) {
+    const model_config_t *cfg = model_config(r->model);
+    const int nb = (max_ctx + bs - 1) / bs;
+    kern_kv_shape_t shape = model_kv_shape(cfg, bs);
+    serve_device_t d;
+    char err[256] = "";
+    memset(f, 0, sizeof *f);
+    if (serve_device_parse(device, &d, err, sizeof err))
+        goto fail;
+    if (d.kind == SERVE_DEVICE_CPU) {
+        f->ctx = model_ctx_new(r->model, max_tokens, max_ctx, threads, NULL);
+        if (!f->ctx || kern_kv_pool_init(&f->kv, &shape, kv_type, B * nb)) {
+            snprintf(err, sizeof err, "out of memory");
+            goto fail;
+        }
+        return 0;
+    }
+    if (!serve_device_kv_ok(&d, kv_fmt_of_pool_type(kv_type))) {
+        snprintf(err, sizeof err, "this device keeps KV as f16");
+        goto fail;
+    }
+    if (!(f->be = serve_device_backend(&d, err, sizeof err)))
+        goto fail;
+    if (!(f->dev = model_dev_new(r->model, f->be, max_tokens, B, nb, err, sizeof err)))
+        goto fail;
+    size_t bb = kern_kv_block_bytes(&shape, kv_type);
+    f->kv = (kern_kv_pool_t){kv_type, bs, bb, B * nb, NULL};
+    if (f->be->alloc(f->be, (void **)&f->kv.base, bb * (size_t)B * nb)) {
+        snprintf(err, sizeof err, "no device memory for %d KV blocks", B * nb);
+        goto fail;
+    }
+    return 0;
+fail:
+    fprintf(stderr, "strata bench-model: --device %s: %s\n", device, err);
+    return 1;
+}
+
+static void s_fwd_close(s_fwd_t *f) {
+    if (f->be) {
+        model_dev_graph_stats_t g =
+            f->dev ? model_dev_graph_stats(f->dev) : (model_dev_graph_stats_t){0};
+        fprintf(stderr, "graphs: %lld recorded, %lld replayed, %lld failed, %lld stale\n",
+                (long long)g.recorded, (long long)g.replayed, (long long)g.failed,
+                (long long)g.stale);
+        f->be->free(f->be, f->kv.base);
+    } else {
+        kern_kv_pool_free(&f->kv);
+    }
+    model_dev_destroy(&f->dev);
+    kern_backend_destroy(&f->be);
+    model_ctx_destroy(&f->ctx);
+}
+
+/* bench-model --batch B (or --device): B sequences, each prefilled separately, then decoded
  * together one token each per forward pass.  Returns 0 or 1. */
-static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int threads,
-                         kern_type_t kv_type, double *pp, double *tg) {
+static int s_bench_batch(cli_runner_t *r, const char *device, int B, int np, int ng, int reps,
+                         int threads, kern_type_t kv_type, double *pp, double *tg) {
     const model_config_t *cfg = model_config(r->model);
     const int bs = 16, nb = (np + ng + bs - 1) / bs;
     int rc = 1;
-    kern_kv_pool_t kv;
-    kern_kv_shape_t shape = model_kv_shape(cfg, bs);
-    if (kern_kv_pool_init(&kv, &shape, kv_type, B * nb))
+    s_fwd_t fwd;
+    if (s_fwd_open(&fwd, r, device, B, np > B ? np : B, np + ng, bs, threads, kv_type)) {
+        s_fwd_close(&fwd);
         return 1;
-    model_ctx_t *ctx = model_ctx_new(r->model, np > B ? np : B, np + ng, threads, NULL);
+    }
     int32_t *blocks = malloc(sizeof(int32_t) * B * nb);
     model_seq_view_t *sv = malloc(sizeof *sv * B);
     int n = np > B ? np : B;
@@ -118,7 +199,7 @@ static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int t
     float *logits = malloc(sizeof(float) * B * cfg->n_vocab);
     int n_eog;
     int32_t *eog = model_tokenizer_eog_ids(r->tok, cfg->n_vocab, &n_eog);
-    if (!ctx || !blocks || !sv || !tok || !pos || !seq || !next || !want || !logits || !eog)
+    if (!blocks || !sv || !tok || !pos || !seq || !next || !want || !logits || !eog)
         goto out;
     for (int i = 0; i < B * nb; i++)
         blocks[i] = i;
@@ -134,7 +215,7 @@ static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int t
                 want[j] = j == np - 1;
             }
             model_batch_t b = {np, tok, pos, seq, want, B, sv};
-            if (model_ctx_forward(ctx, &b, &kv, logits) < 0)
+            if (s_forward(&fwd, &b, logits) < 0)
                 goto out;
             model_logits_ban(logits, eog, n_eog);
             next[s] = model_argmax(logits, cfg->n_vocab);
@@ -148,7 +229,7 @@ static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int t
                 want[s] = true;
             }
             model_batch_t b = {B, tok, pos, seq, want, B, sv};
-            if (model_ctx_forward(ctx, &b, &kv, logits) < 0)
+            if (s_forward(&fwd, &b, logits) < 0)
                 goto out;
             for (int s = 0; s < B; s++) {
                 float *row = logits + (size_t)s * cfg->n_vocab;
@@ -164,8 +245,7 @@ static int s_bench_batch(cli_runner_t *r, int B, int np, int ng, int reps, int t
     }
     rc = 0;
 out:
-    model_ctx_destroy(&ctx);
-    kern_kv_pool_free(&kv);
+    s_fwd_close(&fwd);
     free(blocks);
     free(sv);
     free(tok);
@@ -248,7 +328,7 @@ static void s_bench_report(const cli_runner_t *r, const s_bench_cfg_t *c, kern_t
            model_weight_bytes(r->model) / 1048576.0, threads, kern_ops_best()->name,
            kv_fmt_name(kv_fmt_of_pool_type(kv_type)));
     const char *agg = b->batch > 1 ? " aggregate" : "";
-    printf("batch %d\n", b->batch);
+    printf("batch %d  device %s\n", b->batch, b->device ? b->device : "cpu");
     char at[32] = "";
     if (b->depth >= 0)
         snprintf(at, sizeof at, " @ d%d", b->depth);
@@ -280,8 +360,9 @@ int cmd_bench_model(int argc, char **argv) {
     int next, rc = cli_flags_parse(&s_bench_cmd, argc, argv, &c, &next);
     if (rc != CLI_PARSED)
         return rc;
-    if (c.b.depth >= 0 && c.b.batch > 1) {
-        fprintf(stderr, "strata bench-model: --depth is for one sequence, not with --batch\n");
+    if (c.b.depth >= 0 && (c.b.batch > 1 || (c.b.device && strcmp(c.b.device, "cpu")))) {
+        fprintf(stderr, "strata bench-model: --depth is for one sequence on the CPU, not with "
+                        "--batch or --device\n");
         return 2;
     }
     cli_runner_t r;
@@ -290,8 +371,10 @@ int cmd_bench_model(int argc, char **argv) {
     const kern_type_t kv_type = (kern_type_t)kv_fmt_pool_type(c.kv.kv_fmt);
     double *pp = calloc((size_t)c.b.reps, sizeof *pp), *tg = calloc((size_t)c.b.reps, sizeof *tg);
     rc = !pp || !tg;
-    if (!rc && c.b.batch > 1)
-        rc = s_bench_batch(&r, c.b.batch, c.b.np, c.b.ng, c.b.reps, c.m.threads, kv_type, pp, tg);
+    const bool on_device = c.b.device && strcmp(c.b.device, "cpu");
+    if (!rc && (c.b.batch > 1 || on_device))
+        rc = s_bench_batch(&r, c.b.device, c.b.batch, c.b.np, c.b.ng, c.b.reps, c.m.threads,
+                           kv_type, pp, tg);
     else if (!rc)
         rc = s_bench_one(&r, &c, kv_type, pp, tg);
     if (rc)
