@@ -70,6 +70,7 @@ int cmd_detokenize(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_client(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
+int cmd_synth_model(int argc, char **argv);
 int cmd_audit(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_actor(int argc, char **argv);

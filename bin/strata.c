@@ -28,6 +28,8 @@ static const s_cmd_t s_cmds[] = {
     {"chat-template", cmd_chat_template, "print a conversation as the model's template renders it"},
     {"client", cmd_client, "send a request to a running strata server (stream the answer)"},
     {"audit", cmd_audit, "verify the audit log's hash chain; show one request's record"},
+    {"synth-model", cmd_synth_model,
+     "write a random-weight model of a real shape (speed measurements without a download)"},
     {"keygen", cmd_keygen, "write CURVE key pairs for actors and clients (docs/SECURITY.md)"},
     {"grammar", cmd_grammar, "compile/check GBNF, JSON Schema, regex; random walks; mask bench"},
     {"logits", cmd_logits, "dump the logits of every position (for the numerical oracle)"},

@@ -6,6 +6,8 @@
 
 #include "msg_any.h"
 
+#include "model_synth.h"
+
 #include <check.h>
 #include <czmq.h>
 #include <stdbool.h>
@@ -71,20 +73,9 @@ float test_rand_f32(uint64_t *state, float lo, float hi);
 double test_kl(const float *p, const float *q, int n);
 
 /* A small synthetic llama model with random F32 weights and a minimal
- * SentencePiece-style vocabulary ("<unk>", "<s>", "</s>", then "<tag>3",
- * "<tag>4", ...), for tests that need a real forward pass without the default
- * model.  Zero fields take the defaults in brackets. */
-typedef struct {
-    int n_layer;           /* [2] */
-    int d_model;           /* [64] */
-    int n_head;            /* [4] */
-    int n_head_kv;         /* [2] */
-    int d_ff;              /* [128] */
-    int n_vocab;           /* [64] */
-    uint64_t seed;         /* weights [1] */
-    const char *vocab_tag; /* token text prefix ["t"]: another tag, another vocabulary */
-    float out_std;         /* std of the output matrix: spread of the logits [0.2] */
-} test_synth_t;
+ * SentencePiece-style vocabulary, for tests that need a real forward pass without the
+ * default model: model/model_synth.h's (zero fields take its defaults). */
+typedef model_synth_t test_synth_t;
 
 /* Write the model to path.  0, or a negative errno with a reason in err. */
 int test_synth_model(const char *path, const test_synth_t *cfg, char *err, size_t errlen);
