@@ -64,6 +64,10 @@ struct model_dev_t {
     int32_t *blocks;                         /* (max_seqs, max_blocks) */
     /* host staging of the per-batch inputs */
     int32_t *h_ids, *h_nctx, *h_rows, *h_blocks;
+    /* device sampling: the recent tokens of each row sampled, backend memory and staging */
+    int32_t *hist, *hist_off, *n_hist;       /* (max_tokens * MODEL_DEV_HIST), (max_tokens) x 2 */
+    int32_t *h_hist, *h_hist_off, *h_n_hist; /* the same, host */
+    int n_out;                               /* rows of logits the last forward left */
     float *h_cs, *h_cs_swa;
     void *owned[S_MAX_OWNED]; /* every backend allocation, freed at destroy */
     int n_owned;
@@ -192,7 +196,10 @@ model_dev_t *model_dev_new(const model_t *m, kern_backend_t *be, int max_tokens,
          !(d->rows = s_alloc(d, NULL, T * I)) ||
          !(d->blocks = s_alloc(d, NULL, (size_t)max_seqs * max_blocks * I)) ||
          !(d->h_ids = malloc(T * I)) || !(d->h_nctx = malloc(T * I)) ||
-         !(d->h_rows = malloc(T * I)) ||
+         !(d->h_rows = malloc(T * I)) || !(d->hist = s_alloc(d, NULL, T * MODEL_DEV_HIST * I)) ||
+         !(d->hist_off = s_alloc(d, NULL, T * I)) || !(d->n_hist = s_alloc(d, NULL, T * I)) ||
+         !(d->h_hist = malloc(T * MODEL_DEV_HIST * I)) || !(d->h_hist_off = malloc(T * I)) ||
+         !(d->h_n_hist = malloc(T * I)) ||
          !(d->h_blocks = malloc((size_t)max_seqs * max_blocks * I)) ||
          !(d->h_cs = malloc(T * c->n_rot * F)) ||
          (m->rope_theta_swa && (!(d->cs_swa = s_alloc(d, NULL, T * c->n_rot * F)) ||
@@ -227,6 +234,9 @@ void model_dev_destroy(model_dev_t **self_p) {
     free(d->h_ids);
     free(d->h_nctx);
     free(d->h_rows);
+    free(d->h_hist);
+    free(d->h_hist_off);
+    free(d->h_n_hist);
     free(d->h_blocks);
     free(d->h_cs);
     free(d->h_cs_swa);
@@ -480,6 +490,54 @@ static int s_graphed(model_dev_t *d, int n, int n_out, const kern_kv_pool_t *kv,
 
 int model_dev_forward_hidden(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t *kv,
                              float *logits, const bool *hidden, float *hidden_out) {
+    return model_dev_forward_rows(d, b, kv, logits, hidden, hidden_out, NULL);
+}
+
+/* Rows [o0, o1) of the last forward's logits down into logits (host, row o at o). */
+static int s_down_rows(model_dev_t *d, float *logits, int o0, int o1) {
+    const size_t nv = (size_t)d->m->cfg.n_vocab;
+    return d->be->download(d->be, logits + o0 * nv, d->logits + o0 * nv,
+                           (size_t)(o1 - o0) * nv * sizeof(float));
+}
+
+int model_dev_logits(model_dev_t *d, int row0, int n, float *logits) {
+    if (row0 < 0 || n < 1 || row0 + n > d->n_out || !logits)
+        return -EINVAL;
+    return s_down_rows(d, logits - (size_t)row0 * d->m->cfg.n_vocab, row0, row0 + n);
+}
+
+int model_dev_sample(model_dev_t *d, int row0, int n, const kern_backend_sample_t *p,
+                     const int32_t *const *hist, const int *n_hist, const int32_t *pos,
+                     int32_t *ids) {
+    kern_backend_t *be = d->be;
+    if (row0 < 0 || n < 1 || row0 + n > d->n_out || !p || !pos || !ids)
+        return -EINVAL;
+    if (!be->sample)
+        return -ENOTSUP;
+    const size_t I = sizeof(int32_t);
+    int off = 0;
+    for (int r = 0; r < n; r++) {
+        if (p[r].repeat_penalty != 1.0f && p[r].repeat_last_n > MODEL_DEV_HIST)
+            return -ENOTSUP; /* a window past what is kept on the backend */
+        int k = hist && n_hist ? n_hist[r] : 0, from = k > MODEL_DEV_HIST ? k - MODEL_DEV_HIST : 0;
+        d->h_hist_off[r] = off;
+        d->h_n_hist[r] = k - from;
+        for (int i = from; i < k; i++)
+            d->h_hist[off++] = hist[r][i];
+    }
+    int rc;
+    if ((off && (rc = be->upload(be, d->hist, d->h_hist, (size_t)off * I))) ||
+        (rc = be->upload(be, d->hist_off, d->h_hist_off, (size_t)n * I)) ||
+        (rc = be->upload(be, d->n_hist, d->h_n_hist, (size_t)n * I)))
+        return rc;
+    const int nv = d->m->cfg.n_vocab;
+    return be->sample(be, d->logits + (size_t)row0 * nv, n, nv, p, d->hist, d->hist_off, d->n_hist,
+                      pos, ids);
+}
+
+int model_dev_forward_rows(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t *kv,
+                           float *logits, const bool *hidden, float *hidden_out,
+                           const bool *host_rows) {
     kern_backend_t *be = d->be;
     const model_config_t *c = &d->m->cfg;
     int max_ctx, n_out = s_stage(d, b, kv, &max_ctx);
@@ -506,8 +564,18 @@ int model_dev_forward_hidden(model_dev_t *d, const model_batch_t *b, const kern_
     } else {
         rc = s_body(d, n, n_out, kv, max_ctx, hidden, hidden_out);
     }
-    if (!rc && n_out)
-        rc = be->download(be, logits, d->logits, (size_t)n_out * c->n_vocab * sizeof(float));
+    d->n_out = rc ? 0 : n_out;
+    for (int o = 0; !rc && o < n_out;) { /* the rows asked for, in runs */
+        if (host_rows && !host_rows[o]) {
+            o++;
+            continue;
+        }
+        int e = o + 1;
+        while (e < n_out && (!host_rows || host_rows[e]))
+            e++;
+        rc = s_down_rows(d, logits, o, e);
+        o = e;
+    }
     if (rc)
         return rc;
     rc = be->sync(be);

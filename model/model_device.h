@@ -44,6 +44,29 @@ int model_dev_forward(model_dev_t *d, const model_batch_t *b, const kern_kv_pool
 int model_dev_forward_hidden(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t *kv,
                              float *logits, const bool *hidden, float *hidden_out);
 
+/* model_dev_forward_hidden, with only the logits rows o (0 .. wanted-1) with host_rows[o]
+ * downloaded into logits (row o at its place; NULL: all of them); every row stays in the
+ * backend's memory until the next forward, for model_dev_sample and model_dev_logits. */
+int model_dev_forward_rows(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t *kv,
+                           float *logits, const bool *hidden, float *hidden_out,
+                           const bool *host_rows);
+
+/* Recent tokens a row sampled on the backend may look at (its repetition window). */
+#define MODEL_DEV_HIST 256
+
+/* ids[r] (host) = the token model_sampler_sample picks from row row0 + r of the last
+ * forward's logits (left on the backend), with p[r] (kern_backend_sample_t: no logit bias,
+ * no presence or frequency penalty), the row's history hist[r][0 .. n_hist[r]) (host; only
+ * its last MODEL_DEV_HIST tokens are sent) and position pos[r]: on a GPU only the ids come
+ * back.  -ENOTSUP when the backend cannot (no sampler, a repetition window past
+ * MODEL_DEV_HIST, CUDA's top-k limit): download the rows (model_dev_logits) and sample on
+ * the host; -EINVAL for rows the last forward did not leave. */
+int model_dev_sample(model_dev_t *d, int row0, int n, const kern_backend_sample_t *p,
+                     const int32_t *const *hist, const int *n_hist, const int32_t *pos,
+                     int32_t *ids);
+/* Rows row0 .. row0+n-1 of the last forward's logits into logits (host, n rows). */
+int model_dev_logits(model_dev_t *d, int row0, int n, float *logits);
+
 /* CUDA graphs for decode: on a backend with graphs (kern_backend.h: CUDA), a batch of up to
  * 8 tokens without hidden states runs as one recorded graph per shape (tokens, wanted rows,
  * the context bound rounded up to 256, the KV pool), recorded the second time a shape comes

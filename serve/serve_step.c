@@ -31,6 +31,14 @@ struct serve_step_t {
     bool *b_hid;                    /* (room) the token's hidden state is pooled */
     float *hidden;                  /* (room, d_model) final hidden states (embeddings) */
     float *vec;                     /* (d_model) an embedding being finished */
+    /* sampling on the device (cfg.dev): which logits rows come to the host, and the tokens
+     * of the rows picked there */
+    bool *host_row;           /* (rows) */
+    int32_t *dev_next;        /* (rows) */
+    kern_backend_sample_t *p; /* (rows) model_dev_sample's arguments */
+    const int32_t **p_hist;   /* (rows) */
+    int *p_nhist;             /* (rows) */
+    int32_t *p_pos;           /* (rows) */
 };
 
 static void s_count(serve_step_t *st, const char *name, int64_t v) {
@@ -72,6 +80,12 @@ void serve_step_destroy(serve_step_t **self_p) {
     free(st->b_hid);
     free(st->hidden);
     free(st->vec);
+    free(st->host_row);
+    free(st->dev_next);
+    free(st->p);
+    free(st->p_hist);
+    free(st->p_nhist);
+    free(st->p_pos);
     free(st);
     *self_p = NULL;
 }
@@ -101,7 +115,14 @@ serve_step_t *serve_step_new(const serve_step_config_t *cfg, const serve_step_si
     st->b_hid = malloc((size_t)room * sizeof *st->b_hid);
     st->hidden = malloc((size_t)room * st->d_model * sizeof *st->hidden);
     st->vec = malloc((size_t)st->d_model * sizeof *st->vec);
-    if (!st->b_hid || !st->hidden || !st->vec || !st->mask || !st->items || !st->b_tok ||
+    st->host_row = malloc((size_t)rows * sizeof *st->host_row);
+    st->dev_next = malloc((size_t)rows * sizeof *st->dev_next);
+    st->p = malloc((size_t)rows * sizeof *st->p);
+    st->p_hist = malloc((size_t)rows * sizeof *st->p_hist);
+    st->p_nhist = malloc((size_t)rows * sizeof *st->p_nhist);
+    st->p_pos = malloc((size_t)rows * sizeof *st->p_pos);
+    if (!st->host_row || !st->dev_next || !st->p || !st->p_hist || !st->p_nhist || !st->p_pos ||
+        !st->b_hid || !st->hidden || !st->vec || !st->mask || !st->items || !st->b_tok ||
         !st->b_pos || !st->b_seq || !st->b_want || !st->b_seqs || !st->logits || !st->lp_rows)
         serve_step_destroy(&st);
     return st;
@@ -429,6 +450,74 @@ static void s_pool(serve_step_t *st, serve_step_seq_t *s, const sched_batch_item
     st->sink.embedded(st->sink.arg, s, st->vec, d);
 }
 
+/* True when s's next token can be picked on the device (only its id coming back): no drafts
+ * to verify, no grammar, no logprobs, no logit bias or OpenAI penalties (the device sampler
+ * has neither), not an embedding. */
+static bool s_device_picks(const serve_step_t *st, const serve_step_seq_t *s, int nd) {
+    const model_sampler_params_t *p = &s->sp;
+    return st->cfg.dev && nd == 0 && !s->grammar && !s->logprobs && !s->embed_sum &&
+           p->n_bias == 0 && p->presence_penalty == 0 && p->frequency_penalty == 0;
+}
+
+/* Which logits rows of this step the host needs (host_row); the others are picked on the
+ * device after the forward pass. */
+static void s_plan_rows(serve_step_t *st, int n_items) {
+    int row = 0;
+    for (int k = 0; k < n_items; k++) {
+        const sched_batch_item_t *it = &st->items[k];
+        const serve_step_seq_t *s = it->user;
+        if (!it->sample || s->embed_sum)
+            continue;
+        int nd = it->prefill ? 0 : s->n_draft;
+        bool host = !s_device_picks(st, s, nd);
+        for (int j = 0; j <= nd; j++)
+            st->host_row[row + j] = host;
+        row += 1 + nd;
+    }
+}
+
+/* Pick rows [r0, r1) on the device into dev_next; a run the device refuses (-ENOTSUP:
+ * CUDA's top-k limit, a long repetition window) comes to the host instead. */
+static int s_pick_run(serve_step_t *st, int r0, int r1) {
+    int n = r1 - r0;
+    int rc = model_dev_sample(st->cfg.dev, r0, n, st->p, st->p_hist, st->p_nhist, st->p_pos,
+                              st->dev_next + r0);
+    if (rc != -ENOTSUP) {
+        s_count(st, "sample.device", rc ? 0 : n);
+        return rc;
+    }
+    for (int j = r0; j < r1; j++)
+        st->host_row[j] = true;
+    return model_dev_logits(st->cfg.dev, r0, n, st->logits + (size_t)r0 * st->n_vocab);
+}
+
+/* The tokens of the rows the device picks (s_plan_rows), in runs of consecutive rows.  0 or
+ * a backend's error. */
+static int s_device_pick(serve_step_t *st, int n_items) {
+    int row = 0, r0 = 0, rc = 0;
+    for (int k = 0; k < n_items && !rc; k++) {
+        const sched_batch_item_t *it = &st->items[k];
+        const serve_step_seq_t *s = it->user;
+        if (!it->sample || s->embed_sum)
+            continue;
+        if (st->host_row[row]) { /* a host row ends the run before it */
+            rc = row > r0 ? s_pick_run(st, r0, row) : 0;
+            row += 1 + (it->prefill ? 0 : s->n_draft);
+            r0 = row;
+            continue;
+        }
+        int j = row - r0; /* its place in the run's arguments */
+        st->p[j] = (kern_backend_sample_t){
+            s->sp.temperature,    s->sp.top_k,         s->sp.top_p, s->sp.min_p,
+            s->sp.repeat_penalty, s->sp.repeat_last_n, s->sp.seed};
+        st->p_hist[j] = s->hist;
+        st->p_nhist[j] = s->n_hist;
+        st->p_pos[j] = it->pos0 + it->n;
+        row += 1;
+    }
+    return !rc && row > r0 ? s_pick_run(st, r0, row) : rc;
+}
+
 int serve_step_run(serve_step_t *self) {
     serve_step_t *st = self;
     int n_items = sched_batch_plan(st->cfg.sched, st->items, st->max_batch);
@@ -442,9 +531,16 @@ int serve_step_run(serve_step_t *self) {
     uint64_t t_fwd = base_now_us();
     const kern_kv_pool_t *pool = kv_cache_pool(st->cfg.kv);
     bool *hid = any_hidden ? st->b_hid : NULL;
-    int got = st->cfg.dev
-                  ? model_dev_forward_hidden(st->cfg.dev, &b, pool, st->logits, hid, st->hidden)
-                  : model_ctx_forward_hidden(st->cfg.ctx, &b, pool, st->logits, hid, st->hidden);
+    int got;
+    if (st->cfg.dev) {
+        s_plan_rows(st, n_items);
+        got = model_dev_forward_rows(st->cfg.dev, &b, pool, st->logits, hid, st->hidden,
+                                     st->host_row);
+        int rc = got < 0 ? 0 : s_device_pick(st, n_items);
+        got = rc ? rc : got;
+    } else {
+        got = model_ctx_forward_hidden(st->cfg.ctx, &b, pool, st->logits, hid, st->hidden);
+    }
     double dt = (double)(base_now_us() - t_fwd);
     st->step_us = st->step_us > 0 ? 0.9 * st->step_us + 0.1 * dt : dt;
     s_count(st, "steps", 1);
@@ -506,7 +602,10 @@ int serve_step_run(serve_step_t *self) {
             s_log_softmax(lg, st->lp_rows, nv);
         if (s->grammar && !s_constrain(st, s, lg))
             continue;
-        int32_t next = model_sampler_sample(st->cfg.sampler, &s->sp, lg, s->hist, s->n_hist, pos);
+        int32_t next =
+            st->cfg.dev && !st->host_row[row - 1]
+                ? st->dev_next[row - 1] /* picked on the device */
+                : model_sampler_sample(st->cfg.sampler, &s->sp, lg, s->hist, s->n_hist, pos);
         if (s->grammar && s_advance(st, s, next))
             continue;
         if (!s_emit(st, s, next, s->logprobs ? st->lp_rows : NULL, skip + it->n))

@@ -18,7 +18,8 @@ tier manager (T1) with write-through.  8 concurrent greedy chat requests:
 4. on the default (quantized) model, thread mode, one worker each: the device worker's
    answers against the CPU worker's by the near-tie rule below;
 and the device worker moved blocks both ways (kv.t0 counters of its T0: written through
-to T1, inserted from it).
+to T1, inserted from it) and picked greedy tokens on the device (sample.device: only the ids
+came back).
 
 Why F16 and equality: F16 weights multiply F16-rounded activations on both paths, so the
 two forwards differ only in summation order (packed rows on the CPU, plain ones on the
@@ -214,6 +215,10 @@ def main():
             print("device worker's T0 <-> T1 counters:", moved)
             u.check(st.get("worker1.kv.written", 0) > 0, "the device worker wrote no block "
                     "through to T1")
+            picked = st.get("worker1.sample.device", 0)
+            print("device worker: %d tokens picked on the device (only their ids came back)"
+                  % picked)
+            u.check(picked > 0, "the device worker picked no token on the device")
         quantized_round()
     finally:
         shutil.rmtree(d, ignore_errors=True)

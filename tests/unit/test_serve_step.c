@@ -48,6 +48,7 @@ typedef struct {
     model_sampler_t *sampler;
     serve_step_t *step;
     int64_t prefill, decode, verified; /* tokens of the last step */
+    int64_t device_picked;             /* tokens picked on the device, in all */
     int errors;
 } s_world_t;
 
@@ -90,6 +91,8 @@ static void s_count(void *arg, const char *name, int64_t value) {
         w->decode += value;
     else if (!strcmp(name, "tokens.verified"))
         w->verified += value;
+    else if (!strcmp(name, "sample.device"))
+        w->device_picked += value;
 }
 
 /* A world on the model at path: max_batch, step_tokens, KV blocks of 4 positions (f32,
@@ -166,7 +169,15 @@ static int s_run(s_world_t *w) {
 /* The model's greedy continuation of prompt (n_gen tokens, fewer when an EOG token
  * comes first; tok may be NULL): one position per forward pass from an empty cache,
  * without the scheduler or kv_cache.  Returns the tokens written. */
+static int s_sampled(const s_world_t *w, const int32_t *prompt, int n, int n_gen,
+                     const model_sampler_params_t *sp, int32_t *out);
 static int s_greedy(const s_world_t *w, const int32_t *prompt, int n, int n_gen, int32_t *out) {
+    return s_sampled(w, prompt, n, n_gen, NULL, out);
+}
+
+/* s_greedy's continuation drawn by model_sampler_sample with sp (NULL: argmax) instead. */
+static int s_sampled(const s_world_t *w, const int32_t *prompt, int n, int n_gen,
+                     const model_sampler_params_t *sp, int32_t *out) {
     const model_config_t *cfg = model_config(w->model);
     kern_kv_shape_t shape = model_kv_shape(cfg, 16);
     kern_kv_pool_t kv;
@@ -179,7 +190,8 @@ static int s_greedy(const s_world_t *w, const int32_t *prompt, int n, int n_gen,
     char err[256];
     model_dev_t *dev = be ? model_dev_new(w->model, be, 1, 1, 8, err, sizeof err) : NULL;
     float *logits = malloc((size_t)cfg->n_vocab * sizeof *logits);
-    ck_assert((ctx || dev) && logits);
+    model_sampler_t *smp = model_sampler_new(cfg->n_vocab);
+    ck_assert((ctx || dev) && logits && smp);
     memcpy(seq, prompt, (size_t)n * sizeof *seq);
     int got = 0;
     for (int p = 0; p < n + n_gen - 1; p++) {
@@ -191,12 +203,14 @@ static int s_greedy(const s_world_t *w, const int32_t *prompt, int n, int n_gen,
                          want ? 1 : 0);
         if (!want)
             continue;
-        int32_t t = model_argmax(logits, cfg->n_vocab);
+        int32_t t = sp ? model_sampler_sample(smp, sp, logits, seq, p + 1, p + 1)
+                       : model_argmax(logits, cfg->n_vocab);
         if (w->tok && model_tokenizer_is_eog(w->tok, t))
             break;
         seq[p + 1] = out[got++] = t;
     }
     free(logits);
+    model_sampler_destroy(&smp);
     model_ctx_destroy(&ctx);
     model_dev_destroy(&dev);
     kern_backend_destroy(&be);
@@ -339,6 +353,45 @@ START_TEST(step_equals_greedy) {
 }
 END_TEST
 
+/* Seeded sampling with a repetition penalty (top-k 40, top-p 0.9, temperature 0.9): the
+ * tokens equal model_sampler_sample's over the same forward one position at a time -- on
+ * the seam, where the step picks them on the device (the backend's sampler, its history
+ * uploaded), the draws must be the host sampler's. */
+START_TEST(step_sampled_equals_reference) {
+    s_world_t w;
+    s_world_init(&w, test_model_path(), 2, 16, true, false);
+    const int32_t pa[7] = {504, 3458, 282, 4649, 314, 3575, 30};
+    const int32_t pb[5] = {1, 339, 1435, 288, 1117};
+    s_req_t a, b;
+    s_req_init(&a, 1, pa, 7, 16);
+    s_req_init(&b, 2, pb, 5, 16);
+    s_req_t *rs[2] = {&a, &b};
+    for (int q = 0; q < 2; q++) {
+        rs[q]->seq.sp = model_sampler_defaults();
+        rs[q]->seq.sp.temperature = 0.9f;
+        rs[q]->seq.sp.top_p = 0.9f;
+        rs[q]->seq.sp.repeat_penalty = 1.3f;
+        rs[q]->seq.sp.seed = 100 + (uint64_t)q;
+        ck_assert_int_eq(serve_step_admit(w.step, &rs[q]->seq, NULL), 0);
+    }
+    for (int i = 0; i < 64 && !(a.freed && b.freed); i++)
+        ck_assert_int_gt(s_run(&w), 0);
+    ck_assert(a.freed && b.freed);
+    ck_assert_int_eq(w.errors, 0);
+    for (int q = 0; q < 2; q++) {
+        s_req_t *r = rs[q];
+        int32_t want[16];
+        int n = s_sampled(&w, r->seq.hist, r->seq.n_prompt, 16, &r->seq.sp, want);
+        ck_assert_int_eq(r->n_got, n);
+        for (int i = 0; i < n; i++)
+            ck_assert_int_eq(r->got[i], want[i]);
+        kv_cache_release(w.kv, &r->seq.kv);
+    }
+    ck_assert_int_eq(w.device_picked, S_DEV ? a.n_got + b.n_got : 0);
+    s_world_free(&w);
+}
+END_TEST
+
 /* A draft whose first token is the model's and whose second is not: the decode pass
  * verifies it, emits the accepted token and the target's own next one, and keeps the
  * KV of those positions only; generation then goes on exactly as plain greedy. */
@@ -409,11 +462,13 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tm, 300);
     tcase_add_test(tm, step_equals_greedy);
     tcase_add_test(tm, verify_draft_rolls_back);
+    tcase_add_test(tm, step_sampled_equals_reference);
     TCase *td = test_tcase_model(s, "model on the seam");
     tcase_set_timeout(td, 300);
     tcase_add_unchecked_fixture(td, s_dev_on, s_dev_off);
     tcase_add_test(td, step_equals_greedy);
     tcase_add_test(td, verify_draft_rolls_back);
+    tcase_add_test(td, step_sampled_equals_reference);
     TCase *to = tcase_create("ordering on the seam");
     tcase_set_timeout(to, 60);
     tcase_add_unchecked_fixture(to, s_dev_on, s_dev_off);
