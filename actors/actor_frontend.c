@@ -64,6 +64,10 @@ const actor_opt_t actor_frontend_opts[] = {
      "a worker that answers no heartbeat for this long is hung: its requests move to the "
      "others (0: never)",
      .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, hang_timeout_ms)},
+    {"progress_ms", ACTOR_OPT_INT, "10000", 100, 3600000, NULL,
+     "forward progress (health, /progressz): a worker that holds requests and produced no "
+     "token for this long has stalled (docs/OPERATIONS.md)",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, progress_ms)},
     {NULL},
 };
 
@@ -343,6 +347,7 @@ static void s_on_text(void *self, const msg_text_event_t *te) {
     }
     if (te->index >= 0) {
         actor_counters_add(f->counters, "tokens", 1);
+        actor_frontend_produced(f, te->worker);
         /* below skip: the client has it already (a resume without token ids) */
         if (serve_requests_to_client(r, te->index)) {
             msg_token_t t;
@@ -472,6 +477,7 @@ int actor_frontend_main(actor_env_t *env) {
     f.probe_us = (uint64_t)conf->probe_ms * 1000 * BASE_TIMEOUT_SCALE;
     f.give_up_us = (uint64_t)conf->resume_timeout_ms * 1000 * BASE_TIMEOUT_SCALE;
     f.hang_us = (uint64_t)conf->hang_timeout_ms * 1000 * BASE_TIMEOUT_SCALE;
+    f.progress_us = (uint64_t)conf->progress_ms * 1000 * BASE_TIMEOUT_SCALE;
     snprintf(f.endpoint, sizeof f.endpoint, "%s", conf->client);
     const serve_requests_cfg_t cfg = {conf->max_requests, f.accept_us, f.probe_us, f.give_up_us};
     f.reqs = serve_requests_new(&cfg, first_rid); /* NULL: reported below with the rest */
@@ -590,6 +596,7 @@ int actor_frontend_main(actor_env_t *env) {
     actor_loop_on(f.loop, MSG_STATS_ANSWER, actor_frontend_on_stats_answer);
     actor_loop_handle_worker_down(f.loop, actor_frontend_on_worker_down);
     actor_loop_handle_work_status(f.loop, s_on_status);
+    actor_loop_handle_drain(f.loop, actor_frontend_on_drain);
     actor_loop_timer(f.loop, ACTOR_FRONTEND_PING_US / 1000, actor_frontend_heartbeat);
     actor_loop_timer(f.loop, 100, actor_frontend_watch);
     actor_loop_idle(f.loop, s_idle);

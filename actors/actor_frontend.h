@@ -46,6 +46,7 @@ typedef struct {
     int audit_fsync;           /* interval|always = AUDIT_FSYNC_*: audit log durability */
     bool audit_text;           /* keep prompt and completion text in audit records */
     int hang_timeout_ms;       /* a worker that answers no heartbeat for this long is hung */
+    int progress_ms;           /* a worker holding requests without a token this long stalls */
 } actor_frontend_cfg_t;
 
 int actor_frontend_main(actor_env_t *env);

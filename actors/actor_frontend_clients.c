@@ -97,6 +97,12 @@ static void s_on_generate(actor_frontend_t *f, const uint8_t *ident, size_t iden
                                    trc == -ENOMEM ? "out of memory" : gwhy);
         return;
     }
+    if (f->draining && !(resume && serve_requests_find_client(f->reqs, ident, ident_len, g->id))) {
+        actor_counters_add(f->counters, "rejected.draining", 1);
+        actor_frontend_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_DRAINING,
+                                   "the server is draining (shutting down): retry on another");
+        return;
+    }
     if (serve_requests_grammar(g, gwhy, sizeof gwhy)) { /* fail-closed: never unconstrained */
         actor_counters_add(f->counters, "rejected.grammar", 1);
         actor_frontend_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_BAD_REQUEST, gwhy);
@@ -141,6 +147,12 @@ static void s_on_generate(actor_frontend_t *f, const uint8_t *ident, size_t iden
 static void s_on_embed(actor_frontend_t *f, const uint8_t *ident, size_t ident_len, int fd,
                        const char *client_key, msg_embed_t *e) {
     actor_counters_add(f->counters, "requests.embed", 1);
+    if (f->draining) {
+        actor_counters_add(f->counters, "rejected.draining", 1);
+        actor_frontend_reply_error(f, ident, ident_len, false, e->id, MSG_CODE_DRAINING,
+                                   "the server is draining (shutting down): retry on another");
+        return;
+    }
     msg_generate_t g;
     msg_generate_init(&g);
     snprintf(g.id, sizeof g.id, "%s", e->id);

@@ -34,6 +34,7 @@ typedef struct {
     bool restarting;            /* the supervisor reported it dead; no answer since */
     bool hung;                  /* silent for hang_timeout_ms: its requests moved away */
     int worker;                 /* worker index, or -1 for other actors */
+    uint64_t last_token_us;     /* a worker: when it last produced a token (0: never) */
     uint64_t last_stats_us;     /* when its last stats_answer arrived */
     msg_counter_t *counters;    /* its last stats_answer */
     int n_counters;
@@ -61,6 +62,10 @@ typedef struct {
     uint64_t probe_us;      /* a silent attempt is probed after this */
     uint64_t give_up_us;    /* a request without a new token for this long fails */
     uint64_t hang_us;       /* a peer silent this long is hung */
+    uint64_t progress_us;   /* a worker holding requests without a token this long stalls */
+    bool started;           /* every peer has answered once (latched) */
+    bool draining;          /* a drain is under way: no new requests */
+    uint64_t drain_end_us;  /* then what is still in flight ends with error draining */
     audit_log_t *audit;     /* the audit log, or NULL (no audit_dir) */
     bool curve_clients;     /* the client endpoint uses CURVE: a client's key is its name */
     char model_sha256[AUDIT_HASH_HEX];  /* the served model file's, for the audit records */
@@ -136,6 +141,13 @@ void actor_frontend_on_health(actor_frontend_t *f, const uint8_t *ident, size_t 
 
 /* Every 100 ms: attempts not accepted in time, silent ones probed, backoffs over. */
 void actor_frontend_watch(void *self);
+/* Worker w produced a token (forward progress). */
+void actor_frontend_produced(actor_frontend_t *f, int w);
+/* A drain (docs/OPERATIONS.md): no new requests; the actor ends when none is in flight, or
+ * at the grace's end after ending the rest with error draining (actor_frontend_drained). */
+void actor_frontend_on_drain(void *self, const msg_drain_t *m);
+/* Every 100 ms while draining: end what must end, and the actor when nothing is left. */
+void actor_frontend_drained(actor_frontend_t *f);
 
 /* A peer answered a ping: it is alive (and no longer hung or restarting). */
 void actor_frontend_on_pong(void *self, const msg_pong_t *m);

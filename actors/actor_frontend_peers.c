@@ -75,6 +75,40 @@ void actor_frontend_stats_flush(actor_frontend_t *f) {
     }
 }
 
+/* The peer of worker w, or NULL. */
+static actor_frontend_peer_t *s_worker_peer(actor_frontend_t *f, int w) {
+    for (int p = 0; p < f->n_peers; p++)
+        if (f->peers[p].worker == w)
+            return &f->peers[p];
+    return NULL;
+}
+
+void actor_frontend_produced(actor_frontend_t *f, int w) {
+    actor_frontend_peer_t *p = s_worker_peer(f, w);
+    if (p)
+        p->last_token_us = base_now_us();
+}
+
+/* Forward progress: no request in flight is stalled -- one a worker holds stalls when
+ * that worker answers no heartbeat, or has produced no token for progress_us since the
+ * request was sent to it; one no worker holds yet stalls after progress_us. */
+static bool s_progress(actor_frontend_t *f, uint64_t now) {
+    for (int i = 0; i < serve_requests_slots(f->reqs); i++) {
+        const serve_request_t *r = serve_requests_at(f->reqs, i);
+        if (!r->rid || r->final_due_us || r->retry_at_us)
+            continue;
+        uint64_t since = r->t_sent_us;
+        const actor_frontend_peer_t *p = r->worker >= 0 ? s_worker_peer(f, r->worker) : NULL;
+        if (p && now - p->last_seen_us > ACTOR_FRONTEND_UNHEALTHY_US)
+            return false;
+        if (p && p->last_token_us > since)
+            since = p->last_token_us;
+        if (now > since && now - since > f->progress_us)
+            return false;
+    }
+    return true;
+}
+
 void actor_frontend_on_health(actor_frontend_t *f, const uint8_t *ident, size_t ident_len) {
     msg_health_reply_t h;
     msg_health_reply_init(&h);
@@ -86,6 +120,7 @@ void actor_frontend_on_health(actor_frontend_t *f, const uint8_t *ident, size_t 
     msg_set_str(h.actors[0].name, sizeof h.actors[0].name, "frontend");
     h.actors[0].state = MSG_STATE_READY;
     h.n_actors = 1;
+    bool seen_all = true, tok = false, router = false, worker = false;
     for (int p = 0; p < f->n_peers; p++) {
         msg_actor_health_t *a = &h.actors[h.n_actors++];
         const actor_frontend_peer_t *x = &f->peers[p];
@@ -93,6 +128,7 @@ void actor_frontend_on_health(actor_frontend_t *f, const uint8_t *ident, size_t 
         if (!x->last_seen_us) {
             a->state = MSG_STATE_STARTING;
             a->last_seen_ms = 0;
+            seen_all = false;
         } else {
             a->last_seen_ms = (int64_t)((now - x->last_seen_us) / 1000);
             a->state = now - x->last_seen_us > ACTOR_FRONTEND_UNHEALTHY_US ? MSG_STATE_UNHEALTHY
@@ -103,9 +139,54 @@ void actor_frontend_on_health(actor_frontend_t *f, const uint8_t *ident, size_t 
         }
         if (a->state != MSG_STATE_READY)
             h.ok = false;
+        bool up = a->state == MSG_STATE_READY;
+        tok |= up && !strcmp(x->name, "tokenizer");
+        router |= up && !strcmp(x->name, "router");
+        worker |= up && x->worker >= 0;
     }
+    f->started |= seen_all;
+    h.started = f->started;
+    h.draining = f->draining;
+    h.ready = !f->draining && tok && router && worker;
+    h.progress = s_progress(f, now);
+    h.in_flight = serve_requests_count(f->reqs);
     actor_frontend_reply(f, ident, ident_len, false, MSG_HEALTH_REPLY, &h);
     free(h.actors);
+}
+
+void actor_frontend_on_drain(void *self, const msg_drain_t *m) {
+    actor_frontend_t *f = self;
+    uint64_t end = base_now_us() + (uint64_t)m->grace_ms * 1000;
+    if (!f->draining || end < f->drain_end_us)
+        f->drain_end_us = end; /* a second drain may shorten the grace, never lengthen it */
+    if (!f->draining)
+        LOG_I(ACTOR_FRONTEND_TAG, "draining: %d requests in flight, grace %lld ms",
+              serve_requests_count(f->reqs), (long long)m->grace_ms);
+    f->draining = true;
+    actor_counters_add(f->counters, "drains", 1);
+    actor_frontend_drained(f);
+}
+
+void actor_frontend_drained(actor_frontend_t *f) {
+    if (serve_requests_count(f->reqs) && base_now_us() < f->drain_end_us)
+        return;
+    int cut = 0;
+    for (int i = 0; i < serve_requests_slots(f->reqs); i++) {
+        serve_request_t *r = serve_requests_at(f->reqs, i);
+        if (!r->rid)
+            continue;
+        if (!r->gone)
+            actor_frontend_reply_error(f, r->ident, r->ident_len, false, r->gen.id,
+                                       MSG_CODE_DRAINING,
+                                       "the server drained before this request ended: resume it "
+                                       "on another server");
+        actor_frontend_cancel(f, r, "draining");
+        actor_frontend_remove(f, r);
+        cut++;
+    }
+    actor_counters_add(f->counters, "drain.cut", cut);
+    LOG_I(ACTOR_FRONTEND_TAG, "drained (%d requests cut at the grace's end): stopping", cut);
+    actor_loop_stop(f->loop);
 }
 
 /* Every attempt on worker w is lost (it died, or hangs). */
@@ -150,6 +231,8 @@ void actor_frontend_watch(void *self) {
         }
         }
     }
+    if (f->draining)
+        actor_frontend_drained(f);
 }
 
 static actor_frontend_peer_t *s_peer(actor_frontend_t *f, const char *name) {

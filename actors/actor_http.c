@@ -540,8 +540,7 @@ static void s_on_upstream(void *self, zsock_t *sock) {
         s_on_embedding(h, &m.u.embedding);
         break;
     case MSG_HEALTH_REPLY:
-        h->healthy = m.u.health_reply.ok;
-        h->health_us = base_now_us();
+        serve_probes_take(&h->probes, &m.u.health_reply, base_now_us());
         break;
     default:
         actor_counters_add(h->counters, "upstream.unexpected", 1);
@@ -591,6 +590,7 @@ static void s_cleanup(actor_http_t *h) {
     zsock_destroy(&h->up);
     actor_socks_close(s_socks, h);
     actor_loop_destroy(&h->loop);
+    serve_probes_clear(&h->probes);
 }
 
 int actor_http_main(actor_env_t *env) {

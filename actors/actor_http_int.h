@@ -14,6 +14,7 @@
 #include "serve_embed.h"
 #include "serve_models.h"
 #include "serve_openai.h"
+#include "serve_probes.h"
 #include "serve_responses.h"
 #include "serve_routes.h"
 
@@ -103,8 +104,7 @@ struct actor_http_t {
     char boot[12];                  /* a random prefix of the ids of this run */
     zsock_t *mon;                   /* PAIR: the upstream DEALER's connection events */
     int connections;                /* handshakes with the frontend so far */
-    bool healthy;                   /* the last health_reply said ok */
-    uint64_t health_us;             /* when it came */
+    serve_probes_t probes;          /* the frontend's last health_reply, for the probes */
     serve_responses_store_t *store; /* finished responses, for previous_response_id and GET */
 };
 

@@ -92,7 +92,7 @@ static enum MHD_Result s_error(actor_http_req_t *r, unsigned status, const char 
                        : status >= 500 ? "server_error"
                                        : "invalid_request_error";
     const char *hdr = NULL, *val = NULL;
-    if (status == 429)
+    if (status == 429 || status == 503)
         hdr = MHD_HTTP_HEADER_RETRY_AFTER, val = "1";
     else if (status == 401)
         hdr = MHD_HTTP_HEADER_WWW_AUTHENTICATE, val = "Bearer";
@@ -113,6 +113,8 @@ static enum MHD_Result s_error_from_code(actor_http_req_t *r) {
                        "context_length_exceeded", "%s", r->emsg);
     case MSG_CODE_OVERLOADED:
         return s_error(r, 429, NULL, "overloaded", "%s", r->emsg);
+    case MSG_CODE_DRAINING:
+        return s_error(r, 503, NULL, "draining", "%s", r->emsg);
     default:
         return s_error(r, 500, NULL, "internal", "%s", r->emsg);
     }
@@ -265,15 +267,20 @@ static enum MHD_Result s_respond_response(actor_http_req_t *r) {
     return s_queue_json(r, 200, o, NULL, NULL);
 }
 
-static enum MHD_Result s_respond_health(actor_http_req_t *r) {
-    actor_http_t *h = r->h;
-    bool fresh = h->health_us && base_now_us() - h->health_us < 2000000;
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "status",
-                            fresh && h->healthy ? "ok"
-                            : fresh             ? "starting"
-                                                : "unavailable");
-    return s_queue_json(r, fresh && h->healthy ? 200 : 503, o, NULL, NULL);
+/* /readyz (/health), /livez, /startupz, /progressz: serve_probes' answer (?verbose: every
+ * check). */
+static enum MHD_Result s_respond_probe(actor_http_req_t *r) {
+    serve_probe_t p = r->route == SERVE_HANDLER_LIVEZ       ? SERVE_PROBE_LIVE
+                      : r->route == SERVE_HANDLER_STARTUPZ  ? SERVE_PROBE_STARTUP
+                      : r->route == SERVE_HANDLER_PROGRESSZ ? SERVE_PROBE_PROGRESS
+                                                            : SERVE_PROBE_READY;
+    const char *v = NULL;
+    size_t vlen = 0; /* ?verbose, with or without a value */
+    bool verbose = MHD_lookup_connection_value_n(r->conn, MHD_GET_ARGUMENT_KIND, "verbose", 7, &v,
+                                                 &vlen) == MHD_YES;
+    cJSON *o;
+    int status = serve_probes_answer(&r->h->probes, p, verbose, base_now_us(), &o);
+    return s_queue_json(r, (unsigned)status, o, NULL, NULL);
 }
 
 /* A chat or legacy completion: parse, send the generate, wait for its events. */
@@ -313,7 +320,10 @@ static enum MHD_Result (*const s_handlers[SERVE_HANDLER_N])(actor_http_req_t *r)
     [SERVE_HANDLER_MODELS] = s_respond_models,
     [SERVE_HANDLER_MODEL] = s_respond_model,
     [SERVE_HANDLER_EMBEDDINGS] = s_respond_embeddings,
-    [SERVE_HANDLER_HEALTH] = s_respond_health,
+    [SERVE_HANDLER_HEALTH] = s_respond_probe,
+    [SERVE_HANDLER_LIVEZ] = s_respond_probe,
+    [SERVE_HANDLER_STARTUPZ] = s_respond_probe,
+    [SERVE_HANDLER_PROGRESSZ] = s_respond_probe,
     [SERVE_HANDLER_RESPONSES] = s_respond_generate,
     [SERVE_HANDLER_RESPONSE] = s_respond_response,
 };

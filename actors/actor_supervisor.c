@@ -46,6 +46,7 @@ struct actor_supervisor_t {
     int restarts;
     int hangs;           /* actors killed for a missed heartbeat */
     int hang_timeout_ms; /* 0: no hang detection */
+    bool draining;       /* actor_supervisor_drain: the frontend is not restarted */
 };
 
 static pid_t s_spawn(actor_supervisor_t *self, s_child_t *c) {
@@ -237,6 +238,8 @@ static int s_reap(actor_supervisor_t *self) {
             LOG_W(TAG, "%s (pid %d) exited with status %d", c->name, (int)c->pid, WEXITSTATUS(st));
         c->pid = 0;
         c->ready = false;
+        if (self->draining && !strcmp(c->name, "frontend"))
+            continue; /* it ended its drain */
         uint64_t now = base_now_us();
         if (now - c->started_us > STABLE_US)
             c->backoff_us = BACKOFF0_US;
@@ -318,6 +321,23 @@ int actor_supervisor_poll(actor_supervisor_t *self, int timeout_ms) {
         }
     }
     return 0;
+}
+
+int actor_supervisor_drain(actor_supervisor_t *self, int grace_ms) {
+    s_child_t *front = s_by_name(self, "frontend");
+    if (!front || front->pid <= 0 || !self->to_front)
+        return 0; /* no frontend on this host: nothing takes requests here */
+    msg_drain_t d = {grace_ms};
+    if (actor_send(self->to_front, MSG_DRAIN, &d))
+        return -EIO;
+    self->draining = true;
+    uint64_t deadline = base_now_us() + ((uint64_t)grace_ms + 5000) * 1000;
+    while (base_now_us() < deadline) {
+        actor_supervisor_poll(self, 100);
+        if (front->pid == 0)
+            return 0;
+    }
+    return -ETIMEDOUT;
 }
 
 int actor_supervisor_restarts(const actor_supervisor_t *self) {

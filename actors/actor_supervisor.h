@@ -31,6 +31,11 @@ int actor_supervisor_start(actor_supervisor_t *self, int timeout_ms, char *err, 
  * router and the frontend, restart what is due.  Returns 0. */
 int actor_supervisor_poll(actor_supervisor_t *self, int timeout_ms);
 /* Restarts so far (all actors). */
+/* Drain (docs/OPERATIONS.md): a drain message to this host's frontend, then the actors
+ * kept running (and restarted, all but the frontend) until the frontend ends -- when
+ * nothing is in flight, or at the end of grace_ms -- or 5 s past the grace.  0, -ETIMEDOUT,
+ * or -EIO (the message could not be sent); 0 at once on a host without the frontend. */
+int actor_supervisor_drain(actor_supervisor_t *self, int grace_ms);
 int actor_supervisor_restarts(const actor_supervisor_t *self);
 /* Actors killed for a missed heartbeat so far. */
 int actor_supervisor_hangs(const actor_supervisor_t *self);

@@ -13,7 +13,10 @@
 #include "actor_topology.h"
 #include "actor_worker.h"
 
+#include "base_clock.h"
+
 #include <czmq.h>
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +48,12 @@ static const s_flag_t s_flags[] = {
     {"client-allow", 0, "frontend", "client_allow", "DIR", NULL, 0,
      "CURVE on the client endpoint: the directory of client public keys admitted", NULL},
     {"workers", 0, NULL, NULL, "N", NULL, 0, "target workers (1..64, default 1)", NULL},
+    {"drain-timeout", 0, NULL, NULL, "S", NULL, 0,
+     "on SIGTERM/SIGINT, drain first: refuse new requests (error draining, /readyz 503), let "
+     "those in flight finish for up to S seconds, end the rest with error draining (their "
+     "clients resume them elsewhere); 0: stop at once (0..3600, default 30; "
+     "docs/OPERATIONS.md)",
+     NULL},
     {"threads", 't', "worker<N>", "threads", "N", NULL, 0,
      "threads per worker (1..256, default: CPUs / workers)", NULL},
     {"device", 0, "worker<N>", "device", "DEV", NULL, 0,
@@ -210,7 +219,31 @@ static void s_set(char (*vals)[ACTOR_TOPO_VALUE], const char *flag, const char *
 }
 
 /* The embedded default: every actor over inproc:// in this process. */
-static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoint) {
+/* Thread mode's drain: a drain message to the frontend, then wait for it to end (it does
+ * when nothing is in flight, or at the grace's end); a few seconds past the grace, stop
+ * anyway. */
+static void s_drain_threads(const actor_topology_t *topo, actor_t **actors, int n, int drain_s) {
+    actor_t *front = NULL;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(actor_name(actors[i]), "frontend"))
+            front = actors[i];
+    zsock_t *push =
+        front ? actor_sock_outbound(topo, "supervisor", "frontend", ACTOR_HWM_CTL) : NULL;
+    msg_drain_t d = {(int64_t)drain_s * 1000};
+    if (!push || actor_send(push, MSG_DRAIN, &d)) {
+        zsock_destroy(&push);
+        return;
+    }
+    fprintf(stderr, "strata serve: draining (up to %d s)\n", drain_s);
+    fflush(stderr);
+    uint64_t deadline = base_now_us() + (uint64_t)(drain_s + 5) * 1000000;
+    int arc;
+    while (!actor_exited(front, &arc) && base_now_us() < deadline)
+        zclock_sleep(50);
+    zsock_destroy(&push);
+}
+
+static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoint, int drain_s) {
     actor_t **actors = calloc((size_t)topo->n, sizeof *actors);
     const char *order[ACTOR_TOPO_MAX_ACTORS];
     int n = 0, rc = 1;
@@ -254,6 +287,8 @@ static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoi
             }
         }
     }
+    if (!rc && drain_s > 0)
+        s_drain_threads(topo, actors, n, drain_s);
     fprintf(stderr, "strata serve: stopping\n");
     goto stop;
 fail:
@@ -267,7 +302,7 @@ stop:
     return rc;
 }
 
-static int s_process_mode(actor_topology_t *topo, const char *path, const char *host) {
+static int s_process_mode(actor_topology_t *topo, const char *path, const char *host, int drain_s) {
     char exe[1024], err[512];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (k <= 0) {
@@ -300,6 +335,12 @@ static int s_process_mode(actor_topology_t *topo, const char *path, const char *
         fflush(stderr);
         while (!zsys_interrupted)
             actor_supervisor_poll(sup, 100);
+        if (drain_s > 0) {
+            fprintf(stderr, "strata serve: draining (up to %d s)\n", drain_s);
+            fflush(stderr);
+            if (actor_supervisor_drain(sup, drain_s * 1000) == -ETIMEDOUT)
+                fprintf(stderr, "strata serve: the frontend did not end its drain in time\n");
+        }
         fprintf(stderr, "strata serve: stopping (%d restart%s, %d hung)\n",
                 actor_supervisor_restarts(sup), actor_supervisor_restarts(sup) == 1 ? "" : "s",
                 actor_supervisor_hangs(sup));
@@ -329,6 +370,7 @@ static bool s_flag_value(int r, const char *value, char *out, size_t len) {
 typedef struct {
     char vals[S_N_FLAGS][ACTOR_TOPO_VALUE]; /* what each row sets; "" = not given */
     long workers, experts;
+    long drain_s; /* --drain-timeout */
     const char *endpoint, *topo_path, *host;
     bool tiers;
 } s_serve_t;
@@ -365,6 +407,9 @@ static int s_take(s_serve_t *s, int r, const char *value) {
             return 1;
     } else if (!strcmp(flag, "experts")) {
         if (!cli_int("serve", "--experts", value, 0, 64, &s->experts))
+            return 1;
+    } else if (!strcmp(flag, "drain-timeout")) {
+        if (!cli_int("serve", "--drain-timeout", value, 0, 3600, &s->drain_s))
             return 1;
     } else if (!strcmp(flag, "no-tiers")) {
         s->tiers = false;
@@ -539,13 +584,14 @@ static int s_run_topology(s_serve_t *s, actor_topology_t *topo) {
     actor_topo_entry_t *sup = (actor_topo_entry_t *)actor_topology_find(topo, "supervisor");
     if (VAL("hang-timeout-ms") && sup)
         actor_topology_set(sup, "hang_timeout_ms", VAL("hang-timeout-ms"));
-    return s_process_mode(topo, s->topo_path, s->host);
+    return s_process_mode(topo, s->topo_path, s->host, (int)s->drain_s);
 }
 
 int cmd_serve(int argc, char **argv) {
     static s_serve_t s; /* vals: too large for the stack */
     memset(&s, 0, sizeof s);
     s.workers = 1;
+    s.drain_s = 30;
     s.endpoint = ACTOR_FRONTEND_DEFAULT_ENDPOINT;
     s.tiers = true;
     int rc = s_parse(&s, argc, argv);
@@ -562,7 +608,7 @@ int cmd_serve(int argc, char **argv) {
     else if (!s_thread_topology(&s, topo))
         rc = 2;
     else
-        rc = s_thread_mode(topo, (int)s.workers, s.endpoint);
+        rc = s_thread_mode(topo, (int)s.workers, s.endpoint, (int)s.drain_s);
     free(topo);
     return rc;
 }

@@ -181,6 +181,14 @@ typedef struct {
     bool ok;                    /* every actor ready */
     msg_actor_health_t *actors; /* (n_actors) */
     int n_actors;               /* 0..MSG_MAX_ACTORS */
+    /* the probes (docs/OPERATIONS.md); optional on input (absent: false, 0) */
+    bool started;      /* every actor has answered once (the models are loaded) */
+    bool ready;        /* takes traffic: not draining, the tokenizer, the router and at least
+                          one worker ready */
+    bool progress;     /* no request in flight is stalled: its worker answers heartbeats and
+                          produced a token within the progress window */
+    bool draining;     /* a drain is under way */
+    int64_t in_flight; /* requests held, >= 0 */
 } msg_health_reply_t;
 
 /* 10 resume: continue a generate after a lost connection (the client reconnected, or

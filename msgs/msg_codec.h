@@ -133,7 +133,7 @@ int msg_codec_encode(const msg_schema_t *s, int type, const void *m, void **buf,
 /* the names of the enums on the wire, indexed by value (msg_finish_names[0] is NULL:
  * "running" never travels as a string) */
 extern const char *const msg_finish_names[5];
-extern const char *const msg_code_names[5];
+extern const char *const msg_code_names[6];
 extern const char *const msg_state_names[4];
 
 /* a logit_bias entry {token, bias}, and the rule across entries (each token once) */

@@ -43,6 +43,17 @@ const msg_schema_t msg_schema_stop = {"stop", sizeof(msg_stop_t), NULL, 0, NULL,
 const msg_schema_t msg_schema_stats_query = {
     "stats_query", sizeof(msg_stats_query_t), NULL, 0, NULL, NULL};
 
+static const msg_field_t s_drain_fields[] = {
+    {.key = "grace_ms",
+     .kind = MSG_F_I64,
+     .flags = REQ,
+     .off = offsetof(msg_drain_t, grace_ms),
+     .lo = 0,
+     .hi = 3600000},
+};
+const msg_schema_t msg_schema_drain = {
+    "drain", sizeof(msg_drain_t), s_drain_fields, MSG_NFIELDS(s_drain_fields), NULL, NULL};
+
 static const msg_field_t s_stats_answer_fields[] = {
     S_NAME(msg_stats_answer_t),
     {.key = "counters",

@@ -45,6 +45,14 @@ typedef struct {
  * sending it; the same fields as ready */
 typedef msg_ready_t msg_heartbeat_t;
 
+/* 51 drain (parent -> frontend): stop taking requests (health says draining, not ready;
+ * new ones get error draining), let those in flight finish, and end the actor when none is
+ * left -- or after grace_ms, ending the rest with error draining (their clients resume
+ * them elsewhere). */
+typedef struct {
+    int64_t grace_ms; /* 0..3600000 */
+} msg_drain_t;
+
 MSG_DECLARE_CODEC(ready)
 MSG_DECLARE_CODEC(ping)
 MSG_DECLARE_CODEC(pong)
@@ -52,5 +60,6 @@ MSG_DECLARE_CODEC(stop)
 MSG_DECLARE_CODEC(stats_query)
 MSG_DECLARE_CODEC(stats_answer)
 MSG_DECLARE_CODEC(heartbeat)
+MSG_DECLARE_CODEC(drain)
 
 #endif

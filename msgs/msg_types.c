@@ -114,8 +114,8 @@ bad:
 }
 
 const char *const msg_finish_names[5] = {NULL, "eos", "length", "stop", "cancelled"};
-const char *const msg_code_names[5] = {"bad_request", "overloaded", "not_found", "internal",
-                                       "context_length_exceeded"};
+const char *const msg_code_names[6] = {
+    "bad_request", "overloaded", "not_found", "internal", "context_length_exceeded", "draining"};
 const char *const msg_state_names[4] = {"ready", "starting", "unhealthy", "restarting"};
 
 const char *msg_finish_name(int finish) {
@@ -125,7 +125,7 @@ const char *msg_finish_name(int finish) {
 }
 
 const char *msg_code_name(int code) {
-    return code >= 0 && code <= MSG_CODE_CONTEXT ? msg_code_names[code] : NULL;
+    return code >= 0 && code <= MSG_CODE_DRAINING ? msg_code_names[code] : NULL;
 }
 
 const char *msg_state_name(int state) {

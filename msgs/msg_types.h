@@ -71,7 +71,8 @@
     X(stop, STOP, 43, 1, MSG_FAMILY_CTL)                                                           \
     X(stats_query, STATS_QUERY, 44, 1, MSG_FAMILY_CTL)                                             \
     X(stats_answer, STATS_ANSWER, 45, 1, MSG_FAMILY_CTL)                                           \
-    X(heartbeat, HEARTBEAT, 46, 1, MSG_FAMILY_CTL)
+    X(heartbeat, HEARTBEAT, 46, 1, MSG_FAMILY_CTL)                                                 \
+    X(drain, DRAIN, 51, 1, MSG_FAMILY_CTL)
 
 typedef enum {
     MSG_NONE = 0, /* not a message type; msg_peek_type never returns it with 0 */
@@ -219,8 +220,11 @@ typedef enum {
     MSG_CODE_OVERLOADED = 1,  /* "overloaded": a queue is full; retry later */
     MSG_CODE_NOT_FOUND = 2,   /* "not_found": cancel of an unknown id */
     MSG_CODE_INTERNAL = 3,    /* "internal": a server-side failure */
-    MSG_CODE_CONTEXT = 4      /* "context_length_exceeded": the prompt (+ max_tokens) does not
+    MSG_CODE_CONTEXT = 4,     /* "context_length_exceeded": the prompt (+ max_tokens) does not
                                  fit in the worker's context */
+    MSG_CODE_DRAINING = 5     /* "draining": the server is shutting down and takes no new
+                                 request (retry on another server; a stream cut by the drain
+                                 resumes there with `resume`) */
 } msg_code_t;
 const char *msg_code_name(int code); /* NULL if invalid */
 

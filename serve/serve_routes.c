@@ -17,6 +17,10 @@ static const serve_route_t s_routes[] = {
     {"/v1/responses/", true, "GET", true, SERVE_HANDLER_RESPONSE},
     {"/v1/responses/", true, "DELETE", true, SERVE_HANDLER_RESPONSE},
     {"/health", false, "GET", false, SERVE_HANDLER_HEALTH}, /* probes carry no key */
+    {"/readyz", false, "GET", false, SERVE_HANDLER_HEALTH},
+    {"/livez", false, "GET", false, SERVE_HANDLER_LIVEZ},
+    {"/startupz", false, "GET", false, SERVE_HANDLER_STARTUPZ},
+    {"/progressz", false, "GET", false, SERVE_HANDLER_PROGRESSZ},
     {"/chat/completions", false, "POST", true, SERVE_HANDLER_CHAT},
     {"/completions", false, "POST", true, SERVE_HANDLER_COMPLETIONS},
     {"/embeddings", false, "POST", true, SERVE_HANDLER_EMBEDDINGS},

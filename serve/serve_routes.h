@@ -16,7 +16,10 @@ typedef enum {
     SERVE_HANDLER_MODELS,      /* the list of the one model served */
     SERVE_HANDLER_MODEL,       /* one model by its id: GET /v1/models/{id} */
     SERVE_HANDLER_EMBEDDINGS,  /* OpenAI embeddings (serve_embed) */
-    SERVE_HANDLER_HEALTH,      /* the frontend's health: 200 or 503 */
+    SERVE_HANDLER_HEALTH,      /* readiness (/readyz, /health): serve_probes */
+    SERVE_HANDLER_LIVEZ,       /* liveness of the gateway's process */
+    SERVE_HANDLER_STARTUPZ,    /* startup: every actor answered once */
+    SERVE_HANDLER_PROGRESSZ,   /* forward progress */
     SERVE_HANDLER_RESPONSES,   /* an OpenAI response: POST /v1/responses (serve_responses) */
     SERVE_HANDLER_RESPONSE,    /* a kept response: GET or DELETE /v1/responses/{id} */
     SERVE_HANDLER_N

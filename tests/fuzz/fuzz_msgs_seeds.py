@@ -46,6 +46,7 @@ msgs = [
     {"type": "worker_down", "worker": 1},
     {"type": "ready", "name": "router", "pid": 123}, {"type": "ping", "seq": 1},
     {"type": "pong", "seq": 1, "name": "router"}, {"type": "stop"}, {"type": "stats_query"},
+    {"type": "drain", "grace_ms": 30000},
     {"type": "stats_answer", "name": "router", "counters": {"x": 1}},
 ]
 for i, m in enumerate(msgs):

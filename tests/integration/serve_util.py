@@ -73,6 +73,8 @@ class Server:
         cmd = [BIN, "serve"] + [a.replace("@ENDPOINT@", self.endpoint) for a in self.args]
         if "--topology" not in self.args:
             cmd += ["--endpoint", self.endpoint]
+        if "--drain-timeout" not in self.args:  # stop() waits 15 s: a drain must end before
+            cmd += ["--drain-timeout", "5"]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=env)
         deadline = time.time() + self.ready_timeout
         while time.time() < deadline:

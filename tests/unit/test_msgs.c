@@ -115,6 +115,9 @@ static void fill(int type, msg_any_t *a) {
         a->u.health_reply.ok = false;
         a->u.health_reply.actors = actors;
         a->u.health_reply.n_actors = 2;
+        a->u.health_reply.started = true;
+        a->u.health_reply.progress = true;
+        a->u.health_reply.in_flight = 3;
         break;
     case MSG_TOK_REQUEST:
         a->u.tok_request.rid = 77;
@@ -216,6 +219,9 @@ static void fill(int type, msg_any_t *a) {
         break;
     case MSG_PING:
         a->u.ping.seq = 9;
+        break;
+    case MSG_DRAIN:
+        a->u.drain.grace_ms = 30000;
         break;
     case MSG_PONG:
         a->u.pong.seq = 9;
