@@ -83,10 +83,22 @@ void actor_frontend_client_gone(actor_frontend_t *f, const uint8_t *ident, size_
 
 /* A generate, or a resume (resume: the client has `have` token events, with their
  * token ids when tokens is not NULL).  Takes g's prompt / messages over. */
+/* Whether g asks for what r runs: the two generates encode to the same bytes. */
+static bool s_same_generate(const serve_request_t *r, const msg_generate_t *g) {
+    void *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    msg_err_t err;
+    bool same = r && !msg_generate_encode(&r->gen, &a, &na, &err) &&
+                !msg_generate_encode(g, &b, &nb, &err) && na == nb && !memcmp(a, b, na);
+    free(a);
+    free(b);
+    return same;
+}
+
 static void s_on_generate(actor_frontend_t *f, const uint8_t *ident, size_t ident_len, int fd,
                           const char *client_key, msg_generate_t *g, bool resume, int have,
                           const int32_t *tokens) {
-    actor_counters_add(f->counters, resume ? "resumes" : "requests", 1);
+    actor_counters_add(f->counters, resume ? "client_resumes" : "requests", 1);
     char gwhy[256];
     serve_openai_tools_t tools;
     int trc = serve_requests_tools(g, &tools, gwhy, sizeof gwhy);
@@ -116,8 +128,16 @@ static void s_on_generate(actor_frontend_t *f, const uint8_t *ident, size_t iden
     if (err == -EEXIST && resume) {
         /* the client's first send of this request was still queued when its
          * connection dropped and went out on the new one before this resume:
-         * that one runs; the client drops the events it has (by index) */
-        actor_counters_add(f->counters, "resumes.running", 1);
+         * that one runs; the client drops the events it has (by index) -- when the resume
+         * asks for the same request (its keys unchanged, docs/PROTOCOL.md) */
+        if (!s_same_generate(serve_requests_find_client(f->reqs, ident, ident_len, g->id), g)) {
+            actor_counters_add(f->counters, "rejected.resume_changed", 1);
+            actor_frontend_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_BAD_REQUEST,
+                                       "a resume must repeat its generate's keys unchanged: "
+                                       "this one differs from the running request");
+            return;
+        }
+        actor_counters_add(f->counters, "client_resumes.running", 1);
         return;
     }
     if (err == -EEXIST) {

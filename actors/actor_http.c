@@ -61,6 +61,11 @@ const actor_opt_t actor_http_opts[] = {
     {"api_key_file", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
      "API keys, one per line: requests need 'Authorization: Bearer KEY' (default: none needed)",
      .field = ACTOR_OPT_FIELD(actor_http_cfg_t, api_key_file)},
+    {"tls_cert", ACTOR_OPT_PATH, NULL, 0, 0, NULL,
+     "HTTPS: the certificate chain (PEM); with tls_key (default: plain HTTP)",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, tls_cert)},
+    {"tls_key", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "HTTPS: the certificate's private key (PEM)",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, tls_key)},
     {"model_name", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
      "model id in /v1/models and responses (default: the model's file name)",
      .field = ACTOR_OPT_FIELD(actor_http_cfg_t, model_name)},
@@ -73,6 +78,16 @@ const actor_opt_t actor_http_opts[] = {
     {"timeout_s", ACTOR_OPT_INT, "30", 1, 3600, NULL,
      "an HTTP connection that sends nothing this long (headers, body, next request) is closed",
      .field = ACTOR_OPT_FIELD(actor_http_cfg_t, timeout_s)},
+    {"max_per_ip", ACTOR_OPT_INT, "32", 1, 65536, NULL,
+     "HTTP connections open at once from one address (more are refused)",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, max_per_ip)},
+    {"header_timeout_s", ACTOR_OPT_INT, "10", 1, 3600, NULL,
+     "a request's headers must be in this long after the connection opens or its last request "
+     "ends, however slowly they trickle (else the connection is closed)",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, header_timeout_s)},
+    {"body_timeout_s", ACTOR_OPT_INT, "60", 1, 3600, NULL,
+     "a request's body must be in this long after its headers (else the connection is closed)",
+     .field = ACTOR_OPT_FIELD(actor_http_cfg_t, body_timeout_s)},
     {"max_tokens", ACTOR_OPT_INT, "0", 0, MSG_MAX_TOKENS, NULL,
      "a request that gives neither max_tokens nor max_completion_tokens generates until the "
      "context ends (as OpenAI), and at most this many tokens (0: the protocol's 8192)",
@@ -656,8 +671,10 @@ int actor_http_main(actor_env_t *env) {
     }
     const char *listen = conf->listen;
     int epoll_fd;
-    if (actor_http_server_start(&h, listen, conf->max_connections, conf->timeout_s, &epoll_fd, why,
-                                sizeof why)) {
+    actor_http_limits_t lim = {conf->max_connections,  conf->max_per_ip,     conf->timeout_s,
+                               conf->header_timeout_s, conf->body_timeout_s, conf->tls_cert,
+                               conf->tls_key};
+    if (actor_http_server_start(&h, listen, &lim, &epoll_fd, why, sizeof why)) {
         actor_env_fail(env, "%s: %s", me, why);
         s_cleanup(&h);
         return 1;

@@ -36,11 +36,16 @@ typedef struct {
     const char *upstream;     /* the frontend's client endpoint it connects to */
     const char *client_key;   /* CURVE key pair */
     const char *api_key_file; /* API keys, one per line: requests need 'Authorization */
+    const char *tls_cert;     /* HTTPS: the certificate chain (PEM) */
+    const char *tls_key;      /* HTTPS: its private key (PEM) */
     const char *model_name;   /* model id in /v1/models and responses */
     const char *cors_origin;  /* origins allowed by CORS, comma-separated, or "*"; NULL: off */
     int max_body;             /* largest request body in bytes (413 above) */
     int max_connections;      /* HTTP connections open at once (more are refused) */
     int timeout_s;            /* an HTTP connection that sends nothing this long */
+    int max_per_ip;           /* connections open at once from one address */
+    int header_timeout_s;     /* a request's headers must be in this long after it may start */
+    int body_timeout_s;       /* a request's body must be in this long after its headers */
     int max_tokens;           /* ceiling of a request that gives no max_tokens (0: 8192) */
     int top_k;                /* top_k of a request that gives none (0: off, as OpenAI) */
     double min_p;             /* min_p of a request that gives none (0: off, as OpenAI) */

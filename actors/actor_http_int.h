@@ -11,7 +11,9 @@
 #include "serve_access.h"
 #include "serve_answer.h"
 #include "serve_choices.h"
+#include "serve_conns.h"
 #include "serve_embed.h"
+#include "serve_json.h"
 #include "serve_models.h"
 #include "serve_openai.h"
 #include "serve_probes.h"
@@ -46,6 +48,7 @@ typedef struct actor_http_req_t {
                                       request id towards the frontend */
     base_buf_t body;               /* the upload so far (a prefix route: its argument) */
     bool too_big;                  /* the body passed max_body */
+    enum MHD_Result refusal;       /* s_body_refused's queued answer */
     bool in_flight;                /* generate sent, no done / error yet */
     bool suspended;                /* MHD_suspend_connection in force */
     bool peer_gone;                /* the client closed its side: end the connection */
@@ -105,6 +108,8 @@ struct actor_http_t {
     zsock_t *mon;                   /* PAIR: the upstream DEALER's connection events */
     int connections;                /* handshakes with the frontend so far */
     serve_probes_t probes;          /* the frontend's last health_reply, for the probes */
+    serve_conns_t *conns;           /* the connections' header and body deadlines */
+    base_buf_t tls_cert, tls_key;   /* HTTPS: the PEM texts, kept while the daemon runs */
     serve_responses_store_t *store; /* finished responses, for previous_response_id and GET */
 };
 
@@ -133,13 +138,25 @@ int actor_http_answers(actor_http_req_t *r, serve_answer_t **a);
 
 /* Resume r's connection when it is suspended (an event came, or its client is gone). */
 void actor_http_wake(actor_http_req_t *r);
-/* Start libmicrohttpd on listen ("HOST:PORT", "[V6]:PORT") in external epoll mode: h->d and
- * its epoll fd (*epoll_fd).  0, or -1 with why. */
-int actor_http_server_start(actor_http_t *h, const char *listen, int max_conn, int timeout_s,
+/* The listener's limits (the http actor's options). */
+typedef struct {
+    int max_conn;         /* connections open at once */
+    int max_per_ip;       /* of them from one peer address */
+    int timeout_s;        /* idle */
+    int header_timeout_s; /* a request's headers must be in this long after it may start */
+    int body_timeout_s;   /* its body this long after its headers */
+    const char *tls_cert; /* HTTPS with these two PEM files (both or neither) */
+    const char *tls_key;
+} actor_http_limits_t;
+
+/* Start libmicrohttpd on listen ("HOST:PORT", "[V6]:PORT") in external epoll mode with lim:
+ * h->d and its epoll fd (*epoll_fd).  0, or -1 with why. */
+int actor_http_server_start(actor_http_t *h, const char *listen, const actor_http_limits_t *lim,
                             int *epoll_fd, char *why, size_t whylen);
 /* The loop's idle hook: run MHD; the loop's next wait (ms). */
 int actor_http_server_idle(void *self);
-/* Notice clients gone from suspended requests (a peek at their sockets). */
+/* Notice clients gone from suspended requests (a peek at their sockets), and shut the
+ * connections past their header or body deadline (serve_conns). */
 void actor_http_server_peek(actor_http_t *h);
 /* End every suspended request and stop MHD. */
 void actor_http_server_stop(actor_http_t *h);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #define TAG ACTOR_HTTP_TAG
@@ -313,6 +314,48 @@ static enum MHD_Result s_respond_generate(actor_http_req_t *r) {
     return MHD_YES;
 }
 
+/* A connection opened (its deadlines start) or closed. */
+static void s_on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+                            enum MHD_ConnectionNotificationCode toe) {
+    actor_http_t *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_ctx = ci ? serve_conns_open(h->conns, ci->connect_fd, base_now_us()) : NULL;
+    } else {
+        serve_conns_close(h->conns, *socket_ctx);
+        *socket_ctx = NULL;
+    }
+}
+
+/* The deadline bookkeeping of conn (NULL: untracked, out of memory). */
+static serve_conn_t *s_conn(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* A POST body the gateway refuses before reading it (r->refusal the answer queued): a
+ * Content-Type that is not JSON (415), a key given twice or a \u0000 (400, as the native
+ * protocol refuses them). */
+static bool s_body_refused(actor_http_req_t *r) {
+    if (r->route != SERVE_HANDLER_CHAT && r->route != SERVE_HANDLER_COMPLETIONS &&
+        r->route != SERVE_HANDLER_EMBEDDINGS && r->route != SERVE_HANDLER_RESPONSES)
+        return false;
+    const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type");
+    if (ct && strncasecmp(ct, "application/json", 16)) {
+        r->refusal = s_error(r, 415, NULL, "unsupported_media_type",
+                             "Content-Type '%.64s': the body must be JSON (application/json)", ct);
+        return true;
+    }
+    char why[256];
+    if (serve_json_check(r->body.p, r->body.len, why, sizeof why)) {
+        r->refusal = s_error(r, 400, NULL, "invalid_request", "%s", why);
+        return true;
+    }
+    return false;
+}
+
 /* The function of each handler of serve_routes' table. */
 static enum MHD_Result (*const s_handlers[SERVE_HANDLER_N])(actor_http_req_t *r) = {
     [SERVE_HANDLER_CHAT] = s_respond_generate,
@@ -373,6 +416,7 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
         actor_http_link(h, r);
         *ctx = r;
         actor_counters_add(h->counters, "requests", 1);
+        serve_conns_headers(h->conns, s_conn(conn), base_now_us());
         const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
         r->origin = serve_access_origin(h->access, origin) ? origin : NULL;
         if (serve_access_cors(h->access) && !strcmp(method, "OPTIONS")) /* no key: a preflight */
@@ -406,7 +450,14 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
     if (*upload_size) {
         if (r->state == ACTOR_HTTP_READING && !r->too_big) {
             if (r->body.len + *upload_size > h->max_body) {
+                /* past the limit with the body still coming (chunked: no Content-Length told
+                 * it before): libmicrohttpd cannot answer mid-body, so the connection is
+                 * closed now rather than read to its end (or never, when it has none) */
                 r->too_big = true;
+                *upload_size = 0;
+                base_buf_free(&r->body);
+                actor_counters_add(h->counters, "rejected.body_too_large", 1);
+                return MHD_NO;
             } else {
                 if (base_buf_add(&r->body, upload, *upload_size))
                     return MHD_NO;
@@ -417,6 +468,9 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
     }
     switch (r->state) {
     case ACTOR_HTTP_READING: /* the body is in: the route's handler answers */
+        serve_conns_body(h->conns, s_conn(conn));
+        if (s_body_refused(r))
+            return r->refusal;
         return s_handlers[r->route](r);
     case ACTOR_HTTP_WAITING: /* resumed: an event came, or the client left */
         if (r->peer_gone)
@@ -468,8 +522,8 @@ static void s_free(actor_http_t *h, actor_http_req_t *r) {
 /* The request ended (answered, or the connection closed): cancel it if it still runs. */
 static void s_on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
                            enum MHD_RequestTerminationCode why) {
-    (void)conn;
     actor_http_t *h = cls;
+    serve_conns_idle(h->conns, s_conn(conn), base_now_us()); /* the next request's headers */
     actor_http_req_t *r = *ctx;
     if (!r)
         return;
@@ -507,7 +561,7 @@ int actor_http_server_idle(void *self) {
     return 100;
 }
 
-int actor_http_server_start(actor_http_t *h, const char *listen, int max_conn, int timeout_s,
+int actor_http_server_start(actor_http_t *h, const char *listen, const actor_http_limits_t *lim,
                             int *epoll_fd, char *why, size_t whylen) {
     char host[256];
     const char *colon = strrchr(listen, ':');
@@ -531,18 +585,46 @@ int actor_http_server_start(actor_http_t *h, const char *listen, int max_conn, i
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    h->d =
-        MHD_start_daemon(flags, 0, NULL, NULL, s_on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conn,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)timeout_s,
-                         MHD_OPTION_NOTIFY_COMPLETED, s_on_completed, h, MHD_OPTION_EXTERNAL_LOGGER,
-                         s_mhd_log, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+    const char *cert = NULL, *key = NULL; /* HTTPS: libmicrohttpd takes the PEM text */
+    if (lim->tls_cert || lim->tls_key) {
+        int e = 0;
+        if (!lim->tls_cert || !lim->tls_key)
+            snprintf(why, whylen, "HTTPS needs both tls_cert and tls_key");
+        else if ((e = base_buf_add_file(&h->tls_cert, lim->tls_cert, 1 << 20)))
+            snprintf(why, whylen, "tls_cert=%s: %s", lim->tls_cert, strerror(-e));
+        else if ((e = base_buf_add_file(&h->tls_key, lim->tls_key, 1 << 20)))
+            snprintf(why, whylen, "tls_key=%s: %s", lim->tls_key, strerror(-e));
+        else if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+            snprintf(why, whylen,
+                     "this libmicrohttpd has no TLS: serve plain HTTP behind a "
+                     "TLS proxy (docs/HTTP.md)");
+        else
+            cert = h->tls_cert.p, key = h->tls_key.p;
+        if (!cert || !key) {
+            freeaddrinfo(ai);
+            return -1;
+        }
+        flags |= MHD_USE_TLS;
+    }
+    h->conns = serve_conns_new((uint64_t)lim->header_timeout_s * 1000000,
+                               (uint64_t)lim->body_timeout_s * 1000000);
+    h->d = !h->conns ? NULL
+                     : MHD_start_daemon(flags, 0, NULL, NULL, s_on_request, h, MHD_OPTION_SOCK_ADDR,
+                                        ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+                                        (unsigned)lim->max_conn, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                                        (unsigned)lim->max_per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
+                                        (unsigned)lim->timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+                                        s_on_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
+                                        s_on_connection, h, MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log,
+                                        NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+                                        cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, cert,
+                                        MHD_OPTION_HTTPS_MEM_KEY, key, MHD_OPTION_END);
     freeaddrinfo(ai);
     const union MHD_DaemonInfo *di =
         h->d ? MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
     if (!h->d) {
-        snprintf(why, whylen, "cannot listen on %s (in use, or not an address of this host)",
-                 listen);
+        snprintf(why, whylen, "cannot listen on %s (in use, or not an address of this host%s)",
+                 listen, cert ? "; or the TLS certificate or key is not valid PEM" : "");
         return -1;
     }
     if (!di) {
@@ -565,11 +647,25 @@ void actor_http_server_peek(actor_http_t *h) {
             actor_http_wake(r);
         }
     }
+    int fds[64], slow_headers, slow_bodies; /* past their deadline: libmicrohttpd closes them */
+    int n = h->conns
+                ? serve_conns_overdue(h->conns, base_now_us(), fds, 64, &slow_headers, &slow_bodies)
+                : 0;
+    for (int i = 0; i < n; i++)
+        shutdown(fds[i], SHUT_RDWR);
+    if (n) {
+        actor_counters_add(h->counters, "connections.slow_headers", slow_headers);
+        actor_counters_add(h->counters, "connections.slow_bodies", slow_bodies);
+    }
 }
 
 void actor_http_server_stop(actor_http_t *h) {
-    if (!h->d)
+    if (!h->d) {
+        serve_conns_destroy(&h->conns);
+        base_buf_free(&h->tls_cert);
+        base_buf_free(&h->tls_key);
         return;
+    }
     for (actor_http_req_t *r = h->reqs; r; r = r->next) { /* end the suspended requests */
         r->peer_gone = true;
         actor_http_wake(r);
@@ -577,4 +673,7 @@ void actor_http_server_stop(actor_http_t *h) {
     MHD_run(h->d);
     MHD_stop_daemon(h->d);
     h->d = NULL;
+    serve_conns_destroy(&h->conns);
+    base_buf_free(&h->tls_cert);
+    base_buf_free(&h->tls_key);
 }

@@ -86,3 +86,24 @@ void base_buf_free(base_buf_t *b) {
     free(b->p);
     *b = (base_buf_t){0};
 }
+
+int base_buf_add_file(base_buf_t *b, const char *path, size_t max) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -errno;
+    size_t len0 = b->len;
+    char chunk[4096];
+    size_t n;
+    int rc = 0;
+    while (!rc && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        rc = b->len - len0 + n > max ? -EFBIG : base_buf_add(b, chunk, n);
+    if (!rc && ferror(f))
+        rc = -EIO;
+    fclose(f);
+    if (rc) { /* as it was */
+        b->len = len0;
+        if (b->p)
+            b->p[len0] = 0;
+    }
+    return rc;
+}

@@ -21,6 +21,9 @@ int base_buf_adds(base_buf_t *b, const char *s);
 /* Append printf(fmt, ...).  0, -ENOMEM, or -EINVAL for a bad format. */
 int base_buf_printf(base_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int base_buf_vprintf(base_buf_t *b, const char *fmt, va_list ap);
+/* Append the whole file at path (at most max bytes).  0, -errno of open or read, -EFBIG
+ * past max, or -ENOMEM; on error b is as it was. */
+int base_buf_add_file(base_buf_t *b, const char *path, size_t max);
 /* Drop the first n bytes (all of them when n >= len); the memory stays. */
 void base_buf_consume(base_buf_t *b, size_t n);
 /* Empty it; the memory stays for the next appends. */

@@ -112,6 +112,8 @@ static const s_flag_t s_flags[] = {
     {"http", 0, "http", "listen", "HOST:PORT", NULL, 0,
      "also serve the OpenAI-compatible HTTP API there, e.g. 127.0.0.1:8080 (docs/HTTP.md)",
      "HTTP (OpenAI API):"},
+    {"http-tls-cert", 0, "http", "tls_cert", "FILE", NULL, 0, NULL, NULL},
+    {"http-tls-key", 0, "http", "tls_key", "FILE", NULL, 0, NULL, NULL},
     {"api-key-file", 0, "http", "api_key_file", "FILE", NULL, 0,
      "with --http: API keys, one per line; requests need 'Authorization: Bearer KEY'", NULL},
     {"cors-origin", 0, "http", "cors_origin", "ORIGIN", NULL, 0,

@@ -262,9 +262,9 @@ def main():
         print("kill -> next token at the client: min %.2f s, max %.2f s (%d requests)"
               % (min(after), max(after), len(after)))
         st = u.stats(ep)
-        print("new frontend: resumes %s, tokens %s" % (st.get("frontend.resumes"),
+        print("new frontend: resumes %s, tokens %s" % (st.get("frontend.client_resumes"),
                                                         st.get("frontend.tokens")))
-        u.check(st.get("frontend.resumes", 0) >= len(after), "the new frontend counted resumes")
+        u.check(st.get("frontend.client_resumes", 0) >= len(after), "the new frontend counted resumes")
     finally:
         if cli:
             cli.stop()

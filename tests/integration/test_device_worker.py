@@ -6,7 +6,7 @@ exits 77 when no CUDA device is visible (or the build has no CUDA).
 
 Process mode, a mixed topology on the default model as F16 (its sibling file, or `strata
 quantize` of it): worker0 the CPU worker (device=cpu), worker1 the device worker, the KV
-tier manager (T1) with write-through.  8 concurrent greedy chat requests:
+tier manager (T1) with write-through.  6 concurrent greedy chat requests:
 1. without a fault, every answer equals `strata generate --chat --greedy` (the CPU forward,
    itself checked against NumPy and llama.cpp), and the device worker served some;
 2. SIGKILL of the device worker mid-stream: its requests resume on the CPU worker from the
@@ -45,7 +45,7 @@ import tempfile
 
 import serve_util as u  # first: it skips without the model, zmq or msgpack
 
-N, MAX_TOKENS = 8, 32
+N, MAX_TOKENS = 6, 24
 AGREE = "equal to the reference"
 SLOW = u.TIMEOUT_SCALE
 TIE = 0.3
@@ -189,7 +189,7 @@ def main():
             round_("no fault")
             n_dev = served(1) - d0
             u.check(n_dev > 0, "the device worker decoded no token")
-            print("no fault: 8/8 %s; the device worker decoded %d tokens" % (AGREE, n_dev))
+            print("no fault: %d/%d %s; the device worker decoded %d tokens" % (N, N, AGREE, n_dev))
 
             for victim, other in (("worker1", "worker0"), ("worker0", "worker1")):
                 old = u.actor_pids(s.read_log(), victim)[-1]
@@ -201,7 +201,7 @@ def main():
                 round_("SIGKILL %s" % victim, kill)
                 n_resumed = u.stats(ep).get("frontend.resumed", 0) - r0
                 u.check(n_resumed >= 1, "SIGKILL %s resumed no request" % victim)
-                print("SIGKILL %s (%s): %d in flight, %d resumed on %s, 8/8 %s"
+                print("SIGKILL %s (%s): %d in flight, %d resumed on %s, all %s"
                       % (victim, "device" if victim == "worker1" else "cpu",
                          len(kill.in_flight), n_resumed, other, AGREE))
                 u.wait_for(lambda: u.actor_pids(s.read_log(), victim)[-1] != old, 15 * SLOW,
