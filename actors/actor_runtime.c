@@ -80,6 +80,14 @@ const void *actor_env_cfg(const actor_env_t *env) {
     return env->cfg;
 }
 
+/* Whether e's line sets key. */
+static bool s_opt_line(const actor_topo_entry_t *e, const char *key) {
+    for (int i = 0; i < e->n_opts; i++)
+        if (!strcmp(e->opts[i].key, key))
+            return true;
+    return false;
+}
+
 int actor_env_check(const actor_info_t *info, const actor_topology_t *topo, const char *name,
                     char *err, size_t errlen) {
     const actor_topo_entry_t *e = actor_topology_find(topo, name);
@@ -100,6 +108,20 @@ int actor_env_check(const actor_info_t *info, const actor_topology_t *topo, cons
             return -EINVAL;
         }
     }
+    /* the environment's values of the options the line does not set (docs/OPERATIONS.md) */
+    const actor_opt_t *tables[2] = {info->opts, actor_runtime_opts};
+    for (int k = 0; k < 2; k++)
+        for (const actor_opt_t *o = tables[k]; o && o->key; o++) {
+            char var[160];
+            const char *v =
+                s_opt_line(e, o->key) || actor_topology_opt(topo, "defaults", o->key, NULL)
+                    ? NULL
+                    : actor_topology_env(name, o->key, var, sizeof var);
+            if (v && actor_opt_check(o, v, why, sizeof why)) {
+                snprintf(err, errlen, "%s: %s=%s (the environment's): %s", name, var, v, why);
+                return -EINVAL;
+            }
+        }
     const actor_topo_entry_t *d = actor_topology_find(topo, "defaults");
     for (int i = 0; d && i < d->n_opts; i++) {
         const actor_opt_t *o = actor_info_opt(info, d->opts[i].key);

@@ -295,12 +295,45 @@ static const char *s_opt(const actor_topo_entry_t *e, const char *key) {
     return NULL;
 }
 
+/* STRATA_ then prefix (n bytes of it) then _KEY, upper case, into var. */
+static void s_env_name(char *var, size_t len, const char *prefix, size_t n, const char *key) {
+    snprintf(var, len, "STRATA_%.*s_%s", (int)n, prefix, key);
+    for (char *c = var; *c; c++)
+        *c = (char)toupper((unsigned char)*c);
+}
+
+const char *actor_topology_env(const char *name, const char *key, char *var, size_t varlen) {
+    s_env_name(var, varlen, name, strlen(name), key);
+    const char *v = getenv(var);
+    size_t kind = strlen(name);
+    while (kind > 0 && isdigit((unsigned char)name[kind - 1]))
+        kind--;
+    if (!v && kind > 0 && kind < strlen(name)) {
+        s_env_name(var, varlen, name, kind, key);
+        v = getenv(var);
+    }
+    return v;
+}
+
+const char *actor_topology_opt_from(const actor_topology_t *t, const char *name, const char *key,
+                                    const char *def, actor_opt_from_t *from, char *var,
+                                    size_t varlen) {
+    const char *v = s_opt(actor_topology_find(t, name), key);
+    *from = ACTOR_OPT_FROM_LINE;
+    if (!v && (v = s_opt(actor_topology_find(t, "defaults"), key)))
+        *from = ACTOR_OPT_FROM_DEFAULTS;
+    if (!v && !actor_topology_reserved(name) && (v = actor_topology_env(name, key, var, varlen)))
+        *from = ACTOR_OPT_FROM_ENV;
+    if (!v)
+        *from = ACTOR_OPT_FROM_DEFAULT;
+    return v ? v : def;
+}
+
 const char *actor_topology_opt(const actor_topology_t *t, const char *name, const char *key,
                                const char *def) {
-    const char *v = s_opt(actor_topology_find(t, name), key);
-    if (!v)
-        v = s_opt(actor_topology_find(t, "defaults"), key);
-    return v ? v : def;
+    actor_opt_from_t from;
+    char var[160];
+    return actor_topology_opt_from(t, name, key, def, &from, var, sizeof var);
 }
 
 int actor_topology_workers(const actor_topology_t *t) {

@@ -84,10 +84,28 @@ int actor_topology_set(actor_topo_entry_t *e, const char *key, const char *value
 const actor_topo_entry_t *actor_topology_find(const actor_topology_t *t, const char *name);
 /* The endpoint of name, or NULL (no such actor, or "-"). */
 const char *actor_topology_endpoint(const actor_topology_t *t, const char *name);
-/* Option key of actor name, else of "defaults", else def (the raw text; an
- * actor gets its own options typed, with their defaults, from actor_env_cfg). */
+/* Option key of actor name: set on its line, else on the "defaults" line (strata serve's
+ * flags go there), else the environment's (actor_topology_env), else def (the raw text;
+ * an actor gets its own options typed, with their defaults, from actor_env_cfg). */
 const char *actor_topology_opt(const actor_topology_t *t, const char *name, const char *key,
                                const char *def);
+
+/* Where an option's value came from (strata serve --print-config). */
+typedef enum {
+    ACTOR_OPT_FROM_DEFAULT,  /* the option table's default (def) */
+    ACTOR_OPT_FROM_LINE,     /* the actor's line (a topology file, or a strata serve flag) */
+    ACTOR_OPT_FROM_ENV,      /* an environment variable (its name in var) */
+    ACTOR_OPT_FROM_DEFAULTS, /* the "defaults" line */
+} actor_opt_from_t;
+/* actor_topology_opt, and where the value came from (*from; var: the variable's name when
+ * ACTOR_OPT_FROM_ENV). */
+const char *actor_topology_opt_from(const actor_topology_t *t, const char *name, const char *key,
+                                    const char *def, actor_opt_from_t *from, char *var,
+                                    size_t varlen);
+/* The environment's value of option key for actor name (docs/OPERATIONS.md):
+ * STRATA_<NAME>_<KEY>, else, for a numbered actor, STRATA_<KIND>_<KEY> (worker3: WORKER), in
+ * upper case; NULL when neither is set.  var (varlen bytes) gets the name found. */
+const char *actor_topology_env(const char *name, const char *key, char *var, size_t varlen);
 /* Number of target workers: entries named worker0, worker1, ... (contiguous). */
 int actor_topology_workers(const actor_topology_t *t);
 /* True when some actor of t runs on host. */

@@ -3,6 +3,7 @@
  * --topology FILE each actor runs as its own process under a supervisor that
  * restarts the ones that die.  Its flags are a table mapped onto actor options. */
 #include "cli.h"
+#include "cli_config.h"
 #include "cli_flags.h"
 
 #include "actor_curve.h"
@@ -139,6 +140,10 @@ static const s_flag_t s_flags[] = {
      "others",
      NULL},
     {"hang-timeout-ms", 0, "frontend", "hang_timeout_ms", "N", NULL, 0, NULL, NULL},
+    {"print-config", 0, NULL, NULL, NULL, NULL, 0,
+     "print every option of every actor, its value and where it came from (a flag, the "
+     "topology file, the environment's STRATA_<ACTOR>_<OPTION>, the default), then exit",
+     NULL},
     {"help", 'h', NULL, NULL, NULL, NULL, 0, "this help", NULL},
 };
 #define S_N_FLAGS (int)(sizeof s_flags / sizeof s_flags[0])
@@ -372,7 +377,9 @@ static bool s_flag_value(int r, const char *value, char *out, size_t len) {
 typedef struct {
     char vals[S_N_FLAGS][ACTOR_TOPO_VALUE]; /* what each row sets; "" = not given */
     long workers, experts;
-    long drain_s; /* --drain-timeout */
+    long drain_s;          /* --drain-timeout */
+    bool print_config;     /* --print-config */
+    bool given[S_N_FLAGS]; /* the row's flag was on the command line */
     const char *endpoint, *topo_path, *host;
     bool tiers;
 } s_serve_t;
@@ -410,6 +417,8 @@ static int s_take(s_serve_t *s, int r, const char *value) {
     } else if (!strcmp(flag, "experts")) {
         if (!cli_int("serve", "--experts", value, 0, 64, &s->experts))
             return 1;
+    } else if (!strcmp(flag, "print-config")) {
+        s->print_config = true;
     } else if (!strcmp(flag, "drain-timeout")) {
         if (!cli_int("serve", "--drain-timeout", value, 0, 3600, &s->drain_s))
             return 1;
@@ -420,6 +429,8 @@ static int s_take(s_serve_t *s, int r, const char *value) {
     } else if (!strcmp(flag, "host")) {
         s->host = value;
     }
+    for (int k = r; k < S_N_FLAGS && !strcmp(s_flags[k].flag, flag); k++)
+        s->given[k] = true;
     char prev[ACTOR_TOPO_VALUE] = ""; /* --cors-origin repeated: a list */
     if (!strcmp(flag, "cors-origin"))
         snprintf(prev, sizeof prev, "%s", s->vals[r]);
@@ -495,27 +506,54 @@ static int s_settle(s_serve_t *s) {
         fprintf(stderr, "strata serve: cannot read the draft model '%s'\n", draft_model);
         return 1;
     }
-    /* serve's own defaults: T1 in the T0 format, T2 in the T1 format, no T2 files */
-    if (!VAL("t1-type"))
+    /* serve's own defaults: T1 in the T0 format, T2 in the T1 format, no T2 files -- where
+     * neither a flag nor the environment (STRATA_<ACTOR>_<OPTION>) says */
+    char var[160];
+    const char *kv_env = actor_topology_env("worker0", "kv_type", var, sizeof var);
+    if (!VAL("t1-type") && !actor_topology_env("kvtier", "t1_fmt", var, sizeof var))
         s_set(s->vals, "t1-type",
-              VAL("kv-type") ? VAL("kv-type") : actor_opts_find(actor_worker_opts, "kv_type")->def);
-    if (!VAL("t2-type"))
-        s_set(s->vals, "t2-type", VAL("t1-type"));
-    if (!VAL("t2-dir"))
+              VAL("kv-type") ? VAL("kv-type")
+              : kv_env       ? kv_env
+                             : actor_opts_find(actor_worker_opts, "kv_type")->def);
+    if (!VAL("t2-type") && !actor_topology_env("kvtier", "t2_fmt", var, sizeof var))
+        s_set(s->vals, "t2-type",
+              VAL("t1-type") ? VAL("t1-type")
+                             : actor_topology_env("kvtier", "t1_fmt", var, sizeof var));
+    if (!VAL("t2-dir") && !actor_topology_env("kvtier", "t2_dir", var, sizeof var))
         s_set(s->vals, "t2-dir", "none");
-    if (!VAL("model"))
+    const char *model_env = actor_topology_env("worker0", "model", var, sizeof var);
+    if (!VAL("model") && !model_env)
         s_set(s->vals, "model", cli_default_model());
-    if (access(VAL("model"), R_OK)) {
-        fprintf(stderr, "strata serve: cannot read the model '%s'\n", VAL("model"));
+    const char *model = VAL("model") ? VAL("model") : model_env;
+    if (access(model, R_OK)) {
+        fprintf(stderr, "strata serve: cannot read the model '%s'\n", model);
         return 1;
     }
-    if (!VAL("threads")) {
+    if (!VAL("threads") && !actor_topology_env("worker0", "threads", var, sizeof var)) {
         long threads = cli_default_threads() / s->workers;
         char num[32];
         snprintf(num, sizeof num, "%ld", threads < 1 ? 1 : threads);
         s_set(s->vals, "threads", num);
     }
     return -1;
+}
+
+/* An actor of the kind flag row x maps to ("worker<N>": worker0), or NULL for rows of every
+ * actor or the supervisor. */
+static const char *s_row_actor(const s_flag_t *x) {
+    if (!x->actor || !strcmp(x->actor, "all") || !strcmp(x->actor, "supervisor"))
+        return NULL;
+    return !strcmp(x->actor, "worker<N>")   ? "worker0"
+           : !strcmp(x->actor, "expert<N>") ? "expert0"
+                                            : x->actor;
+}
+
+/* The environment's value of flag row x's option (actor_topology_env), or NULL: then the
+ * defaults line is left to it (a flag, given, still wins: it goes on that line). */
+static const char *s_row_env(const s_flag_t *x) {
+    const char *a = s_row_actor(x);
+    char var[160];
+    return a && x->key ? actor_topology_env(a, x->key, var, sizeof var) : NULL;
 }
 
 /* Add actor name at inproc://strata-PID-name to topo. */
@@ -538,7 +576,7 @@ static bool s_thread_topology(s_serve_t *s, actor_topology_t *topo) {
             continue;
         if (s->vals[r][0]) {
             actor_topology_set(d, x->key, s->vals[r]);
-        } else if (!x->value) {
+        } else if (!x->value && !s_row_env(x)) {
             actor_opt_t o = s_flag_opt(x);
             if (o.def && !actor_topology_opt(topo, "defaults", x->key, NULL))
                 actor_topology_set(d, x->key, o.def); /* the option's own default */
@@ -575,6 +613,8 @@ static bool s_thread_topology(s_serve_t *s, actor_topology_t *topo) {
     return true;
 }
 
+static int s_print_config(const s_serve_t *s, const actor_topology_t *topo);
+
 /* Process mode: the topology file, with --hang-timeout-ms on its supervisor line. */
 static int s_run_topology(s_serve_t *s, actor_topology_t *topo) {
     char err[512];
@@ -586,7 +626,31 @@ static int s_run_topology(s_serve_t *s, actor_topology_t *topo) {
     actor_topo_entry_t *sup = (actor_topo_entry_t *)actor_topology_find(topo, "supervisor");
     if (VAL("hang-timeout-ms") && sup)
         actor_topology_set(sup, "hang_timeout_ms", VAL("hang-timeout-ms"));
+    if (s->print_config)
+        return s_print_config(s, topo);
     return s_process_mode(topo, s->topo_path, s->host, (int)s->drain_s);
+}
+
+static const s_serve_t *s_printing; /* the flags --print-config names */
+
+/* The flag given on the command line that set option key of actor name, or NULL. */
+static const char *s_flag_of(const char *name, const char *key) {
+    for (int r = 0; s_printing && r < S_N_FLAGS; r++) {
+        const s_flag_t *x = &s_flags[r];
+        const char *a = s_row_actor(x);
+        if (s_printing->given[r] && x->key && !strcmp(x->key, key) &&
+            (!x->actor || !strcmp(x->actor, "all") ||
+             (a && actor_info_find(name) && actor_info_find(name) == actor_info_find(a))))
+            return x->flag;
+    }
+    return NULL;
+}
+
+/* --print-config: the effective configuration, then exit 0. */
+static int s_print_config(const s_serve_t *s, const actor_topology_t *topo) {
+    s_printing = s;
+    cli_config_print(stdout, topo, s->topo_path, s_flag_of);
+    return 0;
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -605,10 +669,13 @@ int cmd_serve(int argc, char **argv) {
     if (!topo)
         return 1;
     zsys_init();
+    cli_config_warn_env(stderr);
     if (s.topo_path)
         rc = s_run_topology(&s, topo);
     else if (!s_thread_topology(&s, topo))
         rc = 2;
+    else if (s.print_config)
+        rc = s_print_config(&s, topo);
     else
         rc = s_thread_mode(topo, (int)s.workers, s.endpoint, (int)s.drain_s);
     free(topo);
