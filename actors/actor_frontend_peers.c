@@ -4,6 +4,7 @@
 #include "actor_frontend_int.h"
 
 #include "actor_curve.h"
+#include "base_clock.h"
 #include "base_log.h"
 #include "serve_events.h"
 
@@ -99,7 +100,7 @@ static bool s_progress(actor_frontend_t *f, uint64_t now) {
             continue;
         uint64_t since = r->t_sent_us;
         const actor_frontend_peer_t *p = r->worker >= 0 ? s_worker_peer(f, r->worker) : NULL;
-        if (p && now - p->last_seen_us > ACTOR_FRONTEND_UNHEALTHY_US)
+        if (p && now - p->last_seen_us > ACTOR_FRONTEND_UNHEALTHY_US * BASE_TIMEOUT_SCALE)
             return false;
         if (p && p->last_token_us > since)
             since = p->last_token_us;
@@ -131,8 +132,9 @@ void actor_frontend_on_health(actor_frontend_t *f, const uint8_t *ident, size_t 
             seen_all = false;
         } else {
             a->last_seen_ms = (int64_t)((now - x->last_seen_us) / 1000);
-            a->state = now - x->last_seen_us > ACTOR_FRONTEND_UNHEALTHY_US ? MSG_STATE_UNHEALTHY
-                                                                           : MSG_STATE_READY;
+            a->state = now - x->last_seen_us > ACTOR_FRONTEND_UNHEALTHY_US * BASE_TIMEOUT_SCALE
+                           ? MSG_STATE_UNHEALTHY
+                           : MSG_STATE_READY;
         }
         if (x->restarting) {
             a->state = MSG_STATE_RESTARTING;

@@ -104,8 +104,9 @@ def drain_finishes():
         got = collect(clients, first_only=True)
         t0 = time.time()
         s.proc.send_signal(signal.SIGTERM)
-        st = u.wait_for(lambda: (lambda r: r if r[0] == 503 else None)(http_get(hport, "/readyz")),
-                        2, "/readyz 503 after SIGTERM")
+        st = u.wait_for(lambda: (lambda r: r if r[0] == 503 and r[2]["status"] == "draining"
+                                 else None)(http_get(hport, "/readyz")),
+                        2 * u.TIMEOUT_SCALE, "/readyz 503 'draining' after SIGTERM")
         took = time.time() - t0
         u.check(st[2]["status"] == "draining", "readyz body %r" % st[2])
         u.check(http_get(hport, "/livez")[0] == 200, "/livez must stay 200 while draining")

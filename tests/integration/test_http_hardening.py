@@ -4,9 +4,9 @@
   (here 2 s) instead of never;
 - a slow body (Content-Length 200, a byte every 0.3 s): closed at body_timeout_s (2 s);
 - more connections from one address than max_per_ip (4): the extra ones are refused;
-- a body over max_body: 413 before reading it when Content-Length says so; a chunked one
-  is cut as soon as it passes the limit, while the client is still sending (libmicrohttpd
-  cannot answer mid-body) -- instead of being read to its end, or waited for for ever;
+- a chunked body over max_body is cut as soon as it passes the limit, while the client is
+  still sending (libmicrohttpd cannot answer mid-body) -- instead of being read to its end,
+  or waited for for ever (a Content-Length over it gets 413 first: test_http_openai);
 - a text/plain body: 415; a key given twice, a \\u0000 in a string: 400 naming it -- as the
   native protocol refuses them;
 - a `resume` on the native protocol whose keys differ from the request it resumes (still
@@ -63,7 +63,10 @@ def response(s, timeout=10):
     s.settimeout(timeout)
     data = b""
     while b"\r\n\r\n" not in data:
-        chunk = s.recv(4096)
+        try:
+            chunk = s.recv(4096)
+        except ConnectionResetError:  # closed after its answer, before we read it all
+            chunk = b""
         if not chunk:
             break
         data += chunk
@@ -179,15 +182,9 @@ def main():
             for x in held + [extra]:
                 x.close()
             print("max_per_ip 4: a 5th connection closed after %.2f s" % te)
-            # a body over max_body: 413 before it is read when Content-Length says so; a
-            # chunked one is cut as soon as it passes the limit (libmicrohttpd cannot answer
-            # mid-body), while the client is still sending -- ended or never ended
-            c = conn(hport)
-            c.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: 5000\r\n\r\n" % CHAT.encode())
-            st, _ = response(c, timeout=5)
-            c.close()
-            u.check(st == 413, "Content-Length over max_body: %d" % st)
+            # a chunked body is cut as soon as it passes max_body (libmicrohttpd cannot answer
+            # mid-body), while the client is still sending -- ended or never ended (a
+            # Content-Length over it gets 413 before any byte: test_http_openai)
             for ending in (True, False):
                 c = conn(hport)
                 c.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
