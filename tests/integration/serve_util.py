@@ -307,6 +307,22 @@ def wait_for(pred, timeout, what):
     raise AssertionError("timed out waiting for " + what)
 
 
+def http_get(port, path, timeout=10):
+    """(status, headers lower-cased, parsed JSON body or None) of GET path on 127.0.0.1:port;
+    (0, {}, None) when nothing answers (not listening yet, or gone)."""
+    import http.client
+    import json
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        c.request("GET", path)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+    except OSError:
+        return 0, {}, None
+    return r.status, {k.lower(): v for k, v in r.getheaders()}, json.loads(body or b"null")
+
+
 def check(cond, msg):
     if not cond:
         print("FAIL:", msg)

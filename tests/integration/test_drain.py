@@ -27,18 +27,6 @@ N, MAX_TOKENS = 4, 32
 BAN_EOT = [{"token": 0, "bias": -100.0}, {"token": 2, "bias": -100.0}]
 
 
-def http_get(port, path):
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        c.request("GET", path)
-        r = c.getresponse()
-        body = r.read()
-        c.close()
-    except OSError:  # not listening yet, or gone
-        return 0, {}, None
-    return r.status, {k.lower(): v for k, v in r.getheaders()}, json.loads(body or b"null")
-
-
 def http_post(port, path, body):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
@@ -97,7 +85,7 @@ def drain_finishes():
     s = u.Server(["--http", "127.0.0.1:%d" % hport, "--drain-timeout", "30", "--threads", "1"])
     s.start()
     try:
-        u.wait_for(lambda: http_get(hport, "/readyz")[0] == 200, 30, "/readyz 200")
+        u.wait_for(lambda: u.http_get(hport, "/readyz")[0] == 200, 30, "/readyz 200")
         reqs = [u.chat_request("d%d" % i, u.PROMPTS[i], MAX_TOKENS) for i in range(N)]
         reqs.append(long_request(5, 160))  # keeps the drain going while the probes are read
         clients = start_streams(s.endpoint, reqs)
@@ -105,11 +93,11 @@ def drain_finishes():
         t0 = time.time()
         s.proc.send_signal(signal.SIGTERM)
         st = u.wait_for(lambda: (lambda r: r if r[0] == 503 and r[2]["status"] == "draining"
-                                 else None)(http_get(hport, "/readyz")),
+                                 else None)(u.http_get(hport, "/readyz")),
                         2 * u.TIMEOUT_SCALE, "/readyz 503 'draining' after SIGTERM")
         took = time.time() - t0
         u.check(st[2]["status"] == "draining", "readyz body %r" % st[2])
-        u.check(http_get(hport, "/livez")[0] == 200, "/livez must stay 200 while draining")
+        u.check(u.http_get(hport, "/livez")[0] == 200, "/livez must stay 200 while draining")
         h = u.health(s.endpoint)
         u.check(h.get("draining") is True and h.get("ready") is False and h.get("in_flight", 0) >= 1,
                 "native health while draining: %r" % {k: h.get(k) for k in

@@ -14,8 +14,6 @@ Then, one at a time:
   gateway's own loop); 200 again after its restart.
 Every stopped process is continued or killed in the finally block; the serve process group is
 stopped by PID.  Exit 0 pass, 1 fail, 77 skip."""
-import http.client
-import json
 import os
 import shutil
 import signal
@@ -28,15 +26,9 @@ HANG_MS = 2000
 
 
 def get(port, path):
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        c.request("GET", path)
-        r = c.getresponse()
-        body = r.read()
-        c.close()
-        return r.status, json.loads(body or b"null")
-    except OSError:
-        return 0, None
+    """(status, parsed body) of a probe."""
+    st, _, body = u.http_get(port, path, timeout=5)
+    return st, body
 
 
 def until(port, path, status, within, what):
