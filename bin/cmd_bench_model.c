@@ -179,7 +179,8 @@ static void s_fwd_close(s_fwd_t *f) {
 }
 
 /* bench-model --batch B (or --device): B sequences, each prefilled separately, then decoded
- * together one token each per forward pass.  Returns 0 or 1. */
+ * together one token each per forward pass.  Returns 0, 1, or 2 when the device could not be
+ * set up (said on stderr already). */
 static int s_bench_batch(cli_runner_t *r, const char *device, int B, int np, int ng, int reps,
                          int threads, kern_type_t kv_type, double *pp, double *tg) {
     const model_config_t *cfg = model_config(r->model);
@@ -188,7 +189,7 @@ static int s_bench_batch(cli_runner_t *r, const char *device, int B, int np, int
     s_fwd_t fwd;
     if (s_fwd_open(&fwd, r, device, B, np > B ? np : B, np + ng, bs, threads, kv_type)) {
         s_fwd_close(&fwd);
-        return 1;
+        return 2; /* said already */
     }
     int32_t *blocks = malloc(sizeof(int32_t) * B * nb);
     model_seq_view_t *sv = malloc(sizeof *sv * B);
@@ -377,10 +378,11 @@ int cmd_bench_model(int argc, char **argv) {
                            kv_type, pp, tg);
     else if (!rc)
         rc = s_bench_one(&r, &c, kv_type, pp, tg);
-    if (rc)
+    if (rc == 1)
         fprintf(stderr, "strata bench-model: failed\n");
-    else
+    else if (!rc)
         s_bench_report(&r, &c, kv_type, pp, tg);
+    rc = rc ? 1 : 0;
     free(pp);
     free(tg);
     cli_runner_close(&r);

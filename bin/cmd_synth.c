@@ -18,7 +18,7 @@ static void s_usage(FILE *f) {
                "  --shape NAME  llama-1b (Llama-3.2-1B: 16 x 2048, FFN 8192, 32/8 heads, 128256\n"
                "                tokens), llama-3b, llama-8b, or tiny (the unit suites' model)\n"
                "                (default llama-1b)\n"
-               "  --type TYPE   f32, f16, q8_0 or q4_k: every matrix (default q4_k)\n"
+               "  --type TYPE   f32, f16, q8_0 or q4_k: every matrix (default q4_k; tiny: f32)\n"
                "  --seed N      weights (default 1)\n"
                "  -h, --help    this help\n");
 }
@@ -29,7 +29,7 @@ int cmd_synth_model(int argc, char **argv) {
                                           {"seed", required_argument, 0, 'S'},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
-    const char *shape = "llama-1b", *type = "q4_k";
+    const char *shape = "llama-1b", *type = NULL;
     model_synth_t c = {0};
     int o;
     optind = 1;
@@ -62,6 +62,8 @@ int cmd_synth_model(int argc, char **argv) {
                 shape);
         return 2;
     }
+    if (!type) /* tiny's 64-wide rows take no k-quant: its default is f32 */
+        type = strcmp(shape, "tiny") ? "q4_k" : "f32";
     static const struct {
         const char *name;
         kern_type_t t;

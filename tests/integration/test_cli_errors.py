@@ -156,8 +156,22 @@ def main():
         expect_error("serve: missing draft model", ["serve", "--draft-model", os.path.join(d, "no.gguf")],
                      "cannot read the draft model")
         expect_error("serve: bad --spec-k", ["serve", "--spec-k", "17"], "--spec-k")
+        expect_error("serve: bad --drain-timeout", ["serve", "--drain-timeout", "-1"],
+                     "--drain-timeout")
+        expect_error("synth-model: no output", ["synth-model"], "one output file")
+        expect_error("synth-model: bad shape", ["synth-model", "--shape", "gpt-2",
+                                                os.path.join(d, "s.gguf")], "no shape 'gpt-2'")
+        expect_error("synth-model: bad type", ["synth-model", "--type", "q5_0",
+                                               os.path.join(d, "s.gguf")], "no type 'q5_0'")
+        expect_error("synth-model: bad seed", ["synth-model", "--seed", "x1",
+                                               os.path.join(d, "s.gguf")], "--seed")
+        expect_error("synth-model: unwritable", ["synth-model", "--shape", "tiny",
+                                                 os.path.join(d, "no", "dir", "s.gguf")], "cannot create")
+        if HAVE_MODEL:
+            expect_error("bench-model: bad --device", ["bench-model", "--device", "gpu"],
+                         "device 'gpu' is not")
     for c in ("generate", "perplexity", "bench-model", "quantize", "tokenize", "detokenize", "logits",
-              "serve", "bench-kv-ssd"):
+              "serve", "bench-kv-ssd", "synth-model"):
         p = subprocess.run([BIN, c, "--help"], capture_output=True, text=True, timeout=30)
         ok = p.returncode == 0 and "usage:" in p.stdout
         print(f"{'ok  ' if ok else 'FAIL'} {c} --help")
