@@ -169,9 +169,15 @@ struct kern_backend_t {
 /* The CPU backend over `ops` (NULL: kern_ops_best()); NULL on ENOMEM.  Single
  * threaded: callers split rows between threads as they do with kern_ops_t. */
 kern_backend_t *kern_backend_cpu_new(const kern_ops_t *ops);
-/* The CUDA backend on `device`; NULL in a build without CUDA, without that
- * device, or when its context cannot be made. */
+/* The CUDA backend on `device`; NULL in a build without CUDA, when the CUDA
+ * module (libstrata_cuda.so, kern_cuda_module.h) cannot be loaded, without
+ * that device, or when its context cannot be made.  Loads the module on the
+ * first call (kernels/kern_cuda_load.c). */
 kern_backend_t *kern_backend_cuda_new(int device);
+/* Number of usable CUDA devices (0: no driver or no GPU), loading the CUDA
+ * module on the first call; -1 when there is no CUDA to ask, with the reason
+ * in why (a build without CUDA, a module missing or from another build). */
+int kern_backend_cuda_devices(char *why, size_t len);
 /* Destroy either kind and null *self_p; safe on NULL and twice. */
 void kern_backend_destroy(kern_backend_t **self_p);
 

@@ -476,11 +476,3 @@ void kern_backend_destroy(kern_backend_t **self_p) {
     if (self_p && *self_p && (*self_p)->destroy)
         (*self_p)->destroy(self_p);
 }
-
-#ifndef STRATA_HAVE_CUDA
-/* A build without CUDA has no CUDA backend. */
-kern_backend_t *kern_backend_cuda_new(int device) {
-    (void)device;
-    return NULL;
-}
-#endif

@@ -2,9 +2,6 @@
 #include "serve_device.h"
 
 #include "kv_codec.h"
-#ifdef STRATA_HAVE_CUDA
-#include "kern_cuda.h"
-#endif
 
 #include <errno.h>
 #include <stdio.h>
@@ -60,15 +57,11 @@ kern_backend_t *serve_device_backend(const serve_device_t *d, char *err, size_t 
             snprintf(err, errlen, "cpu-seam: out of memory");
         return be;
     }
-#ifdef STRATA_HAVE_CUDA
-    int n = kern_cuda_device_count();
-#else
-    int n = -1;
-#endif
+    char why[256];
+    int n = kern_backend_cuda_devices(why, sizeof why);
     if (n <= 0)
         snprintf(err, errlen, "cuda:%d: %s", d->index,
-                 n < 0 ? "this build has no CUDA (it was configured without nvcc)"
-                       : "no CUDA device is visible (no GPU, or no driver)");
+                 n < 0 ? why : "no CUDA device is visible (no GPU, or no driver)");
     else if (d->index >= n)
         snprintf(err, errlen, "cuda:%d: there are %d CUDA devices (0..%d)", d->index, n, n - 1);
     else if (!(be = kern_backend_cuda_new(d->index)))

@@ -184,7 +184,7 @@ static void s_destroy(kern_backend_t **be_p) {
     *be_p = nullptr;
 }
 
-extern "C" kern_backend_t *kern_backend_cuda_new(int device) {
+extern "C" kern_backend_t *kern_cuda_backend_new(int device) {
     kern_cuda_ctx_t *c = kern_cuda_ctx_new(device);
     if (!c)
         return nullptr;

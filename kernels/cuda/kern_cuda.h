@@ -48,6 +48,11 @@ int kern_cuda_sync(kern_cuda_ctx_t *self);
 /* Text of the context's last CUDA/cuBLAS error ("" when none). */
 const char *kern_cuda_last_error(const kern_cuda_ctx_t *self);
 
+/* The backend seam (kern_backend.h) over a new context on `device`; NULL when
+ * the context cannot be made.  Programs reach it through kern_backend_cuda_new,
+ * which loads the module (kern_cuda_module.h); the cuda tests call it too. */
+struct kern_backend_t *kern_cuda_backend_new(int device);
+
 /* ---- memory -------------------------------------------------------------- */
 
 /* Device memory of `bytes` (256-byte aligned) into *dptr; -ENOMEM on failure. */

@@ -5,6 +5,7 @@ command.  Files are made here: a missing path, a text file, a truncated copy of
 the default model, a GGUF of another architecture, a GGUF with an unsupported
 tensor type, qwen2 GGUFs with a bias tensor missing or mis-shaped (the loader checks what
 model/model_arch_qwen.c declares; written with the gguf package, left out without it)."""
+import ctypes.util
 import os
 import struct
 import subprocess
@@ -64,8 +65,9 @@ def qwen2_tiny(path, drop=None, short=None):
     return path
 
 
-def expect_error(name, args, needle):
-    p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=60)
+def expect_error(name, args, needle, env=None):
+    p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, **(env or {})))
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     ok = (p.returncode not in (0,) and p.returncode < 128 and len(lines) == 1
           and needle in lines[0])
@@ -170,6 +172,16 @@ def main():
         if HAVE_MODEL:
             expect_error("bench-model: bad --device", ["bench-model", "--device", "gpu"],
                          "device 'gpu' is not")
+            # the CUDA module (kernels/kern_cuda_load.c): one that is not there, one that is
+            # not a strata module; a build without CUDA says so instead
+            cuda = os.path.exists(os.path.join(os.path.dirname(BIN), "libstrata_cuda.so"))
+            for what, path, why in (("missing", os.path.join(d, "none.so"), "could not be loaded"),
+                                    ("foreign", ctypes.util.find_library("z") or "libz.so.1",
+                                     "not a strata CUDA module")):
+                expect_error("bench-model --device cuda: %s module" % what,
+                             ["bench-model", "--device", "cuda:0"],
+                             why if cuda else "has no CUDA",
+                             env={"STRATA_CUDA_MODULE": path})
     for c in ("generate", "perplexity", "bench-model", "quantize", "tokenize", "detokenize", "logits",
               "serve", "bench-kv-ssd", "synth-model"):
         p = subprocess.run([BIN, c, "--help"], capture_output=True, text=True, timeout=30)
