@@ -41,8 +41,9 @@ static void s_stats_reply(actor_frontend_t *f, const uint8_t *ident, size_t iden
     free(s.counters);
 }
 
-/* Ask every peer for fresh counters; the reply goes out when all answered (or
- * after ACTOR_FRONTEND_STATS_WAIT_US with what is known). */
+/* Ask every peer for fresh counters; the reply goes out when all that can answer
+ * have (see actor_frontend_stats_flush), or after ACTOR_FRONTEND_STATS_WAIT_US with
+ * what is known. */
 void actor_frontend_on_stats(actor_frontend_t *f, const uint8_t *ident, size_t ident_len) {
     actor_frontend_pending_t *p = NULL;
     for (int i = 0; i < ACTOR_FRONTEND_MAX_PENDING_STATS && !p; i++)
@@ -66,9 +67,15 @@ void actor_frontend_stats_flush(actor_frontend_t *f) {
         actor_frontend_pending_t *p = &f->pending[i];
         if (!p->t_us)
             continue;
+        /* fresh when every peer that can answer has: one the supervisor reported dead
+         * (restarting) or one silent past the unhealthy window is not waited for --
+         * its last counters are in the reply, and health says what state it is in */
         bool fresh = true;
-        for (int k = 0; k < f->n_peers && fresh; k++)
-            fresh = f->peers[k].last_stats_us >= p->t_us;
+        for (int k = 0; k < f->n_peers && fresh; k++) {
+            const actor_frontend_peer_t *x = &f->peers[k];
+            fresh = x->last_stats_us >= p->t_us || x->restarting ||
+                    now - x->last_seen_us > ACTOR_FRONTEND_UNHEALTHY_US * BASE_TIMEOUT_SCALE;
+        }
         if (fresh || now - p->t_us > ACTOR_FRONTEND_STATS_WAIT_US) {
             s_stats_reply(f, p->ident, p->ident_len);
             p->t_us = 0;

@@ -24,6 +24,7 @@ import serve_util as u  # first: it skips without the model, zmq or msgpack
 import zmq
 
 N, MAX_TOKENS = 4, 32
+LONG = 800  # tokens: the drain lasts seconds at ~400 tokens/s, while the probes are read
 BAN_EOT = [{"token": 0, "bias": -100.0}, {"token": 2, "bias": -100.0}]
 
 
@@ -87,7 +88,7 @@ def drain_finishes():
     try:
         u.wait_for(lambda: u.http_get(hport, "/readyz")[0] == 200, 30, "/readyz 200")
         reqs = [u.chat_request("d%d" % i, u.PROMPTS[i], MAX_TOKENS) for i in range(N)]
-        reqs.append(long_request(5, 160))  # keeps the drain going while the probes are read
+        reqs.append(long_request(5, LONG))  # keeps the drain going while the probes are read
         clients = start_streams(s.endpoint, reqs)
         got = collect(clients, first_only=True)
         t0 = time.time()
@@ -112,7 +113,7 @@ def drain_finishes():
         rest = collect(clients, have=got)
         for c in clients:
             c.close()
-        u.check(rest[N][1] is not None and rest[N][1]["type"] == "done" and len(rest[N][0]) == 160,
+        u.check(rest[N][1] is not None and rest[N][1]["type"] == "done" and len(rest[N][0]) == LONG,
                 "the long request: %d tokens, %r" % (len(rest[N][0]), rest[N][1]))
         for i in range(N):
             toks, fin = rest[i]
@@ -138,7 +139,7 @@ def long_request(i, n):
 
 
 def grace_then_resume():
-    n_tok = 300
+    n_tok = 1000  # well past the 1 s grace at ~600 tokens/s for the two together
     a = u.Server(["--drain-timeout", "1", "--threads", "1"])
     a.start()
     try:
@@ -162,15 +163,22 @@ def grace_then_resume():
             a.proc.kill()
             a.proc.wait()
     with u.Server(["--threads", "1"]) as b:
+        # the two resumes and the two uninterrupted runs, batched together
+        reqs = []
         for i in range(2):
             have = cut[i][0]
             r = long_request(i, n_tok)
             r.update(type="resume", have=len(have), tokens=struct.pack("<%di" % len(have), *have))
-            rest = collect(start_streams(b.endpoint, [r]), timeout=240, have={0: (have, None)})[0]
-            fresh = collect(start_streams(b.endpoint, [long_request(i, n_tok)]), timeout=240)[0]
+            reqs.append(r)
+        reqs += [long_request(i, n_tok) for i in range(2)]
+        got = collect(start_streams(b.endpoint, reqs), timeout=240,
+                      have={0: (cut[0][0], None), 1: (cut[1][0], None), 2: ([], None),
+                            3: ([], None)})
+        for i in range(2):
+            rest, fresh = got[i], got[2 + i]
             u.check(rest[1] and rest[1]["type"] == "done", "resume %d ended %r" % (i, rest[1]))
             u.check(rest[0] == fresh[0], "request %d resumed elsewhere differs from the same "
-                    "request uninterrupted (cut at %d of %d)" % (i, len(have), n_tok))
+                    "request uninterrupted (cut at %d of %d)" % (i, len(cut[i][0]), n_tok))
     print("grace: 2 long requests ended with error 'draining' %.1f s after SIGTERM (grace 1 s), "
           "exit 0; resumed on another server from the tokens they had, each equal to the "
           "request run there uninterrupted" % took)

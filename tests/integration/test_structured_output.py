@@ -166,11 +166,11 @@ def test_unsupported(client, endpoint):
     c.close()
 
 
-def run_one(ep, m, kill=None, kill_at=3, timeout=120):
-    """Stream m; kill(): called once after token kill_at.  (token ids, text, done)."""
+def run_one(ep, m, on_token=None, timeout=120):
+    """Stream m; on_token(n): called after the n-th token.  (token ids, text, done)."""
     c = u.Client(zmq.Context.instance(), ep)
     c.send(m)
-    toks, text, fired = [], [], kill is None
+    toks, text = [], []
     deadline = time.time() + timeout * SLOW
     while time.time() < deadline:
         e = c.recv(timeout * SLOW)
@@ -178,9 +178,8 @@ def run_one(ep, m, kill=None, kill_at=3, timeout=120):
             u.check(e["index"] == len(toks), "index %d after %d tokens" % (e["index"], len(toks)))
             toks.append(e["token"])
             text.append(e["text"])
-            if not fired and len(toks) >= kill_at:
-                kill()
-                fired = True
+            if on_token:
+                on_token(len(toks))
         elif e["type"] in ("done", "error"):
             c.close()
             return toks, "".join(text), e
@@ -192,8 +191,9 @@ def run_one(ep, m, kill=None, kill_at=3, timeout=120):
 # (schema, seed or None for greedy) and killing at a different token each time (KILL_AT,
 # taken modulo a third of the uninterrupted answer's length, so the worker is still
 # generating).  A run counts when it was resumed (frontend.resumed moved): the kill
-# interrupted a running request.  One whose request ended first (finding the worker takes
-# a stats round trip, 200 ms while a worker restarts) is run again, at most KILL_RUNS / 4.
+# interrupted a running request.  One whose request ended first (the worker is found at
+# the first token, by a stats round trip; a ~90-token answer takes ~0.2 s here) is run
+# again, at most KILL_RUNS / 4.
 # The requests' answers are 40 tokens or more (checked), so a kill lands while they run.
 KILL_REQUESTS = [("rw_product", None), ("rw_product", 7), ("rw_entities", None),
                  ("rw_entities", 5), ("arr_of_objects", 6), ("obj_nested", None)]
@@ -228,15 +228,19 @@ def holder(ep, parent, what, wait=1.0):
     """(name, pid) of the worker running the request (the only one running now): the one
     whose `running` counter is above 0 among those health reports ready (a killed worker's
     counters are its dead process's, running included, until its new one answers).  Polls
-    for up to `wait` s."""
+    for up to `wait` s; None when no worker runs anything by then (the worker finished the
+    request before it was found: the caller counts the run as late)."""
     deadline = time.time() + wait * SLOW
     while True:
         st, up, pids = u.stats(ep), workers_up(ep), worker_pids(parent)
-        took = [w for w in up if st.get(w + ".running", 0) > 0 and w in pids]
+        running = {w: st.get(w + ".running", 0) for w in KILL_WORKERS}
+        took = [w for w in up if running[w] > 0 and w in pids]
         if len(took) == 1:
             return took[0], pids[took[0]]
-        u.check(time.time() < deadline, "%s: which worker runs it? ready %r, running %r" %
-                (what, up, {w: st.get(w + ".running", 0) for w in KILL_WORKERS}))
+        if time.time() >= deadline:
+            u.check(not took, "%s: which worker runs it? ready %r, running %r"
+                    % (what, up, running))
+            return None
         time.sleep(0.02)
 
 
@@ -282,16 +286,23 @@ def test_resume_after_kill():
             at = 1 + (KILL_AT[run % len(KILL_AT)] - 1) % (len(ref[0]) // 3)
             m = dict(m, id="k%d" % run)
             before = u.stats(ep).get("frontend.resumed", 0)
-            killed = []
+            killed, found = [], []
             u.wait_for(lambda: len(workers_up(ep)) >= 2, 30 * SLOW, "two workers up")
 
-            def kill():
-                """SIGKILL the worker that runs the request (see holder)."""
-                w, pid = holder(ep, s.proc.pid, "run %d" % run)
-                os.kill(pid, signal.SIGKILL)
-                killed.append("%s (pid %d)" % (w, pid))
+            def on_token(n):
+                """At the first token, find the worker that runs the request (see holder: a
+                stats round trip, which a short answer can outrun); at token `at`, SIGKILL it."""
+                if n == 1:
+                    found.append(holder(ep, s.proc.pid, "run %d" % run))
+                if n < at or killed:
+                    return
+                if found[0] is None:
+                    killed.append("nothing (no worker ran it any more)")
+                    return
+                os.kill(found[0][1], signal.SIGKILL)
+                killed.append("%s (pid %d)" % found[0])
 
-            got = run_one(ep, m, kill, kill_at=at)
+            got = run_one(ep, m, on_token)
             u.check(killed, "run %d: no kill" % run)
             tag = "run %d, %s, SIGKILL %s after token %d" % (run, what, killed[0], at)
             u.check(got[2]["type"] == "done", "%s: %r" % (tag, got[2]))
