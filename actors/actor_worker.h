@@ -5,7 +5,7 @@
  * per request with model_sampler (seeded per position), so a request's tokens
  * do not depend on what else is in the batch.
  *
- * Options: actor_worker_opts in actor_worker.c (`strata actor --help`).
+ * Options: actor_worker_opts in actor_worker_opts.c (`strata actor --help`).
  *
  * Command / reply table (inbound PULL socket):
  *   work_request  (router)   -> queued; then a text_event per token straight to the
@@ -49,6 +49,9 @@ typedef struct {
     int spec_wait_us;      /* longest wait for a draft before a step runs without it */
     int expert_dtype;      /* f32|f16 (its index): with expert actors and an MoE model */
     int expert_timeout_ms; /* with expert actors */
+    const char *kv_events; /* PUB endpoint of KV events ("": off; worker i: port + i) */
+    const char *kv_events_replay; /* ROUTER endpoint answering replays ("": none) */
+    int kv_events_keep;           /* batches kept for replay */
 } actor_worker_cfg_t;
 
 int actor_worker_main(actor_env_t *env);

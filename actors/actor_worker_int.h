@@ -12,7 +12,9 @@
 #include "actor_expert_client.h"
 #include "actor_runtime.h"
 
+#include "actor_worker.h"
 #include "kv_cache.h"
+#include "kv_events.h"
 #include "model.h"
 #include "model_device.h"
 #include "sched_batch.h"
@@ -57,6 +59,7 @@ typedef struct {
     kern_backend_t *be;             /* (another device) the backend, borrowed by kv, and */
     model_dev_t *dev;               /* the forward pass on it */
     kv_cache_t *kv;                 /* T0: KV pool, prefix index, allocator */
+    kv_events_t *events;            /* KV events publisher (option kv_events), or NULL */
     sched_batch_t *sched;           /* continuous batching policy */
     model_sampler_t *sampler;       /* scratch shared by all requests (one thread) */
     serve_step_t *step;             /* the step: what a forward pass computes, in order */
@@ -101,6 +104,16 @@ void actor_worker_on_draft(void *self, const msg_draft_reply_t *m);
 bool actor_worker_wait_drafts(actor_worker_t *w);
 /* r ends: its draft state goes (a reply outstanding, the drafter's copy). */
 void actor_worker_draft_end(actor_worker_t *w, actor_worker_req_t *r);
+
+/* ---- KV events (actor_worker_events.c) */
+
+/* With option kv_events: the publisher, fed by T0's index changes, its replay socket in
+ * the loop, AllBlocksCleared queued.  0 (also when off), or -EINVAL with the reason in
+ * err (a bad endpoint, one that cannot be bound). */
+int actor_worker_events_start(actor_worker_t *w, const actor_worker_cfg_t *c, char *err,
+                              size_t errlen);
+/* Publish what T0's index did since the last call, as one batch (nothing when idle). */
+void actor_worker_events_flush(actor_worker_t *w);
 
 /* ---- the KV tier manager's side (actor_worker_tiers.c) */
 

@@ -82,6 +82,12 @@ static const s_flag_t s_flags[] = {
     {"t2-blocks", 0, "kvtier", "t2_blocks", "N", NULL, 0, NULL, NULL},
     {"t2-type", 0, "kvtier", "t2_fmt", "T", NULL, 0, "T2 format (default: the T1 format)", NULL},
     {"prefetch-wait-ms", 0, "worker<N>", "prefetch_wait_ms", "N", NULL, 0, NULL, NULL},
+    {"kv-events", 0, "worker<N>", "kv_events", "EP", NULL, 0,
+     "publish KV cache events in vLLM's format (EventBatch over ZeroMQ PUB) for KV-aware "
+     "routers, e.g. tcp://*:5557; worker i binds port + i (docs/KV_EVENTS.md)",
+     NULL},
+    {"kv-events-replay", 0, "worker<N>", "kv_events_replay", "EP", NULL, 0,
+     "with --kv-events: a ROUTER socket answering replay requests (port + i too)", NULL},
     {"no-write-through", 0, "worker<N>", "write_through", NULL, "0", 0,
      "full KV blocks of running requests reach T1 only when evicted (not at once)", NULL},
     {"draft", 0, "draft", "draft", "KIND", NULL, 0,

@@ -61,6 +61,8 @@ struct kv_cache_t {
     int32_t *scratch;           /* (n_blocks) block ids during one call */
     kv_cache_evict_fn on_evict; /* or NULL */
     void *evict_arg;
+    kv_cache_change_fn on_change; /* or NULL */
+    void *change_arg;
     uint64_t (*clock)(void *arg); /* microseconds; NULL: CLOCK_MONOTONIC */
     void *clock_arg;
     kv_cache_stats_t st; /* counters (the n_* fields are filled on request) */
@@ -206,6 +208,9 @@ static void s_index_add(kv_cache_t *self, int id) {
     s_block_t *b = &self->blk[id];
     assert(!b->published && s_map_get(&self->by_hash, b->hash) < 0);
     s_map_put(&self->by_hash, b->hash, id);
+    if (self->on_change && b->n_tokens == self->cfg.block_size)
+        self->on_change(self->change_arg, KV_CACHE_STORED, b->hash, b->parent, s_tokens(self, id),
+                        b->n_tokens);
     b->p_next = b->p_prev = -1;
     if (b->n_tokens < self->cfg.block_size) {
         int32_t head = s_map_get(&self->partials, b->parent);
@@ -223,6 +228,9 @@ static void s_index_del(kv_cache_t *self, int id) {
         return;
     assert(s_map_get(&self->by_hash, b->hash) == id);
     base_map_del(&self->by_hash, b->hash);
+    if (self->on_change && b->n_tokens == self->cfg.block_size)
+        self->on_change(self->change_arg, KV_CACHE_REMOVED, b->hash, b->parent, s_tokens(self, id),
+                        b->n_tokens);
     if (b->n_tokens < self->cfg.block_size) {
         if (b->p_prev >= 0)
             self->blk[b->p_prev].p_next = b->p_next;
@@ -436,6 +444,11 @@ void kv_cache_destroy(kv_cache_t **self_p) {
 void kv_cache_on_evict(kv_cache_t *self, kv_cache_evict_fn fn, void *arg) {
     self->on_evict = fn;
     self->evict_arg = arg;
+}
+
+void kv_cache_on_change(kv_cache_t *self, kv_cache_change_fn fn, void *arg) {
+    self->on_change = fn;
+    self->change_arg = arg;
 }
 
 void kv_cache_set_clock(kv_cache_t *self, uint64_t (*now_us)(void *arg), void *arg) {

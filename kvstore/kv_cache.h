@@ -68,6 +68,13 @@ typedef struct {
 } kv_cache_evicted_t;
 typedef void (*kv_cache_evict_fn)(void *arg, const kv_cache_evicted_t *b);
 
+/* What the index-change callback sees (kv_cache_on_change): a full block entering the
+ * index (published, or inserted from a lower tier) or leaving it (evicted).  Partial
+ * blocks are not reported: other engines' prefix indexes name full blocks only. */
+typedef enum { KV_CACHE_STORED, KV_CACHE_REMOVED } kv_cache_change_t;
+typedef void (*kv_cache_change_fn)(void *arg, kv_cache_change_t what, uint64_t hash,
+                                   uint64_t parent, const int32_t *tokens, int n_tokens);
+
 typedef struct {
     int64_t lookups;     /* attach_prefix calls */
     int64_t hit_blocks;  /* blocks attached from the cache (full + partial) */
@@ -91,6 +98,11 @@ void kv_cache_destroy(kv_cache_t **self_p);
 /* fn sees each evicted block just before its slot is reused; it must not call
  * back into the cache. */
 void kv_cache_on_evict(kv_cache_t *self, kv_cache_evict_fn fn, void *arg);
+
+/* fn sees every full block entering or leaving the index (tokens valid during the
+ * call only; for REMOVED they are the block's too); it must not call back into the
+ * cache.  What a KV event publisher (kv_events.h) listens to. */
+void kv_cache_on_change(kv_cache_t *self, kv_cache_change_fn fn, void *arg);
 
 const kern_kv_pool_t *kv_cache_pool(const kv_cache_t *self);
 const kern_kv_shape_t *kv_cache_shape(const kv_cache_t *self);

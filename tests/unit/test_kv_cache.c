@@ -861,6 +861,63 @@ START_TEST(backend_moves_fail) {
 }
 END_TEST
 
+/* The index-change callback: full blocks stored when published (a partial one is not
+ * reported), removed when evicted, stored again when a lower tier brings them back;
+ * each with its chained hash, parent and tokens. */
+typedef struct {
+    int n;
+    kv_cache_change_t what[16];
+    uint64_t hash[16], parent[16];
+    int32_t tok0[16];
+} s_changes_t;
+
+static void s_on_change(void *arg, kv_cache_change_t what, uint64_t hash, uint64_t parent,
+                        const int32_t *tokens, int n_tokens) {
+    s_changes_t *c = arg;
+    ck_assert_int_eq(n_tokens, B);
+    ck_assert_int_lt(c->n, 16);
+    ck_assert(hash == kv_hash_block(parent, tokens, n_tokens));
+    c->what[c->n] = what;
+    c->hash[c->n] = hash;
+    c->parent[c->n] = parent;
+    c->tok0[c->n++] = tokens[0];
+}
+
+START_TEST(index_changes_reported) {
+    kv_cache_t *kv = s_new(3, KV_POLICY_LRU, true);
+    s_changes_t log = {0};
+    kv_cache_on_change(kv, s_on_change, &log);
+    kv_seq_t q = {0};
+    s_compute(kv, &q, T, 0, 2 * B + 2); /* two full blocks and a partial one */
+    ck_assert_int_eq(kv_cache_publish(kv, &q, T, 2 * B + 2, true, 0), 0);
+    ck_assert_int_eq(log.n, 2);
+    ck_assert(log.what[0] == KV_CACHE_STORED && log.parent[0] == 0 && log.tok0[0] == T[0]);
+    ck_assert(log.what[1] == KV_CACHE_STORED && log.parent[1] == log.hash[0] &&
+              log.tok0[1] == T[B]);
+    kv_cache_release(kv, &q);
+    /* a new sequence needs all three blocks: the cached ones are evicted (the partial
+     * one silently) */
+    kv_seq_t w = {0};
+    s_time += 10;
+    ck_assert_int_eq(kv_cache_reserve(kv, &w, 0, 3 * B), 0);
+    ck_assert_int_eq(log.n, 4);
+    ck_assert(log.what[2] == KV_CACHE_REMOVED && log.what[3] == KV_CACHE_REMOVED);
+    ck_assert((log.hash[2] == log.hash[0] && log.hash[3] == log.hash[1]) ||
+              (log.hash[2] == log.hash[1] && log.hash[3] == log.hash[0]));
+    kv_cache_release(kv, &w);
+    /* back from a lower tier: stored again */
+    kv_meta_t m = {.hash = log.hash[0], .parent = 0, .n_tokens = B, .pin = 0};
+    memcpy(m.tokens, T, B * sizeof *T);
+    size_t bytes = kv_cache_pool(kv)->block_bytes;
+    void *data = calloc(1, bytes);
+    ck_assert_int_eq(kv_cache_insert(kv, &m, KV_FMT_F32, data, bytes), 0);
+    ck_assert_int_eq(log.n, 5);
+    ck_assert(log.what[4] == KV_CACHE_STORED && log.hash[4] == log.hash[0]);
+    free(data);
+    kv_cache_destroy(&kv);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("kv_cache");
     TCase *tc = tcase_create("core");
@@ -872,6 +929,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, truncate_rolls_back);
     tcase_add_test(tc, enospc_all_or_nothing);
     tcase_add_test(tc, sharing_off);
+    tcase_add_test(tc, index_changes_reported);
     tcase_add_loop_test(tc, random_vs_reference, 0, 6);
     suite_add_tcase(s, tc);
     TCase *tb = tcase_create("backend pool");
@@ -884,6 +942,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tb, truncate_rolls_back);
     tcase_add_test(tb, enospc_all_or_nothing);
     tcase_add_test(tb, sharing_off);
+    tcase_add_test(tb, index_changes_reported);
     tcase_add_loop_test(tb, random_vs_reference, 0, 6);
     tcase_add_test(tb, backend_moves_used);
     tcase_add_test(tb, backend_moves_fail);
