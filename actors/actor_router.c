@@ -2,6 +2,7 @@
 #include "actor_router.h"
 
 #include "actor_placement.h"
+#include "actor_router_kv.h"
 #include "base_log.h"
 #include "router_dispatch.h"
 #include "router_moe.h"
@@ -28,6 +29,8 @@ typedef struct {
     zsock_t **to_expert;         /* (A) PUSH to each expert actor: expert_table */
     router_moe_t *moe;           /* made at the first expert_load (it says E) */
     router_moe_config_t moe_cfg; /* from the options */
+    actor_router_kv_t *kv;       /* the workers' KV events, or NULL: by load only */
+    int64_t *cached, *bonus;     /* (n_workers) a prompt's cached tokens per worker */
 } s_router_t;
 
 /* the router's own sockets (one more per worker and expert actor, opened in its start-up) */
@@ -63,6 +66,19 @@ const actor_opt_t actor_router_opts[] = {
     {"moe_hot", ACTOR_OPT_DOUBLE, "1.5", 1, 1000, NULL,
      "load dispatch: an expert whose load per replica exceeds this x the mean gets a replica",
      .field = ACTOR_OPT_FIELD(actor_router_cfg_t, moe_hot)},
+    {"kv_events_from", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
+     "the workers' KV events (their kv_events): tcp://HOST:PORT (worker i at PORT + i) or a "
+     "comma-separated endpoint per worker; set, a request goes where its prompt's prefix is "
+     "cached unless the load says otherwise (docs/KV_EVENTS.md); unset: by load only",
+     .field = ACTOR_OPT_FIELD(actor_router_cfg_t, kv_events_from)},
+    {"kv_events_replay_from", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
+     "the workers' replay sockets (their kv_events_replay), the same way: a missed batch is "
+     "asked for again",
+     .field = ACTOR_OPT_FIELD(actor_router_cfg_t, kv_events_replay_from)},
+    {"prefix_weight", ACTOR_OPT_DOUBLE, "1", 0, 1000, NULL,
+     "with kv_events_from: a cached prompt token counts this many tokens off the worker's "
+     "load (tokens queued and running) when choosing",
+     .field = ACTOR_OPT_FIELD(actor_router_cfg_t, prefix_weight)},
     {NULL},
 };
 
@@ -81,7 +97,7 @@ static void s_fail(s_router_t *r, uint64_t rid, int code, const char *what) {
 
 /* A traced request: append the dispatch decision (the loads it was made among) to a
  * copy of q's chain; the caller frees *steps. */
-static void s_trace_dispatch(s_router_t *r, const msg_work_request_t *q, int w,
+static void s_trace_dispatch(s_router_t *r, const msg_work_request_t *q, int w, bool scored,
                              msg_work_request_t *out, msg_trace_step_t **steps) {
     *steps = malloc((size_t)(q->n_steps + 1) * sizeof **steps);
     if (!*steps || q->n_steps >= MSG_MAX_TRACE_STEPS)
@@ -92,19 +108,28 @@ static void s_trace_dispatch(s_router_t *r, const msg_work_request_t *q, int w,
         n += snprintf(loads + n, sizeof loads - (size_t)n, " worker%d=%lld%s", i,
                       (long long)router_dispatch_load(r->dispatch, i),
                       router_dispatch_alive(r->dispatch, i) ? "" : " (down)");
+    if (scored)
+        for (int i = 0, n = (int)strlen(loads);
+             i < r->n_workers && n >= 0 && (size_t)n < sizeof loads; i++)
+            n += snprintf(loads + n, sizeof loads - (size_t)n, "%s worker%d=%lld",
+                          i ? "" : "; prompt tokens cached:", i, (long long)r->cached[i]);
     uint64_t now = base_now_us();
     int64_t end = now > q->t_arrival_us ? (int64_t)(now - q->t_arrival_us) : 0;
     int64_t start =
         q->n_steps ? q->steps[q->n_steps - 1].t_us + q->steps[q->n_steps - 1].dur_us : 0;
     msg_trace_step_fill(&(*steps)[q->n_steps], "router", "dispatch", start < end ? start : end, end,
-                        "worker%d, the least loaded alive (tokens:%s)", w, loads);
+                        "worker%d, the least loaded alive%s (tokens:%s)", w,
+                        scored ? " less its cached prefix" : "", loads);
     out->steps = *steps;
     out->n_steps = q->n_steps + 1;
 }
 
 static void s_on_request(void *self, const msg_work_request_t *q) {
     s_router_t *r = self;
-    int w = router_dispatch_assign(r->dispatch, q->rid, (int64_t)q->n_tokens + q->max_tokens);
+    bool scored =
+        r->kv && actor_router_kv_bonus(r->kv, q->tokens, q->n_tokens, r->cached, r->bonus) > 0;
+    int w = router_dispatch_assign_bonus(r->dispatch, q->rid, (int64_t)q->n_tokens + q->max_tokens,
+                                         scored ? r->bonus : NULL);
     if (w == -EEXIST) { /* a duplicated frame: the request was dispatched once */
         actor_counters_add(r->counters, "duplicates", 1);
         return;
@@ -119,7 +144,7 @@ static void s_on_request(void *self, const msg_work_request_t *q) {
     msg_trace_step_t *steps = NULL;
     if (q->trace) {
         traced = *q;
-        s_trace_dispatch(r, q, w, &traced, &steps);
+        s_trace_dispatch(r, q, w, scored, &traced, &steps);
         q = &traced;
     }
     int rc = actor_send(r->to_worker[w], MSG_WORK_REQUEST, q);
@@ -150,6 +175,8 @@ static void s_on_request(void *self, const msg_work_request_t *q) {
     snprintf(name, sizeof name, "dispatched.worker%d", w);
     actor_counters_add(r->counters, name, 1);
     actor_counters_add(r->counters, "dispatched", 1);
+    if (scored)
+        actor_counters_add(r->counters, "prefix.routed_cached_tokens", r->cached[w]);
 }
 
 static void s_on_down(s_router_t *r, int w) {
@@ -160,6 +187,8 @@ static void s_on_down(s_router_t *r, int w) {
     /* its requests are not failed: the frontend, which tracks every request and
      * heard the same notice, resumes them on the workers that are alive */
     int n = router_dispatch_down(r->dispatch, w, NULL, 0);
+    if (r->kv)
+        actor_router_kv_forget(r->kv, w);
     LOG_W("router", "worker%d is down: its %d requests go elsewhere", w, n);
     actor_counters_add(r->counters, "worker_down", 1);
     actor_counters_add(r->counters, "forgotten.worker_down", n);
@@ -347,7 +376,38 @@ static void s_cleanup(s_router_t *r) {
     free(r->to_expert);
     router_moe_destroy(&r->moe);
     router_dispatch_destroy(&r->dispatch);
+    actor_router_kv_destroy(&r->kv);
+    free(r->cached);
+    free(r->bonus);
     actor_loop_destroy(&r->loop);
+}
+
+/* actor_reader_fn: a KV event batch or a replay's answer from a worker. */
+static void s_on_kv(void *self, zsock_t *sock) {
+    actor_router_kv_read(((s_router_t *)self)->kv, sock);
+}
+
+/* With kv_events_from: subscribe to the workers' KV events.  0, or -1 with the reason in
+ * err. */
+static int s_kv_start(s_router_t *r, const actor_router_cfg_t *conf, char *err, size_t errlen) {
+    r->kv = actor_router_kv_new(conf->kv_events_from, conf->kv_events_replay_from,
+                                conf->prefix_weight, r->n_workers, r->counters, err, errlen);
+    if (!r->kv)
+        return *err ? -1 : 0;
+    r->cached = calloc((size_t)r->n_workers, sizeof *r->cached);
+    r->bonus = calloc((size_t)r->n_workers, sizeof *r->bonus);
+    if (!r->cached || !r->bonus) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int n;
+    zsock_t **socks = actor_router_kv_sockets(r->kv, &n);
+    for (int i = 0; i < n; i++)
+        if (socks[i])
+            actor_loop_reader(r->loop, socks[i], s_on_kv);
+    LOG_I("router", "KV events from %s: dispatch weighs cached prefixes (weight %g)",
+          conf->kv_events_from, conf->prefix_weight);
+    return 0;
 }
 
 int actor_router_main(actor_env_t *env) {
@@ -392,6 +452,12 @@ int actor_router_main(actor_env_t *env) {
     }
     if (!ok) {
         actor_env_fail(env, "router: cannot set up (sockets or memory)");
+        s_cleanup(&r);
+        return 1;
+    }
+    char kerr[600];
+    if (s_kv_start(&r, conf, kerr, sizeof kerr)) {
+        actor_env_fail(env, "router: %s", kerr);
         s_cleanup(&r);
         return 1;
     }

@@ -11,6 +11,8 @@
  *   load_report  (worker)    -> updates the worker's load (and marks it alive)
  *   worker_down  (supervisor)-> marks it dead; each of its requests gets
  *                               work_error "internal" (to the tokenizer)
+ *   (SUB) the workers' KV events, with kv_events_from (actor_router_kv.h): the
+ *                               dispatch then weighs each worker's cached prefix
  *   ping / stats_query       -> pong / stats_answer to the frontend
  *   stop                     -> ends the actor
  */
@@ -22,11 +24,14 @@
 /* The options of router, loaded by the runtime through actor_router_opts (one
  * field per option, named after its key): actor_env_cfg(env) in the actor. */
 typedef struct {
-    int moe_dispatch;        /* load|static (its index): MoE expert dispatch: load */
-    double moe_capacity;     /* load dispatch: capacity factor */
-    double moe_capacity_max; /* load dispatch */
-    int moe_capacity_min;    /* load dispatch: rows a replica always takes in a step */
-    double moe_hot;          /* load dispatch */
+    int moe_dispatch;                  /* load|static (its index): MoE expert dispatch: load */
+    double moe_capacity;               /* load dispatch: capacity factor */
+    double moe_capacity_max;           /* load dispatch */
+    int moe_capacity_min;              /* load dispatch: rows a replica always takes in a step */
+    double moe_hot;                    /* load dispatch */
+    const char *kv_events_from;        /* the workers' KV events: pattern or list; NULL: off */
+    const char *kv_events_replay_from; /* their replay sockets, the same way */
+    double prefix_weight;              /* cached prompt tokens count this much off a load */
 } actor_router_cfg_t;
 
 int actor_router_main(actor_env_t *env);

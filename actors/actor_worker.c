@@ -25,6 +25,81 @@
 
 #define S_GRAMMARS_MIN 8 /* grammars cached at least (else max_batch of them) */
 
+_Static_assert(MSG_DTYPE_F32 == 0 && MSG_DTYPE_F16 == 1,
+               "expert_dtype=f32|f16 loads as its index, a msg_dtype_t");
+
+const actor_opt_t actor_worker_opts[] = {
+    {"model", ACTOR_OPT_PATH, NULL, 0, 0, NULL, "GGUF path",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, model)},
+    {"device", ACTOR_OPT_STRING, "cpu", 0, 0, NULL,
+     "where the forward pass runs: cpu, cuda:N (T0 KV f16 in device memory), or cpu-seam "
+     "(the GPU worker's code path on the CPU, one thread) (docs/GPU.md)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, device)},
+    {"threads", ACTOR_OPT_INT, "1", 1, 256, NULL, "threads of the forward pass (device=cpu)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, threads)},
+    {"max_batch", ACTOR_OPT_INT, "16", 1, 4096, NULL, "requests running at once",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, max_batch)},
+    {"kv_blocks", ACTOR_OPT_INT, "512", 1, 1 << 24, NULL,
+     "KV blocks (of block_size positions) in the worker's pool",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, kv_blocks)},
+    {"block_size", ACTOR_OPT_INT, "16", 1, KV_MAX_BLOCK_TOKENS, NULL, "positions per KV block",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, block_size)},
+    {"queue", ACTOR_OPT_INT, "64", 0, 1 << 20, NULL,
+     "requests waiting for admission before overloaded",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, queue)},
+    {"step_tokens", ACTOR_OPT_INT, "256", 1, 1 << 16, NULL,
+     "tokens per forward step: decode tokens first, the rest prefill chunks",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, step_tokens)},
+    {"max_ctx", ACTOR_OPT_INT, "2048", 2, 1 << 20, NULL,
+     "positions per request (prompt + max_tokens)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, max_ctx)},
+    {"kv_type", ACTOR_OPT_ENUM, "f16", 0, 0, "f32|f16|int8", "T0 KV format",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, kv_type), .parse = kv_fmt_parse},
+    {"kv_policy", ACTOR_OPT_ENUM, "scored", 0, 0, "lru|lfu|scored", "T0 eviction order",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, kv_policy), .parse = kv_policy_parse},
+    {"prefix_cache", ACTOR_OPT_BOOL, "1", 0, 0, NULL,
+     "share cached prompt prefixes (0: every prompt computed)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, prefix_cache)},
+    {"write_through", ACTOR_OPT_BOOL, "1", 0, 0, NULL,
+     "with a KV tier manager: send each full KV block of a running request to T1 at once "
+     "(a request resumed after this worker dies promotes them instead of recomputing)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, write_through)},
+    {"prefetch_wait_ms", ACTOR_OPT_INT, "200", 0, 60000, NULL,
+     "how long a request waits for its promotions from T1/T2 before it recomputes",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, prefetch_wait_ms)},
+    {"spec", ACTOR_OPT_BOOL, "1", 0, 0, NULL,
+     "with a draft actor: 0 turns speculation off for this worker",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, spec)},
+    {"spec_k", ACTOR_OPT_INT, "0", 0, MODEL_SPEC_MAX_K, NULL,
+     "fixed draft depth; 0: adaptive (from acceptance and load)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, spec_k)},
+    {"spec_k_max", ACTOR_OPT_INT, "8", 1, MODEL_SPEC_MAX_K, NULL, "adaptive: the largest depth",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, spec_k_max)},
+    {"spec_wait_us", ACTOR_OPT_INT, "20000", 0, 60000000, NULL,
+     "longest wait for a draft before a step runs without it",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, spec_wait_us)},
+    {"expert_dtype", ACTOR_OPT_ENUM, "f32", 0, 0, "f32|f16",
+     "with expert actors and an MoE model: the rows sent to them (f32: bitwise the local "
+     "forward; f16: half the bytes)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, expert_dtype)},
+    {"expert_timeout_ms", ACTOR_OPT_INT, "1000", 1, 600000, NULL,
+     "with expert actors: the wait for an expert actor's reply before its rows go to "
+     "another actor hosting the expert (or are computed here)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, expert_timeout_ms)},
+    {"kv_events", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
+     "publish KV cache events (vLLM's EventBatch) on a ZeroMQ PUB socket bound here, e.g. "
+     "tcp://*:5557; worker i binds the port + i (ipc: the path + '.i'); unset: off "
+     "(docs/KV_EVENTS.md)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, kv_events)},
+    {"kv_events_replay", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
+     "with kv_events: a ROUTER socket bound here answers replay requests (the port + i too)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, kv_events_replay)},
+    {"kv_events_keep", ACTOR_OPT_INT, "10000", 1, 1 << 20, NULL,
+     "with kv_events_replay: event batches kept for replay",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, kv_events_keep)},
+    {NULL},
+};
+
 /* The worker's options (actor_env_cfg). */
 static const actor_worker_cfg_t *s_conf(const actor_worker_t *w) {
     return actor_env_cfg(w->env);
@@ -308,62 +383,6 @@ static int s_step(actor_worker_t *w) {
     return n;
 }
 
-/* T0's counters (kv.*) from kv_cache_stats. */
-static void s_report_kv(actor_worker_t *w) {
-    kv_cache_stats_t ks = kv_cache_stats(w->kv);
-    actor_counters_t *c = w->counters;
-    actor_counters_set(c, "kv.free_blocks", kv_cache_available(w->kv));
-    actor_counters_set(c, "kv.total_blocks", kv_cache_total(w->kv));
-    actor_counters_set(c, "kv.t0.hit_blocks", ks.hit_blocks);
-    actor_counters_set(c, "kv.t0.hit_tokens", ks.hit_tokens);
-    actor_counters_set(c, "kv.t0.miss_blocks", ks.miss_blocks);
-    actor_counters_set(c, "kv.t0.cow_copies", ks.cow_copies);
-    actor_counters_set(c, "kv.t0.evictions", ks.evictions);
-    actor_counters_set(c, "kv.t0.inserted", ks.inserted);
-    actor_counters_set(c, "kv.t0.blocks_used", ks.n_used);
-    actor_counters_set(c, "kv.t0.blocks_cached", ks.n_cached);
-    actor_counters_set(c, "kv.t0.blocks_free", ks.n_free);
-    actor_counters_set(c, "kv.t0.bytes",
-                       (int64_t)kv_cache_total(w->kv) * (int64_t)kv_cache_pool(w->kv)->block_bytes);
-}
-
-/* A load_report to the router, and the load counters. */
-static void s_report(actor_worker_t *w) {
-    sched_batch_load_t l = sched_batch_load(w->sched);
-    msg_load_report_t m;
-    msg_load_report_init(&m);
-    m.worker = w->index;
-    m.queued_tokens = l.queued_tokens;
-    m.active_tokens = l.active_tokens;
-    m.n_queued = l.n_waiting;
-    m.n_active = l.n_running;
-    m.kv_free_blocks = kv_cache_available(w->kv);
-    actor_send(w->to_router, MSG_LOAD_REPORT, &m); /* a lost report is replaced soon */
-    actor_counters_set(w->counters, "running", l.n_running);
-    actor_counters_set(w->counters, "waiting", l.n_waiting);
-    s_report_kv(w);
-    w->last_report_us = base_now_us();
-    w->dirty = false;
-}
-
-/* serve_metrics' export into the actor's counters (base_hist_put_fn). */
-static void s_put_counter(void *counters, const char *name, int64_t value) {
-    actor_counters_set(counters, name, value);
-}
-
-/* Before every stats_answer: the histograms' counters and the grammar cache's. */
-static void s_on_stats(void *self) {
-    actor_worker_t *w = self;
-    serve_metrics_step_export(w->metrics, s_put_counter, w->counters);
-    serve_grammars_stats_t gs = serve_grammars_stats(w->grammars);
-    if (gs.hits)
-        actor_counters_set(w->counters, "grammar.cache_hits", gs.hits);
-    if (gs.compiled) {
-        actor_counters_set(w->counters, "grammar.compiled", gs.compiled);
-        actor_counters_set(w->counters, "grammar.compile_us", gs.compile_us);
-    }
-}
-
 /* After every wakeup: one batch step when there is work.  0 (poll without
  * waiting) while steps run; 1 ms while a draft is on its way; otherwise block
  * in the poll (2 ms with requests waiting for promotions, else 100 ms). */
@@ -376,7 +395,7 @@ static int s_idle(void *self) {
     actor_worker_events_flush(w);
     uint64_t now = base_now_us();
     if ((w->dirty && now - w->last_report_us > 20000) || now - w->last_report_us > 100000)
-        s_report(w);
+        actor_worker_report(w);
     return busy ? 0 : serve_parked_count(w->parked) ? 2 : 100;
 }
 
@@ -408,7 +427,7 @@ static void s_cleanup(actor_worker_t *w) {
     serve_step_destroy(&w->step);
     serve_grammars_destroy(&w->grammars); /* no request holds one any more */
     serve_emit_destroy(&w->emit);
-    kv_events_destroy(&w->events); /* before the cache it listens to */
+    actor_worker_events_stop(w); /* before the cache it listens to */
     kv_cache_destroy(&w->kv);
     actor_expert_client_destroy(&w->experts);
     zsock_destroy(&w->to_tier);
@@ -599,7 +618,8 @@ int actor_worker_main(actor_env_t *env) {
         snprintf(err, sizeof err, "cannot set up (out of memory)");
         goto fail;
     }
-    if (actor_worker_events_start(&w, c, err, sizeof err))
+    if (actor_worker_events_start(&w, c->kv_events, c->kv_events_replay, c->kv_events_keep, err,
+                                  sizeof err))
         goto fail;
     actor_counters_set(w.counters, "kv.total_blocks", c->kv_blocks);
     LOG_I(w.name,
@@ -609,7 +629,7 @@ int actor_worker_main(actor_env_t *env) {
           kv_fmt_name(c->kv_type), kv_policy_name(c->kv_policy),
           c->prefix_cache ? ", prefix cache" : "", c->queue, s_sched_config(c).step_tokens);
     actor_env_ready(env);
-    s_report(&w);
+    actor_worker_report(&w);
 
     actor_loop_inbox(w.loop, w.in, w.to_front, true, "");
     actor_loop_handle_kv_block_raw(w.loop, actor_worker_on_block);
@@ -620,7 +640,7 @@ int actor_worker_main(actor_env_t *env) {
     actor_loop_handle_work_probe(w.loop, s_on_work_probe);
     actor_loop_handle_expert_table(w.loop, s_on_expert_table);
     actor_loop_idle(w.loop, s_idle);
-    actor_loop_on_stats(w.loop, s_on_stats);
+    actor_loop_on_stats(w.loop, actor_worker_on_stats);
     actor_loop_run(w.loop, 100);
     LOG_I(w.name, "stopping");
     s_cleanup(&w);

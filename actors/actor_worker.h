@@ -5,7 +5,7 @@
  * per request with model_sampler (seeded per position), so a request's tokens
  * do not depend on what else is in the batch.
  *
- * Options: actor_worker_opts in actor_worker_opts.c (`strata actor --help`).
+ * Options: actor_worker_opts in actor_worker.c (`strata actor --help`).
  *
  * Command / reply table (inbound PULL socket):
  *   work_request  (router)   -> queued; then a text_event per token straight to the

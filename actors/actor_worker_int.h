@@ -12,7 +12,6 @@
 #include "actor_expert_client.h"
 #include "actor_runtime.h"
 
-#include "actor_worker.h"
 #include "kv_cache.h"
 #include "kv_events.h"
 #include "model.h"
@@ -59,7 +58,9 @@ typedef struct {
     kern_backend_t *be;             /* (another device) the backend, borrowed by kv, and */
     model_dev_t *dev;               /* the forward pass on it */
     kv_cache_t *kv;                 /* T0: KV pool, prefix index, allocator */
-    kv_events_t *events;            /* KV events publisher (option kv_events), or NULL */
+    kv_events_t *events;            /* KV events (option kv_events), or NULL: off */
+    zsock_t *events_pub;            /* their PUB socket */
+    zsock_t *events_replay;         /* their ROUTER answering replays, or NULL */
     sched_batch_t *sched;           /* continuous batching policy */
     model_sampler_t *sampler;       /* scratch shared by all requests (one thread) */
     serve_step_t *step;             /* the step: what a forward pass computes, in order */
@@ -105,15 +106,25 @@ bool actor_worker_wait_drafts(actor_worker_t *w);
 /* r ends: its draft state goes (a reply outstanding, the drafter's copy). */
 void actor_worker_draft_end(actor_worker_t *w, actor_worker_req_t *r);
 
+/* ---- reports (actor_worker_report.c) */
+
+/* A load_report to the router, and the load and T0 counters; clears dirty. */
+void actor_worker_report(actor_worker_t *w);
+/* actor_timer_fn, before every stats_answer: the histograms' and grammar cache's counters. */
+void actor_worker_on_stats(void *self);
+
 /* ---- KV events (actor_worker_events.c) */
 
-/* With option kv_events: the publisher, fed by T0's index changes, its replay socket in
- * the loop, AllBlocksCleared queued.  0 (also when off), or -EINVAL with the reason in
- * err (a bad endpoint, one that cannot be bound). */
-int actor_worker_events_start(actor_worker_t *w, const actor_worker_cfg_t *c, char *err,
-                              size_t errlen);
+/* With a kv_events endpoint: the queue, fed by T0's index changes, its PUB socket (and
+ * a replay ROUTER with replay_ep) bound at worker i's port (+ i), AllBlocksCleared
+ * queued.  0 (also when endpoint is NULL or ""), or a negative errno with the reason in
+ * err (a bad endpoint, one that cannot be bound, no memory). */
+int actor_worker_events_start(actor_worker_t *w, const char *endpoint, const char *replay_ep,
+                              int keep, char *err, size_t errlen);
 /* Publish what T0's index did since the last call, as one batch (nothing when idle). */
 void actor_worker_events_flush(actor_worker_t *w);
+/* Close the sockets and free the queue (before the cache it listens to); safe twice. */
+void actor_worker_events_stop(actor_worker_t *w);
 
 /* ---- the KV tier manager's side (actor_worker_tiers.c) */
 

@@ -84,10 +84,17 @@ static const s_flag_t s_flags[] = {
     {"prefetch-wait-ms", 0, "worker<N>", "prefetch_wait_ms", "N", NULL, 0, NULL, NULL},
     {"kv-events", 0, "worker<N>", "kv_events", "EP", NULL, 0,
      "publish KV cache events in vLLM's format (EventBatch over ZeroMQ PUB) for KV-aware "
-     "routers, e.g. tcp://*:5557; worker i binds port + i (docs/KV_EVENTS.md)",
+     "routers, e.g. tcp://*:5557; worker i binds port + i; the router follows them too "
+     "(docs/KV_EVENTS.md)",
      NULL},
+    {"kv-events", 0, "router", "kv_events_from", "EP", NULL, 0, NULL, NULL},
     {"kv-events-replay", 0, "worker<N>", "kv_events_replay", "EP", NULL, 0,
      "with --kv-events: a ROUTER socket answering replay requests (port + i too)", NULL},
+    {"kv-events-replay", 0, "router", "kv_events_replay_from", "EP", NULL, 0, NULL, NULL},
+    {"prefix-weight", 0, "router", "prefix_weight", "W", NULL, 0,
+     "with --kv-events the router sends a request where its prompt's prefix is cached: a "
+     "cached token counts W tokens off that worker's load (0..1000, default 1)",
+     NULL},
     {"no-write-through", 0, "worker<N>", "write_through", NULL, "0", 0,
      "full KV blocks of running requests reach T1 only when evicted (not at once)", NULL},
     {"draft", 0, "draft", "draft", "KIND", NULL, 0,

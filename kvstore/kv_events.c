@@ -1,13 +1,11 @@
-/* kv_events.c - the KV event publisher (kv_events.h): events queued between flushes,
- * encoded as one vLLM EventBatch per flush, a ring of the last batches for replay. */
+/* kv_events.c - KV events (kv_events.h): events queued between flushes, encoded as one
+ * vLLM EventBatch per flush, a ring of the last batches for replay. */
 #include "kv_events.h"
 
 #include <errno.h>
 #include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define S_PUB_HWM 100000 /* messages a slow subscriber may lag before it loses some */
 
 typedef enum { S_STORED, S_REMOVED, S_CLEARED } s_kind_t;
 
@@ -29,10 +27,7 @@ typedef struct {
 } s_kept_t;
 
 struct kv_events_t {
-    kv_events_config_t cfg; /* as given (topic copied) */
-    char *topic;            /* the first frame */
-    zsock_t *pub;           /* PUB, bound */
-    zsock_t *replay;        /* ROUTER, bound; NULL without replay */
+    kv_events_config_t cfg; /* as given */
     s_event_t *ev;          /* (ev_cap) queued events; n_ev valid */
     int n_ev, ev_cap;
     uint64_t *hashes; /* (h_cap) their block hashes; n_h valid */
@@ -87,65 +82,30 @@ static int s_reserve_int(void **p, int *cap, int need, size_t sz) {
     return rc;
 }
 
-kv_events_t *kv_events_new(const kv_events_config_t *c, char *err, size_t errlen) {
-    if (!c || !c->endpoint || !*c->endpoint || c->block_size < 1 || c->keep < 1) {
-        snprintf(err, errlen, "kv events: an endpoint, a block size and keep >= 1 are needed");
+kv_events_t *kv_events_new(const kv_events_config_t *c) {
+    if (!c || c->block_size < 1 || c->keep < 1)
+        return NULL;
+    kv_events_t *self = calloc(1, sizeof *self);
+    if (!self || !(self->kept = calloc((size_t)c->keep, sizeof *self->kept))) {
+        free(self);
         return NULL;
     }
-    kv_events_t *self = calloc(1, sizeof *self);
-    if (!self || !(self->topic = strdup(c->topic ? c->topic : "")) ||
-        !(self->kept = calloc((size_t)c->keep, sizeof *self->kept))) {
-        snprintf(err, errlen, "kv events: out of memory");
-        goto fail;
-    }
     self->cfg = *c;
-    self->cfg.topic = self->topic;
     for (int i = 0; i < c->keep; i++)
         self->kept[i].seq = -1;
-    if (!(self->pub = zsock_new(ZMQ_PUB))) {
-        snprintf(err, errlen, "kv events: cannot make a PUB socket");
-        goto fail;
-    }
-    zsock_set_sndhwm(self->pub, S_PUB_HWM);
-    zsock_set_linger(self->pub, 0);
-    if (zsock_bind(self->pub, "%s", c->endpoint) < 0) {
-        snprintf(err, errlen, "kv events: cannot bind %s: %s", c->endpoint, zmq_strerror(errno));
-        goto fail;
-    }
-    if (c->replay_endpoint && *c->replay_endpoint) {
-        if (!(self->replay = zsock_new(ZMQ_ROUTER))) {
-            snprintf(err, errlen, "kv events: cannot make a ROUTER socket");
-            goto fail;
-        }
-        zsock_set_linger(self->replay, 0);
-        if (zsock_bind(self->replay, "%s", c->replay_endpoint) < 0) {
-            snprintf(err, errlen, "kv events: cannot bind the replay endpoint %s: %s",
-                     c->replay_endpoint, zmq_strerror(errno));
-            goto fail;
-        }
-    }
-    self->cfg.replay_endpoint = NULL; /* the caller's strings are not kept */
-    self->cfg.endpoint = NULL;
     return self;
-fail:
-    kv_events_destroy(&self);
-    return NULL;
 }
 
 void kv_events_destroy(kv_events_t **self_p) {
     if (!self_p || !*self_p)
         return;
     kv_events_t *self = *self_p;
-    zsock_destroy(&self->pub);
-    zsock_destroy(&self->replay);
-    if (self->kept)
-        for (int i = 0; i < self->cfg.keep; i++)
-            free(self->kept[i].data);
+    for (int i = 0; i < self->cfg.keep; i++)
+        free(self->kept[i].data);
     free(self->kept);
     free(self->ev);
     free(self->hashes);
     free(self->tokens);
-    free(self->topic);
     free(self);
     *self_p = NULL;
 }
@@ -263,12 +223,8 @@ static void s_pack_event(msgpack_packer *pk, const kv_events_t *self, const s_ev
     }
 }
 
-static void s_seq_bytes(int64_t seq, uint8_t out[8]) {
-    for (int i = 0; i < 8; i++)
-        out[i] = (uint8_t)((uint64_t)seq >> (56 - 8 * i));
-}
-
-int kv_events_flush(kv_events_t *self, double ts) {
+int kv_events_flush(kv_events_t *self, double ts, int64_t *seq, const uint8_t **payload,
+                    size_t *len) {
     if (!self->n_ev)
         return 0;
     msgpack_sbuffer sb;
@@ -288,70 +244,37 @@ int kv_events_flush(kv_events_t *self, double ts) {
         self->st.dropped += n_ev;
         return -ENOMEM;
     }
-    int64_t seq = self->st.batches++;
+    int64_t q = self->st.batches++;
     self->st.events += n_ev;
     self->st.bytes += (int64_t)sb.size;
-    uint8_t seqb[8];
-    s_seq_bytes(seq, seqb);
-    void *pub = zsock_resolve(self->pub);
-    int rc = 0;
-    if (zmq_send(pub, self->topic, strlen(self->topic), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-        zmq_send(pub, seqb, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-        zmq_send(pub, sb.data, sb.size, ZMQ_DONTWAIT) < 0)
-        rc = -EAGAIN;
-    s_kept_t *k = &self->kept[seq % self->cfg.keep]; /* the buffer moves into the ring */
+    s_kept_t *k = &self->kept[q % self->cfg.keep]; /* the buffer moves into the ring */
     free(k->data);
-    k->seq = seq;
+    k->seq = q;
     k->data = (uint8_t *)sb.data;
     k->len = sb.size;
-    return rc;
+    *seq = q;
+    *payload = k->data;
+    *len = k->len;
+    return 1;
 }
 
-zsock_t *kv_events_replay_socket(kv_events_t *self) {
-    return self->replay;
-}
-
-int kv_events_replay(kv_events_t *self) {
-    if (!self->replay)
-        return -EINVAL;
-    zmsg_t *req = zmsg_recv_nowait(self->replay);
-    if (!req)
-        return -EAGAIN;
-    int rc = -EPROTO;
-    zframe_t *id = zmsg_pop(req), *delim = zmsg_pop(req), *start = zmsg_pop(req);
-    if (id && delim && start && zframe_size(delim) == 0 && zframe_size(start) == 8 &&
-        zmsg_size(req) == 0) {
-        uint64_t s = 0;
-        for (int i = 0; i < 8; i++)
-            s = s << 8 | zframe_data(start)[i];
-        int64_t from = (int64_t)s, first = self->st.batches - self->cfg.keep;
-        if (from < first)
-            from = first < 0 ? 0 : first;
-        void *sock = zsock_resolve(self->replay);
-        uint8_t seqb[8];
-        for (int64_t q = from; q >= 0 && q < self->st.batches; q++) {
-            const s_kept_t *k = &self->kept[q % self->cfg.keep];
-            if (k->seq != q || !k->data)
-                continue;
-            s_seq_bytes(q, seqb);
-            zmq_send(sock, zframe_data(id), zframe_size(id), ZMQ_SNDMORE | ZMQ_DONTWAIT);
-            zmq_send(sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-            zmq_send(sock, seqb, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-            zmq_send(sock, k->data, k->len, ZMQ_DONTWAIT);
+int kv_events_kept(const kv_events_t *self, int64_t from, int64_t *seq, const uint8_t **payload,
+                   size_t *len) {
+    int64_t first = self->st.batches - self->cfg.keep;
+    if (from < first)
+        from = first;
+    if (from < 0)
+        from = 0;
+    for (int64_t q = from; q < self->st.batches; q++) {
+        const s_kept_t *k = &self->kept[q % self->cfg.keep];
+        if (k->seq == q && k->data) {
+            *seq = q;
+            *payload = k->data;
+            *len = k->len;
+            return 1;
         }
-        s_seq_bytes(-1, seqb);
-        zmq_send(sock, zframe_data(id), zframe_size(id), ZMQ_SNDMORE | ZMQ_DONTWAIT);
-        zmq_send(sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-        zmq_send(sock, seqb, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-        zmq_send(sock, "", 0, ZMQ_DONTWAIT);
-        self->st.replays++;
-        rc = 0;
     }
-    zframe_destroy(&id);
-    zframe_destroy(&delim);
-    zframe_destroy(&start);
-    zmsg_destroy(&req);
-    return rc;
+    return 0;
 }
 
 kv_events_stats_t kv_events_stats(const kv_events_t *self) {

@@ -2,14 +2,14 @@
  * already consume it (Dynamo's KV router, llm-d's prefix-cache scorer, ...) and for
  * strata's own router.
  *
- * A publisher collects what changed in a worker's KV index (full blocks stored,
- * blocks removed, everything cleared) and sends it, once per flush (a worker flushes
- * after each step), as one EventBatch on a ZeroMQ PUB socket: three frames
+ * A queue collects what changed in a worker's KV index (full blocks stored, blocks
+ * removed, everything cleared); a flush (a worker flushes after each step) encodes it
+ * as one numbered EventBatch, in msgspec's array-like tagged form as vLLM's
+ * ZmqEventPublisher sends it, and keeps the last `keep` batches for replay.  The
+ * sockets are the worker's (actors/actor_worker_events.c: PUB frames
+ * topic | sequence number (8 bytes, big-endian) | payload, and a ROUTER answering
+ * replays; docs/KV_EVENTS.md).  This is library code: no sockets here.
  *
- *     topic | sequence number (8 bytes, big-endian) | MessagePack EventBatch
- *
- * with the batch and its events in msgspec's array-like tagged form, as vLLM's
- * ZmqEventPublisher sends them:
  *
  *     EventBatch       [ts (float seconds), [event, ...], data_parallel_rank]
  *     BlockStored      ["BlockStored", [hash, ...], parent hash | nil, [token, ...],
@@ -22,17 +22,11 @@
  * Media: T0 (the worker's own pool) "GPU" -- vLLM's name for the pool the engine
  * computes from, whatever memory it is in --, T1 "CPU", T2 "DISK".
  *
- * Replay: with a replay endpoint, a ROUTER socket answers a request
- * [identity, "", start sequence (8 bytes big-endian)] with every batch still kept
- * whose sequence is >= start, each as [identity, "", seq, payload], then
- * [identity, "", -1 (8 bytes), ""].  The last `keep` batches are kept.
- *
- * Not thread-safe: the worker thread that owns the cache owns its publisher.
+ * Not thread-safe: the worker thread that owns the cache owns its queue.
  */
 #ifndef KV_EVENTS_H
 #define KV_EVENTS_H
 
-#include <czmq.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,26 +36,21 @@ typedef struct kv_events_t kv_events_t;
 typedef enum { KV_EVENTS_T0, KV_EVENTS_T1, KV_EVENTS_T2, KV_EVENTS_MEDIA } kv_events_medium_t;
 
 typedef struct {
-    const char *endpoint;        /* PUB, bound: tcp://0.0.0.0:5557, ipc://... */
-    const char *replay_endpoint; /* ROUTER, bound; NULL or "": no replay */
-    const char *topic;           /* first frame of every message; NULL: "" */
-    int block_size;              /* tokens per block (BlockStored's block_size) */
-    int keep;                    /* batches kept for replay (>= 1) */
-    int dp_rank;                 /* EventBatch's data_parallel_rank */
+    int block_size; /* tokens per block (BlockStored's block_size) */
+    int keep;       /* batches kept for replay (>= 1) */
+    int dp_rank;    /* EventBatch's data_parallel_rank */
 } kv_events_config_t;
 
 typedef struct {
     int64_t batches; /* batches published (the next sequence number) */
     int64_t events;  /* events in them */
     int64_t bytes;   /* payload bytes */
-    int64_t replays; /* replay requests answered */
     int64_t dropped; /* events lost: no memory to hold them */
 } kv_events_stats_t;
 
-/* A publisher bound to c->endpoint (and c->replay_endpoint).  NULL with the reason in
- * err: a bad config, an endpoint that cannot be bound (in use, malformed), no memory. */
-kv_events_t *kv_events_new(const kv_events_config_t *c, char *err, size_t errlen);
-/* Close the sockets (unsent events are dropped) and null *self_p; safe twice. */
+/* An empty queue.  NULL on a bad config (block size, keep < 1) or no memory. */
+kv_events_t *kv_events_new(const kv_events_config_t *c);
+/* Free it (unflushed events are dropped) and null *self_p; safe twice. */
 void kv_events_destroy(kv_events_t **self_p);
 
 /* Queue one full block stored in `medium`: hash chained from parent (0: the first
@@ -76,14 +65,16 @@ void kv_events_removed(kv_events_t *self, kv_events_medium_t medium, uint64_t ha
 void kv_events_cleared(kv_events_t *self);
 /* Events queued and not yet flushed. */
 int kv_events_pending(const kv_events_t *self);
-/* Publish the queued events as one batch stamped ts (seconds since the epoch); nothing
- * when none are queued.  0, or a negative errno (-ENOMEM: the batch was dropped and
- * counted; -EAGAIN: the PUB socket refused it -- subscribers replay it). */
-int kv_events_flush(kv_events_t *self, double ts);
-/* The replay socket (NULL without one): poll it, then call kv_events_replay. */
-zsock_t *kv_events_replay_socket(kv_events_t *self);
-/* Answer one waiting replay request (a malformed one is ignored).  0 or -errno. */
-int kv_events_replay(kv_events_t *self);
+/* Encode the queued events as the next batch, stamped ts (seconds since the epoch), and
+ * keep it: its sequence number into *seq, its payload into *payload / *len (valid until
+ * the batch leaves the ring, `keep` flushes later).  1: a batch was made; 0: nothing was
+ * queued; -ENOMEM: the events were dropped (counted). */
+int kv_events_flush(kv_events_t *self, double ts, int64_t *seq, const uint8_t **payload,
+                    size_t *len);
+/* The kept batch with the smallest sequence number >= from (a replay walks them with
+ * from = *seq + 1).  1 found; 0 none left. */
+int kv_events_kept(const kv_events_t *self, int64_t from, int64_t *seq, const uint8_t **payload,
+                   size_t *len);
 kv_events_stats_t kv_events_stats(const kv_events_t *self);
 /* The endpoint of publisher `index` (a worker's number) from a shared one, as vLLM
  * offsets by data-parallel rank: tcp://HOST:PORT -> tcp://HOST:(PORT + index);

@@ -51,6 +51,11 @@ int router_dispatch_workers(const router_dispatch_t *self) {
 }
 
 int router_dispatch_assign(router_dispatch_t *self, uint64_t rid, int64_t tokens) {
+    return router_dispatch_assign_bonus(self, rid, tokens, NULL);
+}
+
+int router_dispatch_assign_bonus(router_dispatch_t *self, uint64_t rid, int64_t tokens,
+                                 const int64_t *bonus) {
     if (base_map_get(&self->rids, rid, NULL))
         return -EEXIST;
     int best = -1;
@@ -59,7 +64,7 @@ int router_dispatch_assign(router_dispatch_t *self, uint64_t rid, int64_t tokens
         const s_worker_t *x = &self->workers[w];
         if (!x->alive)
             continue;
-        int64_t load = x->reported + x->pending;
+        int64_t load = x->reported + x->pending - (bonus ? bonus[w] : 0);
         /* ties go to the worker with fewer requests, then the lower index */
         if (best < 0 || load < best_load ||
             (load == best_load && x->count < self->workers[best].count)) {
@@ -72,7 +77,8 @@ int router_dispatch_assign(router_dispatch_t *self, uint64_t rid, int64_t tokens
     int rc = base_map_put(&self->rids, rid, (uint64_t)best);
     if (rc)
         return rc;
-    self->workers[best].pending += tokens;
+    int64_t saved = bonus && bonus[best] > 0 ? bonus[best] : 0;
+    self->workers[best].pending += tokens > saved ? tokens - saved : 0;
     self->workers[best].count++;
     return best;
 }

@@ -1,6 +1,7 @@
 /* router_dispatch.h - which target worker gets a request: the least loaded of
  * the live workers, where load = queued + active tokens from the worker's last
- * load report plus the tokens dispatched to it since that report.  Also keeps
+ * load report plus the tokens dispatched to it since that report (less, with KV
+ * events, the prompt tokens the worker already has cached).  Also keeps
  * the request -> worker table so a cancel reaches the right worker and a dead
  * worker's requests can be failed (or re-dispatched).  Pure policy, no sockets;
  * not thread-safe (the router actor owns it).
@@ -22,6 +23,12 @@ int router_dispatch_workers(const router_dispatch_t *self);
  * rid -> worker and add the tokens to that worker's pending load.  Returns the
  * worker, -EHOSTDOWN when no worker is alive, -EEXIST for a known rid, -ENOMEM. */
 int router_dispatch_assign(router_dispatch_t *self, uint64_t rid, int64_t tokens);
+/* The same, weighing what each worker already holds: bonus[w] tokens (the request's
+ * prompt positions cached there, weighted; serve/serve_prefix.h) are taken off w's load when
+ * choosing, and off the tokens added to the chosen worker's pending load.  bonus NULL:
+ * router_dispatch_assign. */
+int router_dispatch_assign_bonus(router_dispatch_t *self, uint64_t rid, int64_t tokens,
+                                 const int64_t *bonus);
 /* The worker of rid, or -ENOENT. */
 int router_dispatch_worker_of(const router_dispatch_t *self, uint64_t rid);
 /* Forget rid (finished, failed or cancelled).  Returns its worker or -ENOENT. */

@@ -3,7 +3,7 @@
 from vLLM's published event schema (vllm/distributed/kv_events.py: msgspec Structs,
 array_like, tagged), not from strata's encoder.
 
-Thread mode, 2 workers, a small T0 (48 blocks of 16) so blocks are evicted; the test
+Thread mode, 2 workers, a small T0 (32 blocks of 16) so blocks are evicted; the test
 subscribes to both workers' PUB sockets, sends prompts of which several share a long
 prefix, then asks each worker's replay socket for everything from sequence 0 (the PUB
 stream starts before the subscriber joins).  Checks: every batch decodes under the
@@ -14,7 +14,10 @@ blocks appear as one chain of BlockStored events whose token ids are the prompt'
 (`strata tokenize`) and whose hashes are the documented chained XXH3 (kv_hash.h,
 recomputed here with libxxhash); a removed block was stored before and is not removed
 twice; the live set never exceeds the pool; the counters agree; a malformed replay
-request is ignored and a replay past the end answers only the end marker.
+request is ignored and a replay past the end answers only the end marker.  Then the
+router's side: with --kv-events it follows the same events, and a conversation's next
+turn goes to the worker that holds its first (found in the trace's dispatch line and in
+the answer's cached_tokens).
 """
 import ctypes
 import os
@@ -35,7 +38,7 @@ except ImportError:
 
 import serve_util as u  # noqa: E402
 
-BLOCK, KV_BLOCKS = 16, 48
+BLOCK, KV_BLOCKS = 16, 32
 
 
 # ---- vLLM's schema (vllm/distributed/kv_events.py, the published form: array_like, tagged)
@@ -159,9 +162,70 @@ def replay(ctx, ep, start, frames=None):
     raise AssertionError("replay from %s: no end marker" % ep)
 
 
+def one(ctx, ep, m):
+    """Run one request; its done event and the router's dispatch line of its trace."""
+    c = u.Client(ctx, ep)
+    c.send(dict(m, trace=True))
+    line = None
+    while True:
+        e = c.recv(120 * u.TIMEOUT_SCALE)
+        if e["type"] == "trace":
+            line = [st for st in e["steps"] if st.get("what") == "dispatch"]
+        if e["type"] in ("done", "error"):
+            c.close()
+            u.check(e["type"] == "done", "%s: %r" % (m["id"], e))
+            return e, line
+
+
+def routing():
+    """The router follows the events: a conversation's next turn goes to the worker that
+    holds its earlier turns (by load alone, an idle pair of workers sends every request
+    sequentially to worker0), and finds them cached."""
+    ctx = zmq.Context.instance()
+    pub = u.free_port()
+    args = ["--workers", "2", "--threads", "1", "--no-tiers",
+            "--kv-events", "tcp://*:%d" % pub]
+    convs = [("Conversation %d. " % i) + u.PROMPTS[i] * 5 for i in range(4)]
+    with u.Server(args) as s:
+        time.sleep(0.3)  # the router's subscriptions reach the workers
+        clients = []
+        for i, text in enumerate(convs):  # at once: spread over both workers by load
+            c = u.Client(ctx, s.endpoint)
+            c.send({"type": "generate", "v": 1, "id": "turn1.%d" % i, "max_tokens": 4,
+                    "temperature": 0, "prompt": text})
+            clients.append(c)
+        for i, c in enumerate(clients):
+            while True:
+                e = c.recv(120 * u.TIMEOUT_SCALE)
+                if e["type"] in ("done", "error"):
+                    break
+            c.close()
+            u.check(e["type"] == "done", "turn 1 of %d: %r" % (i, e))
+        time.sleep(0.3)  # their BlockStored batches reach the router
+        hits = []
+        for i, text in enumerate(convs):
+            m = {"type": "generate", "v": 1, "id": "turn2.%d" % i, "max_tokens": 4,
+                 "temperature": 0, "prompt": text + " And then?"}
+            done, line = one(ctx, s.endpoint, m)
+            u.check(line and "less its cached prefix" in line[0]["why"],
+                    "turn 2 of %d: dispatch %r" % (i, line))
+            need = (len(u.tokenize(text)) // BLOCK) * BLOCK
+            got = done["usage"]["cached_tokens"]
+            u.check(got >= need - BLOCK, "turn 2 of %d: %d cached tokens, its first turn "
+                    "had %d in full blocks (dispatch: %s)" % (i, got, need, line[0]["why"]))
+            hits.append(got)
+        st = u.stats(s.endpoint)
+        u.check(st.get("worker0.dispatched", 0) >= 0, "stats")
+        per = [st.get("router.dispatched.worker%d" % w, 0) for w in range(2)]
+        u.check(min(per) > 0, "both workers served: %r" % per)
+    print("routing: 4 second turns each sent to the worker holding the first (%s cached "
+          "tokens), both workers in use %r" % (hits, per))
+
+
 def main():
     if not os.path.exists(u.MODEL):
         testenv.skip("model not found: " + u.MODEL)
+    routing()
     t0 = time.time()
     ctx = zmq.Context.instance()
     pub, rep = u.free_port(), u.free_port()
@@ -169,7 +233,8 @@ def main():
         rep = u.free_port()
     args = ["--workers", "2", "--threads", "1", "--kv-blocks", str(KV_BLOCKS), "--no-tiers",
             "--kv-events", "tcp://127.0.0.1:%d" % pub,
-            "--kv-events-replay", "tcp://127.0.0.1:%d" % rep]
+            "--kv-events-replay", "tcp://127.0.0.1:%d" % rep,
+            "--prefix-weight", "0"]  # dispatch by load: requests spread, the pools evict
     texts = prompts()
     want = [u.tokenize(t) for t in texts]  # as the service tokenizes a prompt
     with u.Server(args) as s:

@@ -1,8 +1,8 @@
-/* test_kv_events.c - the KV event publisher (kvstore/kv_events.h): endpoints per worker,
- * the batch layout as msgpack-c unpacks it (chains merged into one BlockStored, removals
- * merged, AllBlocksCleared), sequence numbers, the replay ring, and bad configs.  The
- * format against vLLM's schema is checked by tests/integration/test_kv_events.py with a
- * decoder written from that schema. */
+/* test_kv_events.c - KV events (kvstore/kv_events.h): endpoints per worker, the batch
+ * layout as msgpack-c unpacks it (chains merged into one BlockStored, removals merged,
+ * AllBlocksCleared), sequence numbers, the replay ring, and bad configs.  The format
+ * against vLLM's schema, the sockets and the replay protocol are checked by
+ * tests/integration/test_kv_events.py with a decoder written from that schema. */
 #include "kv_events.h"
 
 #include "test_util.h"
@@ -28,25 +28,14 @@ START_TEST(endpoints_per_worker) {
 }
 END_TEST
 
-/* The next message on sub: its sequence number and unpacked payload (in *u). */
-static int64_t s_recv(zsock_t *sub, msgpack_unpacked *u) {
-    zmsg_t *m = zmsg_recv(sub);
-    ck_assert_ptr_nonnull(m);
-    ck_assert_int_eq(zmsg_size(m), 3);
-    zframe_t *topic = zmsg_pop(m), *seq = zmsg_pop(m), *body = zmsg_pop(m);
-    ck_assert_int_eq(zframe_size(topic), 3);
-    ck_assert(!memcmp(zframe_data(topic), "kv/", 3));
-    ck_assert_int_eq(zframe_size(seq), 8);
-    int64_t q = 0;
-    for (int i = 0; i < 8; i++)
-        q = q << 8 | zframe_data(seq)[i];
+/* Flush ev and unpack the batch into *u; its sequence number. */
+static int64_t s_flush(kv_events_t *ev, double ts, msgpack_unpacked *u) {
+    int64_t q;
+    const uint8_t *p;
+    size_t n;
+    ck_assert_int_eq(kv_events_flush(ev, ts, &q, &p, &n), 1);
     msgpack_unpacked_init(u);
-    ck_assert(msgpack_unpack_next(u, (const char *)zframe_data(body), zframe_size(body), NULL) ==
-              MSGPACK_UNPACK_SUCCESS);
-    zframe_destroy(&topic);
-    zframe_destroy(&seq);
-    zframe_destroy(&body);
-    zmsg_destroy(&m);
+    ck_assert(msgpack_unpack_next(u, (const char *)p, n, NULL) == MSGPACK_UNPACK_SUCCESS);
     return q;
 }
 
@@ -56,13 +45,9 @@ static bool s_str_is(msgpack_object o, const char *s) {
 }
 
 START_TEST(batches_as_unpacked) {
-    char err[256];
-    kv_events_config_t c = {"inproc://kv-test-1", NULL, "kv/", 2, 4, 0};
-    kv_events_t *ev = kv_events_new(&c, err, sizeof err);
-    ck_assert_msg(ev != NULL, "%s", err);
-    zsock_t *sub = zsock_new_sub("inproc://kv-test-1", "");
-    ck_assert_ptr_nonnull(sub);
-    zclock_sleep(50); /* the subscription reaches the publisher */
+    kv_events_config_t c = {2, 4, 0};
+    kv_events_t *ev = kv_events_new(&c);
+    ck_assert_ptr_nonnull(ev);
     int32_t t[6] = {5, 6, 7, 8, 9, 10};
     kv_events_cleared(ev);
     kv_events_stored(ev, KV_EVENTS_T0, 100, 0, t); /* a chain of three: one event */
@@ -73,11 +58,13 @@ START_TEST(batches_as_unpacked) {
     kv_events_removed(ev, KV_EVENTS_T0, 101);
     kv_events_stored(ev, KV_EVENTS_T0, 104, 777, t); /* not chained to the last: new */
     ck_assert_int_eq(kv_events_pending(ev), 5);
-    ck_assert_int_eq(kv_events_flush(ev, 1234.5), 0);
-    ck_assert_int_eq(kv_events_pending(ev), 0);
-    ck_assert_int_eq(kv_events_flush(ev, 1235.0), 0); /* nothing queued: nothing sent */
     msgpack_unpacked u;
-    ck_assert_int_eq(s_recv(sub, &u), 0);
+    ck_assert_int_eq(s_flush(ev, 1234.5, &u), 0);
+    ck_assert_int_eq(kv_events_pending(ev), 0);
+    int64_t q;
+    const uint8_t *p;
+    size_t n;
+    ck_assert_int_eq(kv_events_flush(ev, 1235.0, &q, &p, &n), 0); /* nothing queued */
     msgpack_object b = u.data;
     ck_assert(b.type == MSGPACK_OBJECT_ARRAY && b.via.array.size == 3);
     ck_assert(b.via.array.ptr[0].type == MSGPACK_OBJECT_FLOAT64 &&
@@ -110,85 +97,41 @@ START_TEST(batches_as_unpacked) {
     msgpack_unpacked_destroy(&u);
     kv_events_stats_t st = kv_events_stats(ev);
     ck_assert(st.batches == 1 && st.events == 5 && st.bytes > 0 && st.dropped == 0);
-    zsock_destroy(&sub);
     kv_events_destroy(&ev);
     ck_assert_ptr_null(ev);
     kv_events_destroy(&ev); /* safe twice */
 }
 END_TEST
 
-/* [(seq)] the replay socket answers from start; the end marker checked. */
-static int s_replay(zsock_t *req, int64_t start, int64_t *seqs, int cap, kv_events_t *ev) {
-    uint8_t sb[8];
-    for (int i = 0; i < 8; i++)
-        sb[i] = (uint8_t)((uint64_t)start >> (56 - 8 * i));
-    zsock_send(req, "zb", sb, (size_t)8);
-    ck_assert_int_eq(kv_events_replay(ev), 0);
-    int n = 0;
-    for (;;) {
-        zmsg_t *m = zmsg_recv(req);
-        ck_assert_ptr_nonnull(m);
-        ck_assert_int_eq(zmsg_size(m), 3);
-        zframe_t *delim = zmsg_pop(m), *seq = zmsg_pop(m), *body = zmsg_pop(m);
-        ck_assert_int_eq(zframe_size(delim), 0);
-        int64_t q = 0;
-        for (int i = 0; i < 8; i++)
-            q = q << 8 | zframe_data(seq)[i];
-        bool end = q == -1;
-        if (end)
-            ck_assert_int_eq(zframe_size(body), 0);
-        else if (n < cap)
-            seqs[n++] = q;
-        zframe_destroy(&delim);
-        zframe_destroy(&seq);
-        zframe_destroy(&body);
-        zmsg_destroy(&m);
-        if (end)
-            return n;
-    }
-}
-
 START_TEST(replay_ring) {
-    char err[256];
-    kv_events_config_t c = {"inproc://kv-test-2", "inproc://kv-test-2r", NULL, 1, 2, 0};
-    kv_events_t *ev = kv_events_new(&c, err, sizeof err);
-    ck_assert_msg(ev != NULL, "%s", err);
-    ck_assert_ptr_nonnull(kv_events_replay_socket(ev));
-    zsock_t *req = zsock_new_dealer("inproc://kv-test-2r");
+    kv_events_config_t c = {1, 2, 0};
+    kv_events_t *ev = kv_events_new(&c);
     int32_t t = 1;
+    int64_t q;
+    const uint8_t *p, *third = NULL;
+    size_t n;
     for (int i = 0; i < 3; i++) { /* three batches; the ring keeps two */
         kv_events_stored(ev, KV_EVENTS_T0, 50 + (uint64_t)i, 0, &t);
-        ck_assert_int_eq(kv_events_flush(ev, 1.0), 0);
+        ck_assert_int_eq(kv_events_flush(ev, 1.0, &q, &p, &n), 1);
+        ck_assert_int_eq(q, i);
+        third = p;
     }
-    int64_t q[4];
-    ck_assert_int_eq(s_replay(req, 0, q, 4, ev), 2);
-    ck_assert(q[0] == 1 && q[1] == 2);
-    ck_assert_int_eq(s_replay(req, 2, q, 4, ev), 1);
-    ck_assert_int_eq(q[0], 2);
-    ck_assert_int_eq(s_replay(req, 9, q, 4, ev), 0);
-    zsock_send(req, "z"); /* malformed (no sequence frame): ignored, no answer */
-    ck_assert_int_eq(kv_events_replay(ev), -EPROTO);
-    ck_assert_int_eq(s_replay(req, 1, q, 4, ev), 2);
-    ck_assert_int_eq(kv_events_stats(ev).replays, 4);
-    zsock_destroy(&req);
+    ck_assert_int_eq(kv_events_kept(ev, 0, &q, &p, &n), 1); /* 0 is gone: 1 comes first */
+    ck_assert_int_eq(q, 1);
+    ck_assert_int_eq(kv_events_kept(ev, q + 1, &q, &p, &n), 1);
+    ck_assert(q == 2 && p == third);
+    ck_assert_int_eq(kv_events_kept(ev, q + 1, &q, &p, &n), 0);
+    ck_assert_int_eq(kv_events_kept(ev, 9, &q, &p, &n), 0);
+    ck_assert_int_eq(kv_events_stats(ev).batches, 3);
     kv_events_destroy(&ev);
 }
 END_TEST
 
 START_TEST(bad_configs) {
-    char err[256] = "";
-    kv_events_config_t c = {"inproc://kv-test-3", NULL, NULL, 16, 8, 0};
-    kv_events_t *a = kv_events_new(&c, err, sizeof err);
-    ck_assert_ptr_nonnull(a);
-    ck_assert_ptr_null(kv_events_new(&c, err, sizeof err)); /* bound already */
-    ck_assert_msg(strstr(err, "cannot bind inproc://kv-test-3"), "%s", err);
-    kv_events_destroy(&a);
-    kv_events_config_t bad = {"nonsense", NULL, NULL, 16, 8, 0};
-    ck_assert_ptr_null(kv_events_new(&bad, err, sizeof err));
-    ck_assert_msg(strstr(err, "cannot bind nonsense"), "%s", err);
-    kv_events_config_t zero = {"inproc://kv-test-4", NULL, NULL, 0, 8, 0};
-    ck_assert_ptr_null(kv_events_new(&zero, err, sizeof err));
-    ck_assert_ptr_null(kv_events_new(NULL, err, sizeof err));
+    kv_events_config_t zero = {0, 8, 0}, nokeep = {16, 0, 0};
+    ck_assert_ptr_null(kv_events_new(&zero));
+    ck_assert_ptr_null(kv_events_new(&nokeep));
+    ck_assert_ptr_null(kv_events_new(NULL));
     ck_assert_str_eq(kv_events_medium_name(KV_EVENTS_T2), "DISK");
 }
 END_TEST
