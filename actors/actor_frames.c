@@ -51,6 +51,20 @@ void actor_socks_close(const actor_sock_decl_t *decls, void *self) {
         zsock_destroy((zsock_t **)((char *)self + (d->field - 1)));
 }
 
+/* tcp://NAME:PORT where NAME is a DNS name (a Kubernetes Service, an /etc/hosts entry),
+ * which libzmq does not bind (it binds addresses and interfaces: ENODEV): the name is
+ * where the peers find this actor, so it listens on every interface of its host at PORT.
+ * True when that bind worked. */
+static bool s_bind_any(zsock_t *s, const char *endpoint) {
+    const char *port = strrchr(endpoint, ':');
+    if (zmq_errno() != ENODEV || strncmp(endpoint, "tcp://", 6) || !port || port < endpoint + 6)
+        return false;
+    if (zsock_bind(s, "tcp://*%s", port) < 0)
+        return false;
+    LOG_I(TAG, "%s: a host name: bound tcp://*%s", endpoint, port);
+    return true;
+}
+
 zsock_t *actor_sock_inbound(const actor_topology_t *topo, const char *name, int64_t max_msg,
                             int rcvhwm) {
     const char *endpoint = actor_topology_endpoint(topo, name);
@@ -73,7 +87,7 @@ zsock_t *actor_sock_inbound(const actor_topology_t *topo, const char *name, int6
             return NULL;
         }
     }
-    if (zsock_bind(s, "%s", endpoint) < 0) {
+    if (zsock_bind(s, "%s", endpoint) < 0 && !s_bind_any(s, endpoint)) {
         LOG_E(TAG, "cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
         zsock_destroy(&s);
     }

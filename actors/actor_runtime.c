@@ -8,6 +8,7 @@
 #include "actor_faults.h"
 #include "base_fifo.h"
 #include "base_log.h"
+#include "base_notify.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -267,12 +268,16 @@ static bool s_stop_pending(void) {
 int actor_process_run(const actor_info_t *info, const char *name, const actor_topology_t *topo) {
     char err[512];
     actor_rt_process_mode = true;
+    /* started by a service manager itself (strata serve keeps $NOTIFY_SOCKET to itself);
+     * read before the actor's threads exist, as it unsets the variable */
+    base_notify_t *notify = base_notify_new();
     actor_curve_t *curve = actor_curve_new(topo, name, err, sizeof err); /* before any socket */
     const char *sup = actor_topology_endpoint(topo, "supervisor");
     actor_t *a = curve ? s_actor_new(info, name, topo, 300000, sup != NULL, err, sizeof err) : NULL;
     if (!a) {
         LOG_E(TAG, "%s: %s", name, err);
         actor_curve_destroy(&curve);
+        base_notify_destroy(&notify);
         return 1;
     }
     zsock_t *ctl = NULL;
@@ -287,6 +292,7 @@ int actor_process_run(const actor_info_t *info, const char *name, const actor_to
             zclock_sleep(20);
     }
     LOG_I(TAG, "%s: ready (pid %d)", name, (int)getpid());
+    base_notify_send(notify, "READY=1\nSTATUS=%s ready", name);
     pid_t parent = getppid();
     int rc = 0;
     zpoller_t *poller = zpoller_new(actor_pipe(a), NULL);
@@ -300,6 +306,8 @@ int actor_process_run(const actor_info_t *info, const char *name, const actor_to
         }
     }
     zpoller_destroy(&poller);
+    base_notify_send(notify, "STOPPING=1");
+    base_notify_destroy(&notify);
     if (rc)
         LOG_E(TAG, "%s: failed (%d)", name, rc);
     actor_destroy(&a);

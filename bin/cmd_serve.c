@@ -15,6 +15,7 @@
 #include "actor_worker.h"
 
 #include "base_clock.h"
+#include "base_notify.h"
 
 #include <czmq.h>
 #include <errno.h>
@@ -270,11 +271,13 @@ static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoi
     char err[512];
     if (!actors)
         return 1;
+    base_notify_t *notify = base_notify_new(); /* systemd's Type=notify (deploy/systemd) */
     /* the client endpoint's CURVE allow-list (--client-allow): before any socket */
     actor_curve_t *curve = actor_curve_new(topo, NULL, err, sizeof err);
     if (!curve) {
         fprintf(stderr, "strata serve: %s\n", err);
         free(actors);
+        base_notify_destroy(&notify);
         return 1;
     }
     /* the registry's one start order, as the supervisor's: what loads the
@@ -295,6 +298,8 @@ static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoi
         fprintf(stderr, "strata serve: OpenAI API on http://%s/v1\n",
                 actor_topology_opt(topo, "http", "listen", "?"));
     fflush(stderr);
+    base_notify_send(notify, "READY=1\nSTATUS=ready on %s (%d worker%s)", endpoint, workers,
+                     workers == 1 ? "" : "s");
     rc = 0;
     while (!zsys_interrupted && !rc) {
         zclock_sleep(100);
@@ -307,6 +312,7 @@ static int s_thread_mode(actor_topology_t *topo, int workers, const char *endpoi
             }
         }
     }
+    base_notify_send(notify, "STOPPING=1\nSTATUS=%s", drain_s > 0 ? "draining" : "stopping");
     if (!rc && drain_s > 0)
         s_drain_threads(topo, actors, n, drain_s);
     fprintf(stderr, "strata serve: stopping\n");
@@ -319,6 +325,7 @@ stop:
         actor_destroy(&actors[i]);
     free(actors);
     actor_curve_destroy(&curve);
+    base_notify_destroy(&notify);
     return rc;
 }
 
@@ -339,6 +346,8 @@ static int s_process_mode(actor_topology_t *topo, const char *path, const char *
         fprintf(stderr, "strata serve: %s\n", err);
         return 1;
     }
+    /* before the actors start: they must not inherit $NOTIFY_SOCKET */
+    base_notify_t *notify = base_notify_new();
     int rc = 0;
     if (actor_supervisor_start(sup, 300000, err, sizeof err)) {
         fprintf(stderr, "strata serve: %s\n", err);
@@ -353,8 +362,11 @@ static int s_process_mode(actor_topology_t *topo, const char *path, const char *
                     actor_topology_opt(topo, "frontend", "client", ACTOR_FRONTEND_DEFAULT_ENDPOINT),
                     workers, workers == 1 ? "" : "s");
         fflush(stderr);
+        base_notify_send(notify, "READY=1\nSTATUS=ready (%d actor%s)", actor_supervisor_count(sup),
+                         actor_supervisor_count(sup) == 1 ? "" : "s");
         while (!zsys_interrupted)
             actor_supervisor_poll(sup, 100);
+        base_notify_send(notify, "STOPPING=1\nSTATUS=%s", drain_s > 0 ? "draining" : "stopping");
         if (drain_s > 0) {
             fprintf(stderr, "strata serve: draining (up to %d s)\n", drain_s);
             fflush(stderr);
@@ -366,6 +378,7 @@ static int s_process_mode(actor_topology_t *topo, const char *path, const char *
                 actor_supervisor_hangs(sup));
     }
     actor_supervisor_destroy(&sup);
+    base_notify_destroy(&notify);
     return rc;
 }
 
