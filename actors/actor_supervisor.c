@@ -139,6 +139,8 @@ void actor_supervisor_destroy(actor_supervisor_t **self_p) {
     }
     zsock_destroy(&self->ctl);
     zsock_destroy(&self->cmd);
+    if (self->cmd_file[0]) /* libzmq leaves an ipc:// file behind */
+        unlink(self->cmd_file);
     zsock_destroy(&self->to_router);
     zsock_destroy(&self->to_front);
     actor_curve_destroy(&self->curve);

@@ -402,6 +402,7 @@ int actor_supervisor_ctl(actor_supervisor_t *self, const char *endpoint, int64_t
         LOG_W(TAG, "ctl: cannot chmod 0600 %s: %s", endpoint + 6, strerror(errno));
     zsock_destroy(&self->cmd);
     self->cmd = s;
+    snprintf(self->cmd_file, sizeof self->cmd_file, "%s", ipc ? endpoint + 6 : "");
     self->drain_ms = drain_ms;
     return 0;
 }

@@ -63,6 +63,7 @@ struct actor_supervisor_t {
     zsock_t *to_router;           /* PUSH: worker_down, worker_drain */
     zsock_t *to_front;            /* PUSH: worker_down (health says "restarting") */
     zsock_t *cmd;                 /* ROUTER: `strata ctl` (NULL until actor_supervisor_ctl) */
+    char cmd_file[1024];          /* its ipc:// socket file, removed at the end; or "" */
     actor_sup_child_t *kids;      /* (n) the actors of this host */
     int n;
     int restarts;
