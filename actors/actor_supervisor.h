@@ -57,6 +57,10 @@ int actor_supervisor_restarts(const actor_supervisor_t *self);
  * command gives none (serve's --drain-timeout).  0, or -EINVAL / -EADDRINUSE with err. */
 int actor_supervisor_ctl(actor_supervisor_t *self, const char *endpoint, int64_t drain_ms,
                          char *err, size_t errlen);
+/* The checks of actor_supervisor_ctl that need no socket (before the actors start):
+ * 0, or -EINVAL with the reason in err. */
+int actor_supervisor_ctl_check(const actor_topology_t *topo, const char *endpoint, char *err,
+                               size_t errlen);
 /* The grace `strata ctl drain` asked for (ms), or -1 when it did not ask. */
 int64_t actor_supervisor_stop_asked(const actor_supervisor_t *self);
 /* Actors killed for a missed heartbeat so far. */

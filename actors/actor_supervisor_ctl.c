@@ -367,14 +367,14 @@ void actor_sup_ctl_idle(actor_supervisor_t *self, int w) {
         op->idle = true;
 }
 
-int actor_supervisor_ctl(actor_supervisor_t *self, const char *endpoint, int64_t drain_ms,
-                         char *err, size_t errlen) {
+int actor_supervisor_ctl_check(const actor_topology_t *topo, const char *endpoint, char *err,
+                               size_t errlen) {
     bool ipc = !strncmp(endpoint, "ipc://", 6), tcp = !strncmp(endpoint, "tcp://", 6);
     if (!ipc && !tcp) {
         snprintf(err, errlen, "--ctl %s: ipc://PATH or tcp://HOST:PORT expected", endpoint);
         return -EINVAL;
     }
-    if (tcp && actor_curve_keys(self->topo)) {
+    if (tcp && actor_curve_keys(topo)) {
         snprintf(err, errlen,
                  "--ctl %s: the topology has CURVE keys, and a tcp:// control endpoint would "
                  "let anyone who reaches it restart or stop the server: use ipc://PATH (a "
@@ -382,6 +382,15 @@ int actor_supervisor_ctl(actor_supervisor_t *self, const char *endpoint, int64_t
                  endpoint);
         return -EINVAL;
     }
+    return 0;
+}
+
+int actor_supervisor_ctl(actor_supervisor_t *self, const char *endpoint, int64_t drain_ms,
+                         char *err, size_t errlen) {
+    int rc = actor_supervisor_ctl_check(self->topo, endpoint, err, errlen);
+    if (rc)
+        return rc;
+    bool ipc = !strncmp(endpoint, "ipc://", 6);
     zsock_t *s = zsock_new(ZMQ_ROUTER);
     if (!s) {
         snprintf(err, errlen, "cannot make the control socket");
@@ -391,7 +400,7 @@ int actor_supervisor_ctl(actor_supervisor_t *self, const char *endpoint, int64_t
     zsock_set_linger(s, 0);
     zsock_set_sndhwm(s, ACTOR_HWM_CTL);
     mode_t old = umask(0177); /* the socket file is born 0600 */
-    int rc = zsock_bind(s, "%s", endpoint);
+    rc = zsock_bind(s, "%s", endpoint);
     umask(old);
     if (rc < 0) {
         snprintf(err, errlen, "--ctl %s: cannot bind: %s", endpoint, zmq_strerror(zmq_errno()));

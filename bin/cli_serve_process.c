@@ -52,6 +52,10 @@ int cli_serve_process(actor_topology_t *topo, const char *path, const char *host
         fprintf(stderr, "strata serve: --host %s: no actor of %s has host=%s\n", host, path, host);
         return 1;
     }
+    if (ctl && strcmp(ctl, "none") && actor_supervisor_ctl_check(topo, ctl, err, sizeof err)) {
+        fprintf(stderr, "strata serve: %s\n", err); /* before any actor starts */
+        return 1;
+    }
     actor_supervisor_t *sup = actor_supervisor_new(topo, path, exe, host, err, sizeof err);
     if (!sup) {
         fprintf(stderr, "strata serve: %s\n", err);

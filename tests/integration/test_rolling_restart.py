@@ -3,6 +3,8 @@
 
 Process mode, two workers, the control endpoint on an ipc:// file of mode 0600:
 - `strata ctl status` lists the five actors ready, with the PIDs the supervisor started;
+- `strata serve` refuses, before starting anything, a tcp:// control endpoint on a
+  topology with CURVE keys, an endpoint of another scheme, and --ctl without --topology;
 - bad input answers with one clear line, never a crash: an unknown actor, an unknown
   command, restart with no name or with a name and --all, no server at the endpoint (a
   missing socket file; a tcp:// endpoint nobody answers, within --timeout), and raw frames
@@ -131,6 +133,30 @@ def bad_input(ep, d):
           "a REQ client answered" % (len(cases) + 2))
 
 
+def serve_refuses(d):
+    """`strata serve` refuses a control endpoint it must not open, before any actor starts:
+    tcp:// on a topology with CURVE keys, another scheme, --ctl in thread mode."""
+    keys = os.path.join(d, "keys")
+    subprocess.run([u.BIN, "keygen", keys, "supervisor"] + list(NAMES), check=True,
+                   capture_output=True)
+    sd = os.path.join(d, "curve")
+    os.makedirs(sd)
+    topo = u.process_topology(sd, u.free_port())
+    with open(topo, "a") as f:
+        f.write("security - keys=%s\n" % keys)
+    for args, want in ((["--topology", topo, "--ctl", "tcp://127.0.0.1:%d" % u.free_port()],
+                        "the topology has CURVE keys"),
+                       (["--topology", topo, "--ctl", "inproc://x"], "ipc://PATH or tcp://"),
+                       (["--ctl", "ipc://%s/x" % d], "--ctl needs --topology")):
+        r = subprocess.run([u.BIN, "serve"] + args, capture_output=True, text=True,
+                           timeout=60 * u.TIMEOUT_SCALE)
+        u.check(r.returncode in (1, 2) and want in r.stderr and "started " not in r.stderr,
+                "serve %s: refused before a start with %r; got %d %r"
+                % (args[-2:], want, r.returncode, r.stderr[-500:]))
+    print("serve refuses tcp:// --ctl with CURVE keys, another scheme, --ctl without "
+          "--topology")
+
+
 def pids(log):
     return {n: u.actor_pids(log, n)[-1] for n in NAMES}
 
@@ -189,6 +215,7 @@ def main():
                 all(rows[n][1] == "ready" and int(rows[n][2]) == first[n] for n in NAMES),
                 "ctl status: %d\n%s%s" % (rc, out, err))
         bad_input(ep_ctl, d)
+        serve_refuses(d)
 
         # references: every job once on the idle server
         idle = [Stream(ep, j) for j in range(len(JOBS))]
