@@ -19,6 +19,8 @@ typedef struct {
     zsock_t *to_front;    /* PUSH to the frontend (pong, stats) */
     zsock_t **to_worker;  /* (n_workers) PUSH to each worker */
     zsock_t *to_prefetch; /* PUSH to the prefetcher, or NULL when the topology has none */
+    zsock_t *to_sup;      /* PUSH to the supervisor (worker_idle), or NULL in thread mode */
+    bool *idle_told;      /* (n_workers) worker_idle sent for the current drain */
     int n_workers;
     router_dispatch_t *dispatch; /* load table + rid -> worker */
     actor_loop_t *loop;          /* polling, control messages, counters */
@@ -41,6 +43,7 @@ static const actor_sock_decl_t s_socks[] = {
     {ACTOR_SOCK_FIELD(s_router_t, to_front), ACTOR_SOCK_OUT, "frontend", ACTOR_HWM_CTL, 0, false},
     {ACTOR_SOCK_FIELD(s_router_t, to_prefetch), ACTOR_SOCK_OUT, "prefetcher", ACTOR_HWM_BULK, 0,
      true},
+    {ACTOR_SOCK_FIELD(s_router_t, to_sup), ACTOR_SOCK_OUT, "supervisor", ACTOR_HWM_CTL, 0, true},
     {0},
 };
 
@@ -124,6 +127,33 @@ static void s_trace_dispatch(s_router_t *r, const msg_work_request_t *q, int w, 
     out->n_steps = q->n_steps + 1;
 }
 
+/* A draining worker (a planned restart) that holds nothing now: tell the supervisor,
+ * once per drain (a lost worker_idle only makes it wait for its grace). */
+static void s_check_drained(s_router_t *r, int w) {
+    if (w < 0 || w >= r->n_workers || r->idle_told[w] || !router_dispatch_drained(r->dispatch, w))
+        return;
+    r->idle_told[w] = true;
+    msg_worker_idle_t m = {w};
+    if (!r->to_sup || actor_send(r->to_sup, MSG_WORKER_IDLE, &m))
+        actor_counters_add(r->counters, "worker_idle.unsent", 1);
+    LOG_I("router", "worker%d is drained", w);
+}
+
+/* worker_drain (the supervisor, before a planned restart of the worker): no new request
+ * goes to it while another worker is alive; worker_idle when it holds none. */
+static void s_on_worker_drain(void *self, const msg_worker_drain_t *m) {
+    s_router_t *r = self;
+    if (router_dispatch_set_draining(r->dispatch, m->worker, m->drain)) {
+        actor_counters_add(r->counters, "worker_drain.bad", 1);
+        return;
+    }
+    LOG_I("router", "worker%d %s", m->worker,
+          m->drain ? "drains: no new request while another worker is alive" : "takes requests");
+    actor_counters_add(r->counters, m->drain ? "worker_drain" : "worker_undrain", 1);
+    r->idle_told[m->worker] = false;
+    s_check_drained(r, m->worker);
+}
+
 static void s_on_request(void *self, const msg_work_request_t *q) {
     s_router_t *r = self;
     bool scored =
@@ -186,7 +216,8 @@ static void s_on_down(s_router_t *r, int w) {
     }
     /* its requests are not failed: the frontend, which tracks every request and
      * heard the same notice, resumes them on the workers that are alive */
-    int n = router_dispatch_down(r->dispatch, w, NULL, 0);
+    int n = router_dispatch_down(r->dispatch, w, NULL, 0); /* ends a drain too */
+    r->idle_told[w] = false;
     if (r->kv)
         actor_router_kv_forget(r->kv, w);
     LOG_W("router", "worker%d is down: its %d requests go elsewhere", w, n);
@@ -214,12 +245,12 @@ static void s_on_cancel(void *self, const msg_work_cancel_t *m) {
 static void s_on_event(void *self, const msg_work_event_t *m) {
     s_router_t *r = self;
     if (m->finish)
-        router_dispatch_finish(r->dispatch, m->rid);
+        s_check_drained(r, router_dispatch_finish(r->dispatch, m->rid));
 }
 
 static void s_on_error(void *self, const msg_work_error_t *m) {
     s_router_t *r = self;
-    router_dispatch_finish(r->dispatch, m->rid);
+    s_check_drained(r, router_dispatch_finish(r->dispatch, m->rid));
 }
 
 static void s_on_load(void *self, const msg_load_report_t *m) {
@@ -229,6 +260,7 @@ static void s_on_load(void *self, const msg_load_report_t *m) {
     if (router_dispatch_report(r->dispatch, l->worker, l->queued_tokens, l->active_tokens) == 0 &&
         !was_alive)
         LOG_I("router", "worker%d is back", l->worker);
+    s_check_drained(r, l->worker);
 }
 
 static void s_on_worker_down(void *self, const msg_worker_down_t *m) {
@@ -370,6 +402,7 @@ static void s_cleanup(s_router_t *r) {
     for (int i = 0; r->to_worker && i < r->n_workers; i++)
         zsock_destroy(&r->to_worker[i]);
     free(r->to_worker);
+    free(r->idle_told);
     actor_socks_close(s_socks, r);
     for (int a = 0; r->to_expert && a < r->n_experts; a++)
         zsock_destroy(&r->to_expert[a]);
@@ -420,9 +453,10 @@ int actor_router_main(actor_env_t *env) {
     r.loop = actor_loop_new(env, &r);
     r.counters = r.loop ? actor_loop_counters(r.loop) : NULL;
     r.to_worker = calloc((size_t)(r.n_workers > 0 ? r.n_workers : 1), sizeof *r.to_worker);
+    r.idle_told = calloc((size_t)(r.n_workers > 0 ? r.n_workers : 1), sizeof *r.idle_told);
     char serr[128];
     int socks = actor_socks_open(env, s_socks, &r, serr, sizeof serr);
-    bool ok = !socks && r.dispatch && r.loop && r.to_worker && r.n_workers > 0;
+    bool ok = !socks && r.dispatch && r.loop && r.to_worker && r.idle_told && r.n_workers > 0;
     for (int i = 0; ok && i < r.n_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "worker%d", i);
@@ -468,6 +502,7 @@ int actor_router_main(actor_env_t *env) {
     actor_loop_handle_work_error(r.loop, s_on_error);
     actor_loop_handle_load_report(r.loop, s_on_load);
     actor_loop_handle_worker_down(r.loop, s_on_worker_down);
+    actor_loop_handle_worker_drain(r.loop, s_on_worker_drain);
     actor_loop_handle_expert_load(r.loop, s_on_expert_load);
     actor_loop_handle_expert_down(r.loop, s_on_expert_down);
     if (r.n_experts)

@@ -9,8 +9,12 @@
  *   work_cancel  (tokenizer) -> to the request's worker (unknown rid: counted)
  *   work_event   (worker, finish != 0), work_error (worker) -> forgets the rid
  *   load_report  (worker)    -> updates the worker's load (and marks it alive)
- *   worker_down  (supervisor)-> marks it dead; each of its requests gets
- *                               work_error "internal" (to the tokenizer)
+ *   worker_down  (supervisor)-> marks it dead and forgets its requests (the
+ *                               frontend resumes them elsewhere); ends its drain
+ *   worker_drain (supervisor)-> a planned restart: no new request to that worker
+ *                               while another is alive; worker_idle to the
+ *                               supervisor once it holds none (finish events
+ *                               and an empty load report)
  *   (SUB) the workers' KV events, with kv_events_from (actor_router_kv.h): the
  *                               dispatch then weighs each worker's cached prefix
  *   ping / stats_query       -> pong / stats_answer to the frontend

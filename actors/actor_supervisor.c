@@ -1,7 +1,8 @@
 /* actor_supervisor.c - fork/exec, ready reports and heartbeats over a PULL
  * socket, waitpid reaping, SIGKILL of a hung actor, restart with exponential
- * backoff, worker_down to the router and the frontend. */
-#include "actor_supervisor.h"
+ * backoff (at once after a planned stop), worker_down to the router and the
+ * frontend.  The control endpoint and planned restarts: actor_supervisor_ctl.c. */
+#include "actor_supervisor_int.h"
 
 #include "actor_curve.h"
 #include "actor_registry.h"
@@ -22,34 +23,7 @@
 #define BACKOFF_MAX_US 10000000
 #define STABLE_US 30000000
 
-typedef struct {
-    char name[ACTOR_TOPO_NAME]; /* the actor */
-    pid_t pid;                  /* its process; 0 when not running */
-    bool ready;                 /* reported ready since its last start */
-    bool hung;                  /* killed for a missed heartbeat, not reaped yet */
-    uint64_t started_us;        /* last start */
-    uint64_t beat_us;           /* its last heartbeat (or its ready report) */
-    uint64_t restart_at_us;     /* when to restart it (0: not scheduled) */
-    uint64_t backoff_us;        /* next delay */
-} s_child_t;
-
-struct actor_supervisor_t {
-    const actor_topology_t *topo; /* borrowed */
-    char path[1024];              /* topology file for the children */
-    char exe[1024];               /* the strata binary */
-    actor_curve_t *curve;         /* this process's ZAP handler (CURVE on tcp://) */
-    zsock_t *ctl;                 /* PULL: ready reports */
-    zsock_t *to_router;           /* PUSH: worker_down */
-    zsock_t *to_front;            /* PUSH: worker_down (health says "restarting") */
-    s_child_t *kids;              /* (n) the actors of this host */
-    int n;
-    int restarts;
-    int hangs;           /* actors killed for a missed heartbeat */
-    int hang_timeout_ms; /* 0: no hang detection */
-    bool draining;       /* actor_supervisor_drain: the frontend is not restarted */
-};
-
-static pid_t s_spawn(actor_supervisor_t *self, s_child_t *c) {
+static pid_t s_spawn(actor_supervisor_t *self, actor_sup_child_t *c) {
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
@@ -89,6 +63,7 @@ actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const cha
         return NULL;
     }
     self->topo = topo;
+    self->stop_ms = -1;
     snprintf(self->path, sizeof self->path, "%s", path);
     snprintf(self->exe, sizeof self->exe, "%s", exe);
     self->kids = calloc((size_t)topo->n, sizeof *self->kids);
@@ -118,7 +93,7 @@ actor_supervisor_t *actor_supervisor_new(const actor_topology_t *topo, const cha
         return NULL;
     }
     for (int i = 0; i < n; i++) {
-        s_child_t *c = &self->kids[self->n++];
+        actor_sup_child_t *c = &self->kids[self->n++];
         snprintf(c->name, sizeof c->name, "%s", order[i]);
         c->backoff_us = BACKOFF0_US;
     }
@@ -163,6 +138,9 @@ void actor_supervisor_destroy(actor_supervisor_t **self_p) {
         zclock_sleep(20);
     }
     zsock_destroy(&self->ctl);
+    zsock_destroy(&self->cmd);
+    if (self->cmd_file[0]) /* libzmq leaves an ipc:// file behind */
+        unlink(self->cmd_file);
     zsock_destroy(&self->to_router);
     zsock_destroy(&self->to_front);
     actor_curve_destroy(&self->curve);
@@ -171,7 +149,7 @@ void actor_supervisor_destroy(actor_supervisor_t **self_p) {
     *self_p = NULL;
 }
 
-static s_child_t *s_by_name(actor_supervisor_t *self, const char *name) {
+static actor_sup_child_t *s_by_name(actor_supervisor_t *self, const char *name) {
     for (int i = 0; i < self->n; i++)
         if (!strcmp(self->kids[i].name, name))
             return &self->kids[i];
@@ -185,11 +163,13 @@ static void s_read_ctl(actor_supervisor_t *self) {
     msg_err_t e;
     int rc;
     while ((rc = actor_recv(self->ctl, &m, &e)) != -EAGAIN) {
+        if (rc == 0 && m.type == MSG_WORKER_IDLE)
+            actor_sup_ctl_idle(self, m.u.worker_idle.worker);
         /* msg_heartbeat_t is msg_ready_t: the same name and pid */
         const msg_ready_t *r = m.type == MSG_READY ? &m.u.ready : &m.u.heartbeat;
-        s_child_t *c = rc == 0 && (m.type == MSG_READY || m.type == MSG_HEARTBEAT)
-                           ? s_by_name(self, r->name)
-                           : NULL;
+        actor_sup_child_t *c = rc == 0 && (m.type == MSG_READY || m.type == MSG_HEARTBEAT)
+                                   ? s_by_name(self, r->name)
+                                   : NULL;
         if (c && c->pid > 0 && c->pid == (pid_t)r->pid) {
             c->beat_us = base_now_us();
             if (m.type == MSG_READY && !c->ready) {
@@ -209,7 +189,7 @@ static void s_kill_hung(actor_supervisor_t *self) {
         return;
     uint64_t now = base_now_us();
     for (int i = 0; i < self->n; i++) {
-        s_child_t *c = &self->kids[i];
+        actor_sup_child_t *c = &self->kids[i];
         if (c->pid <= 0 || !c->ready || c->hung ||
             now - c->beat_us <= (uint64_t)self->hang_timeout_ms * 1000 * BASE_TIMEOUT_SCALE)
             continue;
@@ -225,7 +205,7 @@ static void s_kill_hung(actor_supervisor_t *self) {
 static int s_reap(actor_supervisor_t *self) {
     int died = 0;
     for (int i = 0; i < self->n; i++) {
-        s_child_t *c = &self->kids[i];
+        actor_sup_child_t *c = &self->kids[i];
         if (c->pid <= 0)
             continue;
         int st;
@@ -241,10 +221,15 @@ static int s_reap(actor_supervisor_t *self) {
         if (self->draining && !strcmp(c->name, "frontend"))
             continue; /* it ended its drain */
         uint64_t now = base_now_us();
-        if (now - c->started_us > STABLE_US)
-            c->backoff_us = BACKOFF0_US;
-        c->restart_at_us = now + c->backoff_us;
-        c->backoff_us = c->backoff_us * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : c->backoff_us * 2;
+        if (c->planned) { /* a planned restart: at once, the backoff as it was */
+            c->planned = false;
+            c->restart_at_us = now;
+        } else {
+            if (now - c->started_us > STABLE_US)
+                c->backoff_us = BACKOFF0_US;
+            c->restart_at_us = now + c->backoff_us;
+            c->backoff_us = c->backoff_us * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : c->backoff_us * 2;
+        }
         if (!strncmp(c->name, "worker", 6)) {
             msg_worker_down_t d = {atoi(c->name + 6)};
             if (actor_send(self->to_router, MSG_WORKER_DOWN, &d))
@@ -304,7 +289,7 @@ out:
 }
 
 int actor_supervisor_poll(actor_supervisor_t *self, int timeout_ms) {
-    zpoller_t *poller = zpoller_new(self->ctl, NULL);
+    zpoller_t *poller = zpoller_new(self->ctl, self->cmd, NULL);
     zpoller_set_nonstop(poller, true);
     zpoller_wait(poller, timeout_ms);
     zpoller_destroy(&poller);
@@ -313,24 +298,26 @@ int actor_supervisor_poll(actor_supervisor_t *self, int timeout_ms) {
     s_reap(self);
     uint64_t now = base_now_us();
     for (int i = 0; i < self->n; i++) {
-        s_child_t *c = &self->kids[i];
+        actor_sup_child_t *c = &self->kids[i];
         if (c->pid == 0 && c->restart_at_us && now >= c->restart_at_us) {
             LOG_W(TAG, "restarting %s", c->name);
             self->restarts++;
+            c->restarts++;
             s_spawn(self, c);
         }
     }
+    actor_sup_ctl_poll(self);
     return 0;
 }
 
 int actor_supervisor_drain(actor_supervisor_t *self, int grace_ms) {
-    s_child_t *front = s_by_name(self, "frontend");
+    self->draining = true; /* ends a planned restart under way (actor_supervisor_ctl.c) */
+    actor_sup_child_t *front = s_by_name(self, "frontend");
     if (!front || front->pid <= 0 || !self->to_front)
         return 0; /* no frontend on this host: nothing takes requests here */
     msg_drain_t d = {grace_ms};
     if (actor_send(self->to_front, MSG_DRAIN, &d))
         return -EIO;
-    self->draining = true;
     uint64_t deadline = base_now_us() + ((uint64_t)grace_ms + 5000) * 1000;
     while (base_now_us() < deadline) {
         actor_supervisor_poll(self, 100);

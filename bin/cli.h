@@ -76,5 +76,11 @@ int cmd_serve(int argc, char **argv);
 int cmd_actor(int argc, char **argv);
 int cmd_bench_serve(int argc, char **argv);
 int cmd_grammar(int argc, char **argv); /* bin/cmd_grammar.c */
+int cmd_ctl(int argc, char **argv);     /* bin/cmd_ctl.c */
+
+/* The default control endpoint of the server whose client endpoint is client_ep (and
+ * host, or NULL): ipc://$XDG_RUNTIME_DIR/strata-ctl-PORT[-HOST] (else under /tmp), PORT
+ * the client endpoint's port (or its text, made a file name).  Written into buf. */
+const char *cli_ctl_default(const char *client_ep, const char *host, char *buf, size_t len);
 
 #endif

@@ -148,6 +148,12 @@ static const s_flag_t s_flags[] = {
      ""},
     {"host", 0, NULL, NULL, "NAME", NULL, 0,
      "with --topology: start only the actors with host=NAME (one supervisor per host)", NULL},
+    {"ctl", 0, NULL, NULL, "EP", NULL, 0,
+     "with --topology: the supervisor's control endpoint for `strata ctl` (restart, drain, "
+     "status): ipc://PATH (a 0600 socket file) or tcp://HOST:PORT (refused with CURVE); "
+     "none: no endpoint (default ipc://$XDG_RUNTIME_DIR, else /tmp, /strata-ctl-PORT, PORT "
+     "the client endpoint's; docs/OPERATIONS.md)",
+     NULL},
     {"hang-timeout-ms", 0, "supervisor", "hang_timeout_ms", "N", NULL, 0,
      "an actor silent (no heartbeat) this long is hung (default 2000; 0: never): in process "
      "mode the supervisor kills and restarts it; a hung worker's requests move to the "
@@ -329,59 +335,6 @@ stop:
     return rc;
 }
 
-static int s_process_mode(actor_topology_t *topo, const char *path, const char *host, int drain_s) {
-    char exe[1024], err[512];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (k <= 0) {
-        fprintf(stderr, "strata serve: cannot find the strata binary\n");
-        return 1;
-    }
-    exe[k] = 0;
-    if (host && !actor_topology_has_host(topo, host)) {
-        fprintf(stderr, "strata serve: --host %s: no actor of %s has host=%s\n", host, path, host);
-        return 1;
-    }
-    actor_supervisor_t *sup = actor_supervisor_new(topo, path, exe, host, err, sizeof err);
-    if (!sup) {
-        fprintf(stderr, "strata serve: %s\n", err);
-        return 1;
-    }
-    /* before the actors start: they must not inherit $NOTIFY_SOCKET */
-    base_notify_t *notify = base_notify_new();
-    int rc = 0;
-    if (actor_supervisor_start(sup, 300000, err, sizeof err)) {
-        fprintf(stderr, "strata serve: %s\n", err);
-        rc = 1;
-    } else {
-        int workers = actor_topology_workers(topo);
-        if (host)
-            fprintf(stderr, "strata serve: ready on host %s (%d actor%s, process mode)\n", host,
-                    actor_supervisor_count(sup), actor_supervisor_count(sup) == 1 ? "" : "s");
-        else
-            fprintf(stderr, "strata serve: ready on %s (%d worker%s, process mode)\n",
-                    actor_topology_opt(topo, "frontend", "client", ACTOR_FRONTEND_DEFAULT_ENDPOINT),
-                    workers, workers == 1 ? "" : "s");
-        fflush(stderr);
-        base_notify_send(notify, "READY=1\nSTATUS=ready (%d actor%s)", actor_supervisor_count(sup),
-                         actor_supervisor_count(sup) == 1 ? "" : "s");
-        while (!zsys_interrupted)
-            actor_supervisor_poll(sup, 100);
-        base_notify_send(notify, "STOPPING=1\nSTATUS=%s", drain_s > 0 ? "draining" : "stopping");
-        if (drain_s > 0) {
-            fprintf(stderr, "strata serve: draining (up to %d s)\n", drain_s);
-            fflush(stderr);
-            if (actor_supervisor_drain(sup, drain_s * 1000) == -ETIMEDOUT)
-                fprintf(stderr, "strata serve: the frontend did not end its drain in time\n");
-        }
-        fprintf(stderr, "strata serve: stopping (%d restart%s, %d hung)\n",
-                actor_supervisor_restarts(sup), actor_supervisor_restarts(sup) == 1 ? "" : "s",
-                actor_supervisor_hangs(sup));
-    }
-    actor_supervisor_destroy(&sup);
-    base_notify_destroy(&notify);
-    return rc;
-}
-
 /* Check value of flag row r; the text the option gets (scaled) in out.
  * false after printing "strata serve: --flag value: why". */
 static bool s_flag_value(int r, const char *value, char *out, size_t len) {
@@ -407,6 +360,7 @@ typedef struct {
     bool print_config;     /* --print-config */
     bool given[S_N_FLAGS]; /* the row's flag was on the command line */
     const char *endpoint, *topo_path, *host;
+    const char *ctl; /* --ctl, or NULL: the default */
     bool tiers;
 } s_serve_t;
 
@@ -454,6 +408,8 @@ static int s_take(s_serve_t *s, int r, const char *value) {
         s->topo_path = value;
     } else if (!strcmp(flag, "host")) {
         s->host = value;
+    } else if (!strcmp(flag, "ctl")) {
+        s->ctl = value;
     }
     for (int k = r; k < S_N_FLAGS && !strcmp(s_flags[k].flag, flag); k++)
         s->given[k] = true;
@@ -510,9 +466,11 @@ static int s_parse(s_serve_t *s, int argc, char **argv) {
 /* The checks between flags and serve's own defaults.  -1 to go on, or the exit
  * status after a message. */
 static int s_settle(s_serve_t *s) {
-    if ((s->host || VAL("hang-timeout-ms")) && !s->topo_path) {
+    if ((s->host || s->ctl || VAL("hang-timeout-ms")) && !s->topo_path) {
         fprintf(stderr, "strata serve: --%s needs --topology (process mode)\n",
-                s->host ? "host" : "hang-timeout-ms");
+                s->host  ? "host"
+                : s->ctl ? "ctl"
+                         : "hang-timeout-ms");
         return 2;
     }
     if (VAL("endpoint"))
@@ -641,6 +599,12 @@ static bool s_thread_topology(s_serve_t *s, actor_topology_t *topo) {
 
 static int s_print_config(const s_serve_t *s, const actor_topology_t *topo);
 
+/* Process mode (bin/cli_serve_process.c): the supervisor of topo's actors (of host, or
+ * all), its control endpoint ctl (NULL: cli_ctl_default; "none": no endpoint), drained
+ * on a signal for drain_s seconds.  The exit status. */
+int cli_serve_process(actor_topology_t *topo, const char *path, const char *host, int drain_s,
+                      const char *ctl);
+
 /* Process mode: the topology file, with --hang-timeout-ms on its supervisor line. */
 static int s_run_topology(s_serve_t *s, actor_topology_t *topo) {
     char err[512];
@@ -654,7 +618,7 @@ static int s_run_topology(s_serve_t *s, actor_topology_t *topo) {
         actor_topology_set(sup, "hang_timeout_ms", VAL("hang-timeout-ms"));
     if (s->print_config)
         return s_print_config(s, topo);
-    return s_process_mode(topo, s->topo_path, s->host, (int)s->drain_s);
+    return cli_serve_process(topo, s->topo_path, s->host, (int)s->drain_s, s->ctl);
 }
 
 static const s_serve_t *s_printing; /* the flags --print-config names */

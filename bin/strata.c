@@ -16,6 +16,7 @@ int cmd_chat_template(int argc, char **argv); /* bin/cmd_tokenize.c */
 static const s_cmd_t s_cmds[] = {
     {"serve", cmd_serve, "run the inference service (ZeroMQ + MessagePack, continuous batching)"},
     {"actor", cmd_actor, "run one actor of a topology as its own process"},
+    {"ctl", cmd_ctl, "control a process-mode server: restart an actor (drained), drain, status"},
     {"bench-serve", cmd_bench_serve, "load generator for a running service (also: bench serve)"},
     {"bench-kv-ssd", cmd_bench_kv_ssd, "T2 SSD write/read throughput through kv_ssd (io_uring)"},
     {"generate", cmd_generate, "generate text from a prompt with a GGUF model"},

@@ -72,7 +72,11 @@
     X(stats_query, STATS_QUERY, 44, 1, MSG_FAMILY_CTL)                                             \
     X(stats_answer, STATS_ANSWER, 45, 1, MSG_FAMILY_CTL)                                           \
     X(heartbeat, HEARTBEAT, 46, 1, MSG_FAMILY_CTL)                                                 \
-    X(drain, DRAIN, 51, 1, MSG_FAMILY_CTL)
+    X(drain, DRAIN, 51, 1, MSG_FAMILY_CTL)                                                         \
+    X(ctl, CTL, 52, 1, MSG_FAMILY_CTL)                                                             \
+    X(ctl_reply, CTL_REPLY, 53, 1, MSG_FAMILY_CTL)                                                 \
+    X(worker_drain, WORKER_DRAIN, 54, 1, MSG_FAMILY_CTL)                                           \
+    X(worker_idle, WORKER_IDLE, 55, 1, MSG_FAMILY_CTL)
 
 typedef enum {
     MSG_NONE = 0, /* not a message type; msg_peek_type never returns it with 0 */

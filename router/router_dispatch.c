@@ -12,6 +12,7 @@ typedef struct {
     int64_t reported; /* queued + active tokens of the last load report */
     int64_t pending;  /* tokens dispatched since that report */
     int count;        /* requests assigned */
+    bool draining;    /* a planned restart: new requests only when no other is alive */
 } s_worker_t;
 
 struct router_dispatch_t {
@@ -60,9 +61,12 @@ int router_dispatch_assign_bonus(router_dispatch_t *self, uint64_t rid, int64_t 
         return -EEXIST;
     int best = -1;
     int64_t best_load = 0;
+    bool spare = false; /* an alive worker that is not draining */
+    for (int w = 0; w < self->n_workers; w++)
+        spare |= self->workers[w].alive && !self->workers[w].draining;
     for (int w = 0; w < self->n_workers; w++) {
         const s_worker_t *x = &self->workers[w];
-        if (!x->alive)
+        if (!x->alive || (spare && x->draining))
             continue;
         int64_t load = x->reported + x->pending - (bonus ? bonus[w] : 0);
         /* ties go to the worker with fewer requests, then the lower index */
@@ -135,9 +139,28 @@ int router_dispatch_down(router_dispatch_t *self, int w, uint64_t *rids, int cap
     int n = (int)base_map_del_if(&self->rids, s_on_worker, &d);
     s_worker_t *x = &self->workers[w];
     x->alive = false;
+    x->draining = false;
     x->reported = x->pending = 0;
     x->count = 0;
     return n;
+}
+
+int router_dispatch_set_draining(router_dispatch_t *self, int w, bool draining) {
+    if (w < 0 || w >= self->n_workers)
+        return -EINVAL;
+    self->workers[w].draining = draining;
+    return 0;
+}
+
+bool router_dispatch_draining(const router_dispatch_t *self, int w) {
+    return w >= 0 && w < self->n_workers && self->workers[w].draining;
+}
+
+bool router_dispatch_drained(const router_dispatch_t *self, int w) {
+    if (!router_dispatch_draining(self, w))
+        return false;
+    const s_worker_t *x = &self->workers[w];
+    return x->count == 0 && x->reported == 0 && x->pending == 0;
 }
 
 bool router_dispatch_alive(const router_dispatch_t *self, int w) {

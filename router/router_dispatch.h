@@ -20,8 +20,10 @@ void router_dispatch_destroy(router_dispatch_t **self_p);
 int router_dispatch_workers(const router_dispatch_t *self);
 
 /* Pick a worker for a request of `tokens` tokens (prompt + max_tokens), record
- * rid -> worker and add the tokens to that worker's pending load.  Returns the
- * worker, -EHOSTDOWN when no worker is alive, -EEXIST for a known rid, -ENOMEM. */
+ * rid -> worker and add the tokens to that worker's pending load: the least loaded
+ * alive worker that is not draining, else (every alive one drains) the least loaded
+ * alive one.  Returns the worker, -EHOSTDOWN when no worker is alive, -EEXIST for a
+ * known rid, -ENOMEM. */
 int router_dispatch_assign(router_dispatch_t *self, uint64_t rid, int64_t tokens);
 /* The same, weighing what each worker already holds: bonus[w] tokens (the request's
  * prompt positions cached there, weighted; serve/serve_prefix.h) are taken off w's load when
@@ -44,6 +46,15 @@ int router_dispatch_report(router_dispatch_t *self, int w, int64_t queued_tokens
  * exceed cap: the extra ids are forgotten too), or -EINVAL. */
 int router_dispatch_down(router_dispatch_t *self, int w, uint64_t *rids, int cap);
 bool router_dispatch_alive(const router_dispatch_t *self, int w);
+/* A planned restart of w (docs/OPERATIONS.md): draining, it gets new requests only when
+ * no other alive worker is left; router_dispatch_down ends the drain.  -EINVAL for a
+ * bad w. */
+int router_dispatch_set_draining(router_dispatch_t *self, int w, bool draining);
+bool router_dispatch_draining(const router_dispatch_t *self, int w);
+/* Whether draining worker w holds nothing: no request assigned here, and its last load
+ * report (a worker knows what it holds, also what a router before this one sent it)
+ * was empty with nothing dispatched since.  false for a bad w or one not draining. */
+bool router_dispatch_drained(const router_dispatch_t *self, int w);
 /* Current load estimate of w (report + pending), or -EINVAL. */
 int64_t router_dispatch_load(const router_dispatch_t *self, int w);
 /* Requests currently assigned to w. */

@@ -1,8 +1,9 @@
 /* test_dispatch.c - least-loaded dispatch: pending load between reports,
  * reports replacing estimates, dead workers skipped and their requests handed
- * back, the rid table growing and shrinking; a cached prefix weighed against load
- * (router_dispatch_assign_bonus) and the prefix sets that give it, fed by the real
- * KV event publisher (serve_prefix over kv_events). */
+ * back, a draining worker (planned restart) skipped while another is alive and
+ * drained once it holds nothing, the rid table growing and shrinking; a cached prefix
+ * weighed against load (router_dispatch_assign_bonus) and the prefix sets that give it,
+ * fed by real encoded batches (serve_prefix over kv_events). */
 #include "kv_events.h"
 #include "kv_hash.h"
 #include "router_dispatch.h"
@@ -54,6 +55,36 @@ START_TEST(dead_worker) {
     /* a load report brings a restarted worker back */
     router_dispatch_report(d, 0, 0, 0);
     ck_assert_int_eq(router_dispatch_assign(d, 20, 10), 0);
+    router_dispatch_destroy(&d);
+}
+END_TEST
+
+START_TEST(draining_worker) {
+    router_dispatch_t *d = router_dispatch_new(2);
+    ck_assert_int_eq(router_dispatch_assign(d, 1, 10), 0);
+    ck_assert_int_eq(router_dispatch_set_draining(d, 0, true), 0);
+    ck_assert_int_eq(router_dispatch_set_draining(d, 2, true), -EINVAL);
+    ck_assert(router_dispatch_draining(d, 0));
+    /* new requests go to the other worker, however loaded */
+    router_dispatch_report(d, 1, 5000, 5000);
+    for (uint64_t r = 2; r <= 5; r++)
+        ck_assert_int_eq(router_dispatch_assign(d, r, 10), 1);
+    /* not drained while rid 1 runs, nor while its last report still shows work */
+    ck_assert(!router_dispatch_drained(d, 0));
+    ck_assert_int_eq(router_dispatch_finish(d, 1), 0);
+    ck_assert(!router_dispatch_drained(d, 0)); /* its pending 10 tokens: no report yet */
+    router_dispatch_report(d, 0, 0, 0);
+    ck_assert(router_dispatch_drained(d, 0));
+    ck_assert(!router_dispatch_drained(d, 1)); /* not draining */
+    /* with the other worker down, the draining one is all there is: it takes requests */
+    router_dispatch_down(d, 1, NULL, 0);
+    ck_assert_int_eq(router_dispatch_assign(d, 6, 10), 0);
+    /* its own down (the restart) ends the drain */
+    router_dispatch_down(d, 0, NULL, 0);
+    ck_assert(!router_dispatch_draining(d, 0));
+    router_dispatch_report(d, 0, 0, 0);
+    router_dispatch_report(d, 1, 0, 0);
+    ck_assert_int_eq(router_dispatch_assign(d, 7, 10), 0);
     router_dispatch_destroy(&d);
 }
 END_TEST
@@ -151,6 +182,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, least_loaded);
     tcase_add_test(tc, dead_worker);
+    tcase_add_test(tc, draining_worker);
     tcase_add_test(tc, many_rids);
     tcase_add_test(tc, cached_prefix_against_load);
     tcase_add_test(tc, prefix_sets_from_events);

@@ -223,6 +223,28 @@ static void fill(int type, msg_any_t *a) {
     case MSG_DRAIN:
         a->u.drain.grace_ms = 30000;
         break;
+    case MSG_CTL: /* restart's name: ctl_rules (without it, restart is invalid) */
+        a->u.ctl.cmd = MSG_CTL_DRAIN;
+        a->u.ctl.grace_ms = 5000;
+        break;
+    case MSG_CTL_REPLY: {
+        static msg_ctl_actor_t actors[2] = {{"worker0", MSG_CTL_DRAINING, 4242, 1, 9000},
+                                            {"router", MSG_CTL_RESTARTING, 0, 3, 0}};
+        a->u.ctl_reply.ok = true;
+        strcpy(a->u.ctl_reply.message, "worker0: drained in 120 ms");
+        strcpy(a->u.ctl_reply.actor, "worker0");
+        strcpy(a->u.ctl_reply.phase, "drain");
+        a->u.ctl_reply.ms = 120;
+        a->u.ctl_reply.actors = actors;
+        a->u.ctl_reply.n_actors = 2;
+        break;
+    }
+    case MSG_WORKER_DRAIN:
+        a->u.worker_drain = (msg_worker_drain_t){1, true};
+        break;
+    case MSG_WORKER_IDLE:
+        a->u.worker_idle.worker = 1;
+        break;
     case MSG_PONG:
         a->u.pong.seq = 9;
         strcpy(a->u.pong.name, "router");
@@ -1034,6 +1056,48 @@ START_TEST(resume_and_explain_errors) {
 }
 END_TEST
 
+static int dec_ctl(frame_t *f, msg_err_t *err, msg_ctl_t *out) {
+    msg_ctl_t c;
+    int rc = msg_ctl_decode(f->sb.data, f->sb.size, &c, err);
+    if (out && !rc)
+        *out = c;
+    msgpack_sbuffer_destroy(&f->sb);
+    return rc;
+}
+
+/* `strata ctl`'s command: restart names one actor or says all; the others name none */
+START_TEST(ctl_rules) {
+    frame_t f;
+    msg_err_t err;
+    msg_ctl_t c;
+    fr_begin(&f, "ctl", 2);
+    fr_str(&f, "cmd", "restart");
+    fr_str(&f, "name", "worker1");
+    ck_assert_int_eq(dec_ctl(&f, &err, &c), 0);
+    ck_assert_int_eq(c.cmd, MSG_CTL_RESTART);
+    ck_assert_str_eq(c.name, "worker1");
+    ck_assert_int_eq(c.grace_ms, -1); /* serve's --drain-timeout */
+    fr_begin(&f, "ctl", 1);           /* restart of nothing */
+    fr_str(&f, "cmd", "restart");
+    ck_assert_int_eq(dec_ctl(&f, &err, NULL), -EPROTO);
+    ck_assert_int_eq(err.kind, MSG_E_INVALID);
+    fr_begin(&f, "ctl", 2); /* status of one actor: not a thing */
+    fr_str(&f, "cmd", "status");
+    fr_str(&f, "name", "router");
+    ck_assert_int_eq(dec_ctl(&f, &err, NULL), -EPROTO);
+    fr_begin(&f, "ctl", 1);
+    fr_str(&f, "cmd", "reboot"); /* not one of the commands */
+    ck_assert_int_eq(dec_ctl(&f, &err, NULL), -ERANGE);
+    ck_assert_str_eq(err.field, "cmd");
+    fr_begin(&f, "ctl", 2);
+    fr_str(&f, "cmd", "drain");
+    fr_int(&f, "grace_ms", -2);
+    ck_assert_int_eq(dec_ctl(&f, &err, NULL), -ERANGE);
+    ck_assert_str_eq(msg_ctl_state_name(MSG_CTL_DRAINING), "draining");
+    ck_assert_ptr_null(msg_ctl_state_name(6));
+}
+END_TEST
+
 START_TEST(envelope_errors) {
     frame_t f;
     msg_err_t err;
@@ -1555,6 +1619,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, generate_errors);
     tcase_add_test(tc, resume_and_explain_errors);
     tcase_add_test(tc, envelope_errors);
+    tcase_add_test(tc, ctl_rules);
     tcase_add_test(tc, truncated_every_prefix);
     tcase_add_test(tc, random_bytes_and_mutations);
     tcase_add_test(tc, other_limits);
