@@ -27,7 +27,7 @@
 
 #define TAG ACTOR_RT_TAG
 
-#define S_MAX_SOCKS 8
+#define S_MAX_SOCKS 160 /* the inbox and readers: a router with 64 workers follows 128 KV event sockets */
 #define S_MAX_HANDLERS 32
 #define S_MAX_TIMERS 8
 

@@ -436,8 +436,10 @@ static int s_kv_start(s_router_t *r, const actor_router_cfg_t *conf, char *err, 
     int n;
     zsock_t **socks = actor_router_kv_sockets(r->kv, &n);
     for (int i = 0; i < n; i++)
-        if (socks[i])
-            actor_loop_reader(r->loop, socks[i], s_on_kv);
+        if (socks[i] && actor_loop_reader(r->loop, socks[i], s_on_kv)) {
+            snprintf(err, errlen, "kv_events_from: too many sockets for the router's loop");
+            return -1;
+        }
     LOG_I("router", "KV events from %s: dispatch weighs cached prefixes (weight %g)",
           conf->kv_events_from, conf->prefix_weight);
     return 0;
@@ -489,12 +491,6 @@ int actor_router_main(actor_env_t *env) {
         s_cleanup(&r);
         return 1;
     }
-    char kerr[600];
-    if (s_kv_start(&r, conf, kerr, sizeof kerr)) {
-        actor_env_fail(env, "router: %s", kerr);
-        s_cleanup(&r);
-        return 1;
-    }
     actor_loop_inbox(r.loop, r.in, r.to_front, false, "");
     actor_loop_handle_work_request(r.loop, s_on_request);
     actor_loop_handle_work_cancel(r.loop, s_on_cancel);
@@ -508,6 +504,12 @@ int actor_router_main(actor_env_t *env) {
     if (r.n_experts)
         actor_loop_timer(r.loop, S_MOE_PUBLISH_MS, s_moe_tick);
     actor_loop_on_stats(r.loop, s_stats);
+    char kerr[600];
+    if (s_kv_start(&r, conf, kerr, sizeof kerr)) { /* after the inbox: it is polled first */
+        actor_env_fail(env, "router: %s", kerr);
+        s_cleanup(&r);
+        return 1;
+    }
     actor_env_ready(env);
     actor_loop_run(r.loop, 500);
     s_cleanup(&r);

@@ -86,6 +86,15 @@ const actor_opt_t actor_worker_opts[] = {
      "with expert actors: the wait for an expert actor's reply before its rows go to "
      "another actor hosting the expert (or are computed here)",
      .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, expert_timeout_ms)},
+    {"preempt", ACTOR_OPT_BOOL, "1", 0, 0, NULL,
+     "a waiting request of a better priority preempts running ones of a worse priority when "
+     "it does not fit (their KV stays cached; they resume with the same output; "
+     "docs/OPERATIONS.md, Priorities)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, preempt)},
+    {"priority_aging_ms", ACTOR_OPT_INT, "1000", 0, 3600000, NULL,
+     "a waiting request's priority improves by 1 for every this many ms it waits, so a "
+     "low-priority request is not passed over for ever (0: no aging)",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, priority_aging_ms)},
     {"kv_events", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
      "publish KV cache events (vLLM's EventBatch) on a ZeroMQ PUB socket bound here, e.g. "
      "tcp://*:5557; worker i binds the port + i (ipc: the path + '.i'); unset: off "
@@ -451,8 +460,8 @@ static bool s_spec(const actor_worker_t *w) {
 /* The scheduler's configuration (a step takes at least one token per running request). */
 static sched_batch_config_t s_sched_config(const actor_worker_cfg_t *c) {
     int step = c->step_tokens < c->max_batch ? c->max_batch : c->step_tokens;
-    return (sched_batch_config_t){c->max_batch,  c->queue, c->kv_blocks,
-                                  c->block_size, step,     c->max_ctx};
+    return (sched_batch_config_t){c->max_batch, c->queue,   c->kv_blocks,         c->block_size,
+                                  step,         c->max_ctx, c->priority_aging_ms, c->preempt};
 }
 
 /* The forward pass: the threaded CPU one, or the seam's on the device's backend (its T0

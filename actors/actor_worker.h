@@ -49,6 +49,8 @@ typedef struct {
     int spec_wait_us;      /* longest wait for a draft before a step runs without it */
     int expert_dtype;      /* f32|f16 (its index): with expert actors and an MoE model */
     int expert_timeout_ms; /* with expert actors */
+    bool preempt;          /* better-priority requests preempt worse running ones */
+    int priority_aging_ms; /* a waiting request's priority improves by 1 per this many ms */
     const char *kv_events; /* PUB endpoint of KV events ("": off; worker i: port + i) */
     const char *kv_events_replay; /* ROUTER endpoint answering replays ("": none) */
     int kv_events_keep;           /* batches kept for replay */

@@ -28,10 +28,12 @@ typedef struct {
     int max_tokens;                /* 1..MSG_MAX_TOKENS, default 256 */
     bool fit_context;              /* max_tokens is a ceiling: the worker lowers it to what its
                                       context leaves after the prompt (docs/PROTOCOL.md) */
-    msg_sampling_t sampling;       /* defaults: msg_sampling_defaults() */
-    msg_logit_bias_t *logit_bias;  /* (n_logit_bias) token -> bias, each token once; or NULL */
-    int n_logit_bias;              /* 0..MSG_MAX_LOGIT_BIAS */
-    bool has_seed;                 /* "seed" was given (else the server picks 0) */
+    int priority; /* -MSG_PRIORITY_MAX..MSG_PRIORITY_MAX, default 0: lower runs sooner, and may
+                     preempt running requests of a higher value (docs/PROTOCOL.md) */
+    msg_sampling_t sampling;      /* defaults: msg_sampling_defaults() */
+    msg_logit_bias_t *logit_bias; /* (n_logit_bias) token -> bias, each token once; or NULL */
+    int n_logit_bias;             /* 0..MSG_MAX_LOGIT_BIAS */
+    bool has_seed;                /* "seed" was given (else the server picks 0) */
     char stop[MSG_MAX_STOP][MSG_MAX_STOP_BYTES + 1]; /* stop strings, each 1..64 bytes */
     int n_stop;                                      /* 0..MSG_MAX_STOP */
     bool stream;                                     /* default true: token events */

@@ -42,6 +42,7 @@ typedef struct {
     int n_gen;                    /* 0..min(n_tokens - 1, max_tokens) */
     int max_tokens;               /* 1..MSG_MAX_TOKENS */
     bool fit_context;             /* generate.fit_context: max_tokens is a ceiling */
+    int priority;                 /* generate.priority: lower runs sooner */
     msg_sampling_t sampling;      /* seed included */
     msg_logit_bias_t *logit_bias; /* (n_logit_bias) as in generate, or NULL */
     int n_logit_bias;

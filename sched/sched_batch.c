@@ -1,7 +1,10 @@
-/* sched_batch.c - continuous batching policy: a FIFO wait queue, a running
- * set in admission order, block accounting against the KV cap, and a per-step
- * token budget shared by decode tokens (first) and prefill chunks. */
+/* sched_batch.c - continuous batching policy: a wait queue in arrival order (admitted by
+ * aged priority), a running set in admission order, block accounting against the KV cap,
+ * preemption of worse-priority running requests, and a per-step token budget shared by
+ * decode tokens (first) and prefill chunks. */
 #include "sched_batch.h"
+
+#include "base_clock.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -15,6 +18,8 @@ typedef struct {
     int n_past;     /* positions computed (in the KV) */
     int n_gen;      /* tokens sampled so far */
     int blocks;     /* KV blocks reserved for the whole request */
+    int priority;   /* lower runs sooner */
+    uint64_t t_in;  /* when it arrived (us): its place among equals, and its aging */
 } s_req_t;
 
 struct sched_batch_t {
@@ -24,6 +29,11 @@ struct sched_batch_t {
     s_req_t *running; /* (max_batch) admission order; n_running valid */
     int n_running;
     int blocks_reserved; /* sum of running[].blocks */
+    uint64_t *preempted; /* (max_batch) rids preempted, not yet taken; n_preempted valid */
+    int n_preempted;
+    int64_t n_preemptions;         /* so far */
+    uint64_t (*now_us)(void *arg); /* aging's clock; NULL: base_now_us */
+    void *now_arg;
 };
 
 sched_batch_t *sched_batch_new(const sched_batch_config_t *cfg) {
@@ -36,9 +46,12 @@ sched_batch_t *sched_batch_new(const sched_batch_config_t *cfg) {
     self->cfg = *cfg;
     if (self->cfg.step_tokens < self->cfg.max_batch)
         self->cfg.step_tokens = self->cfg.max_batch;
-    self->waiting = calloc((size_t)cfg->max_queue + 1, sizeof *self->waiting);
+    /* the queue also takes back what preemption moves out of the running set */
+    self->waiting =
+        calloc((size_t)cfg->max_queue + (size_t)cfg->max_batch + 1, sizeof *self->waiting);
     self->running = calloc((size_t)cfg->max_batch, sizeof *self->running);
-    if (!self->waiting || !self->running)
+    self->preempted = calloc((size_t)cfg->max_batch, sizeof *self->preempted);
+    if (!self->waiting || !self->running || !self->preempted)
         sched_batch_destroy(&self);
     return self;
 }
@@ -48,6 +61,7 @@ void sched_batch_destroy(sched_batch_t **self_p) {
         return;
     free((*self_p)->waiting);
     free((*self_p)->running);
+    free((*self_p)->preempted);
     free(*self_p);
     *self_p = NULL;
 }
@@ -59,6 +73,15 @@ const sched_batch_config_t *sched_batch_config(const sched_batch_t *self) {
 int sched_batch_context(const sched_batch_t *self) {
     int64_t pool = (int64_t)self->cfg.kv_blocks * self->cfg.block_size;
     return pool < self->cfg.max_ctx ? (int)pool : self->cfg.max_ctx;
+}
+
+static uint64_t s_now(const sched_batch_t *self) {
+    return self->now_us ? self->now_us(self->now_arg) : base_now_us();
+}
+
+void sched_batch_set_clock(sched_batch_t *self, uint64_t (*now_us)(void *arg), void *arg) {
+    self->now_us = now_us;
+    self->now_arg = arg;
 }
 
 static int s_find(const s_req_t *a, int n, uint64_t rid) {
@@ -101,7 +124,7 @@ int sched_batch_submit(sched_batch_t *self, uint64_t rid, int n_prompt, int max_
     int blocks = (int)((positions + self->cfg.block_size - 1) / self->cfg.block_size);
     if (blocks > self->cfg.kv_blocks)
         return -E2BIG;
-    s_req_t r = {rid, user, n_prompt, max_tokens, 0, 0, blocks};
+    s_req_t r = {rid, user, n_prompt, max_tokens, 0, 0, blocks, 0, s_now(self)};
     /* nobody waiting and room now: it runs from the next step, never queued */
     if (self->n_waiting == 0 && self->n_running < self->cfg.max_batch &&
         self->blocks_reserved + blocks <= self->cfg.kv_blocks) {
@@ -145,15 +168,132 @@ void *sched_batch_pop(sched_batch_t *self) {
     return NULL;
 }
 
-/* Admit from the head of the queue while the batch and the KV pool have room. */
+int sched_batch_set_priority(sched_batch_t *self, uint64_t rid, int priority) {
+    int i = s_find(self->running, self->n_running, rid);
+    if (i >= 0) {
+        self->running[i].priority = priority;
+        return 0;
+    }
+    i = s_find(self->waiting, self->n_waiting, rid);
+    if (i < 0)
+        return -ENOENT;
+    self->waiting[i].priority = priority;
+    return 0;
+}
+
+int sched_batch_take_preempted(sched_batch_t *self, uint64_t *rids, int cap) {
+    int n = self->n_preempted < cap ? self->n_preempted : cap;
+    memcpy(rids, self->preempted, (size_t)n * sizeof *rids);
+    memmove(self->preempted, self->preempted + n,
+            (size_t)(self->n_preempted - n) * sizeof *self->preempted);
+    self->n_preempted -= n;
+    return n;
+}
+
+/* r's priority less what it has earned waiting (aging_ms per step of 1). */
+static int64_t s_effective(const sched_batch_t *self, const s_req_t *r, uint64_t now) {
+    int64_t aged = self->cfg.aging_ms > 0 && now > r->t_in
+                       ? (int64_t)((now - r->t_in) / 1000 / (uint64_t)self->cfg.aging_ms)
+                       : 0;
+    return (int64_t)r->priority - aged;
+}
+
+/* The waiting request to admit next: the best aged priority, then the earliest. */
+static int s_best_waiting(const sched_batch_t *self, uint64_t now) {
+    int best = -1;
+    int64_t best_p = 0;
+    for (int i = 0; i < self->n_waiting; i++) {
+        const s_req_t *r = &self->waiting[i];
+        int64_t p = s_effective(self, r, now);
+        if (best < 0 || p < best_p || (p == best_p && r->t_in < self->waiting[best].t_in)) {
+            best = i;
+            best_p = p;
+        }
+    }
+    return best;
+}
+
+/* Put r back in the queue in arrival order (it keeps its t_in). */
+static void s_requeue(sched_batch_t *self, const s_req_t *r) {
+    int at = self->n_waiting;
+    while (at > 0 && self->waiting[at - 1].t_in > r->t_in)
+        at--;
+    memmove(self->waiting + at + 1, self->waiting + at,
+            (size_t)(self->n_waiting - at) * sizeof *self->waiting);
+    self->waiting[at] = *r;
+    self->n_waiting++;
+}
+
+/* Make room for w by preempting running requests of a worse priority than w's own (the
+ * worst first, the latest admitted among equals), only if together they make enough room.
+ * True when w fits now. */
+static bool s_preempt_for(sched_batch_t *self, const s_req_t *w) {
+    int free_slots = self->cfg.max_batch - self->n_running;
+    int free_blocks = self->cfg.kv_blocks - self->blocks_reserved;
+    int victims[256], n_v = 0; /* running indexes, worst first */
+    while (n_v < (int)(sizeof victims / sizeof *victims) &&
+           (free_slots < 1 || free_blocks < w->blocks)) {
+        int v = -1;
+        for (int i = self->n_running - 1; i >= 0; i--) {
+            bool taken = false;
+            for (int k = 0; k < n_v && !taken; k++)
+                taken = victims[k] == i;
+            if (!taken && self->running[i].priority > w->priority &&
+                (v < 0 || self->running[i].priority > self->running[v].priority))
+                v = i;
+        }
+        if (v < 0)
+            return false; /* not enough worse-priority work to make room: preempt nothing */
+        victims[n_v++] = v;
+        free_slots++;
+        free_blocks += self->running[v].blocks;
+    }
+    if (free_slots < 1 || free_blocks < w->blocks)
+        return false;
+    /* erase from the highest index down, so the others' indexes hold */
+    for (int a = 0; a < n_v; a++)
+        for (int b = a + 1; b < n_v; b++)
+            if (victims[b] > victims[a]) {
+                int t = victims[a];
+                victims[a] = victims[b];
+                victims[b] = t;
+            }
+    for (int k = 0; k < n_v; k++) {
+        s_req_t r = self->running[victims[k]];
+        self->blocks_reserved -= r.blocks;
+        s_erase(self->running, &self->n_running, victims[k]);
+        /* what it generated becomes prompt: it is recomputed (from the prefix cache) and
+         * its next token sampled at the same position, as a resumed request's */
+        r.n_prompt += r.n_gen;
+        r.max_tokens -= r.n_gen;
+        r.n_gen = 0;
+        r.n_past = 0;
+        s_requeue(self, &r);
+        if (self->n_preempted < self->cfg.max_batch)
+            self->preempted[self->n_preempted++] = r.rid;
+        self->n_preemptions++;
+    }
+    return true;
+}
+
+/* Admit the best waiting request while the batch and the KV pool have room (making room
+ * by preemption when allowed); the best one blocks the rest. */
 static void s_admit(sched_batch_t *self) {
-    while (self->n_waiting > 0 && self->n_running < self->cfg.max_batch) {
-        s_req_t *r = &self->waiting[0];
-        if (self->blocks_reserved + r->blocks > self->cfg.kv_blocks)
-            break;
+    uint64_t now = s_now(self);
+    while (self->n_waiting > 0) {
+        int i = s_best_waiting(self, now);
+        s_req_t *r = &self->waiting[i];
+        if (self->n_running >= self->cfg.max_batch ||
+            self->blocks_reserved + r->blocks > self->cfg.kv_blocks) {
+            uint64_t rid = r->rid;
+            if (!self->cfg.preempt || !s_preempt_for(self, r))
+                break;
+            i = s_find(self->waiting, self->n_waiting, rid); /* the queue moved */
+            r = &self->waiting[i];
+        }
         self->blocks_reserved += r->blocks;
         self->running[self->n_running++] = *r;
-        s_erase(self->waiting, &self->n_waiting, 0);
+        s_erase(self->waiting, &self->n_waiting, i);
     }
 }
 
@@ -227,5 +367,6 @@ sched_batch_load_t sched_batch_load(const sched_batch_t *self) {
                            (r->max_tokens - r->n_gen);
     }
     l.kv_free_blocks = self->cfg.kv_blocks - self->blocks_reserved;
+    l.preempted = self->n_preemptions;
     return l;
 }

@@ -5,10 +5,19 @@
  * the KV-memory cap.
  *
  * Policy.  A request that arrives while nobody waits and there is room runs
- * from the next step (it never occupies the queue).  Every step: (1) admit waiting requests in
- * arrival order while the batch has room and the KV pool can hold the request's whole footprint
- * (prompt + max_tokens positions, reserved up front so a running request never
- * runs out of KV); the head of the queue blocks the rest (no starvation).
+ * from the next step (it never occupies the queue).  Every step: (1) admit waiting requests,
+ * best first, while the batch has room and the KV pool can hold the request's whole
+ * footprint (prompt + max_tokens positions, reserved up front so a running request never
+ * runs out of KV); the best waiting request blocks the rest.  "Best": the lowest
+ * priority value (as vLLM's: lower runs sooner; default 0), less one for every aging_ms it
+ * has waited, then the earliest arrival -- so a low-priority request is never passed over
+ * for ever (no starvation).  With preempt, when the best waiting request does not fit and
+ * running requests of a worse (higher) priority would make room, the worst of them (the
+ * latest admitted among equals) are preempted: they go back to the queue, keeping their
+ * arrival time, with what they generated so far as part of their prompt (the caller
+ * releases their KV, published for the prefix cache, and recomputes it -- mostly from the
+ * cache -- when they run again; sched_batch_take_preempted).  Aging orders the queue only:
+ * it never lets a request preempt one of a better priority.
  * (2) every running request that is decoding gets one token; (3) the rest of
  * the budget goes to prefill chunks in admission order.  A request's positions
  * only ever grow, so its tokens are computed exactly as a lone run would
@@ -32,6 +41,8 @@ typedef struct {
     int block_size;  /* positions per block */
     int step_tokens; /* tokens per forward step (decode + prefill); raised to max_batch */
     int max_ctx;     /* positions one request may use (prompt + max_tokens) */
+    int aging_ms;    /* a waiting request's priority improves by 1 per aging_ms (0: never) */
+    bool preempt;    /* a better-priority request may preempt worse running ones */
 } sched_batch_config_t;
 
 /* One request's share of a step: tokens [pos0, pos0 + n) of its sequence. */
@@ -51,6 +62,7 @@ typedef struct {
     int64_t queued_tokens; /* prompt + max_tokens of the waiting requests */
     int64_t active_tokens; /* tokens still to compute for the running requests */
     int kv_free_blocks;    /* blocks not reserved by a running request */
+    int64_t preempted;     /* preemptions so far */
 } sched_batch_load_t;
 
 typedef struct sched_batch_t sched_batch_t;
@@ -69,6 +81,15 @@ int sched_batch_context(const sched_batch_t *self);
  * -E2BIG (it can never fit: more positions than max_ctx or more blocks than the
  * pool); -EAGAIN (the queue is full: answer "overloaded"). */
 int sched_batch_submit(sched_batch_t *self, uint64_t rid, int n_prompt, int max_tokens, void *user);
+/* Set rid's priority (waiting or running; lower runs sooner, default 0).  0 or -ENOENT. */
+int sched_batch_set_priority(sched_batch_t *self, uint64_t rid, int priority);
+/* The rids preempted since the last call (at most cap into rids; the rest stay listed).
+ * Each is waiting again, its generated tokens now part of its prompt: the caller must
+ * release its KV before running the next plan's items.  Returns how many were written. */
+int sched_batch_take_preempted(sched_batch_t *self, uint64_t *rids, int cap);
+/* The clock aging reads (microseconds); NULL: base_now_us.  For tests. */
+void sched_batch_set_clock(sched_batch_t *self, uint64_t (*now_us)(void *arg), void *arg);
+
 /* Take a request out (finished or cancelled), waiting or running, releasing its
  * KV reservation.  Returns its user pointer, or NULL when rid is unknown. */
 void *sched_batch_remove(sched_batch_t *self, uint64_t rid);

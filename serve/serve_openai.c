@@ -89,6 +89,8 @@ static const serve_openai_field_t s_fields[] = {
      "top_logprobs (more than 0 needs logprobs true)"},
     {"logprobs", COMPL, SERVE_OPENAI_INTEGER, 0, 5, SERVE_OPENAI_MAP, NULL,
      "logprobs true, top_logprobs = the value"},
+    {"priority", BOTH, SERVE_OPENAI_INTEGER, -MSG_PRIORITY_MAX, MSG_PRIORITY_MAX, SERVE_OPENAI_MAP,
+     NULL, "priority (an extension, as vLLM's: lower runs sooner, and may preempt)"},
     /* harmless: they cannot change the answer */
     {"model", BOTH, SERVE_OPENAI_STRING, 0, 0, SERVE_OPENAI_ACCEPT, NULL,
      "one model is served; the answer names it"},
@@ -1095,6 +1097,8 @@ static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
         return rc;
     /* log-probabilities: chat has logprobs (bool) + top_logprobs (0..20); the legacy
      * completions API has logprobs (int 0..5: the alternatives) */
+    if (s_number(root, "priority", &v))
+        g->priority = (int)v;
     if (api == CHAT) {
         g->logprobs = (f = s_field(root, "logprobs")) && cJSON_IsTrue(f);
         if (s_number(root, "top_logprobs", &v) && v > 0 && !g->logprobs)

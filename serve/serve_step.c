@@ -136,6 +136,8 @@ int serve_step_admit(serve_step_t *self, serve_step_seq_t *s, const char **why) 
     s->fresh = true;
     int rc =
         sched_batch_submit(self->cfg.sched, s->rid, s->n_prompt, s->max_tokens - s->n_carried, s);
+    if (rc == 0 && s->priority)
+        sched_batch_set_priority(self->cfg.sched, s->rid, s->priority);
     if (why)
         *why = rc == 0         ? ""
                : rc == -EAGAIN ? "the worker's queue is full"
@@ -518,9 +520,38 @@ static int s_device_pick(serve_step_t *st, int n_items) {
     return !rc && row > r0 ? s_pick_run(st, r0, row) : rc;
 }
 
+/* s was preempted (sched_batch_take_preempted): what it computed is published, its blocks
+ * released, its tokens so far become prompt (n_carried keeps its completion index). */
+static void s_preempt(serve_step_t *st, serve_step_seq_t *s) {
+    int was = s->n_computed;
+    if (!s->embed_sum && s->n_computed > 0)
+        serve_step_publish(st, s, s->n_computed, false);
+    kv_cache_release(st->cfg.kv, &s->kv);
+    s->n_carried += s->n_hist - s->n_prompt;
+    s->n_prompt = s->n_hist;
+    s->n_computed = s->n_cached = s->skip = 0;
+    s->n_draft = 0;
+    s->fresh = true;
+    s->preemptions++;
+    if (s->embed_sum) /* an embedding pools again from its first position */
+        memset(s->embed_sum, 0, (size_t)st->d_model * sizeof *s->embed_sum);
+    s_count(st, "preempted", 1);
+    s_note(st, s, "preempt",
+           "a request of a better priority needed its room: its %d computed positions stay in "
+           "the prefix cache, its %d tokens so far are recomputed from there when it runs again",
+           was, s->n_hist);
+}
+
 int serve_step_run(serve_step_t *self) {
     serve_step_t *st = self;
     int n_items = sched_batch_plan(st->cfg.sched, st->items, st->max_batch);
+    uint64_t rids[16];
+    for (int n; (n = sched_batch_take_preempted(st->cfg.sched, rids, 16)) > 0;)
+        for (int i = 0; i < n; i++) {
+            serve_step_seq_t *s = sched_batch_find(st->cfg.sched, rids[i]);
+            if (s)
+                s_preempt(st, s);
+        }
     if (n_items <= 0)
         return 0;
     bool any_hidden;

@@ -38,10 +38,14 @@ typedef struct {
     int32_t *hist;             /* (n_prompt + max_tokens) prompt then generated tokens */
     int n_prompt;              /* positions prefilled: the prompt, then the n_carried
                                   completion tokens a resumed request arrived with */
-    int n_carried;             /* completion tokens delivered before it came here */
+    int n_carried;             /* completion tokens delivered before it came here, or
+                                  before it was preempted here (then recomputed) */
     int n_hist;                /* tokens in hist */
     int max_tokens;            /* generation limit (carried tokens included) */
     int pin_tokens;            /* leading tokens that are the system prompt */
+    int priority;              /* lower runs sooner (sched_batch); 0 by default */
+    int preemptions;           /* times it was preempted here (its tokens then became
+                                  prompt: counted in n_prompt and n_carried) */
     model_sampler_params_t sp; /* sampling */
     bool logprobs;             /* pass each token's log-softmax row to the sink */
     bool trace;                /* describe each step to the sink */
@@ -159,6 +163,13 @@ int serve_step_draft(serve_step_t *self, serve_step_seq_t *s, int base, const in
 void serve_step_publish(serve_step_t *self, serve_step_seq_t *s, int upto, bool last_partial);
 
 /* One forward step over everything the scheduler picks, its results through the sink.
+ * Requests the scheduler preempted to make room for a better priority (sched_batch.h) are
+ * put back first: their computed positions published for the prefix cache (where a
+ * KV tier manager keeps them: write-through sent their full blocks to T1 already, and an
+ * eviction from T0 demotes a block there), their blocks released, their tokens so far
+ * turned into prompt; when they run again their prefix is attached and the rest
+ * recomputed, and their next token is sampled at the same position as it would have
+ * been: the output does not change.
  * The number of items run (0: nothing to do), or a negative errno: -ENOSPC (a KV
  * reservation failed: the scheduler's accounting is off), or the forward pass's error
  * (every item of the step then fails through sink.error). */

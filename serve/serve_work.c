@@ -160,6 +160,7 @@ int serve_work_init(serve_work_t *w, const msg_work_request_t *q, const serve_wo
         return s_refuse(w, no, -ENOMEM, MSG_CODE_INTERNAL, "out of memory");
     w->seq.n_carried = q->n_gen;
     w->seq.max_tokens = max_tokens;
+    w->seq.priority = q->priority;
     model_detok_init(&w->detok, cfg->tok);
     const char *stops[MSG_MAX_STOP];
     int n_stop = q->n_stop < MSG_MAX_STOP ? q->n_stop : MSG_MAX_STOP;

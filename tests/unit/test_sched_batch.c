@@ -1,6 +1,8 @@
 /* test_sched.c - the continuous-batching scheduler: admission against the
  * batch and KV caps, the bounded queue, chunked prefill under the step budget,
- * decode-first planning, removal on finish/cancel, load counters. */
+ * decode-first planning, removal on finish/cancel, load counters; priorities (admission
+ * order, aging against starvation, preemption of worse-priority running requests and
+ * only when it makes room). */
 #include "sched_batch.h"
 #include "test_util.h"
 
@@ -211,6 +213,113 @@ START_TEST(run_to_completion_random) {
 }
 END_TEST
 
+static uint64_t s_clock_us;
+static uint64_t s_clock(void *arg) {
+    (void)arg;
+    return s_clock_us;
+}
+
+/* The rids running now, in admission order, into out; their count. */
+static int s_running(const sched_batch_t *s, uint64_t *out) {
+    int n = sched_batch_count(s);
+    for (int i = 0; i < n; i++)
+        out[i] = (uint64_t)(uintptr_t)sched_batch_user_at(s, i);
+    return n;
+}
+
+/* Waiting requests are admitted by priority (lower first), then arrival; aging lifts a
+ * request that waited past one that came later with a better priority. */
+START_TEST(priority_orders_admission) {
+    sched_batch_config_t c = s_cfg();
+    c.max_batch = 1;
+    c.aging_ms = 1000;
+    sched_batch_t *s = sched_batch_new(&c);
+    sched_batch_set_clock(s, s_clock, NULL);
+    s_clock_us = 1000000;
+    sched_batch_item_t it[4];
+    ck_assert_int_eq(sched_batch_submit(s, 1, 4, 1, (void *)1), 0); /* runs at once */
+    ck_assert_int_eq(sched_batch_submit(s, 2, 4, 1, (void *)2), 0);
+    ck_assert_int_eq(sched_batch_submit(s, 3, 4, 1, (void *)3), 0);
+    ck_assert_int_eq(sched_batch_set_priority(s, 3, -1), 0);
+    ck_assert_int_eq(sched_batch_set_priority(s, 9, -1), -ENOENT);
+    ck_assert_int_eq(s_step(s, it, 4), 1); /* 1 runs to its end */
+    ck_assert_ptr_eq(sched_batch_remove(s, 1), (void *)1);
+    uint64_t run[4];
+    ck_assert_int_eq(s_step(s, it, 4), 1);
+    ck_assert(s_running(s, run) == 1 && run[0] == 3); /* -1 before 0, though it came later */
+    sched_batch_remove(s, 3);
+    /* 2 (priority 0) has waited 2.5 s: aged to -2, it goes before a new -1 */
+    s_clock_us += 2500000;
+    ck_assert_int_eq(sched_batch_submit(s, 4, 4, 1, (void *)4), 0);
+    ck_assert_int_eq(sched_batch_set_priority(s, 4, -1), 0);
+    ck_assert_int_eq(s_step(s, it, 4), 1);
+    ck_assert(s_running(s, run) == 1 && run[0] == 2);
+    uint64_t pre[4];
+    ck_assert_int_eq(sched_batch_take_preempted(s, pre, 4), 0); /* aging never preempts */
+    sched_batch_destroy(&s);
+}
+END_TEST
+
+/* A better-priority request that does not fit preempts the worst running one (the latest
+ * among equals), which goes back to the queue with its tokens as prompt; one that would
+ * not fit even then preempts nothing; without preempt it waits. */
+START_TEST(preemption_makes_room) {
+    sched_batch_config_t c = s_cfg();
+    c.max_batch = 2;
+    c.preempt = true;
+    sched_batch_t *s = sched_batch_new(&c);
+    sched_batch_set_clock(s, s_clock, NULL);
+    s_clock_us = 1000000;
+    sched_batch_item_t it[4];
+    ck_assert_int_eq(sched_batch_submit(s, 1, 10, 20, (void *)1), 0);
+    ck_assert_int_eq(sched_batch_submit(s, 2, 10, 20, (void *)2), 0);
+    sched_batch_set_priority(s, 1, 3);
+    sched_batch_set_priority(s, 2, 3);
+    for (int i = 0; i < 4; i++) /* prefill, then 3 decode steps: 4 tokens each */
+        ck_assert_int_eq(s_step(s, it, 4), 2);
+    ck_assert_int_eq(sched_batch_generated(s, 2), 4);
+    ck_assert_int_eq(sched_batch_submit(s, 3, 10, 20, (void *)3), 0); /* priority 0 */
+    ck_assert_int_eq(sched_batch_plan(s, it, 4), 2);
+    uint64_t pre[4], run[4];
+    ck_assert_int_eq(sched_batch_take_preempted(s, pre, 4), 1);
+    ck_assert_int_eq(pre[0], 2); /* the later of two equals */
+    ck_assert_int_eq(sched_batch_take_preempted(s, pre, 4), 0);
+    ck_assert(s_running(s, run) == 2 && run[0] == 1 && run[1] == 3);
+    sched_batch_load_t l = sched_batch_load(s);
+    ck_assert(l.n_waiting == 1 && l.preempted == 1);
+    /* 2 waits with 14 prompt tokens (10 + the 4 it generated) and 16 to go */
+    ck_assert_int_eq(l.queued_tokens, 14 + 16);
+    for (int i = 0; i < 2; i++) /* the plan above is run */
+        ck_assert_int_eq(sched_batch_advance(s, it[i].rid, it[i].n, it[i].sample), 0);
+    /* an equal priority preempts nothing */
+    ck_assert_int_eq(sched_batch_submit(s, 4, 10, 20, (void *)4), 0);
+    ck_assert_int_eq(sched_batch_set_priority(s, 4, 3), 0);
+    ck_assert_int_eq(s_step(s, it, 4), 2);
+    ck_assert_int_eq(sched_batch_take_preempted(s, pre, 4), 0);
+    sched_batch_remove(s, 4);
+    /* a request that would not fit even with every worse one out preempts nothing: 15
+     * blocks of priority 1, where only 1 (priority 3) is worse and frees 2 of the 4 taken */
+    ck_assert_int_eq(sched_batch_submit(s, 5, 200, 40, (void *)5), 0);
+    sched_batch_set_priority(s, 5, 1);
+    ck_assert_int_eq(s_step(s, it, 4), 2);
+    ck_assert_int_eq(sched_batch_take_preempted(s, pre, 4), 0);
+    ck_assert(s_running(s, run) == 2 && run[0] == 1 && run[1] == 3);
+    sched_batch_destroy(&s);
+    /* preempt off: a better priority waits for the slot */
+    c.preempt = false;
+    s = sched_batch_new(&c);
+    ck_assert_int_eq(sched_batch_submit(s, 1, 10, 20, (void *)1), 0);
+    ck_assert_int_eq(sched_batch_submit(s, 2, 10, 20, (void *)2), 0);
+    sched_batch_set_priority(s, 1, 3);
+    sched_batch_set_priority(s, 2, 3);
+    ck_assert_int_eq(sched_batch_submit(s, 3, 10, 20, (void *)3), 0);
+    ck_assert_int_eq(s_step(s, it, 4), 2);
+    ck_assert_int_eq(sched_batch_take_preempted(s, pre, 4), 0);
+    ck_assert_int_eq(sched_batch_load(s).n_waiting, 1);
+    sched_batch_destroy(&s);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("sched");
     TCase *tc = tcase_create("core");
@@ -220,6 +329,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, new_requests_join_running_batch);
     tcase_add_test(tc, kv_cap_and_batch_cap_gate_admission);
     tcase_add_test(tc, run_to_completion_random);
+    tcase_add_test(tc, priority_orders_admission);
+    tcase_add_test(tc, preemption_makes_room);
     suite_add_tcase(s, tc);
     return test_run_suite(argc, argv, s, CK_FORK_GETENV);
 }

@@ -49,6 +49,7 @@ typedef struct {
     serve_step_t *step;
     int64_t prefill, decode, verified; /* tokens of the last step */
     int64_t device_picked;             /* tokens picked on the device, in all */
+    int64_t preempted;                 /* requests preempted, in all */
     int errors;
 } s_world_t;
 
@@ -93,6 +94,8 @@ static void s_count(void *arg, const char *name, int64_t value) {
         w->verified += value;
     else if (!strcmp(name, "sample.device"))
         w->device_picked += value;
+    else if (!strcmp(name, "preempted"))
+        w->preempted += value;
 }
 
 /* A world on the model at path: max_batch, step_tokens, KV blocks of 4 positions (f32,
@@ -108,7 +111,7 @@ static void s_world_init(s_world_t *w, const char *path, int max_batch, int step
         w->tok = model_tokenizer_new(model_file(w->model), err, sizeof err);
         ck_assert_msg(w->tok != NULL, "%s", err);
     }
-    sched_batch_config_t sc = {max_batch, 2, 64, 4, step_tokens, 256};
+    sched_batch_config_t sc = {max_batch, 2, 64, 4, step_tokens, 256, 0, true};
     w->sched = sched_batch_new(&sc);
     int room = serve_step_max_tokens(&sc, spec);
     if (S_DEV) {
@@ -392,6 +395,58 @@ START_TEST(step_sampled_equals_reference) {
 }
 END_TEST
 
+/* Priorities: one batch slot; a seeded request of priority 5 runs, one of priority 0
+ * arrives and preempts it after a few of its tokens; the first goes back to the queue
+ * (its computed blocks published), is admitted again when the slot frees, recomputes its
+ * prompt and tokens from the prefix cache and goes on.  Both equal model_sampler_sample's
+ * draws over the same forward one position at a time, as if neither had waited. */
+START_TEST(preempted_resumes_identically) {
+    s_world_t w;
+    s_world_init(&w, test_model_path(), 1, 16, true, false);
+    const int32_t pa[7] = {504, 3458, 282, 4649, 314, 3575, 30};
+    const int32_t pb[5] = {1, 339, 1435, 288, 1117};
+    s_req_t a, b;
+    s_req_init(&a, 1, pa, 7, 16);
+    s_req_init(&b, 2, pb, 5, 8);
+    s_req_t *rs[2] = {&a, &b};
+    for (int q = 0; q < 2; q++) {
+        rs[q]->seq.sp = model_sampler_defaults();
+        rs[q]->seq.sp.temperature = 0.9f;
+        rs[q]->seq.sp.repeat_penalty = 1.3f;
+        rs[q]->seq.sp.seed = 7 + (uint64_t)q;
+    }
+    a.seq.priority = 5;
+    ck_assert_int_eq(serve_step_admit(w.step, &a.seq, NULL), 0);
+    for (int i = 0; i < 5; i++) /* its prompt, then 4 tokens */
+        ck_assert_int_gt(s_run(&w), 0);
+    ck_assert_int_eq(a.n_got, 5);
+    ck_assert_int_eq(serve_step_admit(w.step, &b.seq, NULL), 0); /* priority 0: better */
+    ck_assert_int_gt(s_run(&w), 0);
+    ck_assert_int_eq(w.preempted, 1);
+    ck_assert_int_eq(a.seq.preemptions, 1);
+    ck_assert_int_eq(a.seq.n_prompt, 7 + 5);      /* its tokens became prompt */
+    ck_assert_int_eq(serve_step_done(&a.seq), 5); /* its next token is still its 6th */
+    for (int i = 0; i < 64 && !(a.freed && b.freed); i++)
+        ck_assert_int_gt(s_run(&w), 0);
+    ck_assert(a.freed && b.freed);
+    ck_assert_int_eq(w.errors, 0);
+    ck_assert_int_eq(w.preempted, 1); /* a never preempts b back */
+    const int32_t *prompts[2] = {pa, pb};
+    int lens[2] = {7, 5}, gens[2] = {16, 8};
+    for (int q = 0; q < 2; q++) {
+        s_req_t *r = rs[q];
+        int32_t want[16];
+        int n = s_sampled(&w, prompts[q], lens[q], gens[q], &r->seq.sp, want);
+        ck_assert_int_eq(r->n_got, n);
+        for (int i = 0; i < n; i++)
+            ck_assert_int_eq(r->got[i], want[i]);
+        kv_cache_release(w.kv, &r->seq.kv);
+    }
+    ck_assert_int_gt(kv_cache_stats(w.kv).hit_tokens, 0); /* a's prefix came from the cache */
+    s_world_free(&w);
+}
+END_TEST
+
 /* A draft whose first token is the model's and whose second is not: the decode pass
  * verifies it, emits the accepted token and the target's own next one, and keeps the
  * KV of those positions only; generation then goes on exactly as plain greedy. */
@@ -463,12 +518,14 @@ int main(int argc, char **argv) {
     tcase_add_test(tm, step_equals_greedy);
     tcase_add_test(tm, verify_draft_rolls_back);
     tcase_add_test(tm, step_sampled_equals_reference);
+    tcase_add_test(tm, preempted_resumes_identically);
     TCase *td = test_tcase_model(s, "model on the seam");
     tcase_set_timeout(td, 300);
     tcase_add_unchecked_fixture(td, s_dev_on, s_dev_off);
     tcase_add_test(td, step_equals_greedy);
     tcase_add_test(td, verify_draft_rolls_back);
     tcase_add_test(td, step_sampled_equals_reference);
+    tcase_add_test(td, preempted_resumes_identically);
     TCase *to = tcase_create("ordering on the seam");
     tcase_set_timeout(to, 60);
     tcase_add_unchecked_fixture(to, s_dev_on, s_dev_off);
