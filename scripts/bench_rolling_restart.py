@@ -40,18 +40,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+sys.path.insert(0, HERE)
 from strata_client import StrataClient, StrataError  # noqa: E402
 
-PROMPTS = [
-    "What is the capital of France?", "Write a haiku about autumn.",
-    "Name three primary colors.", "How many legs does a spider have?",
-    "Explain gravity to a child.", "What is 12 times 12?",
-    "Give me a synonym for happy.", "Describe the smell of rain.",
-    "Why do cats purr?", "Tell me a joke about computers.",
-    "What is the boiling point of water?", "Translate 'good morning' into Spanish.",
-    "List two planets larger than Earth.", "What does a baker do?",
-    "Suggest a name for a pet goldfish.", "Summarize the story of Cinderella in one sentence.",
-]
+from bench_chaos import PROMPTS  # noqa: E402  (the same prompts as the chaos run)
 KINDS = ["worker0", "router", "tokenizer", "frontend"]
 
 
