@@ -24,7 +24,9 @@ import serve_util as u  # first: it skips without the model, zmq or msgpack
 import zmq
 
 N, MAX_TOKENS = 4, 32
-LONG = 800  # tokens: the drain lasts seconds at ~400 tokens/s, while the probes are read
+# tokens: the drain lasts seconds at ~400 tokens/s while the probes are read (a sanitizer
+# build, TIMEOUT_SCALE 10, decodes ~10x slower: as many seconds with fewer tokens)
+LONG = max(80, 800 // u.TIMEOUT_SCALE)
 BAN_EOT = [{"token": 0, "bias": -100.0}, {"token": 2, "bias": -100.0}]
 
 
@@ -139,7 +141,7 @@ def long_request(i, n):
 
 
 def grace_then_resume():
-    n_tok = 1000  # well past the 1 s grace at ~600 tokens/s for the two together
+    n_tok = max(100, 1000 // u.TIMEOUT_SCALE)  # well past the 1 s grace (~600 tokens/s for two)
     a = u.Server(["--drain-timeout", "1", "--threads", "1"])
     a.start()
     try:
