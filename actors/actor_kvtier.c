@@ -3,6 +3,7 @@
  * kv_tiers and answered as they complete, so a slow disk never stalls puts. */
 #include "actor_kvtier.h"
 
+#include "actor_kv_events.h"
 #include "base_log.h"
 #include "kv_tiers.h"
 #include "model.h"
@@ -43,6 +44,7 @@ typedef struct {
     int max_blocks;
     actor_loop_t *loop;         /* polling, control messages, counters */
     actor_counters_t *counters; /* the loop's */
+    actor_kv_events_t *events;  /* T1/T2 KV events (option kv_events), or NULL: off */
 } s_kvtier_t;
 
 const actor_opt_t actor_kvtier_opts[] = {
@@ -65,6 +67,16 @@ const actor_opt_t actor_kvtier_opts[] = {
      .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, policy), .parse = kv_policy_parse},
     {"queue_depth", ACTOR_OPT_INT, "64", 1, 4096, NULL, "io_uring entries and registered buffers",
      .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, queue_depth)},
+    {"kv_events", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
+     "publish T1/T2 KV events (vLLM's EventBatch; media CPU and DISK) on a ZeroMQ PUB socket "
+     "bound here, e.g. tcp://*:5600 (docs/KV_EVENTS.md); unset: off",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, kv_events)},
+    {"kv_events_replay", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
+     "with kv_events: a ROUTER socket bound here answers replay requests",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, kv_events_replay)},
+    {"kv_events_keep", ACTOR_OPT_INT, "10000", 1, 1 << 20, NULL,
+     "with kv_events_replay: event batches kept for replay",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, kv_events_keep)},
     {"nice", ACTOR_OPT_INT, "10", 0, 19, NULL,
      "CPU priority lowered by this much for its thread (demotions are background work)",
      .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, nice)},
@@ -266,10 +278,24 @@ static int s_idle(void *self) {
     s_kvtier_t *t = self;
     bool io = kv_tiers_pending(t->tiers) > 0;
     s_on_completions(t, io ? 500 : 0);
+    actor_kv_events_flush(t->events);
     return kv_tiers_pending(t->tiers) > 0 ? 0 : -1;
 }
 
+/* kv_tiers_change_fn: a full block entered or left T1 or T2. */
+static void s_on_change(void *arg, bool stored, int tier, uint64_t hash, const kv_meta_t *meta) {
+    kv_events_t *q = actor_kv_events_queue(((s_kvtier_t *)arg)->events);
+    kv_events_medium_t medium = tier == 1 ? KV_EVENTS_T1 : KV_EVENTS_T2;
+    if (stored)
+        kv_events_stored(q, medium, hash, meta->parent, meta->tokens);
+    else
+        kv_events_removed(q, medium, hash);
+}
+
 static void s_cleanup(s_kvtier_t *t) {
+    if (t->tiers)
+        kv_tiers_on_change(t->tiers, NULL, NULL);
+    actor_kv_events_destroy(&t->events);
     kv_tiers_destroy(&t->tiers);
     for (int i = 0; t->to_worker && i < t->n_workers; i++)
         zsock_destroy(&t->to_worker[i]);
@@ -350,6 +376,15 @@ int actor_kvtier_main(actor_env_t *env) {
         s_cleanup(&t);
         return 1;
     }
+    actor_kv_events_config_t ec = {
+        conf->kv_events, conf->kv_events_replay, 0, bs, conf->kv_events_keep, me};
+    if (!(t.events = actor_kv_events_new(&ec, t.loop, t.counters, err, sizeof err)) && *err) {
+        actor_env_fail(env, "%s: %s", me, err);
+        s_cleanup(&t);
+        return 1;
+    }
+    if (t.events)
+        kv_tiers_on_change(t.tiers, s_on_change, &t);
     /* demotions (copy, convert, write) are background work: on a machine with
      * few cores they must not take CPU from the workers' forward passes.  A
      * lower priority for this thread only (Linux: per-thread nice). */

@@ -27,13 +27,15 @@
 
 #define TAG ACTOR_RT_TAG
 
-#define S_MAX_SOCKS 160 /* the inbox and readers: a router with 64 workers follows 128 KV event sockets */
+#define S_MAX_SOCKS                                                                                \
+    160 /* the inbox and readers: a router with 64 workers follows 128 KV event sockets */
 #define S_MAX_HANDLERS 32
 #define S_MAX_TIMERS 8
 
 typedef struct {
     zsock_t *sock;      /* borrowed; a monitor: owned */
     actor_reader_fn fn; /* reader: reads one message itself; NULL: an inbox */
+    void *arg;          /* reader: what fn gets as self (NULL: the actor's self) */
     bool monitor;       /* the PAIR end of a CURVE inbox's monitor */
     zsock_t *reply;     /* inbox: where pong / stats_answer go */
     bool raw;           /* inbox: a raw second frame may follow */
@@ -190,9 +192,13 @@ int actor_loop_inbox(actor_loop_t *self, zsock_t *sock, zsock_t *reply, bool raw
 }
 
 int actor_loop_reader(actor_loop_t *self, zsock_t *sock, actor_reader_fn fn) {
+    return actor_loop_reader_arg(self, sock, fn, NULL);
+}
+
+int actor_loop_reader_arg(actor_loop_t *self, zsock_t *sock, actor_reader_fn fn, void *arg) {
     if (self->n_socks == S_MAX_SOCKS)
         return -ENOSPC;
-    self->socks[self->n_socks++] = (s_sock_t){.sock = sock, .fn = fn};
+    self->socks[self->n_socks++] = (s_sock_t){.sock = sock, .fn = fn, .arg = arg};
     return 0;
 }
 
@@ -409,7 +415,7 @@ static bool s_drain(actor_loop_t *self, s_sock_t *s) {
         } else if (s->fn) {
             if (!(zsock_events(s->sock) & ZMQ_POLLIN))
                 return false;
-            s->fn(self->self, s->sock);
+            s->fn(s->arg ? s->arg : self->self, s->sock);
         } else if (!s_inbox_one(self, s)) {
             return false;
         }

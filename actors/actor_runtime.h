@@ -234,6 +234,8 @@ int actor_loop_inbox(actor_loop_t *self, zsock_t *sock, zsock_t *reply, bool raw
                      const char *prefix);
 /* Another socket (borrowed) whose messages fn reads itself.  0 or -ENOSPC. */
 int actor_loop_reader(actor_loop_t *self, zsock_t *sock, actor_reader_fn fn);
+/* The same, fn getting arg as its self (a module of the actor that owns the socket). */
+int actor_loop_reader_arg(actor_loop_t *self, zsock_t *sock, actor_reader_fn fn, void *arg);
 /* A plain file descriptor (borrowed; an epoll fd, a pipe, a listening
  * socket) polled with the sockets: fn(self, fd) is called once per wakeup in
  * which fd is readable; it must not block.  0 or -ENOSPC. */

@@ -10,10 +10,10 @@
 #define ACTOR_WORKER_INT_H
 
 #include "actor_expert_client.h"
+#include "actor_kv_events.h"
 #include "actor_runtime.h"
 
 #include "kv_cache.h"
-#include "kv_events.h"
 #include "model.h"
 #include "model_device.h"
 #include "sched_batch.h"
@@ -58,9 +58,7 @@ typedef struct {
     kern_backend_t *be;             /* (another device) the backend, borrowed by kv, and */
     model_dev_t *dev;               /* the forward pass on it */
     kv_cache_t *kv;                 /* T0: KV pool, prefix index, allocator */
-    kv_events_t *events;            /* KV events (option kv_events), or NULL: off */
-    zsock_t *events_pub;            /* their PUB socket */
-    zsock_t *events_replay;         /* their ROUTER answering replays, or NULL */
+    actor_kv_events_t *events;      /* KV events (option kv_events), or NULL: off */
     sched_batch_t *sched;           /* continuous batching policy */
     model_sampler_t *sampler;       /* scratch shared by all requests (one thread) */
     serve_step_t *step;             /* the step: what a forward pass computes, in order */
@@ -115,10 +113,10 @@ void actor_worker_on_stats(void *self);
 
 /* ---- KV events (actor_worker_events.c) */
 
-/* With a kv_events endpoint: the queue, fed by T0's index changes, its PUB socket (and
- * a replay ROUTER with replay_ep) bound at worker i's port (+ i), AllBlocksCleared
- * queued.  0 (also when endpoint is NULL or ""), or a negative errno with the reason in
- * err (a bad endpoint, one that cannot be bound, no memory). */
+/* With a kv_events endpoint: the publisher (actor_kv_events.h), fed by T0's index
+ * changes, bound at worker i's port (+ i), AllBlocksCleared queued.  0 (also when endpoint is NULL
+ * or ""), or a negative errno with the reason in err (a bad endpoint, one that cannot be bound, no
+ * memory). */
 int actor_worker_events_start(actor_worker_t *w, const char *endpoint, const char *replay_ep,
                               int keep, char *err, size_t errlen);
 /* Publish what T0's index did since the last call, as one batch (nothing when idle). */

@@ -64,6 +64,7 @@ typedef struct {
     bool clean;    /* written (or found at start): readable */
     bool writing;  /* its write is in flight */
     int reading;   /* reads in flight */
+    bool told;     /* on_change saw it stored (a full block written here, not found at start) */
 } s_t2_t;
 
 /* A get (or a warm) not yet released. */
@@ -104,6 +105,8 @@ struct kv_tiers_t {
     int recs_open;       /* records not yet delivered (or warms not finished) */
     int writes;          /* T2 writes in flight */
     kv_tiers_stats_t st;
+    kv_tiers_change_fn on_change; /* or NULL */
+    void *change_arg;
 };
 
 /* Where block h lives: true (and *l, when l is not NULL) when it is indexed. */
@@ -170,6 +173,8 @@ static void s_t1_release(kv_tiers_t *self, int slot) {
     (void)found;
     e.t1 = -1;
     s_set(self, t->meta.hash, e);
+    if (self->on_change && t->meta.n_tokens == self->shape.block_size)
+        self->on_change(self->change_arg, false, 1, t->meta.hash, &t->meta);
     t->used = false;
     t->keep = false;
     self->t1_free[self->t1_n_free++] = slot;
@@ -191,6 +196,8 @@ static void s_t2_forget(kv_tiers_t *self, int s, bool ssd_free) {
     (void)found;
     e.t2 = -1;
     s_set(self, t->hash, e);
+    if (self->on_change && t->told)
+        self->on_change(self->change_arg, false, 2, t->hash, NULL);
     t->hash = 0;
     t->clean = false;
     t->writing = false;
@@ -236,6 +243,9 @@ static int s_t2_write(kv_tiers_t *self, const kv_meta_t *meta, int fmt, const vo
     assert(e.t2 < 0);
     e.t2 = s;
     s_set(self, meta->hash, e);
+    self->t2[s].told = self->on_change && meta->n_tokens == self->shape.block_size;
+    if (self->t2[s].told)
+        self->on_change(self->change_arg, true, 2, meta->hash, meta);
     self->writes++;
     self->st.t2_used++;
     self->st.t1_to_t2++;
@@ -336,6 +346,8 @@ static void s_t1_fill(kv_tiers_t *self, int slot, const kv_meta_t *meta, int fmt
     assert(e.t1 < 0);
     e.t1 = slot;
     s_set(self, meta->hash, e);
+    if (self->on_change && meta->n_tokens == self->shape.block_size)
+        self->on_change(self->change_arg, true, 1, meta->hash, &t->meta);
     kv_policy_insert(self->t1_pol, slot, base_now_us(), meta->pin, true);
 }
 
@@ -830,6 +842,11 @@ int kv_tiers_free_io(const kv_tiers_t *self) {
 
 int kv_tiers_pending(const kv_tiers_t *self) {
     return self->recs_open + self->writes;
+}
+
+void kv_tiers_on_change(kv_tiers_t *self, kv_tiers_change_fn fn, void *arg) {
+    self->on_change = fn;
+    self->change_arg = arg;
 }
 
 kv_tiers_stats_t kv_tiers_stats(const kv_tiers_t *self) {

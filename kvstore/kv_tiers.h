@@ -83,11 +83,23 @@ typedef struct {
     int t2_recovered;           /* blocks found in T2 files at start */
 } kv_tiers_stats_t;
 
+/* What the change callback sees (kv_tiers_on_change): a full block entering tier 1 or 2
+ * (meta: its hash, parent and tokens) or leaving it (meta: T1's; NULL for T2, whose slots
+ * keep only the hash). */
+typedef void (*kv_tiers_change_fn)(void *arg, bool stored, int tier, uint64_t hash,
+                                   const kv_meta_t *meta);
+
 /* Open (creating the T2 files, or finding the blocks already in them).  NULL
  * with a one-line reason in err. */
 kv_tiers_t *kv_tiers_new(const kv_tiers_config_t *c, char *err, size_t errlen);
 /* Waits for pending writes, closes files; nulls *self_p; safe twice. */
 void kv_tiers_destroy(kv_tiers_t **self_p);
+
+/* fn sees every full block (block_size tokens) entering or leaving T1 (put, promotion /
+ * eviction) and T2 (its write queued / its eviction or a failed read), a removal only after
+ * its store; not the T2 blocks found at start (their tokens are not read).  It must not
+ * call back into the store.  NULL: none. */
+void kv_tiers_on_change(kv_tiers_t *self, kv_tiers_change_fn fn, void *arg);
 
 /* 0; -EINVAL (bad meta, fmt or size; meta->hash must be kv_hash_block of its
  * parent and tokens); -ENOSPC (every T1 slot holds an answer not yet released

@@ -17,12 +17,15 @@ twice; the live set never exceeds the pool; the counters agree; a malformed repl
 request is ignored and a replay past the end answers only the end marker.  Then the
 router's side: with --kv-events it follows the same events, and a conversation's next
 turn goes to the worker that holds its first (found in the trace's dispatch line and in
-the answer's cached_tokens).
+the answer's cached_tokens).  And the KV tier manager's events (--kv-events-tiers): T1 as
+"CPU", T2 as "DISK".
 """
 import ctypes
 import os
+import shutil
 import struct
 import sys
+import tempfile
 import time
 
 import zmq
@@ -244,9 +247,63 @@ def routing():
           "tokens), requests per worker %r" % (hits, per))
 
 
+def tiers():
+    """The KV tier manager's events (--kv-events-tiers): write-through puts every full block
+    of a prompt in T1 ("CPU"); a T1 of 8 blocks evicts into T2 ("DISK": BlockRemoved CPU,
+    BlockStored DISK).  Each decodes under the schema, its hashes are the chain of its
+    tokens, and every prompt's blocks reached T1 once."""
+    ctx = zmq.Context.instance()
+    pub = free_ports(1)
+    d = tempfile.mkdtemp(prefix="strata-kvev-")
+    texts = prompts()[:5]
+    want = [u.tokenize(t) for t in texts]
+    args = ["--threads", "1", "--t1-blocks", "8", "--t2-dir", d, "--t2-blocks", "256",
+            "--kv-events-tiers", "tcp://127.0.0.1:%d" % pub]
+    try:
+        with u.Server(args) as s:
+            sub = ctx.socket(zmq.SUB)
+            sub.setsockopt(zmq.LINGER, 0)
+            sub.setsockopt(zmq.SUBSCRIBE, b"")
+            sub.connect("tcp://127.0.0.1:%d" % pub)
+            time.sleep(0.3)
+            for i, t in enumerate(texts):  # raw prompts: their ids are `strata tokenize`'s
+                one(ctx, s.endpoint, {"type": "generate", "v": 1, "id": "t%d" % i,
+                                      "prompt": t, "max_tokens": 4, "temperature": 0})
+            got = recv_all(sub, time.time() + 1.0)
+            sub.close(0)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    by = {"CPU": {}, "DISK": {}}
+    removed = {"CPU": 0, "DISK": 0}
+    for _, seqb, payload in got:
+        for e in DECODE.decode(payload).events:
+            if isinstance(e, BlockStored):
+                u.check(e.medium in by and e.block_size == BLOCK, "tiers: %r" % e)
+                parent = e.parent_block_hash or 0
+                for i, h in enumerate(e.block_hashes):
+                    toks = e.token_ids[i * BLOCK:(i + 1) * BLOCK]
+                    u.check(h == block_hash(parent, toks), "tiers: %x is not its tokens' hash" % h)
+                    by[e.medium][h] = toks
+                    parent = h
+            elif isinstance(e, BlockRemoved):
+                u.check(e.medium in by, "tiers: medium %r" % e.medium)
+                removed[e.medium] += len(e.block_hashes)
+    for i, toks in enumerate(want):
+        parent = 0
+        for b in range(len(toks) // BLOCK):
+            h = block_hash(parent, toks[b * BLOCK:(b + 1) * BLOCK])
+            u.check(h in by["CPU"], "tiers: block %d of prompt %d never reached T1" % (b, i))
+            parent = h
+    u.check(removed["CPU"] > 0 and by["DISK"], "tiers: T1 (8 blocks) never spilled to T2: "
+            "%d removed from CPU, %d stored on DISK" % (removed["CPU"], len(by["DISK"])))
+    print("tiers: %d blocks stored in T1 (CPU), %d removed from it, %d stored in T2 (DISK)"
+          % (len(by["CPU"]), removed["CPU"], len(by["DISK"])))
+
+
 def main():
     if not os.path.exists(u.MODEL):
         testenv.skip("model not found: " + u.MODEL)
+    tiers()
     routing()
     t0 = time.time()
     ctx = zmq.Context.instance()
