@@ -33,6 +33,7 @@ typedef struct {
     router_moe_config_t moe_cfg; /* from the options */
     actor_router_kv_t *kv;       /* the workers' KV events, or NULL: by load only */
     int64_t *cached, *bonus;     /* (n_workers) a prompt's cached tokens per worker */
+    int64_t *loads;              /* (n_workers) the loads a traced dispatch chose among */
 } s_router_t;
 
 /* the router's own sockets (one more per worker and expert actor, opened in its start-up) */
@@ -109,7 +110,7 @@ static void s_trace_dispatch(s_router_t *r, const msg_work_request_t *q, int w, 
     char loads[MSG_MAX_WHY_BYTES + 1] = "";
     for (int i = 0, n = 0; i < r->n_workers && n >= 0 && (size_t)n < sizeof loads; i++)
         n += snprintf(loads + n, sizeof loads - (size_t)n, " worker%d=%lld%s", i,
-                      (long long)router_dispatch_load(r->dispatch, i),
+                      (long long)r->loads[i],
                       router_dispatch_alive(r->dispatch, i) ? "" : " (down)");
     if (scored)
         for (int i = 0, n = (int)strlen(loads);
@@ -158,6 +159,8 @@ static void s_on_request(void *self, const msg_work_request_t *q) {
     s_router_t *r = self;
     bool scored =
         r->kv && actor_router_kv_bonus(r->kv, q->tokens, q->n_tokens, r->cached, r->bonus) > 0;
+    for (int i = 0; q->trace && i < r->n_workers; i++) /* before this request adds to one */
+        r->loads[i] = router_dispatch_load(r->dispatch, i);
     int w = router_dispatch_assign_bonus(r->dispatch, q->rid, (int64_t)q->n_tokens + q->max_tokens,
                                          scored ? r->bonus : NULL);
     if (w == -EEXIST) { /* a duplicated frame: the request was dispatched once */
@@ -412,6 +415,7 @@ static void s_cleanup(s_router_t *r) {
     actor_router_kv_destroy(&r->kv);
     free(r->cached);
     free(r->bonus);
+    free(r->loads);
     actor_loop_destroy(&r->loop);
 }
 
@@ -455,6 +459,7 @@ int actor_router_main(actor_env_t *env) {
     r.loop = actor_loop_new(env, &r);
     r.counters = r.loop ? actor_loop_counters(r.loop) : NULL;
     r.to_worker = calloc((size_t)(r.n_workers > 0 ? r.n_workers : 1), sizeof *r.to_worker);
+    r.loads = calloc((size_t)(r.n_workers > 0 ? r.n_workers : 1), sizeof *r.loads);
     r.idle_told = calloc((size_t)(r.n_workers > 0 ? r.n_workers : 1), sizeof *r.idle_told);
     char serr[128];
     int socks = actor_socks_open(env, s_socks, &r, serr, sizeof serr);

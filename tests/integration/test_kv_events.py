@@ -22,6 +22,7 @@ the answer's cached_tokens).  And the KV tier manager's events (--kv-events-tier
 """
 import ctypes
 import os
+import re
 import shutil
 import struct
 import sys
@@ -234,6 +235,15 @@ def routing():
             done, line = one(ctx, s.endpoint, m)
             u.check(line and "less its cached prefix" in line[0]["why"],
                     "turn 2 of %d: dispatch %r" % (i, line))
+            # the line explains the choice: the worker named has the least load less its
+            # cached tokens, with the loads as they were before this request was added
+            why = line[0]["why"]
+            chosen = int(re.match(r"worker(\d+)", why).group(1))
+            loads_s, cached_s = why.split("; prompt tokens cached:")
+            load = {int(a): int(b) for a, b in re.findall(r"worker(\d+)=(\d+)", loads_s)}
+            cached = {int(a): int(b) for a, b in re.findall(r"worker(\d+)=(\d+)", cached_s)}
+            cost = {k: load[k] - cached[k] for k in load}
+            u.check(cost[chosen] == min(cost.values()), "turn 2 of %d: %s" % (i, why))
             need = (len(u.tokenize(text)) // BLOCK) * BLOCK
             got = done["usage"]["cached_tokens"]
             u.check(got >= need - BLOCK, "turn 2 of %d: %d cached tokens, its first turn "
