@@ -44,7 +44,7 @@ typedef struct {
     int max_blocks;
     actor_loop_t *loop;         /* polling, control messages, counters */
     actor_counters_t *counters; /* the loop's */
-    actor_kv_events_t *events;  /* T1/T2 KV events (option kv_events), or NULL: off */
+    actor_kv_events_t *events;  /* T1/T2 KV events (option tier_events), or NULL: off */
 } s_kvtier_t;
 
 const actor_opt_t actor_kvtier_opts[] = {
@@ -67,16 +67,16 @@ const actor_opt_t actor_kvtier_opts[] = {
      .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, policy), .parse = kv_policy_parse},
     {"queue_depth", ACTOR_OPT_INT, "64", 1, 4096, NULL, "io_uring entries and registered buffers",
      .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, queue_depth)},
-    {"kv_events", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
+    {"tier_events", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
      "publish T1/T2 KV events (vLLM's EventBatch; media CPU and DISK) on a ZeroMQ PUB socket "
      "bound here, e.g. tcp://*:5600 (docs/KV_EVENTS.md); unset: off",
-     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, kv_events)},
-    {"kv_events_replay", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
-     "with kv_events: a ROUTER socket bound here answers replay requests",
-     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, kv_events_replay)},
-    {"kv_events_keep", ACTOR_OPT_INT, "10000", 1, 1 << 20, NULL,
-     "with kv_events_replay: event batches kept for replay",
-     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, kv_events_keep)},
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, tier_events)},
+    {"tier_events_replay", ACTOR_OPT_STRING, NULL, 0, 0, NULL,
+     "with tier_events: a ROUTER socket bound here answers replay requests",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, tier_events_replay)},
+    {"tier_events_keep", ACTOR_OPT_INT, "10000", 1, 1 << 20, NULL,
+     "with tier_events_replay: event batches kept for replay",
+     .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, tier_events_keep)},
     {"nice", ACTOR_OPT_INT, "10", 0, 19, NULL,
      "CPU priority lowered by this much for its thread (demotions are background work)",
      .field = ACTOR_OPT_FIELD(actor_kvtier_cfg_t, nice)},
@@ -377,7 +377,7 @@ int actor_kvtier_main(actor_env_t *env) {
         return 1;
     }
     actor_kv_events_config_t ec = {
-        conf->kv_events, conf->kv_events_replay, 0, bs, conf->kv_events_keep, me};
+        conf->tier_events, conf->tier_events_replay, 0, bs, conf->tier_events_keep, me};
     if (!(t.events = actor_kv_events_new(&ec, t.loop, t.counters, err, sizeof err)) && *err) {
         actor_env_fail(env, "%s: %s", me, err);
         s_cleanup(&t);

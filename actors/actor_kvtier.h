@@ -28,19 +28,19 @@
 /* The options of kvtier, loaded by the runtime through actor_kvtier_opts (one
  * field per option, named after its key): actor_env_cfg(env) in the actor. */
 typedef struct {
-    const char *model;     /* GGUF path (read for the KV block shape only) */
-    int block_size;        /* positions per KV block */
-    int t1_blocks;         /* T1 DRAM pool, in blocks */
-    int t1_fmt;            /* f32|f16|int8|int4 = kv_fmt_t: T1 block format */
-    const char *t2_dir;    /* T2 SSD files (O_DIRECT, io_uring); none: no T2 */
-    int t2_blocks;         /* T2 capacity in blocks */
-    int t2_fmt;            /* f32|f16|int8|int4 = kv_fmt_t: T2 block format */
-    int policy;            /* lru|lfu|scored = kv_policy_kind_t: eviction order in T1 and T2 */
-    int queue_depth;       /* io_uring entries and registered buffers */
-    int nice;              /* CPU priority lowered by this much for its thread */
-    const char *kv_events; /* PUB endpoint of T1/T2 KV events (NULL: off) */
-    const char *kv_events_replay; /* ROUTER endpoint answering replays (NULL: none) */
-    int kv_events_keep;           /* batches kept for replay */
+    const char *model;       /* GGUF path (read for the KV block shape only) */
+    int block_size;          /* positions per KV block */
+    int t1_blocks;           /* T1 DRAM pool, in blocks */
+    int t1_fmt;              /* f32|f16|int8|int4 = kv_fmt_t: T1 block format */
+    const char *t2_dir;      /* T2 SSD files (O_DIRECT, io_uring); none: no T2 */
+    int t2_blocks;           /* T2 capacity in blocks */
+    int t2_fmt;              /* f32|f16|int8|int4 = kv_fmt_t: T2 block format */
+    int policy;              /* lru|lfu|scored = kv_policy_kind_t: eviction order in T1 and T2 */
+    int queue_depth;         /* io_uring entries and registered buffers */
+    int nice;                /* CPU priority lowered by this much for its thread */
+    const char *tier_events; /* PUB endpoint of T1/T2 KV events (NULL: off) */
+    const char *tier_events_replay; /* ROUTER endpoint answering replays (NULL: none) */
+    int tier_events_keep;           /* batches kept for replay */
 } actor_kvtier_cfg_t;
 
 int actor_kvtier_main(actor_env_t *env);

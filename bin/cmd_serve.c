@@ -92,7 +92,7 @@ static const s_flag_t s_flags[] = {
     {"kv-events-replay", 0, "worker<N>", "kv_events_replay", "EP", NULL, 0,
      "with --kv-events: a ROUTER socket answering replay requests (port + i too)", NULL},
     {"kv-events-replay", 0, "router", "kv_events_replay_from", "EP", NULL, 0, NULL, NULL},
-    {"kv-events-tiers", 0, "kvtier", "kv_events", "EP", NULL, 0,
+    {"kv-events-tiers", 0, "kvtier", "tier_events", "EP", NULL, 0,
      "publish the KV tier manager's events too (T1 as medium CPU, T2 as DISK), e.g. "
      "tcp://*:5600",
      NULL},
@@ -559,9 +559,7 @@ static bool s_thread_topology(s_serve_t *s, actor_topology_t *topo) {
     for (int r = 0; r < S_N_FLAGS; r++) {
         const s_flag_t *x = &s_flags[r];
         if (!x->key || !strcmp(x->actor, "supervisor") ||
-            !strcmp(x->actor, "metrics") ||        /* on its own line, below */
-            !strcmp(x->flag, "kv-events-tiers") || /* the kvtier's line: kv_events is the
-                                                      workers' key too */
+            !strcmp(x->actor, "metrics") || /* on its own line, below */
             (!s->vals[r][0] && (!strcmp(x->actor, "draft") || !strcmp(x->actor, "http"))))
             continue;
         if (s->vals[r][0]) {
@@ -588,9 +586,7 @@ static bool s_thread_topology(s_serve_t *s, actor_topology_t *topo) {
                 actor_topology_set(m, s_flags[r].key, s->vals[r]);
     }
     if (s->tiers) {
-        actor_topo_entry_t *k = s_add(topo, "kvtier");
-        if (VAL("kv-events-tiers"))
-            actor_topology_set(k, "kv_events", VAL("kv-events-tiers"));
+        s_add(topo, "kvtier");
         s_add(topo, "prefetcher");
     } else if (VAL("kv-events-tiers")) {
         fprintf(stderr, "strata serve: --kv-events-tiers needs the KV tiers (not --no-tiers)\n");

@@ -160,6 +160,11 @@ def main():
         expect_error("serve: bad --spec-k", ["serve", "--spec-k", "17"], "--spec-k")
         expect_error("serve: bad --drain-timeout", ["serve", "--drain-timeout", "-1"],
                      "--drain-timeout")
+        expect_error("serve: bad --prefix-weight", ["serve", "--prefix-weight", "-1"],
+                     "--prefix-weight -1: out of range")
+        expect_error("serve: --kv-events-tiers without tiers",
+                     ["serve", "--no-tiers", "--kv-events-tiers", "tcp://127.0.0.1:1"],
+                     "--kv-events-tiers needs the KV tiers")
         expect_error("synth-model: no output", ["synth-model"], "one output file")
         expect_error("synth-model: bad shape", ["synth-model", "--shape", "gpt-2",
                                                 os.path.join(d, "s.gguf")], "no shape 'gpt-2'")

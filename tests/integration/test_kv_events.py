@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -263,12 +264,14 @@ def tiers():
     BlockStored DISK).  Each decodes under the schema, its hashes are the chain of its
     tokens, and every prompt's blocks reached T1 once."""
     ctx = zmq.Context.instance()
-    pub = free_ports(1)
+    pub = free_ports(2)
     d = tempfile.mkdtemp(prefix="strata-kvev-")
     texts = prompts()[:5]
     want = [u.tokenize(t) for t in texts]
+    # the workers' events too, on the next port: the tier manager must not take theirs
     args = ["--threads", "1", "--t1-blocks", "8", "--t2-dir", d, "--t2-blocks", "256",
-            "--kv-events-tiers", "tcp://127.0.0.1:%d" % pub]
+            "--kv-events-tiers", "tcp://127.0.0.1:%d" % pub,
+            "--kv-events", "tcp://127.0.0.1:%d" % (pub + 1)]
     try:
         with u.Server(args) as s:
             sub = ctx.socket(zmq.SUB)
@@ -310,9 +313,19 @@ def tiers():
           % (len(by["CPU"]), removed["CPU"], len(by["DISK"])))
 
 
+def bad_endpoint():
+    """An endpoint that is not one: strata serve refuses to start, naming it."""
+    p = subprocess.run([u.BIN, "serve", "--threads", "1", "--no-tiers", "--kv-events",
+                        "nonsense", "--endpoint", "tcp://127.0.0.1:%d" % u.free_port()],
+                       capture_output=True, text=True, timeout=120)
+    u.check(p.returncode != 0 and "kv_events: 'nonsense'" in p.stderr,
+            "--kv-events nonsense: rc %d, %r" % (p.returncode, p.stderr[-300:]))
+
+
 def main():
     if not os.path.exists(u.MODEL):
         testenv.skip("model not found: " + u.MODEL)
+    bad_endpoint()
     tiers()
     routing()
     t0 = time.time()

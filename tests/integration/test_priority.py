@@ -95,6 +95,10 @@ def main():
         slot = min(took[m["id"]] for m in lows) - 0.2
         u.check(ttft_high < 0.5 * slot, "the high-priority request waited for a slot: TTFT "
                 "%.2f s, a low-priority request alone takes %.2f s" % (ttft_high, slot + 0.2))
+        # the native protocol: out of range is bad_request, naming the field
+        bad = u.Client(ctx, s.endpoint).call(dict(req("bad", 0, 4, 101)))
+        u.check(bad["type"] == "error" and bad["code"] == "bad_request" and
+                "priority" in bad["message"], "priority 101: %r" % bad)
         # HTTP: the extension field, checked
         c = http.client.HTTPConnection("127.0.0.1", hport, timeout=60)
         for prio, code in ((-5, 200), (101, 400), ("high", 400)):
