@@ -194,7 +194,7 @@ int cli_runner_eval(cli_runner_t *r, const int32_t *tokens, int n, int pos0, boo
     int nv = model_config(r->model)->n_vocab;
     if (pos0 < 0 || n < 1 || pos0 + n > r->max_ctx)
         return -EINVAL;
-    model_seq_view_t sv = {r->blocks, r->kv.n_blocks};
+    model_seq_view_t sv = {r->blocks, r->kv.n_blocks, NULL, 0, 0};
     for (int i = 0; i < n; i += r->ubatch) {
         int m = n - i < r->ubatch ? n - i : r->ubatch;
         bool last = i + m == n;
@@ -202,7 +202,7 @@ int cli_runner_eval(cli_runner_t *r, const int32_t *tokens, int n, int pos0, boo
             r->pos[j] = pos0 + i + j;
             r->want[j] = all_logits || (last && j == m - 1);
         }
-        model_batch_t b = {m, tokens + i, r->pos, r->seq, r->want, 1, &sv};
+        model_batch_t b = {m, tokens + i, r->pos, r->seq, r->want, 1, &sv, NULL};
         float *dst = all_logits ? out + (size_t)i * nv : (last ? out : r->logits);
         int got = model_ctx_forward(r->ctx, &b, &r->kv, dst);
         if (got < 0)

@@ -64,6 +64,7 @@ int cli_runner_eval(cli_runner_t *r, const int32_t *tokens, int n, int pos0, boo
 int cmd_generate(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_kv_quality(int argc, char **argv);
 int cmd_bench_model(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);

@@ -205,7 +205,7 @@ static int s_bench_batch(cli_runner_t *r, const char *device, int B, int np, int
     for (int i = 0; i < B * nb; i++)
         blocks[i] = i;
     for (int s = 0; s < B; s++)
-        sv[s] = (model_seq_view_t){blocks + s * nb, nb};
+        sv[s] = (model_seq_view_t){blocks + s * nb, nb, NULL, 0, 0};
     for (int k = 0; k < reps; k++) {
         double t0 = cli_now();
         for (int s = 0; s < B; s++) {
@@ -215,7 +215,7 @@ static int s_bench_batch(cli_runner_t *r, const char *device, int B, int np, int
                 seq[j] = s;
                 want[j] = j == np - 1;
             }
-            model_batch_t b = {np, tok, pos, seq, want, B, sv};
+            model_batch_t b = {np, tok, pos, seq, want, B, sv, NULL};
             if (s_forward(&fwd, &b, logits) < 0)
                 goto out;
             model_logits_ban(logits, eog, n_eog);
@@ -229,7 +229,7 @@ static int s_bench_batch(cli_runner_t *r, const char *device, int B, int np, int
                 seq[s] = s;
                 want[s] = true;
             }
-            model_batch_t b = {B, tok, pos, seq, want, B, sv};
+            model_batch_t b = {B, tok, pos, seq, want, B, sv, NULL};
             if (s_forward(&fwd, &b, logits) < 0)
                 goto out;
             for (int s = 0; s < B; s++) {

@@ -161,7 +161,7 @@ static int s_ppl_chunk(cli_runner_t *r, const int32_t *chunk, int n, int lo, int
     const int bs = r->kv.block_size, t0 = kv_fmt_of_pool_type(r->kv.type);
     const kern_kv_shape_t shape = model_kv_shape(cfg, bs);
     const int step = tier < 0 ? r->ubatch : bs;
-    model_seq_view_t sv = {r->blocks, r->kv.n_blocks};
+    model_seq_view_t sv = {r->blocks, r->kv.n_blocks, NULL, 0, 0};
     float *dst = logits;
     for (int i = 0; i < n; i += step) {
         int m = n - i < step ? n - i : step;
@@ -169,7 +169,7 @@ static int s_ppl_chunk(cli_runner_t *r, const int32_t *chunk, int n, int lo, int
             r->pos[j] = i + j;
             r->want[j] = i + j >= lo && i + j < hi;
         }
-        model_batch_t b = {m, chunk + i, r->pos, r->seq, r->want, 1, &sv};
+        model_batch_t b = {m, chunk + i, r->pos, r->seq, r->want, 1, &sv, NULL};
         int got = model_ctx_forward(r->ctx, &b, &r->kv, dst);
         if (got < 0)
             return got;

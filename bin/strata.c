@@ -21,6 +21,7 @@ static const s_cmd_t s_cmds[] = {
     {"bench-kv-ssd", cmd_bench_kv_ssd, "T2 SSD write/read throughput through kv_ssd (io_uring)"},
     {"generate", cmd_generate, "generate text from a prompt with a GGUF model"},
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
+    {"kv-quality", cmd_kv_quality, "what in-sequence KV compression costs in quality"},
     {"bench-model", cmd_bench_model, "prompt-processing and generation speed (tokens/s)"},
     {"quantize", cmd_quantize, "rewrite a GGUF with another weight type"},
     {"moefy", cmd_moefy, "split a dense model's FFNs into experts + routers (MoEfication)"},

@@ -65,6 +65,10 @@ typedef struct {
     kern_type_t kv_type;   /* KERN_F32, KERN_F16 or KERN_I8 */
     float scale;           /* usually 1/sqrt(D) */
     float *scratch;        /* at least n_q * (n_ctx - pos0) floats */
+    float *weights;        /* NULL, or (n_ctx - pos0) floats: the softmax weight of each
+                              position attended, summed over the n_q query heads, is ADDED
+                              to weights[p - pos0] (what attention-score KV eviction,
+                              kvstore/kv_compress.h, accumulates) */
 } kern_attn_args_t;
 
 typedef struct {

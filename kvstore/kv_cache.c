@@ -587,6 +587,10 @@ int kv_cache_publish(kv_cache_t *self, kv_seq_t *seq, const int32_t *tokens, int
         return 0;
     uint64_t now = s_now(self);
     int nf = n_computed / B;
+    if (seq->compacted && nf >= seq->n_exact) { /* rows past n_exact are not positions */
+        nf = seq->n_exact;
+        last_partial = false;
+    }
     uint64_t h = seq->tail_hash;
     for (int i = seq->n_published; i < nf; i++) {
         uint64_t parent = h;
@@ -629,6 +633,73 @@ int kv_cache_publish(kv_cache_t *self, kv_seq_t *seq, const int32_t *tokens, int
         }
     }
     return 0;
+}
+
+/* ---- compaction */
+
+/* The bytes of row r of slab `slab` of seq (block r / B): values, and for KERN_I8 the
+ * scale at *scale (else NULL). */
+static uint8_t *s_row(const kv_cache_t *self, const kv_seq_t *seq, size_t slab_bytes, int slab,
+                      int r, size_t row_bytes, uint8_t **scale) {
+    const int B = self->cfg.block_size;
+    uint8_t *base = s_data(self, seq->blocks[r / B]) + (size_t)slab * slab_bytes;
+    *scale = self->pool.type == KERN_I8
+                 ? base + (size_t)B * self->shape.head_dim + 4 * (size_t)(r % B)
+                 : NULL;
+    return base + (size_t)(r % B) * row_bytes;
+}
+
+int kv_cache_compact(kv_cache_t *self, kv_seq_t *seq, int rows, int keep,
+                     const int32_t *keep_rows) {
+    const int B = self->cfg.block_size, L = self->shape.n_layer, H = self->shape.n_head_kv;
+    if (!s_seq_ok(self, seq) || rows < 1 || rows > seq->n * B || keep < 1 || keep > rows ||
+        !keep_rows)
+        return -EINVAL;
+    if (self->cfg.backend)
+        return -ENOTSUP;
+    int first = keep; /* the first row that changes in any group */
+    for (int g = 0; g < L * H; g++) {
+        const int32_t *k = keep_rows + (size_t)g * keep;
+        for (int i = 0; i < keep; i++) {
+            if (k[i] < i || k[i] >= rows || (i > 0 && k[i] <= k[i - 1]))
+                return -EINVAL;
+            if (k[i] != i && i < first)
+                first = i;
+        }
+    }
+    if (first < keep) {
+        int rc = kv_cache_reserve(self, seq, first, rows); /* copy shared blocks */
+        if (rc)
+            return rc;
+        const kern_type_t type = self->pool.type;
+        const int D = self->shape.head_dim;
+        const size_t row_bytes = (size_t)D * (type == KERN_F32 ? 4 : type == KERN_F16 ? 2 : 1);
+        const size_t slab_bytes = kern_kv_slab_bytes(type, B, D);
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                const int32_t *k = keep_rows + ((size_t)l * H + h) * keep;
+                for (int kv = 0; kv < 2; kv++) {
+                    int slab = (l * 2 + kv) * H + h;
+                    for (int i = first; i < keep; i++) {
+                        if (k[i] == i)
+                            continue;
+                        uint8_t *ds, *ss;
+                        uint8_t *d = s_row(self, seq, slab_bytes, slab, i, row_bytes, &ds);
+                        uint8_t *src = s_row(self, seq, slab_bytes, slab, k[i], row_bytes, &ss);
+                        memcpy(d, src, row_bytes);
+                        if (ds)
+                            memcpy(ds, ss, 4);
+                    }
+                }
+            }
+        int exact = first / B;
+        if (!seq->compacted || exact < seq->n_exact)
+            seq->n_exact = exact;
+        seq->compacted = true;
+        if (seq->n_published > seq->n_exact)
+            s_set_published(self, seq, seq->n_exact);
+    }
+    return kv_cache_truncate(self, seq, keep);
 }
 
 /* ---- truncate, release */

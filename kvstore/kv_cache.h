@@ -56,6 +56,9 @@ typedef struct {
     int n_published;    /* leading blocks already in the index (kv_cache_publish) */
     int n_written;      /* leading blocks handed to a lower tier (kv_cache_write_through) */
     uint64_t tail_hash; /* hash of block n_published - 1 (0 if none) */
+    bool compacted;     /* kv_cache_compact dropped rows: from block n_exact on, rows are no
+                           longer positions, and those blocks are never published */
+    int n_exact;        /* compacted: leading blocks whose rows are still positions 0.. */
 } kv_seq_t;
 
 /* What the evict callback and stats see of a block. */
@@ -138,6 +141,15 @@ int kv_cache_publish(kv_cache_t *self, kv_seq_t *seq, const int32_t *tokens, int
 /* Keep only positions [0, n_positions) of seq (speculative decoding rolls
  * back rejected positions): blocks past the end are released.  0 or -EINVAL. */
 int kv_cache_truncate(kv_cache_t *self, kv_seq_t *seq, int n_positions);
+/* In-sequence compression (kvstore/kv_compress.h): of seq's first `rows` rows, each
+ * (layer, KV head) group g (g = layer * n_head_kv + head) keeps the rows
+ * keep_rows[g * keep .. g * keep + keep) (ascending, each < rows), moved to its rows
+ * 0 .. keep-1 (K and V alike); the table then holds keep rows.  A shared block in the
+ * changed range is copied first, so other sequences and the prefix index still see every
+ * position; seq's blocks from the first changed one on are never published after
+ * (seq->compacted, n_exact).  Host pools only.  0; -EINVAL; -ENOSPC (no block for a
+ * copy: nothing changed); -ENOTSUP (a backend pool). */
+int kv_cache_compact(kv_cache_t *self, kv_seq_t *seq, int rows, int keep, const int32_t *keep_rows);
 /* Drop seq's references and free its table (seq left empty; safe twice).
  * Published blocks stay cached; private ones are freed. */
 void kv_cache_release(kv_cache_t *self, kv_seq_t *seq);

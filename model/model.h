@@ -88,15 +88,26 @@ kern_kv_shape_t model_kv_shape(const model_config_t *cfg, int block_size);
 
 /* ---- batched forward */
 
-/* A sequence as the forward pass sees it: its block table. */
+/* A sequence as the forward pass sees it: its block table, and where an attention-score
+ * KV policy (kvstore/kv_compress.h) collects the weights its KV rows receive. */
 typedef struct {
-    const int32_t *blocks; /* block ids in position order */
-    int n_blocks;          /* entries in blocks (capacity = n_blocks * block_size positions) */
+    const int32_t *blocks; /* block ids in slot order */
+    int n_blocks;          /* entries in blocks (capacity = n_blocks * block_size slots) */
+    /* NULL, or (n_layer * n_head_kv, weights_stride) floats: the softmax weight every query
+     * of this batch at a slot >= weights_from gives each KV row (summed over the query heads
+     * of the row's KV head) is added to weights[(layer * n_head_kv + head) * weights_stride
+     * + row slot].  Only model_ctx_forward (the CPU pass) collects them. */
+    float *weights;
+    int weights_stride; /* >= the slots the sequence can hold */
+    int weights_from;   /* first slot whose queries count */
 } model_seq_view_t;
 
-/* Tokens to run.  Token i is at position pos[i] of sequence seq[i]; positions
- * below pos[i] of that sequence must already be in the KV (or earlier in this
- * batch).  want[i]: produce logits for token i (NULL: none). */
+/* Tokens to run.  Token i is at position pos[i] of sequence seq[i]; its K and V go to
+ * KV row slot[i] of that sequence (NULL: slot = pos), and it attends rows 0 .. slot[i]:
+ * rows below slot[i] must already be in the KV (or earlier in this batch).  Rows and
+ * positions differ only once a KV policy has dropped rows (kvstore/kv_compress.h): RoPE
+ * takes the position, the KV row its slot.  want[i]: produce logits for token i (NULL:
+ * none). */
 typedef struct {
     int n_tokens;
     const int32_t *tokens; /* (n_tokens) */
@@ -105,6 +116,7 @@ typedef struct {
     const bool *want;      /* (n_tokens) or NULL */
     int n_seqs;
     const model_seq_view_t *seqs; /* (n_seqs) */
+    const int32_t *slot;          /* (n_tokens) or NULL: slot = pos */
 } model_batch_t;
 
 typedef struct model_ctx_t model_ctx_t;

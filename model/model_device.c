@@ -339,8 +339,8 @@ static int s_stage(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t 
         return -EINVAL;
     for (int s = 0; s < b->n_seqs; s++) {
         const model_seq_view_t *v = &b->seqs[s];
-        if (v->n_blocks > d->max_blocks)
-            return -EINVAL;
+        if (v->n_blocks > d->max_blocks || v->weights)
+            return -EINVAL; /* attention weights are collected by the CPU pass only */
         for (int i = 0; i < d->max_blocks; i++)
             d->h_blocks[(size_t)s * d->max_blocks + i] = i < v->n_blocks ? v->blocks[i] : 0;
     }
@@ -351,10 +351,11 @@ static int s_stage(model_dev_t *d, const model_batch_t *b, const kern_kv_pool_t 
             b->seq[t] >= b->n_seqs || b->pos[t] < 0)
             return -EINVAL;
         const model_seq_view_t *s = &b->seqs[b->seq[t]];
-        int blk = b->pos[t] / kv->block_size;
-        if (blk >= s->n_blocks || s->blocks[blk] < 0 || s->blocks[blk] >= kv->n_blocks)
+        const int slot = b->slot ? b->slot[t] : b->pos[t]; /* its KV row */
+        int blk = slot / kv->block_size;
+        if (slot < 0 || blk >= s->n_blocks || s->blocks[blk] < 0 || s->blocks[blk] >= kv->n_blocks)
             return -EINVAL;
-        d->h_nctx[t] = b->pos[t] + 1;
+        d->h_nctx[t] = slot + 1;
         if (d->h_nctx[t] > *max_ctx)
             *max_ctx = d->h_nctx[t];
         model_rope_angles(d->h_cs + (size_t)t * c->n_rot, b->pos[t], d->m->rope_theta, c->n_rot);

@@ -254,7 +254,7 @@ static void s_stage_rope_store(model_ctx_t *c, int layer, int t0, int t1) {
         c->k->rope(q, H, D, cfg->n_rot, cs, cfg->rope_neox);
         c->k->rope(k, Hkv, D, cfg->n_rot, cs, cfg->rope_neox);
         const model_seq_view_t *s = &b->seqs[b->seq[t]];
-        int p = b->pos[t];
+        int p = b->slot ? b->slot[t] : b->pos[t]; /* the KV row */
         uint8_t *blk = kv->base + (size_t)s->blocks[p / kv->block_size] * kv->block_bytes;
         int slot = p % kv->block_size;
         for (int h = 0; h < Hkv; h++) {
@@ -291,18 +291,30 @@ static void s_stage_attention(model_ctx_t *c, int layer, int n, int ith, int nth
     int D = cfg->head_dim, H = cfg->n_head, Hkv = cfg->n_head_kv, G = H / Hkv;
     size_t slab = kern_kv_slab_bytes(kv->type, kv->block_size, D);
     int lo, hi;
-    base_pool_split(n * Hkv, 1, ith, nth, &lo, &hi);
+    /* Collecting weights, all of a (sequence, KV head)'s work goes to one thread (they add
+     * into one row); otherwise the (token, KV head) pairs are split evenly. */
+    const bool by_row = c->collect;
+    if (by_row)
+        lo = 0, hi = n * Hkv;
+    else
+        base_pool_split(n * Hkv, 1, ith, nth, &lo, &hi);
     float *scratch = c->scratch + (size_t)ith * G * c->max_ctx;
     for (int w = lo; w < hi; w++) {
         int t = w / Hkv, h = w % Hkv;
+        if (by_row && (b->seq[t] * Hkv + h) % nth != ith)
+            continue;
         const model_seq_view_t *s = &b->seqs[b->seq[t]];
-        const int pos0 = window && b->pos[t] + 1 > window ? b->pos[t] + 1 - window : 0;
+        const int slot = b->slot ? b->slot[t] : b->pos[t]; /* the KV row; attends 0 .. slot */
+        const int pos0 = window && slot + 1 > window ? slot + 1 - window : 0;
+        float *weights = s->weights && slot >= s->weights_from
+                             ? s->weights + ((size_t)layer * Hkv + h) * s->weights_stride + pos0
+                             : NULL;
         kern_attn_args_t a = {
             .head_dim = D,
             .n_q = G,
             .q = c->q + ((size_t)t * H + (size_t)h * G) * D,
             .out = c->att + ((size_t)t * H + (size_t)h * G) * D,
-            .n_ctx = b->pos[t] + 1,
+            .n_ctx = slot + 1,
             .pos0 = pos0,
             .blocks = s->blocks,
             .block_size = kv->block_size,
@@ -312,6 +324,7 @@ static void s_stage_attention(model_ctx_t *c, int layer, int n, int ith, int nth
             .kv_type = kv->type,
             .scale = c->m->attn_scale,
             .scratch = scratch,
+            .weights = weights,
         };
         c->k->attention(&a);
     }
@@ -435,14 +448,18 @@ int model_ctx_forward_hidden(model_ctx_t *c, const model_batch_t *b, const kern_
     if (b->n_tokens < 1 || b->n_tokens > c->max_tokens || !kv->base || (hidden && !hidden_out))
         return -EINVAL;
     int n_out = 0;
+    bool collect = false;
     for (int t = 0; t < b->n_tokens; t++) {
         if (b->tokens[t] < 0 || b->tokens[t] >= cfg->n_vocab || b->seq[t] < 0 ||
             b->seq[t] >= b->n_seqs || b->pos[t] < 0 || b->pos[t] >= c->max_ctx)
             return -EINVAL;
         const model_seq_view_t *s = &b->seqs[b->seq[t]];
-        int blk = b->pos[t] / kv->block_size;
-        if (blk >= s->n_blocks || s->blocks[blk] < 0 || s->blocks[blk] >= kv->n_blocks)
+        const int slot = b->slot ? b->slot[t] : b->pos[t];
+        int blk = slot / kv->block_size;
+        if (slot < 0 || slot > b->pos[t] || blk >= s->n_blocks || s->blocks[blk] < 0 ||
+            s->blocks[blk] >= kv->n_blocks || (s->weights && slot >= s->weights_stride))
             return -EINVAL;
+        collect |= s->weights != NULL;
         if (b->want && b->want[t])
             c->out_rows[n_out++] = t;
     }
@@ -455,6 +472,7 @@ int model_ctx_forward_hidden(model_ctx_t *c, const model_batch_t *b, const kern_
     c->hidden = hidden;
     c->hidden_out = hidden_out;
     c->moe_rc = 0;
+    c->collect = collect;
     base_pool_run(c->pool, s_forward_worker, c);
     c->batch = NULL;
     c->hidden_out = NULL;

@@ -108,6 +108,7 @@ struct model_ctx_t {
     int *off;         /* (n_expert + 1) rows [off[e], off[e+1]) are expert e's */
     float *y;         /* (max_rows, d_model) expert outputs, before the gate weights */
     int moe_rc;       /* the remote executor's error in this run, or 0 */
+    bool collect;     /* some sequence of this run collects attention weights */
     /* model_moe_expert_rows' job, read by its workers */
     struct {
         int layer, expert, n;

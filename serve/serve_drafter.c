@@ -340,7 +340,7 @@ static bool s_job_prepare(serve_drafter_t *d, serve_drafter_job_t *j, s_prog_t *
  * the argmax of wanted row r becomes draft `slot` of job b_job[r]. */
 static int s_forward(serve_drafter_t *d, int nt, int ns, int n_wanted, serve_drafter_job_t *jobs,
                      int slot) {
-    model_batch_t b = {nt, d->b_tok, d->b_pos, d->b_seq, d->b_want, ns, d->b_seqs};
+    model_batch_t b = {nt, d->b_tok, d->b_pos, d->b_seq, d->b_want, ns, d->b_seqs, NULL};
     int got = model_ctx_forward(d->ctx, &b, kv_blocks_pool(d->kv), d->logits);
     if (got != n_wanted)
         return got < 0 ? got : -EIO;
@@ -372,7 +372,7 @@ static int s_run_model(serve_drafter_t *d, serve_drafter_job_t *jobs, int n_jobs
         for (int q = i; q < n_jobs && nt < st; q++) {
             if (!p[q].st || p[q].next >= jobs[q].n)
                 continue;
-            d->b_seqs[ns] = (model_seq_view_t){p[q].st->kv.blocks, p[q].st->kv.n};
+            d->b_seqs[ns] = (model_seq_view_t){p[q].st->kv.blocks, p[q].st->kv.n, NULL, 0, 0};
             for (; p[q].next < jobs[q].n && nt < st; p[q].next++, nt++) {
                 d->b_tok[nt] = jobs[q].tokens[p[q].next];
                 d->b_pos[nt] = p[q].next;
@@ -396,7 +396,7 @@ static int s_run_model(serve_drafter_t *d, serve_drafter_job_t *jobs, int n_jobs
                 if (!p[i].st || j->k <= t)
                     continue;
                 s_state_t *s = p[i].st;
-                d->b_seqs[nt] = (model_seq_view_t){s->kv.blocks, s->kv.n};
+                d->b_seqs[nt] = (model_seq_view_t){s->kv.blocks, s->kv.n, NULL, 0, 0};
                 d->b_tok[nt] = j->out[t - 1];
                 d->b_pos[nt] = j->n + t - 1;
                 d->b_seq[nt] = nt;

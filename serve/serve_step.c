@@ -401,7 +401,7 @@ static int s_assemble(serve_step_t *st, int n_items, bool *any_hidden) {
                 nd = 0; /* no room: plain decode this step */
         }
         s->n_draft = nd; /* what this step verifies */
-        st->b_seqs[k] = (model_seq_view_t){s->kv.blocks, s->kv.n};
+        st->b_seqs[k] = (model_seq_view_t){s->kv.blocks, s->kv.n, NULL, 0, 0};
         for (int j = 0; j < it->n; j++, nt++) {
             st->b_tok[nt] = s->hist[it->pos0 + j];
             st->b_pos[nt] = it->pos0 + j;
@@ -558,7 +558,7 @@ int serve_step_run(serve_step_t *self) {
     int nt = s_assemble(st, n_items, &any_hidden);
     if (nt < 0)
         return nt;
-    model_batch_t b = {nt, st->b_tok, st->b_pos, st->b_seq, st->b_want, n_items, st->b_seqs};
+    model_batch_t b = {nt, st->b_tok, st->b_pos, st->b_seq, st->b_want, n_items, st->b_seqs, NULL};
     uint64_t t_fwd = base_now_us();
     const kern_kv_pool_t *pool = kv_cache_pool(st->cfg.kv);
     bool *hid = any_hidden ? st->b_hid : NULL;

@@ -123,6 +123,9 @@ void kern_ref_attention(const kern_attn_args_t *a) {
             sc[j] = s * a->scale;
         }
         kern_ref_softmax(sc, n);
+        if (a->weights)
+            for (int j = 0; j < n; j++)
+                a->weights[j] += sc[j];
         float *o = a->out + (size_t)h * D;
         for (int i = 0; i < D; i++)
             o[i] = 0;

@@ -186,8 +186,8 @@ void KX(kern_geglu)(float *out, const float *gate, const float *up, int n) {
  * At the end out /= l.  Same math as the reference (softmax, then the
  * weighted sum of V), rounded in another order; the result depends on the
  * arguments only.  scratch is used only by the fallback for head_dim not a
- * multiple of 8.  A sliding window (pos0 > 0) starts the walk at block
- * pos0 / block_size, slot pos0 % block_size.
+ * multiple of 8.  A sliding window
+ * (pos0 > 0) starts the walk at block pos0 / block_size, slot pos0 % block_size.
  *
  * K/V kinds (kt, a compile-time constant in every specialised function):
  * S_KT_F32, S_KT_F16, S_KT_I8.  INT8 rows are widened to floats; a row's
@@ -256,6 +256,10 @@ KX_INLINE void s_attention(const kern_attn_args_t *a, const int kt) {
     }
     for (int h = 0; h < nq; h++)
         KX(kern_softmax)(a->scratch + (size_t)h * n, n);
+    if (a->weights)
+        for (int h = 0; h < nq; h++)
+            for (int j = 0; j < n; j++)
+                a->weights[j] += a->scratch[(size_t)h * n + j];
     for (int h = 0; h < nq; h++)
         for (int i = 0; i < D; i++)
             a->out[(size_t)h * D + i] = 0;
@@ -320,6 +324,30 @@ KX_INLINE __m256 s_online8(__m256 s, float *m, __m256 *l, float *o, int D) {
     return p;
 }
 
+/* Attention weights (a->weights): while the online softmax runs, the raw scores of
+ * query head h at position p are kept in scratch[h * (n_ctx - pos0) + p - pos0]; at the
+ * end each becomes e^(s - m) / l with the head's final m and l (the same m and l that
+ * normalise its output) and is added to weights[p - pos0].  sk: where this head's
+ * scores of a run of positions go, or NULL when not collecting. */
+KX_INLINE float *s_score_keep(const kern_attn_args_t *a, int h, int p) {
+    return a->weights ? a->scratch + (size_t)h * (a->n_ctx - a->pos0) + (p - a->pos0) : NULL;
+}
+
+KX_INLINE void s_weights_add(const kern_attn_args_t *a, int h, float m, float l) {
+    const int n = a->n_ctx - a->pos0;
+    const float *sc = a->scratch + (size_t)h * n;
+    float *w = a->weights;
+    const float inv = 1.0f / l;
+    const __m256 mv = _mm256_set1_ps(m), iv = _mm256_set1_ps(inv);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 p = _mm256_mul_ps(s_exp(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mv)), iv);
+        _mm256_storeu_ps(w + j, _mm256_add_ps(_mm256_loadu_ps(w + j), p));
+    }
+    for (; j < n; j++)
+        w[j] += expf(sc[j] - m) * inv;
+}
+
 /* head_dim a multiple of 8, any n_q: tiles of 8 positions, heads in groups
  * of up to 8 (each group reads K and V once), outputs accumulated in out. */
 KX_INLINE void s_attn8(const kern_attn_args_t *a, const int kt) {
@@ -378,6 +406,12 @@ KX_INLINE void s_attn8(const kern_attn_args_t *a, const int kt) {
                 if (kt == S_KT_I8)
                     s = _mm256_mul_ps(s, _mm256_loadu_ps(ksc));
                 s = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, valid);
+                float *sk = s_score_keep(a, h0 + h, p);
+                if (sk) {
+                    __attribute__((aligned(32))) float sv[8];
+                    _mm256_store_ps(sv, s);
+                    memcpy(sk, sv, sizeof(float) * (size_t)r);
+                }
                 __m256 pw = s_online8(s, &m[h], &l[h], out + (size_t)h * D, D);
                 if (kt == S_KT_I8) /* the V rows' scales go with the weights */
                     pw = _mm256_mul_ps(pw, _mm256_loadu_ps(vsc));
@@ -400,6 +434,8 @@ KX_INLINE void s_attn8(const kern_attn_args_t *a, const int kt) {
             }
         }
         for (int h = 0; h < hn; h++) {
+            if (a->weights)
+                s_weights_add(a, h0 + h, m[h], s_hsum(l[h]));
             __m256 inv = _mm256_set1_ps(1.0f / s_hsum(l[h]));
             float *oh = out + (size_t)h * D;
             for (int i = 0; i < D; i += 8)
@@ -434,10 +470,11 @@ KX_INLINE void s_attn8(const kern_attn_args_t *a, const int kt) {
 
 /* One chunk of rc <= S_CH positions for heads h0 .. h0+NQ-1 (q, out at their
  * first head); off[j]: byte offset of row j from k_base / v_base; ks, vs: the
- * INT8 rows' scales.  m, l: the heads' running max and sum. */
+ * INT8 rows' scales.  m, l: the heads' running max and sum.  sk: where head h0's raw
+ * scores of this chunk go (s_score_keep), or NULL. */
 KX_INLINE void s_chunk32(const kern_attn_args_t *a, const int kt, const int NQ, const int DB,
                          const float *q, float *out, const int rc, const size_t *off,
-                         const float *ks, const float *vs, float *m, __m256 *l) {
+                         const float *ks, const float *vs, float *m, __m256 *l, float *sk) {
     const int D = a->head_dim, DV = D / 8, nt = (rc + 7) / 8;
     __attribute__((aligned(32))) float pb[3][S_CH];
     /* scores */
@@ -487,8 +524,11 @@ KX_INLINE void s_chunk32(const kern_attn_args_t *a, const int kt, const int NQ, 
             _mm256_store_ps(pb[h] + 8 * t, s);
         }
     }
-    /* online softmax: raise m (rescaling out and l) when a score passes
-     * m + S_ATTN_SLACK; p = e^(s - m) */
+    if (sk)
+        for (int h = 0; h < NQ; h++)
+            memcpy(sk + (size_t)h * (a->n_ctx - a->pos0), pb[h], sizeof(float) * (size_t)rc);
+            /* online softmax: raise m (rescaling out and l) when a score passes
+             * m + S_ATTN_SLACK; p = e^(s - m) */
 #pragma GCC unroll 3
     for (int h = 0; h < NQ; h++) {
         __m256 mx = _mm256_load_ps(pb[h]);
@@ -597,9 +637,11 @@ KX_INLINE void s_group16(const kern_attn_args_t *a, const int kt, const int NQ, 
         }
         if (n >= S_PF_MIN && p + S_CH < n) /* the next chunk, while this one computes */
             s_prefetch_rows(a, rowb, p + S_CH, n - p < 2 * S_CH ? n : p + 2 * S_CH);
-        s_chunk32(a, kt, NQ, DB, q, out, rc, off, ks, vs, m, l);
+        s_chunk32(a, kt, NQ, DB, q, out, rc, off, ks, vs, m, l, s_score_keep(a, h0, p));
     }
     for (int h = 0; h < NQ; h++) {
+        if (a->weights)
+            s_weights_add(a, h0 + h, m[h], s_hsum(l[h]));
         __m256 inv = _mm256_set1_ps(1.0f / s_hsum(l[h]));
         float *oh = out + (size_t)h * D;
         for (int i = 0; i < D; i += 8)
@@ -783,7 +825,7 @@ KX_INLINE void s_scores16(const int kt, const int DV, const int NQ, const bool c
 KX_INLINE void s_chunk64(const kern_attn_args_t *a, const int kt, const int DV, const int NQ,
                          const float *q, const int rc, const bool *contig, const size_t *tb,
                          const size_t (*off)[16], const float (*ks)[16], const float (*vs)[16],
-                         __m512 (*ob)[8], float *m, __m512 *l) {
+                         __m512 (*ob)[8], float *m, __m512 *l, float *sk) {
     const int D = a->head_dim, nt = (rc + 15) / 16;
     const size_t rowb = (size_t)DV * 16 * S_KV_ELT(kt);
     __attribute__((aligned(64))) float pb[4 * 64];
@@ -795,6 +837,9 @@ KX_INLINE void s_chunk64(const kern_attn_args_t *a, const int kt, const int DV, 
         else
             s_scores16(kt, DV, NQ, false, a->k_base, off[t], r, q, D, a->scale, ks[t], pb + 16 * t);
     }
+    if (sk) /* the raw scores, for the weights (s_score_keep) */
+        for (int h = 0; h < NQ; h++)
+            memcpy(sk + (size_t)h * (a->n_ctx - a->pos0), pb + 64 * h, sizeof(float) * (size_t)rc);
 #pragma GCC unroll 4
     for (int h = 0; h < NQ; h++) {
         float *ph = pb + 64 * h;
@@ -904,11 +949,13 @@ KX_INLINE void s_attn_group(const kern_attn_args_t *a, const int kt, const int D
                 off[t][j] = off[t][0];
         }
         s_chunk64(a, kt, DV, NQ, q, rc, contig, tb, (const size_t(*)[16])off,
-                  (const float(*)[16])ks, (const float(*)[16])vs, ob, m, l);
+                  (const float(*)[16])ks, (const float(*)[16])vs, ob, m, l, s_score_keep(a, h0, p));
     }
     float *out = a->out + (size_t)h0 * D;
 #pragma GCC unroll 4
     for (int h = 0; h < NQ; h++) {
+        if (a->weights)
+            s_weights_add(a, h0 + h, m[h], _mm512_reduce_add_ps(l[h]));
         __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(l[h]));
 #pragma GCC unroll 8
         for (int d = 0; d < DV; d++)

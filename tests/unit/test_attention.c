@@ -128,6 +128,8 @@ static void s_check(kern_type_t type, int D, int n_q, int bs, int n_ctx, uint64_
     float *scratch = malloc(sizeof(float) * n_q * n_ctx);
     double *sc = malloc(sizeof(double) * n_ctx);
     float *want = malloc(sizeof(float) * n_q * D);
+    double *want_w = malloc(sizeof(double) * n_ctx);
+    float *w = malloc(sizeof(float) * n_ctx);
     for (int l = 0; l < s.n_layer; l++)
         for (int h = 0; h < s.n_head_kv; h++) {
             /* every prefix length is a decode step; try a few */
@@ -138,6 +140,8 @@ static void s_check(kern_type_t type, int D, int n_q, int bs, int n_ctx, uint64_
                     q[i] = test_rand_f32(&rng, -1, 1);
                 const float *kf = kv.kf + ((size_t)l * s.n_head_kv + h) * n_ctx * D;
                 const float *vf = kv.vf + ((size_t)l * s.n_head_kv + h) * n_ctx * D;
+                for (int p = 0; p < n; p++)
+                    want_w[p] = 0.5; /* the kernel adds to what is there */
                 for (int g = 0; g < n_q; g++) {
                     double mx = -INFINITY, sum = 0;
                     for (int p = 0; p < n; p++) {
@@ -149,6 +153,8 @@ static void s_check(kern_type_t type, int D, int n_q, int bs, int n_ctx, uint64_
                     }
                     for (int p = 0; p < n; p++)
                         sum += (sc[p] = exp(sc[p] - mx));
+                    for (int p = 0; p < n; p++)
+                        want_w[p] += sc[p] / sum;
                     for (int i = 0; i < D; i++) {
                         double o = 0;
                         for (int p = 0; p < n; p++)
@@ -170,10 +176,24 @@ static void s_check(kern_type_t type, int D, int n_q, int bs, int n_ctx, uint64_
                                       "out[%d] %.9g, want %.9g",
                                       ops->name, type == KERN_F16 ? "f16" : "f32", D, n_q, bs, n, l,
                                       h, i, out[i], want[i]);
+                    /* again, collecting the weights: the same output, and each position's
+                     * softmax weight summed over the query heads added to w */
+                    for (int p = 0; p < n; p++)
+                        w[p] = 0.5f;
+                    a.weights = w;
+                    ops->attention(&a);
+                    for (int i = 0; i < n_q * D; i++)
+                        ck_assert_msg(fabs(out[i] - want[i]) < 2e-6 * fmax(1, fabs(want[i])),
+                                      "%s with weights: out[%d] %.9g, want %.9g", ops->name, i,
+                                      out[i], want[i]);
+                    for (int p = 0; p < n; p++)
+                        ck_assert_msg(fabs(w[p] - want_w[p]) < 2e-6 * n_q,
+                                      "%s D %d n_q %d n_ctx %d: weight[%d] %.9g, want %.9g",
+                                      ops->name, D, n_q, n, p, w[p], want_w[p]);
                 }
             }
         }
-    free(q), free(out), free(scratch), free(sc), free(want);
+    free(q), free(out), free(scratch), free(sc), free(want), free(want_w), free(w);
     s_kv_free(&kv);
 }
 

@@ -71,7 +71,7 @@ static void s_forward_case(const model_t *m, kern_backend_t *gpu, kern_backend_t
         blk0[i] = 2 * i + 1;
         blk1[i] = 2 * (S_NBLK - 1 - i);
     }
-    model_seq_view_t seqs[2] = {{blk0, S_NBLK}, {blk1, S_NBLK}};
+    model_seq_view_t seqs[2] = {{blk0, S_NBLK, NULL, 0, 0}, {blk1, S_NBLK, NULL, 0, 0}};
     int32_t tok[40], pos[40], seq[40];
     bool want[40], hid[40];
     size_t nv = (size_t)c->n_vocab, dm = (size_t)c->d_model;
@@ -90,7 +90,7 @@ static void s_forward_case(const model_t *m, kern_backend_t *gpu, kern_backend_t
                 seq[n] = s;
                 want[n] = hid[n] = true;
             }
-        model_batch_t bt = {n, tok, pos, seq, want, 2, seqs};
+        model_batch_t bt = {n, tok, pos, seq, want, 2, seqs, NULL};
         int na = model_dev_forward_hidden(a.d, &bt, &a.pool, la, hid, ha);
         int nb = model_dev_forward_hidden(b.d, &bt, &b.pool, lb, hid, hb);
         if (na != n || nb != n) {
@@ -146,7 +146,7 @@ static void s_graph_case(const model_t *m, kern_backend_t *gpu) {
     int32_t blk[S_NBLK];
     for (int i = 0; i < S_NBLK; i++)
         blk[i] = i;
-    model_seq_view_t sv = {blk, S_NBLK};
+    model_seq_view_t sv = {blk, S_NBLK, NULL, 0, 0};
     size_t nv = (size_t)c->n_vocab;
     float *la = malloc(nv * 4), *lb = malloc(nv * 4);
     int same = 0, steps = 60;
@@ -160,13 +160,13 @@ static void s_graph_case(const model_t *m, kern_backend_t *gpu) {
             pos[i] = i;
             want[i] = i == 4;
         }
-        model_batch_t pre = {5, tok, pos, zero, want, 1, &sv};
+        model_batch_t pre = {5, tok, pos, zero, want, 1, &sv, NULL};
         model_dev_forward(x->d, &pre, &x->pool, side ? lb : la);
     }
     for (int t = 0; t < steps; t++) {
         int32_t tok = (int32_t)((t * 7 + 3) % (int)nv), pos = 5 + t, zero = 0;
         bool want = true;
-        model_batch_t bt = {1, &tok, &pos, &zero, &want, 1, &sv};
+        model_batch_t bt = {1, &tok, &pos, &zero, &want, 1, &sv, NULL};
         int ra = model_dev_forward(a.d, &bt, &a.pool, la);
         int rb = model_dev_forward(b.d, &bt, &b.pool, lb);
         same += ra == 1 && rb == 1 && !memcmp(la, lb, nv * 4);

@@ -36,14 +36,14 @@ static float *run_seq(const int32_t *toks, int n, int chunk, const int32_t *bloc
     float *out = malloc((size_t)n * CFG->n_vocab * sizeof(float));
     int32_t pos[64], seq[64] = {0};
     bool want[64];
-    model_seq_view_t sv = {blocks, nb};
+    model_seq_view_t sv = {blocks, nb, NULL, 0, 0};
     for (int i = 0; i < n; i += chunk) {
         int m = n - i < chunk ? n - i : chunk;
         for (int j = 0; j < m; j++) {
             pos[j] = i + j;
             want[j] = true;
         }
-        model_batch_t b = {m, toks + i, pos, seq, want, 1, &sv};
+        model_batch_t b = {m, toks + i, pos, seq, want, 1, &sv, NULL};
         ck_assert_int_eq(model_ctx_forward(ctx, &b, &kv, out + (size_t)i * CFG->n_vocab), m);
     }
     model_ctx_destroy(&ctx);
@@ -131,7 +131,7 @@ START_TEST(mixed_batch_equals_separate) {
     ck_assert_int_eq(kern_kv_pool_init(&kv, &KV16, KERN_F32, 16), 0);
     model_ctx_t *ctx = model_ctx_new(M, 64, 256, 2, NULL);
     int32_t blk1[] = {3, 7}, blk2[] = {0, 12};
-    model_seq_view_t sv[2] = {{blk1, 2}, {blk2, 2}};
+    model_seq_view_t sv[2] = {{blk1, 2, NULL, 0, 0}, {blk2, 2, NULL, 0, 0}};
     int32_t toks[64], pos[64], seq[64];
     bool want[64];
     int n = 0, i1 = 0, i2 = 0;
@@ -154,7 +154,7 @@ START_TEST(mixed_batch_equals_separate) {
         }
     }
     float *out = malloc((size_t)n * CFG->n_vocab * sizeof(float));
-    model_batch_t bt = {n, toks, pos, seq, want, 2, sv};
+    model_batch_t bt = {n, toks, pos, seq, want, 2, sv, NULL};
     ck_assert_int_eq(model_ctx_forward(ctx, &bt, &kv, out), n);
     double worst = 0;
     for (int t = 0; t < n; t++) {
@@ -178,11 +178,11 @@ START_TEST(bad_batches_refused) {
     ck_assert_int_eq(kern_kv_pool_init(&kv, &KV16, KERN_F32, 2), 0);
     model_ctx_t *ctx = model_ctx_new(M, 4, 64, 1, NULL);
     int32_t blocks[] = {0, 1}, bad_blocks[] = {0, 5};
-    model_seq_view_t sv = {blocks, 2}, sv_bad = {bad_blocks, 2};
+    model_seq_view_t sv = {blocks, 2, NULL, 0, 0}, sv_bad = {bad_blocks, 2, NULL, 0, 0};
     int32_t tok[] = {1, 2}, pos[] = {0, 1}, seq[] = {0, 0};
     float lg[2 * 49152];
     bool want[] = {false, true};
-    model_batch_t b = {2, tok, pos, seq, want, 1, &sv};
+    model_batch_t b = {2, tok, pos, seq, want, 1, &sv, NULL};
     ck_assert_int_eq(model_ctx_forward(ctx, &b, &kv, lg), 1);
     int32_t badtok[] = {1, 49152};
     b.tokens = badtok;

@@ -38,7 +38,7 @@ static float *run(int chunk, int decode_from, const int32_t *blocks) {
     float *out = malloc((size_t)N_OUT * CFG->n_vocab * sizeof(float));
     static int32_t pos[N_POS], seq[N_POS];
     static bool want[N_POS];
-    model_seq_view_t sv = {blocks, N_BLK};
+    model_seq_view_t sv = {blocks, N_BLK, NULL, 0, 0};
     int got = 0;
     for (int i = 0; i < N_POS;) {
         int m = i >= decode_from ? 1 : N_POS - i < chunk ? N_POS - i : chunk;
@@ -51,7 +51,7 @@ static float *run(int chunk, int decode_from, const int32_t *blocks) {
             want[j] = i + j >= N_POS - N_OUT;
             n_want += want[j];
         }
-        model_batch_t b = {m, TOKS + i, pos, seq, want, 1, &sv};
+        model_batch_t b = {m, TOKS + i, pos, seq, want, 1, &sv, NULL};
         ck_assert_int_eq(model_ctx_forward(ctx, &b, &kv, out + (size_t)got * CFG->n_vocab), n_want);
         got += n_want;
         i += m;
@@ -114,7 +114,7 @@ START_TEST(device_path_close_to_cpu_forward) {
     bool want[chunk];
     for (int i = 0; i < N_BLK; i++)
         blocks[i] = N_BLK - 1 - i;
-    model_seq_view_t sv = {blocks, N_BLK};
+    model_seq_view_t sv = {blocks, N_BLK, NULL, 0, 0};
     size_t nv = (size_t)CFG->n_vocab;
     float *la = malloc(sizeof(float) * chunk * nv), *lb = malloc(sizeof(float) * chunk * nv);
     double kl = 0, worst = 0;
@@ -126,7 +126,7 @@ START_TEST(device_path_close_to_cpu_forward) {
             seq[i] = 0;
             want[i] = p0 + i >= N_POS - N_OUT;
         }
-        model_batch_t b = {n, TOKS + p0, pos, seq, want, 1, &sv};
+        model_batch_t b = {n, TOKS + p0, pos, seq, want, 1, &sv, NULL};
         int na = model_ctx_forward(ctx, &b, &pa, la), nb = model_dev_forward(d, &b, &pb, lb);
         ck_assert_int_eq(nb, na);
         for (int r = 0; r < na; r++, rows++) {

@@ -712,8 +712,8 @@ static void s_forward(model_ctx_t *ctx, const kv_cache_t *kv, const kv_seq_t *q,
     for (int i = 0; i < n; i++)
         pos[i] = p0 + i;
     want[n - 1] = true;
-    model_seq_view_t sv = {q->blocks, q->n};
-    model_batch_t b = {n, tokens + p0, pos, seq, want, 1, &sv};
+    model_seq_view_t sv = {q->blocks, q->n, NULL, 0, 0};
+    model_batch_t b = {n, tokens + p0, pos, seq, want, 1, &sv, NULL};
     ck_assert_int_eq(model_ctx_forward(ctx, &b, kv_cache_pool(kv), out), 1);
 }
 

@@ -307,8 +307,8 @@ START_TEST(test_pool_layout_is_codec) {
     bool want[20] = {false};
     for (int i = 0; i < n; i++)
         toks[i] = 3 + (i * 7) % 60, pos[i] = i;
-    model_seq_view_t sv = {blocks, 2};
-    model_batch_t b = {n, toks, pos, seq, want, 1, &sv};
+    model_seq_view_t sv = {blocks, 2, NULL, 0, 0};
+    model_batch_t b = {n, toks, pos, seq, want, 1, &sv, NULL};
     kern_kv_pool_t pools[3];
     const kern_type_t types[3] = {KERN_F32, KERN_F16, KERN_I8};
     model_ctx_t *ctx = model_ctx_new(m, n, 64, 2, NULL);

@@ -53,7 +53,7 @@ static s_cmp_t s_compare(const model_t *m, kern_type_t kv_type) {
         blk0[i] = 2 * i + 1;
         blk1[i] = 2 * (S_NBLK - 1 - i);
     }
-    model_seq_view_t seqs[2] = {{blk0, S_NBLK}, {blk1, S_NBLK}};
+    model_seq_view_t seqs[2] = {{blk0, S_NBLK, NULL, 0, 0}, {blk1, S_NBLK, NULL, 0, 0}};
     int32_t tok[40], pos[40], seq[40];
     bool want[40];
     float *la = malloc(40 * sizeof(float) * (size_t)c->n_vocab);
@@ -77,7 +77,7 @@ static s_cmp_t s_compare(const model_t *m, kern_type_t kv_type) {
                 want[n] = true;
             }
         }
-        model_batch_t b = {n, tok, pos, seq, want, 2, seqs};
+        model_batch_t b = {n, tok, pos, seq, want, 2, seqs, NULL};
         int na = model_ctx_forward_hidden(ctx, &b, &pa, la, hid, ha);
         int nb = model_dev_forward_hidden(d, &b, &pb, lb, hid, hb);
         ck_assert_int_eq(nb, na);
@@ -166,8 +166,8 @@ START_TEST(bad_limits_refused) {
     kern_kv_pool_t p;
     ck_assert_int_eq(kern_kv_pool_init(&p, &sh, KERN_F16, 4), 0);
     int32_t blk[3] = {0, 1, 2}, tok[5] = {3, 4, 5, 6, 7}, pos[5] = {0, 1, 2, 3, 4}, sq[5] = {0};
-    model_seq_view_t s = {blk, 3}; /* more blocks than made for */
-    model_batch_t b = {1, tok, pos, sq, NULL, 1, &s};
+    model_seq_view_t s = {blk, 3, NULL, 0, 0}; /* more blocks than made for */
+    model_batch_t b = {1, tok, pos, sq, NULL, 1, &s, NULL};
     ck_assert_int_eq(model_dev_forward(d, &b, &p, NULL), -EINVAL);
     s.n_blocks = 2;
     b.n_tokens = 5; /* more tokens than made for */

@@ -268,7 +268,7 @@ static int s_run(model_dev_t *d, const model_t *m, kern_kv_pool_t *pool, int n_s
         blk0[i] = 2 * i;
         blk1[i] = 2 * i + 1;
     }
-    model_seq_view_t seqs[2] = {{blk0, S_NBLK}, {blk1, S_NBLK}};
+    model_seq_view_t seqs[2] = {{blk0, S_NBLK, NULL, 0, 0}, {blk1, S_NBLK, NULL, 0, 0}};
     int32_t tok[16], pos[16], seq[16];
     bool want[16];
     uint64_t rng = 11;
@@ -284,7 +284,7 @@ static int s_run(model_dev_t *d, const model_t *m, kern_kv_pool_t *pool, int n_s
                 want[n] = i == k - 1;
             }
         }
-        model_batch_t b = {n, tok, pos, seq, want, 2, seqs};
+        model_batch_t b = {n, tok, pos, seq, want, 2, seqs, NULL};
         int got = model_dev_forward(d, &b, pool, out + (size_t)rows * c->n_vocab);
         ck_assert_int_ge(got, 1);
         rows += got;

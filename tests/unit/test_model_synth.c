@@ -53,8 +53,8 @@ START_TEST(every_type_loads_and_runs) {
         float *lg = malloc(3 * (size_t)cfg->n_vocab * sizeof *lg);
         int32_t tok[3] = {5, 17, 200}, pos[3] = {0, 1, 2}, seq[3] = {0}, blk = 0;
         bool want3[3] = {true, true, true};
-        model_seq_view_t sv = {&blk, 1};
-        model_batch_t b = {3, tok, pos, seq, want3, 1, &sv};
+        model_seq_view_t sv = {&blk, 1, NULL, 0, 0};
+        model_batch_t b = {3, tok, pos, seq, want3, 1, &sv, NULL};
         ck_assert_int_eq(model_ctx_forward(ctx, &b, &kv, lg), 3);
         float lo = INFINITY, hi = -INFINITY;
         for (int j = 0; j < 3 * cfg->n_vocab; j++) {

@@ -250,14 +250,14 @@ static float *run_seq(model_t *m, model_ctx_t *ctx, const int32_t *toks, int n, 
     float *out = malloc((size_t)n * cfg->n_vocab * sizeof(float));
     int32_t pos[64], seq[64] = {0}, blocks[] = {0, 1, 2, 3};
     bool want[64];
-    model_seq_view_t sv = {blocks, 4};
+    model_seq_view_t sv = {blocks, 4, NULL, 0, 0};
     for (int i = 0; i < n; i += chunk) {
         int k = n - i < chunk ? n - i : chunk;
         for (int j = 0; j < k; j++) {
             pos[j] = i + j;
             want[j] = true;
         }
-        model_batch_t b = {k, toks + i, pos, seq, want, 1, &sv};
+        model_batch_t b = {k, toks + i, pos, seq, want, 1, &sv, NULL};
         int rc = model_ctx_forward(ctx, &b, &kv, out + (size_t)i * cfg->n_vocab);
         if (rc != k) {
             free(out);
@@ -319,7 +319,10 @@ static void check_batch_invariance(const char *path) {
     kern_kv_pool_t kv;
     ck_assert_int_eq(kern_kv_pool_init(&kv, &shape, KERN_F32, 8), 0);
     int32_t blk[4][1] = {{0}, {3}, {5}, {7}};
-    model_seq_view_t sv[4] = {{blk[0], 1}, {blk[1], 1}, {blk[2], 1}, {blk[3], 1}};
+    model_seq_view_t sv[4] = {{blk[0], 1, NULL, 0, 0},
+                              {blk[1], 1, NULL, 0, 0},
+                              {blk[2], 1, NULL, 0, 0},
+                              {blk[3], 1, NULL, 0, 0}};
     int32_t toks[37], pos[37], seq[37], np[4] = {0};
     bool want[37];
     uint64_t st = 5;
@@ -332,7 +335,7 @@ static void check_batch_invariance(const char *path) {
     }
     ck_assert_int_eq(np[0], NA);
     float *out = malloc((size_t)37 * nv * sizeof(float));
-    model_batch_t b = {37, toks, pos, seq, want, 4, sv};
+    model_batch_t b = {37, toks, pos, seq, want, 4, sv, NULL};
     ck_assert_int_eq(model_ctx_forward(c2, &b, &kv, out), 37);
     for (int i = 0; i < 37; i++)
         if (seq[i] == 0)
@@ -427,11 +430,11 @@ START_TEST(remote_experts_bitwise) {
     ck_assert_ptr_null(run_seq(m, c, A, NA, 8)); /* the step fails with the executor's error */
     int32_t pos = 0, seq = 0, blocks[] = {0};
     bool wnt = true;
-    model_seq_view_t sv = {blocks, 1};
+    model_seq_view_t sv = {blocks, 1, NULL, 0, 0};
     kern_kv_shape_t shape = model_kv_shape(model_config(m), 16);
     kern_kv_pool_t kv;
     ck_assert_int_eq(kern_kv_pool_init(&kv, &shape, KERN_F32, 1), 0);
-    model_batch_t b = {1, A, &pos, &seq, &wnt, 1, &sv};
+    model_batch_t b = {1, A, &pos, &seq, &wnt, 1, &sv, NULL};
     float lg[64];
     ck_assert_int_eq(model_ctx_forward(c, &b, &kv, lg), -EHOSTUNREACH);
     model_ctx_set_moe_exec(c, NULL, NULL); /* back to local experts */

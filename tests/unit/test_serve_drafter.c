@@ -55,8 +55,8 @@ static void s_greedy(const int32_t *hist, int n, int k, int32_t *out) {
     memcpy(seq, hist, (size_t)n * sizeof *seq);
     for (int p = 0; p < n + k - 1; p++) {
         bool want = p >= n - 1;
-        model_seq_view_t sv = {blocks, 16};
-        model_batch_t b = {1, &seq[p], &p, &zero, &want, 1, &sv};
+        model_seq_view_t sv = {blocks, 16, NULL, 0, 0};
+        model_batch_t b = {1, &seq[p], &p, &zero, &want, 1, &sv, NULL};
         ck_assert_int_eq(model_ctx_forward(ctx, &b, &kv, logits), want ? 1 : 0);
         if (want)
             seq[p + 1] = out[p + 1 - n] = model_argmax(logits, cfg->n_vocab);

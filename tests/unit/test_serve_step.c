@@ -199,8 +199,8 @@ static int s_sampled(const s_world_t *w, const int32_t *prompt, int n, int n_gen
     int got = 0;
     for (int p = 0; p < n + n_gen - 1; p++) {
         bool want = p >= n - 1;
-        model_seq_view_t sv = {blocks, 8};
-        model_batch_t b = {1, &seq[p], &p, &zero, &want, 1, &sv};
+        model_seq_view_t sv = {blocks, 8, NULL, 0, 0};
+        model_batch_t b = {1, &seq[p], &p, &zero, &want, 1, &sv, NULL};
         ck_assert_int_eq(dev ? model_dev_forward(dev, &b, &kv, logits)
                              : model_ctx_forward(ctx, &b, &kv, logits),
                          want ? 1 : 0);

@@ -295,8 +295,8 @@ static int eng_run(eng_t *g, const int32_t *toks, int n, int pos0, bool want_all
         pos[i] = pos0 + i;
         want[i] = want_all;
     }
-    model_seq_view_t sv = {g->blocks, 64};
-    model_batch_t b = {n, toks, pos, seq, want, 1, &sv};
+    model_seq_view_t sv = {g->blocks, 64, NULL, 0, 0};
+    model_batch_t b = {n, toks, pos, seq, want, 1, &sv, NULL};
     int got = model_ctx_forward(g->ctx, &b, &g->kv, g->logits);
     ck_assert_int_eq(got, want_all ? n : 0);
     return got;
