@@ -20,6 +20,8 @@
 
 typedef struct {
     const char *file;     /* -f */
+    const char *ids;      /* --ids: token ids instead of -f */
+    const char *lg_out;   /* --logits-out */
     const char *policies; /* --kv-compress "A;B;..." */
     int ctx;              /* --ctx: tokens per chunk */
     int score;            /* --score: scored tokens at the end of each chunk */
@@ -44,6 +46,18 @@ static const cli_flag_t s_kvq_flags[] = {
      .opt = {.type = ACTOR_OPT_PATH,
              .help = "text file (with --generate: the prompt)",
              .field = S_Q(file)}},
+    {.name = "ids",
+     .arg = "LIST",
+     .opt = {.type = ACTOR_OPT_STRING,
+             .help = "token ids (\"1 2 3\") instead of -f, used as they are (no BOS added)",
+             .field = S_Q(ids)}},
+    {.name = "logits-out",
+     .arg = "PATH",
+     .opt = {.type = ACTOR_OPT_PATH,
+             .help = "write the first policy's logits at the first chunk's scored positions "
+                     "(ctx - score .. ctx - 2) as strata logits does: int32 rows, int32 "
+                     "n_vocab, then rows x n_vocab float32 (for the NumPy oracle)",
+             .field = S_Q(lg_out)}},
     {.name = "kv-compress",
      .arg = "LIST",
      .opt = {.type = ACTOR_OPT_STRING,
@@ -106,7 +120,7 @@ static const cli_flag_t s_kvq_flags[] = {
 
 static const cli_cmd_t s_kvq_cmd = {
     "kv-quality",
-    "usage: strata kv-quality [-m MODEL] -f FILE --kv-compress LIST [options]\n"
+    "usage: strata kv-quality [-m MODEL] (-f FILE | --ids LIST) --kv-compress LIST [options]\n"
     "\n"
     "Runs --chunks slices of --ctx tokens of the text under the full KV cache and under\n"
     "each policy, as a worker would (the prompt in --ubatch chunks, then --step tokens\n"
@@ -247,6 +261,17 @@ static int s_chunk_logits(cli_runner_t *r, kv_cache_t *kv, const kv_compress_t *
     return rc;
 }
 
+/* rows x nv logits to path, as strata logits writes them.  0 or -errno. */
+static int s_write_logits(const char *path, const float *lg, int rows, int nv) {
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -errno;
+    int32_t hdr[2] = {rows, nv};
+    bool ok = fwrite(hdr, sizeof hdr, 1, f) == 1 &&
+              fwrite(lg, sizeof *lg, (size_t)rows * nv, f) == (size_t)rows * nv;
+    return fclose(f) == 0 && ok ? 0 : -EIO;
+}
+
 static int s_compare(s_kvq_cfg_t *c, cli_runner_t *r, kv_cache_t *kv, s_pol_t *pols, int np,
                      const int32_t *ids, int n_ids) {
     const s_kvq_opts_t *o = &c->q;
@@ -266,7 +291,7 @@ static int s_compare(s_kvq_cfg_t *c, cli_runner_t *r, kv_cache_t *kv, s_pol_t *p
     for (int k = 0; ok && k < np; k++)
         ok = pols[k].kl != NULL;
     double full_nll = 0, full_rows = 0;
-    const bool bos = model_tokenizer_bos(r->tok) >= 0 && model_tokenizer_add_bos(r->tok);
+    const bool bos = !o->ids && model_tokenizer_bos(r->tok) >= 0 && model_tokenizer_add_bos(r->tok);
     int rc = ok ? 0 : -ENOMEM;
     for (int ch = 0; !rc && ch < chunks; ch++) {
         memcpy(chunk, ids + (size_t)ch * o->ctx, (size_t)o->ctx * sizeof *chunk);
@@ -281,6 +306,8 @@ static int s_compare(s_kvq_cfg_t *c, cli_runner_t *r, kv_cache_t *kv, s_pol_t *p
         for (int k = 0; !rc && k < np; k++) {
             s_pol_t *q = &pols[k];
             rc = s_chunk_logits(r, kv, &q->p, chunk, o, mine, &q->rows);
+            if (!rc && ch == 0 && k == 0 && o->lg_out)
+                rc = s_write_logits(o->lg_out, mine, ns, nv);
             for (int i = 0; !rc && i < ns; i++) {
                 const float *fx = full + (size_t)i * nv, *mx = mine + (size_t)i * nv;
                 s_log_softmax(fx, lpf, nv);
@@ -426,8 +453,8 @@ int cmd_kv_quality(int argc, char **argv) {
         fprintf(stderr, "strata kv-quality: unexpected argument '%s' (see --help)\n", argv[next]);
         return 2;
     }
-    if (!c.q.file) {
-        fprintf(stderr, "strata kv-quality: -f FILE is required (see --help)\n");
+    if (!c.q.file == !c.q.ids) {
+        fprintf(stderr, "strata kv-quality: give -f FILE or --ids LIST (see --help)\n");
         return 2;
     }
     s_pol_t pols[S_MAX_POLICIES];
@@ -443,9 +470,9 @@ int cmd_kv_quality(int argc, char **argv) {
                 c.q.ctx);
         return 2;
     }
-    size_t len;
-    char *text = cli_read_file(c.q.file, &len);
-    if (!text) {
+    size_t len = 0;
+    char *text = c.q.file ? cli_read_file(c.q.file, &len) : NULL;
+    if (c.q.file && !text) {
         fprintf(stderr, "strata kv-quality: cannot read '%s'\n", c.q.file);
         return 1;
     }
@@ -456,12 +483,29 @@ int cmd_kv_quality(int argc, char **argv) {
     }
     const model_config_t *cfg = model_config(r.model);
     rc = 1;
-    bool bos = c.q.generate && model_tokenizer_bos(r.tok) >= 0 && model_tokenizer_add_bos(r.tok);
-    int n_ids = model_tokenizer_encode(r.tok, text, len, bos, false, NULL, 0);
-    int32_t *ids = n_ids > 0 ? malloc((size_t)n_ids * sizeof *ids) : NULL;
-    if (!ids || model_tokenizer_encode(r.tok, text, len, bos, false, ids, n_ids) != n_ids) {
-        fprintf(stderr, "strata kv-quality: cannot tokenize '%s'\n", c.q.file);
-        goto out;
+    int n_ids = 0;
+    int32_t *ids = NULL;
+    if (c.q.ids) {
+        ids = cli_parse_ids(c.q.ids, &n_ids);
+        for (int i = 0; ids && i < n_ids; i++)
+            if (ids[i] < 0 || ids[i] >= cfg->n_vocab) {
+                free(ids);
+                ids = NULL;
+            }
+        if (!ids || n_ids < 1) {
+            fprintf(stderr, "strata kv-quality: bad value for --ids: token ids below %d\n",
+                    cfg->n_vocab);
+            goto out;
+        }
+    } else {
+        bool bos =
+            c.q.generate && model_tokenizer_bos(r.tok) >= 0 && model_tokenizer_add_bos(r.tok);
+        n_ids = model_tokenizer_encode(r.tok, text, len, bos, false, NULL, 0);
+        ids = n_ids > 0 ? malloc((size_t)n_ids * sizeof *ids) : NULL;
+        if (!ids || model_tokenizer_encode(r.tok, text, len, bos, false, ids, n_ids) != n_ids) {
+            fprintf(stderr, "strata kv-quality: cannot tokenize '%s'\n", c.q.file);
+            goto out;
+        }
     }
     if (cfg->swa_window > 0 && np > 0) {
         fprintf(stderr, "strata kv-quality: this model has sliding-window layers; KV "
