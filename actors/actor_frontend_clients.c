@@ -6,6 +6,7 @@
 
 #include "actor_curve.h"
 #include "base_log.h"
+#include "kv_compress.h"
 #include "serve_events.h"
 
 #include <errno.h>
@@ -122,6 +123,14 @@ static void s_on_generate(actor_frontend_t *f, const uint8_t *ident, size_t iden
     }
     if (g->grammar)
         actor_counters_add(f->counters, "requests.constrained", 1);
+    kv_compress_t kvc;
+    char kwhy[160];
+    if (g->kv_compress[0] && kv_compress_parse(g->kv_compress, &kvc, kwhy, sizeof kwhy)) {
+        actor_counters_add(f->counters, "rejected.kv_compress", 1);
+        snprintf(gwhy, sizeof gwhy, "kv_compress: %s", kwhy);
+        actor_frontend_reply_error(f, ident, ident_len, false, g->id, MSG_CODE_BAD_REQUEST, gwhy);
+        return;
+    }
     int err = 0;
     serve_request_t *r =
         serve_requests_add(f->reqs, ident, ident_len, g, have, tokens, base_now_us(), &err);

@@ -137,6 +137,10 @@ int actor_opt_check(const actor_opt_t *o, const char *value, char *why, size_t w
             snprintf(why, whylen, "empty value");
             return -EINVAL;
         }
+        if (o->parse && o->parse(value) < 0) { /* a string with a syntax of its own */
+            snprintf(why, whylen, "expected %s", o->values ? o->values : "a valid value");
+            return -EINVAL;
+        }
         return 0;
     }
 }

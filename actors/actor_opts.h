@@ -39,7 +39,8 @@ typedef struct {
     const char *values;    /* ENUM: allowed values separated by '|' */
     const char *help;      /* one line for --help and docs/TOPOLOGY.md */
     size_t field;          /* ACTOR_OPT_FIELD: 1 + the offset of its config field; 0: none */
-    int (*parse)(const char *value); /* ENUM: text -> enum value (< 0: refused); NULL: index */
+    int (*parse)(const char *value); /* ENUM: text -> enum value (< 0: refused); NULL: index.
+                                        STRING: a check (< 0: refused; values describes it) */
 } actor_opt_t;
 
 /* Where option values go in an actor's config struct T (1 + offsetof: 0 means none). */

@@ -123,6 +123,7 @@ static void s_on_request(void *self, const msg_tok_request_t *q) {
     w.max_tokens = g->max_tokens;
     w.fit_context = g->fit_context;
     w.priority = g->priority;
+    memcpy(w.kv_compress, g->kv_compress, sizeof w.kv_compress);
     w.sampling = g->sampling;
     w.logit_bias = g->logit_bias; /* borrowed */
     w.n_logit_bias = g->n_logit_bias;

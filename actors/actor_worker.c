@@ -12,6 +12,7 @@
 
 #include "base_clock.h"
 #include "base_log.h"
+#include "kv_compress.h"
 #include "model_sampler.h"
 #include "model_spec.h"
 #include "model_tokenizer.h"
@@ -106,6 +107,11 @@ const actor_opt_t actor_worker_opts[] = {
     {"kv_events_keep", ACTOR_OPT_INT, "10000", 1, 1 << 20, NULL,
      "with kv_events_replay: event batches kept for replay",
      .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, kv_events_keep)},
+    {"kv_compress", ACTOR_OPT_STRING, "none", 0, 0,
+     "none|window:B|h2o:B|snapkv:B (B: rows or a percentage; docs/KV_COMPRESSION.md)",
+     "in-sequence KV compression of the requests that name none (CPU worker, full-attention "
+     "models): none, window:B, h2o:B or snapkv:B",
+     .field = ACTOR_OPT_FIELD(actor_worker_cfg_t, kv_compress), .parse = kv_compress_valid},
     {NULL},
 };
 
@@ -530,10 +536,15 @@ static int s_load(actor_worker_t *w, char *err, size_t errlen) {
                           : "out of memory");
         return -1;
     }
-    w->intake = (serve_work_config_t){w->tok,        cfg->n_vocab, sched_batch_context(w->sched),
-                                      c->max_ctx,    cfg->d_model, c->spec_k,
-                                      c->spec_k_max, w->grammars};
-    return 0;
+    w->intake = (serve_work_config_t){.tok = w->tok,
+                                      .n_vocab = cfg->n_vocab,
+                                      .context = sched_batch_context(w->sched),
+                                      .max_ctx = c->max_ctx,
+                                      .d_model = cfg->d_model,
+                                      .spec_k = c->spec_k,
+                                      .spec_k_max = c->spec_k_max,
+                                      .grammars = w->grammars};
+    return serve_work_kv_compress(&w->intake, c->kv_compress, cfg, w->dev != NULL, err, errlen);
 }
 
 /* The sockets: the declared ones, the draft worker's with speculation.  0, or -1 with

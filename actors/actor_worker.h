@@ -54,6 +54,7 @@ typedef struct {
     const char *kv_events; /* PUB endpoint of KV events ("": off; worker i: port + i) */
     const char *kv_events_replay; /* ROUTER endpoint answering replays ("": none) */
     int kv_events_keep;           /* batches kept for replay */
+    const char *kv_compress;      /* in-sequence KV compression of requests naming none */
 } actor_worker_cfg_t;
 
 int actor_worker_main(actor_env_t *env);

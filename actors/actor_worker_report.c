@@ -48,10 +48,26 @@ static void s_put_counter(void *counters, const char *name, int64_t value) {
     actor_counters_set(counters, name, value);
 }
 
-/* Before every stats_answer: the histograms' counters and the grammar cache's. */
+/* Before every stats_answer: the histograms' counters, the KV held by compressed
+ * requests and the grammar cache's. */
 void actor_worker_on_stats(void *self) {
     actor_worker_t *w = self;
     serve_metrics_step_export(w->metrics, s_put_counter, w->counters);
+    /* the running requests under KV compression: the KV they hold and would hold whole */
+    int64_t n = 0, rows = 0, positions = 0;
+    for (int i = 0; i < sched_batch_count(w->sched); i++) {
+        const serve_step_seq_t *s = sched_batch_user_at(w->sched, i);
+        if (s->kvc.policy.kind == KV_COMPRESS_NONE)
+            continue;
+        n++;
+        rows += s->n_computed - s->kv_dropped;
+        positions += s->n_computed;
+    }
+    const kern_kv_pool_t *pool = kv_cache_pool(w->kv);
+    int64_t row_bytes = (int64_t)(pool->block_bytes / (size_t)pool->block_size);
+    actor_counters_set(w->counters, "kv_compress.running", n);
+    actor_counters_set(w->counters, "kv_compress.bytes_held", rows * row_bytes);
+    actor_counters_set(w->counters, "kv_compress.bytes_uncompressed", positions * row_bytes);
     serve_grammars_stats_t gs = serve_grammars_stats(w->grammars);
     if (gs.hits)
         actor_counters_set(w->counters, "grammar.cache_hits", gs.hits);

@@ -379,8 +379,10 @@ static int s_generate(s_kvq_cfg_t *c, cli_runner_t *r, kv_cache_t *kv, s_pol_t *
         int n = 0;
         while (!rc && n < N) {
             int32_t t = s_argmax(lg, nv);
+            if (model_tokenizer_is_eog(r->tok, t))
+                break; /* as the service: the end-of-generation token is not output */
             out[n++] = t;
-            if (model_tokenizer_is_eog(r->tok, t) || n == N)
+            if (n == N)
                 break;
             rc = s_run_step(&u, &t, 1, lg);
         }

@@ -71,6 +71,11 @@ static const s_flag_t s_flags[] = {
     {"kv-policy", 0, "worker<N>", "kv_policy", "P", NULL, 0,
      "eviction order in every tier (lru|lfu|scored, default scored)", NULL},
     {"kv-policy", 0, "kvtier", "policy", "P", NULL, 0, NULL, NULL},
+    {"kv-compress", 0, "worker<N>", "kv_compress", "SPEC", NULL, 0,
+     "in-sequence KV compression of the requests that name none: none (default), window:B "
+     "(StreamingLLM), h2o:B (heavy hitters) or snapkv:B, B KV rows or a percentage of the "
+     "positions (docs/KV_COMPRESSION.md)",
+     NULL},
     {"no-prefix-cache", 0, "worker<N>", "prefix_cache", NULL, "0", 0,
      "every request computes its whole prompt", NULL},
     {"no-tiers", 0, NULL, NULL, NULL, NULL, 0,

@@ -580,6 +580,10 @@ int kv_cache_reserve(kv_cache_t *self, kv_seq_t *seq, int pos0, int n_positions)
 int kv_cache_publish(kv_cache_t *self, kv_seq_t *seq, const int32_t *tokens, int n_computed,
                      bool last_partial, int pin) {
     const int B = self->cfg.block_size;
+    if (seq && seq->compacted && n_computed >= seq->n_exact * B) {
+        n_computed = seq->n_exact * B; /* rows past n_exact are not positions */
+        last_partial = false;
+    }
     if (!s_seq_ok(self, seq) || n_computed < 0 || n_computed > seq->n * B ||
         (n_computed > 0 && !tokens))
         return -EINVAL;
@@ -587,10 +591,6 @@ int kv_cache_publish(kv_cache_t *self, kv_seq_t *seq, const int32_t *tokens, int
         return 0;
     uint64_t now = s_now(self);
     int nf = n_computed / B;
-    if (seq->compacted && nf >= seq->n_exact) { /* rows past n_exact are not positions */
-        nf = seq->n_exact;
-        last_partial = false;
-    }
     uint64_t h = seq->tail_hash;
     for (int i = seq->n_published; i < nf; i++) {
         uint64_t parent = h;

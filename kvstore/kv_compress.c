@@ -120,6 +120,11 @@ int kv_compress_parse(const char *spec, kv_compress_t *out, char *err, size_t er
     return 0;
 }
 
+int kv_compress_valid(const char *spec) {
+    kv_compress_t c;
+    return kv_compress_parse(spec, &c, NULL, 0);
+}
+
 void kv_compress_format(const kv_compress_t *c, char *buf, size_t len) {
     if (!c || c->kind == KV_COMPRESS_NONE || c->kind > KV_COMPRESS_SNAPKV) {
         snprintf(buf, len, "none");
@@ -153,6 +158,14 @@ bool kv_compress_wants_weights(const kv_compress_t *c) {
     return c && (c->kind == KV_COMPRESS_H2O || c->kind == KV_COMPRESS_SNAPKV);
 }
 
+int kv_compress_cached_max(const kv_compress_t *c, int n_prompt) {
+    if (!c || c->kind == KV_COMPRESS_NONE || c->kind == KV_COMPRESS_WINDOW)
+        return n_prompt;
+    if (c->kind == KV_COMPRESS_H2O)
+        return 0;
+    return n_prompt > c->recent ? n_prompt - c->recent : 0;
+}
+
 int kv_compress_weights_from(const kv_compress_t *c, int n_prompt) {
     if (!kv_compress_wants_weights(c))
         return -1;
@@ -170,8 +183,8 @@ int kv_compress_target(const kv_compress_t *c, int rows, int n, int n_prompt, bo
         return prefill_done && rows == n_prompt && rows > b ? b : rows;
     }
     int b = kv_compress_budget(c, n);
-    if (rows <= b)
-        return rows;
+    if (rows <= b || !prefill_done)
+        return rows; /* the prompt runs whole first (as in H2O), whatever its chunks */
     /* hold at most b rows, compacting once per `slack` new rows */
     int t = b - (slack > 1 ? slack - 1 : 0);
     int lo = c->n_sink + 1;
@@ -285,6 +298,12 @@ int kv_compress_seq_init(kv_compress_seq_t *cs, const kv_compress_t *policy, int
 void kv_compress_seq_free(kv_compress_seq_t *cs) {
     free(cs->weights);
     memset(cs, 0, sizeof *cs);
+}
+
+void kv_compress_seq_reset(kv_compress_seq_t *cs) {
+    if (cs->weights)
+        memset(cs->weights, 0, (size_t)cs->n_groups * cs->w_stride * sizeof *cs->weights);
+    cs->snapped = false;
 }
 
 float *kv_compress_seq_weights(const kv_compress_seq_t *cs, int n_prompt, int *from) {

@@ -59,20 +59,29 @@ typedef struct {
  * snapkv and BUDGET a row count ("1024") or a percentage ("25%", more than 0 and less
  * than 100).  0, or -EINVAL with the reason in err. */
 int kv_compress_parse(const char *spec, kv_compress_t *out, char *err, size_t errlen);
+/* 0 when spec parses, else -EINVAL (an option table's check). */
+int kv_compress_valid(const char *spec);
 /* The spec of c in the form kv_compress_parse reads (defaults left out); "none". */
 void kv_compress_format(const kv_compress_t *c, char *buf, size_t len);
 /* Rows a sequence of n positions may keep (n for none, or when the budget is above n). */
 int kv_compress_budget(const kv_compress_t *c, int n);
 /* The policy ranks rows by attention weights (h2o, snapkv). */
 bool kv_compress_wants_weights(const kv_compress_t *c);
+/* Prompt positions a request under c may take from the prefix cache: weights come only
+ * from queries that run, so h2o computes its whole prompt (0) and snapkv its observation
+ * window (n_prompt - R); window and none take what is there (n_prompt). */
+int kv_compress_cached_max(const kv_compress_t *c, int n_prompt);
 /* The first query row whose weights count: 0 (h2o), the observation window's first row
  * (snapkv: n_prompt - R), or -1 (no weights). */
 int kv_compress_weights_from(const kv_compress_t *c, int n_prompt);
 /* Rows to keep now for a sequence holding `rows` rows of n positions, of which n_prompt
- * are the prompt; prefill_done: the whole prompt has run.  Compression runs in steps of
- * `slack` rows (a block: one compaction per block of new rows, not per token): a
- * number below rows when it is due, else rows.  snapkv is due once, at the end of the
- * prompt (the caller remembers that it ran). */
+ * are the prompt; prefill_done: the whole prompt has run.  Nothing is dropped before the
+ * prompt has run whole (so the state after it does not depend on how it was chunked; the
+ * prompt's KV is held whole until then, as H2O and SnapKV do).  Then window and h2o hold
+ * at most their budget, compacting in steps of `slack` rows (a block: once per block of
+ * new rows, not per token, down to budget - slack + 1); snapkv is due once, right after
+ * the prompt (the caller remembers that it ran).  A number below rows when compression is
+ * due, else rows. */
 int kv_compress_target(const kv_compress_t *c, int rows, int n, int n_prompt, bool prefill_done,
                        int slack);
 
@@ -105,6 +114,9 @@ typedef struct {
 int kv_compress_seq_init(kv_compress_seq_t *cs, const kv_compress_t *policy, int n_groups,
                          int max_rows);
 void kv_compress_seq_free(kv_compress_seq_t *cs);
+/* The sequence starts again from its first position (preempted): weights zeroed, snapkv
+ * due again; the policy and the counts stay. */
+void kv_compress_seq_reset(kv_compress_seq_t *cs);
 /* What the forward pass should collect for a sequence that has n_prompt prompt positions:
  * the weights array (NULL: none) and the first query row that counts (*from). */
 float *kv_compress_seq_weights(const kv_compress_seq_t *cs, int n_prompt, int *from);

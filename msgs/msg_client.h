@@ -30,7 +30,11 @@ typedef struct {
                                       context leaves after the prompt (docs/PROTOCOL.md) */
     int priority; /* -MSG_PRIORITY_MAX..MSG_PRIORITY_MAX, default 0: lower runs sooner, and may
                      preempt running requests of a higher value (docs/PROTOCOL.md) */
-    msg_sampling_t sampling;      /* defaults: msg_sampling_defaults() */
+    char kv_compress[MSG_MAX_KV_COMPRESS_BYTES + 1]; /* in-sequence KV compression
+                                                        ("h2o:25%", kvstore/kv_compress.h;
+                                                        checked by the frontend), or "":
+                                                        the worker's default */
+    msg_sampling_t sampling;                         /* defaults: msg_sampling_defaults() */
     msg_logit_bias_t *logit_bias; /* (n_logit_bias) token -> bias, each token once; or NULL */
     int n_logit_bias;             /* 0..MSG_MAX_LOGIT_BIAS */
     bool has_seed;                /* "seed" was given (else the server picks 0) */

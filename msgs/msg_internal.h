@@ -36,15 +36,16 @@ typedef struct {
  * worker computes their KV with the prompt's and goes on at completion index n_gen. */
 typedef struct {
     uint64_t rid;
-    int32_t *tokens;              /* (n_tokens) prompt then n_gen completion token ids,
-                                     >= 0; "bin" int32 LE */
-    int n_tokens;                 /* 1..MSG_MAX_SEQ_TOKENS */
-    int n_gen;                    /* 0..min(n_tokens - 1, max_tokens) */
-    int max_tokens;               /* 1..MSG_MAX_TOKENS */
-    bool fit_context;             /* generate.fit_context: max_tokens is a ceiling */
-    int priority;                 /* generate.priority: lower runs sooner */
-    msg_sampling_t sampling;      /* seed included */
-    msg_logit_bias_t *logit_bias; /* (n_logit_bias) as in generate, or NULL */
+    int32_t *tokens;  /* (n_tokens) prompt then n_gen completion token ids,
+                         >= 0; "bin" int32 LE */
+    int n_tokens;     /* 1..MSG_MAX_SEQ_TOKENS */
+    int n_gen;        /* 0..min(n_tokens - 1, max_tokens) */
+    int max_tokens;   /* 1..MSG_MAX_TOKENS */
+    bool fit_context; /* generate.fit_context: max_tokens is a ceiling */
+    int priority;     /* generate.priority: lower runs sooner */
+    char kv_compress[MSG_MAX_KV_COMPRESS_BYTES + 1]; /* generate.kv_compress, or "" */
+    msg_sampling_t sampling;                         /* seed included */
+    msg_logit_bias_t *logit_bias;                    /* (n_logit_bias) as in generate, or NULL */
     int n_logit_bias;
     char stop[MSG_MAX_STOP][MSG_MAX_STOP_BYTES + 1];
     int n_stop;

@@ -124,6 +124,7 @@ size_t msg_type_max_frame(int type);
 #define MSG_MAX_WHY_BYTES 240           /* a decision's inputs, one line */
 #define MSG_MAX_TOP_LOGPROBS 20         /* alternatives per token (top_logprobs) */
 #define MSG_PRIORITY_MAX 100            /* generate.priority: -100..100 */
+#define MSG_MAX_KV_COMPRESS_BYTES 64    /* generate.kv_compress: a policy spec */
 #define MSG_MAX_PIECE_BYTES 48          /* text of one alternative token */
 #define MSG_MAX_SOURCES 256             /* copied spans in a trace */
 #define MSG_MAX_TOP_K (1 << 24)

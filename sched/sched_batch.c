@@ -18,6 +18,8 @@ typedef struct {
     int n_past;     /* positions computed (in the KV) */
     int n_gen;      /* tokens sampled so far */
     int blocks;     /* KV blocks reserved for the whole request */
+    int cap;        /* positions its KV holds at most once its prompt has run (in-sequence
+                       compression), or 0: all of them */
     int priority;   /* lower runs sooner */
     uint64_t t_in;  /* when it arrived (us): its place among equals, and its aging */
 } s_req_t;
@@ -112,19 +114,36 @@ bool sched_batch_has(const sched_batch_t *self, uint64_t rid) {
            s_find(self->running, self->n_running, rid) >= 0;
 }
 
+/* The blocks r reserves: its prompt + max_tokens positions, or with a cap the larger of
+ * its prompt (held whole while it runs) and the cap. */
+static int s_blocks(const sched_batch_t *self, const s_req_t *r) {
+    int64_t positions = (int64_t)r->n_prompt + r->max_tokens;
+    if (r->cap > 0) {
+        int64_t held = r->n_prompt > r->cap ? r->n_prompt : r->cap;
+        if (held < positions)
+            positions = held;
+    }
+    return (int)((positions + self->cfg.block_size - 1) / self->cfg.block_size);
+}
+
 int sched_batch_submit(sched_batch_t *self, uint64_t rid, int n_prompt, int max_tokens,
                        void *user) {
-    if (n_prompt < 1 || max_tokens < 1)
+    return sched_batch_submit_capped(self, rid, n_prompt, max_tokens, 0, user);
+}
+
+int sched_batch_submit_capped(sched_batch_t *self, uint64_t rid, int n_prompt, int max_tokens,
+                              int cap, void *user) {
+    if (n_prompt < 1 || max_tokens < 1 || cap < 0)
         return -EINVAL;
     if (sched_batch_has(self, rid))
         return -EEXIST;
     int64_t positions = (int64_t)n_prompt + max_tokens;
     if (positions > self->cfg.max_ctx)
         return -E2BIG;
-    int blocks = (int)((positions + self->cfg.block_size - 1) / self->cfg.block_size);
+    s_req_t r = {rid, user, n_prompt, max_tokens, 0, 0, 0, cap, 0, s_now(self)};
+    int blocks = r.blocks = s_blocks(self, &r);
     if (blocks > self->cfg.kv_blocks)
         return -E2BIG;
-    s_req_t r = {rid, user, n_prompt, max_tokens, 0, 0, blocks, 0, s_now(self)};
     /* nobody waiting and room now: it runs from the next step, never queued */
     if (self->n_waiting == 0 && self->n_running < self->cfg.max_batch &&
         self->blocks_reserved + blocks <= self->cfg.kv_blocks) {
@@ -268,6 +287,7 @@ static bool s_preempt_for(sched_batch_t *self, const s_req_t *w) {
         r.max_tokens -= r.n_gen;
         r.n_gen = 0;
         r.n_past = 0;
+        r.blocks = s_blocks(self, &r); /* a capped request holds its longer prompt whole */
         s_requeue(self, &r);
         if (self->n_preempted < self->cfg.max_batch)
             self->preempted[self->n_preempted++] = r.rid;

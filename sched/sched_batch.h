@@ -81,6 +81,11 @@ int sched_batch_context(const sched_batch_t *self);
  * -E2BIG (it can never fit: more positions than max_ctx or more blocks than the
  * pool); -EAGAIN (the queue is full: answer "overloaded"). */
 int sched_batch_submit(sched_batch_t *self, uint64_t rid, int n_prompt, int max_tokens, void *user);
+/* sched_batch_submit for a request whose KV is compressed once its prompt has run
+ * (kvstore/kv_compress.h): it reserves the blocks of max(prompt, cap) positions (at most
+ * prompt + max_tokens) instead of prompt + max_tokens.  cap 0: sched_batch_submit. */
+int sched_batch_submit_capped(sched_batch_t *self, uint64_t rid, int n_prompt, int max_tokens,
+                              int cap, void *user);
 /* Set rid's priority (waiting or running; lower runs sooner, default 0).  0 or -ENOENT. */
 int sched_batch_set_priority(sched_batch_t *self, uint64_t rid, int priority);
 /* The rids preempted since the last call (at most cap into rids; the rest stay listed).

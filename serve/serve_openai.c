@@ -7,6 +7,7 @@
 #include "base_buf.h"
 
 #include "grammar.h"
+#include "kv_compress.h"
 #include "serve_choices.h"
 
 #include <errno.h>
@@ -91,6 +92,9 @@ static const serve_openai_field_t s_fields[] = {
      "logprobs true, top_logprobs = the value"},
     {"priority", BOTH, SERVE_OPENAI_INTEGER, -MSG_PRIORITY_MAX, MSG_PRIORITY_MAX, SERVE_OPENAI_MAP,
      NULL, "priority (an extension, as vLLM's: lower runs sooner, and may preempt)"},
+    {"kv_compress", BOTH, SERVE_OPENAI_STRING, 0, 0, SERVE_OPENAI_MAP, NULL,
+     "kv_compress (an extension): in-sequence KV compression, none | window:B | h2o:B | "
+     "snapkv:B, B rows or a percentage (docs/KV_COMPRESSION.md); default: the worker's"},
     /* harmless: they cannot change the answer */
     {"model", BOTH, SERVE_OPENAI_STRING, 0, 0, SERVE_OPENAI_ACCEPT, NULL,
      "one model is served; the answer names it"},
@@ -1099,6 +1103,16 @@ static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
      * completions API has logprobs (int 0..5: the alternatives) */
     if (s_number(root, "priority", &v))
         g->priority = (int)v;
+    if ((f = s_field(root, "kv_compress"))) { /* a string (the table's type check) */
+        kv_compress_t kc;
+        char why[160];
+        if (strlen(f->valuestring) > MSG_MAX_KV_COMPRESS_BYTES)
+            return serve_openai_bad(b, "kv_compress", "'kv_compress' is longer than %d bytes",
+                                    MSG_MAX_KV_COMPRESS_BYTES);
+        if (kv_compress_parse(f->valuestring, &kc, why, sizeof why))
+            return serve_openai_bad(b, "kv_compress", "'kv_compress': %s", why);
+        snprintf(g->kv_compress, sizeof g->kv_compress, "%s", f->valuestring);
+    }
     if (api == CHAT) {
         g->logprobs = (f = s_field(root, "logprobs")) && cJSON_IsTrue(f);
         if (s_number(root, "top_logprobs", &v) && v > 0 && !g->logprobs)

@@ -22,6 +22,7 @@ struct serve_step_t {
     double step_us;                 /* EMA of a forward step's wall time */
     sched_batch_item_t *items;      /* (max_batch) */
     int32_t *b_tok, *b_pos, *b_seq; /* (room) */
+    int32_t *b_slot;                /* (room) each token's KV row */
     bool *b_want;                   /* (room) */
     model_seq_view_t *b_seqs;       /* (max_batch) */
     float *logits;                  /* (rows, n_vocab) rows = max_batch * (1 + K with spec) */
@@ -72,6 +73,7 @@ void serve_step_destroy(serve_step_t **self_p) {
     free(st->b_tok);
     free(st->b_pos);
     free(st->b_seq);
+    free(st->b_slot);
     free(st->b_want);
     free(st->b_seqs);
     free(st->logits);
@@ -106,6 +108,7 @@ serve_step_t *serve_step_new(const serve_step_config_t *cfg, const serve_step_si
     st->b_tok = malloc((size_t)room * sizeof *st->b_tok);
     st->b_pos = malloc((size_t)room * sizeof *st->b_pos);
     st->b_seq = malloc((size_t)room * sizeof *st->b_seq);
+    st->b_slot = malloc((size_t)room * sizeof *st->b_slot);
     st->b_want = malloc((size_t)room * sizeof *st->b_want);
     st->b_seqs = malloc((size_t)st->max_batch * sizeof *st->b_seqs);
     st->logits = malloc((size_t)rows * st->n_vocab * sizeof *st->logits);
@@ -123,7 +126,8 @@ serve_step_t *serve_step_new(const serve_step_config_t *cfg, const serve_step_si
     st->p_pos = malloc((size_t)rows * sizeof *st->p_pos);
     if (!st->host_row || !st->dev_next || !st->p || !st->p_hist || !st->p_nhist || !st->p_pos ||
         !st->b_hid || !st->hidden || !st->vec || !st->mask || !st->items || !st->b_tok ||
-        !st->b_pos || !st->b_seq || !st->b_want || !st->b_seqs || !st->logits || !st->lp_rows)
+        !st->b_pos || !st->b_seq || !st->b_slot || !st->b_want || !st->b_seqs || !st->logits ||
+        !st->lp_rows)
         serve_step_destroy(&st);
     return st;
 }
@@ -132,10 +136,21 @@ double serve_step_us(const serve_step_t *self) {
     return self->step_us;
 }
 
+int serve_step_kv_cap(const serve_step_t *self, const serve_step_seq_t *s) {
+    if (s->kvc.policy.kind == KV_COMPRESS_NONE)
+        return 0;
+    /* after the prompt: the budget, a block of rows between compactions, a step's token
+     * and its drafts */
+    int b = kv_compress_budget(&s->kvc.policy, s->n_prompt + s->max_tokens - s->n_carried);
+    if (s->kvc.policy.kind == KV_COMPRESS_SNAPKV) /* the prompt's rows; generated ones kept */
+        b = kv_compress_budget(&s->kvc.policy, s->n_prompt) + s->max_tokens - s->n_carried;
+    return b + self->block_size + 1 + (self->cfg.spec ? MODEL_SPEC_MAX_K : 0);
+}
+
 int serve_step_admit(serve_step_t *self, serve_step_seq_t *s, const char **why) {
     s->fresh = true;
-    int rc =
-        sched_batch_submit(self->cfg.sched, s->rid, s->n_prompt, s->max_tokens - s->n_carried, s);
+    int rc = sched_batch_submit_capped(self->cfg.sched, s->rid, s->n_prompt,
+                                       s->max_tokens - s->n_carried, serve_step_kv_cap(self, s), s);
     if (rc == 0 && s->priority)
         sched_batch_set_priority(self->cfg.sched, s->rid, s->priority);
     if (why)
@@ -326,7 +341,7 @@ static void s_verify(serve_step_t *st, serve_step_seq_t *s, const sched_batch_it
     s_count(st, "spec.steps", 1);
     /* positions it->pos0 .. it->pos0 + acc hold valid KV; the rest is rolled back */
     s->n_computed = it->pos0 + 1 + acc;
-    kv_cache_truncate(st->cfg.kv, &s->kv, s->n_computed);
+    kv_cache_truncate(st->cfg.kv, &s->kv, s->n_computed - s->kv_dropped);
     int n_emit = 0;
     for (int i = 0; i < e; i++) {
         const float *lsm = s->logprobs ? st->lp_rows + (size_t)i * nv : NULL;
@@ -346,6 +361,55 @@ static void s_verify(serve_step_t *st, serve_step_seq_t *s, const sched_batch_it
         st->sink.decoded(st->sink.arg, s);
 }
 
+/* Compress s's KV if its policy says so now (before its next tokens reserve rows): the
+ * rows it drops are counted in kv_dropped.  A failure (no block for a copy-on-write)
+ * leaves it uncompressed until the next step. */
+static void s_compress(serve_step_t *st, serve_step_seq_t *s) {
+    const int rows = s->n_computed - s->kv_dropped;
+    if (rows <= 0)
+        return;
+    int r = kv_compress_run(&s->kvc, st->cfg.kv, &s->kv, rows, s->n_computed, s->n_prompt,
+                            s->n_computed >= s->n_prompt);
+    if (r < 0) {
+        s_count(st, "kv_compress.failed", 1);
+        return;
+    }
+    if (r == rows)
+        return;
+    s->kv_dropped += rows - r;
+    s_count(st, "kv_compress.compactions", 1);
+    s_count(st, "kv_compress.rows_dropped", rows - r);
+    if (s->trace) {
+        char spec[KV_COMPRESS_SPEC_MAX];
+        kv_compress_format(&s->kvc.policy, spec, sizeof spec);
+        const kern_kv_pool_t *pool = kv_cache_pool(st->cfg.kv);
+        double row_bytes = (double)pool->block_bytes / pool->block_size;
+        s_note(st, s, "kv_compress",
+               "%s: %d of %d positions' KV rows kept in every layer and KV head (%d dropped "
+               "here, %d in all); %.1f KiB of KV held instead of %.1f KiB",
+               spec, r, s->n_computed, rows - r, s->kv_dropped, r * row_bytes / 1024,
+               s->n_computed * row_bytes / 1024);
+    }
+}
+
+/* How many of nd drafts a compressed sequence verifies this step so that every token
+ * is computed over the very rows a run of one token per step would hold (so speculation
+ * leaves its output unchanged): window, as long as no compaction would fall between them
+ * (its rows stay within the budget); h2o, none (a rejected draft's attention would count
+ * in the weights); snapkv, all (it compresses once, after the prompt). */
+static int s_kv_drafts(const serve_step_seq_t *s, int nd) {
+    const kv_compress_t *p = &s->kvc.policy;
+    if (p->kind == KV_COMPRESS_NONE || p->kind == KV_COMPRESS_SNAPKV)
+        return nd;
+    if (p->kind == KV_COMPRESS_H2O)
+        return 0;
+    const int rows = s->n_computed - s->kv_dropped, pos = s->n_computed;
+    int j = 0; /* draft j + 1 sits at row rows + j + 1, position pos + j + 1 */
+    while (j < nd && rows + j + 1 <= kv_compress_budget(p, pos + j + 1))
+        j++;
+    return j;
+}
+
 /* A request runs for the first time: attach its cached prefix and start its
  * first prefill chunk after it (the positions skipped are reported to the
  * scheduler with the chunk, in s->skip). */
@@ -354,7 +418,11 @@ static void s_attach(serve_step_t *st, serve_step_seq_t *s, sched_batch_item_t *
     s->skip = 0;
     if (!it->prefill || it->pos0 != 0 || s->embed_sum) /* an embedding pools every position */
         return;
-    int c = kv_cache_attach_prefix(st->cfg.kv, &s->kv, s->hist, s->n_prompt);
+    /* a policy ranking rows by attention needs the queries of what it ranks to run */
+    int lim = kv_compress_cached_max(&s->kvc.policy, s->n_prompt);
+    int c = lim > 0 ? kv_cache_attach_prefix(st->cfg.kv, &s->kv, s->hist,
+                                             lim < s->n_prompt ? lim + 1 : s->n_prompt)
+                    : 0;
     s_note(st, s, "admit",
            "a batch slot and KV room (its reservation: prompt + max_tokens); %d of %d positions "
            "attached from the prefix cache",
@@ -381,7 +449,10 @@ static int s_assemble(serve_step_t *st, int n_items, bool *any_hidden) {
         serve_step_seq_t *s = it->user;
         if (s->fresh)
             s_attach(st, s, it);
-        if (kv_cache_reserve(st->cfg.kv, &s->kv, it->pos0, it->pos0 + it->n)) {
+        if (s->kvc.policy.kind != KV_COMPRESS_NONE && !s->embed_sum)
+            s_compress(st, s);
+        const int d = s->kv_dropped; /* position p is row p - d */
+        if (kv_cache_reserve(st->cfg.kv, &s->kv, it->pos0 - d, it->pos0 + it->n - d)) {
             /* cannot happen while the scheduler's accounting holds: every
              * block in use belongs to a running request's reservation */
             s_count(st, "kv.reserve_failed", 1);
@@ -397,14 +468,21 @@ static int s_assemble(serve_step_t *st, int n_items, bool *any_hidden) {
             nd = s->grammar ? s_grammar_drafts(s, s->n_draft) : s->n_draft;
             if (s->grammar && nd < s->n_draft)
                 s_count(st, "grammar.drafts_cut", s->n_draft - nd);
-            if (nd && kv_cache_reserve(st->cfg.kv, &s->kv, it->pos0, it->pos0 + 1 + nd))
+            int kd = s_kv_drafts(s, nd);
+            if (kd < nd)
+                s_count(st, "kv_compress.drafts_cut", nd - kd);
+            nd = kd;
+            if (nd && kv_cache_reserve(st->cfg.kv, &s->kv, it->pos0 - d, it->pos0 + 1 + nd - d))
                 nd = 0; /* no room: plain decode this step */
         }
         s->n_draft = nd; /* what this step verifies */
-        st->b_seqs[k] = (model_seq_view_t){s->kv.blocks, s->kv.n, NULL, 0, 0};
+        int from;
+        float *w = kv_compress_seq_weights(&s->kvc, s->n_prompt, &from);
+        st->b_seqs[k] = (model_seq_view_t){s->kv.blocks, s->kv.n, w, s->kvc.w_stride, from};
         for (int j = 0; j < it->n; j++, nt++) {
             st->b_tok[nt] = s->hist[it->pos0 + j];
             st->b_pos[nt] = it->pos0 + j;
+            st->b_slot[nt] = it->pos0 + j - d;
             st->b_seq[nt] = k;
             st->b_want[nt] = it->sample && j == it->n - 1 && !s->embed_sum;
             st->b_hid[nt] = s->embed_sum != NULL;
@@ -413,6 +491,7 @@ static int s_assemble(serve_step_t *st, int n_items, bool *any_hidden) {
         for (int j = 0; j < nd; j++, nt++) {
             st->b_tok[nt] = s->draft[j];
             st->b_pos[nt] = it->pos0 + 1 + j;
+            st->b_slot[nt] = it->pos0 + 1 + j - d;
             st->b_seq[nt] = k;
             st->b_want[nt] = true;
             st->b_hid[nt] = false;
@@ -532,6 +611,8 @@ static void s_preempt(serve_step_t *st, serve_step_seq_t *s) {
     s->n_computed = s->n_cached = s->skip = 0;
     s->n_draft = 0;
     s->fresh = true;
+    s->kv_dropped = 0; /* it runs again from its first position: compressed again */
+    kv_compress_seq_reset(&s->kvc);
     s->preemptions++;
     if (s->embed_sum) /* an embedding pools again from its first position */
         memset(s->embed_sum, 0, (size_t)st->d_model * sizeof *s->embed_sum);
@@ -558,7 +639,8 @@ int serve_step_run(serve_step_t *self) {
     int nt = s_assemble(st, n_items, &any_hidden);
     if (nt < 0)
         return nt;
-    model_batch_t b = {nt, st->b_tok, st->b_pos, st->b_seq, st->b_want, n_items, st->b_seqs, NULL};
+    model_batch_t b = {nt,         st->b_tok, st->b_pos,  st->b_seq,
+                       st->b_want, n_items,   st->b_seqs, st->b_slot};
     uint64_t t_fwd = base_now_us();
     const kern_kv_pool_t *pool = kv_cache_pool(st->cfg.kv);
     bool *hid = any_hidden ? st->b_hid : NULL;

@@ -13,6 +13,7 @@
 
 #include "grammar_mask.h"
 #include "kv_cache.h"
+#include "kv_compress.h"
 #include "model.h"
 #include "model_device.h"
 #include "model_sampler.h"
@@ -56,7 +57,14 @@ typedef struct {
      * request no drafts. */
     grammar_state_t *grammar;
     const grammar_index_t *gindex;
-    kv_seq_t kv;    /* its blocks */
+    kv_seq_t kv; /* its blocks: KV rows, which are its positions until kvc drops some */
+    /* in-sequence KV compression (kvstore/kv_compress.h): the policy and its attention
+     * weights (policy.kind KV_COMPRESS_NONE: off), owned by the caller (init it before
+     * admission, kv_compress_seq_free after); kv_dropped: the positions whose rows it has
+     * dropped, so position p >= n_computed lands in row p - kv_dropped.  Not for a
+     * backend's pool (a GPU worker). */
+    kv_compress_seq_t kvc;
+    int kv_dropped;
     int n_cached;   /* prompt positions attached from the prefix cache */
     int n_computed; /* positions whose KV is computed (cached ones included) */
     bool fresh;     /* not run yet: its cached prefix is attached when it first runs */
@@ -152,6 +160,10 @@ int serve_step_max_tokens(const sched_batch_config_t *sc, bool spec);
  * -EAGAIN (queue full: overloaded), -E2BIG (never fits), -EEXIST, -EINVAL; *why says
  * which in words. */
 int serve_step_admit(serve_step_t *self, serve_step_seq_t *s, const char **why);
+/* The KV positions s holds at most once its prompt has run (its compression policy's
+ * budget and the rows between compactions), or 0 without a policy: what the scheduler
+ * reserves for it beyond its prompt (sched_batch_submit_capped). */
+int serve_step_kv_cap(const serve_step_t *self, const serve_step_seq_t *s);
 /* Drafts for s continuing its first base tokens: kept for its next decode when base is
  * still its history length.  0; -ESTALE (the history moved on); -EINVAL (more than
  * MODEL_SPEC_MAX_K, or a token out of the vocabulary). */

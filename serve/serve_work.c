@@ -136,6 +136,47 @@ static int s_check(serve_work_t *w, const msg_work_request_t *q, const serve_wor
     return 0;
 }
 
+int serve_work_kv_compress(serve_work_config_t *cfg, const char *spec, const model_config_t *mc,
+                           bool on_device, char *err, size_t errlen) {
+    char why[160];
+    if (kv_compress_parse(spec ? spec : "none", &cfg->kv_compress, why, sizeof why)) {
+        snprintf(err, errlen, "kv_compress=%s: %s", spec, why);
+        return -1;
+    }
+    cfg->kv_groups = mc->n_layer * mc->n_head_kv;
+    cfg->kv_compress_off = mc->swa_window > 0
+                               ? "this model has sliding-window layers (their window counts "
+                                 "positions; compressed rows are not positions): full-attention "
+                                 "models only"
+                           : on_device ? "this worker keeps its KV on a device: the CPU worker only"
+                                       : NULL;
+    if (cfg->kv_compress.kind != KV_COMPRESS_NONE && cfg->kv_compress_off) {
+        snprintf(err, errlen, "kv_compress=%s: %s", spec, cfg->kv_compress_off);
+        return -1;
+    }
+    return 0;
+}
+
+/* q's KV compression (its own spec, else the worker's default) into w.  0 or -EINVAL
+ * (refused: no says why) or -ENOMEM. */
+static int s_kv_compress(serve_work_t *w, const msg_work_request_t *q,
+                         const serve_work_config_t *cfg, int max_tokens, serve_work_refusal_t *no) {
+    kv_compress_t kc = cfg->kv_compress;
+    char why[160];
+    if (q->kv_compress[0] && kv_compress_parse(q->kv_compress, &kc, why, sizeof why))
+        return s_refuse(w, no, -EINVAL, MSG_CODE_BAD_REQUEST, "kv_compress: %s", why);
+    if (kc.kind == KV_COMPRESS_NONE)
+        return 0;
+    if (cfg->kv_compress_off)
+        return s_refuse(w, no, -EINVAL, MSG_CODE_BAD_REQUEST, "kv_compress: %s",
+                        cfg->kv_compress_off);
+    /* rows never outnumber positions: the prompt, the completion and a step's drafts */
+    int rows = q->n_tokens + max_tokens + MODEL_SPEC_MAX_K + 1;
+    if (kv_compress_seq_init(&w->seq.kvc, &kc, cfg->kv_groups, rows))
+        return s_refuse(w, no, -ENOMEM, MSG_CODE_INTERNAL, "out of memory");
+    return 0;
+}
+
 int serve_work_init(serve_work_t *w, const msg_work_request_t *q, const serve_work_config_t *cfg,
                     serve_work_refusal_t *no) {
     memset(no, 0, sizeof *no);
@@ -173,6 +214,9 @@ int serve_work_init(serve_work_t *w, const msg_work_request_t *q, const serve_wo
     w->top_logprobs = q->top_logprobs;
     s_chain(w, q);
     model_spec_adapt_init(&w->seq.adapt, cfg->spec_k, cfg->spec_k_max);
+    int krc = s_kv_compress(w, q, cfg, max_tokens, no);
+    if (krc)
+        return krc;
     if (q->grammar)
         return s_grammar(w, q->grammar, cfg->grammars, no);
     return 0;
@@ -206,6 +250,7 @@ void serve_work_clear(serve_work_t *w) {
     free(w->steps);
     free(w->seq.hist);
     free(w->seq.embed_sum);
+    kv_compress_seq_free(&w->seq.kvc);
     memset(w, 0, sizeof *w);
 }
 

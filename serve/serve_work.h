@@ -50,6 +50,10 @@ typedef struct {
     int spec_k;                   /* fixed draft depth, or 0: adaptive */
     int spec_k_max;               /* adaptive: the largest depth */
     serve_grammars_t *grammars;   /* compiled grammars (NULL: a grammar is refused) */
+    /* in-sequence KV compression (serve_work_kv_compress sets these) */
+    kv_compress_t kv_compress;   /* of the requests that name none (kind none: off) */
+    int kv_groups;               /* the model's (layer, KV head) groups */
+    const char *kv_compress_off; /* why no request may compress here, or NULL */
 } serve_work_config_t;
 
 /* Why a request was refused: the work_error to send. */
@@ -58,6 +62,14 @@ typedef struct {
     bool grammar;  /* the grammar was refused (the worker counts it apart) */
     char why[320]; /* in words, for the client */
 } serve_work_refusal_t;
+
+/* The worker's KV compression: its default policy (the kv_compress option's spec) and
+ * whether requests may compress at all: not on a model with sliding-window layers (their
+ * window counts positions, which compaction no longer maps to rows) nor with the KV on a
+ * device (on_device: the GPU worker's pool).  0, or -1 with the reason in err when the
+ * spec is bad or names a policy that cannot run here. */
+int serve_work_kv_compress(serve_work_config_t *cfg, const char *spec, const model_config_t *mc,
+                           bool on_device, char *err, size_t errlen);
 
 /* Take in q as w (zeroed by the caller; q is not kept: w copies what it needs), its
  * grammar attached and replayed over the carried completion tokens.  0, or -EINVAL

@@ -5,8 +5,8 @@ it keeps to the front of the sequence's blocks, writes later tokens after them, 
 keys and queries at their true positions and attends the rows it holds.  The reference
 (ref_model.py) keeps every position and instead hides, from each query, the positions
 strata would have dropped by then: the same schedule (the prompt in --ubatch chunks, then
---step tokens at a time; after each forward pass, when the rows pass the budget B, keep
-the sinks and the last B - (block - 1) - sinks rows), simulated here from the policy's
+--step tokens at a time; after each forward pass from the end of the prompt on, when the
+rows pass the budget B, keep the sinks and the last B - (block - 1) - sinks rows), simulated here from the policy's
 definition in kvstore/kv_compress.h, not from strata's output.
 
 Checks, on the default model with F32 KV:
@@ -57,7 +57,7 @@ def window_schedule():
         held = held + b
         n = b[-1] + 1
         budget = min(BUDGET, n)
-        if len(held) > budget:
+        if len(held) > budget and n >= P:  # nothing is dropped before the prompt has run
             keep = max(budget - (BLOCK - 1), SINK + 1)
             held = held[:SINK] + held[len(held) - (keep - SINK):]
     return out

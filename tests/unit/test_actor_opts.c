@@ -132,7 +132,11 @@ START_TEST(registry) {
             ck_assert_msg(o->field > 0 && o->field - 1 < a->cfg_size, "%s.%s: no field", a->name,
                           o->key);
             ck_assert(o->type != ACTOR_OPT_INT || (o->min >= INT_MIN && o->max <= INT_MAX));
-            ck_assert(o->type == ACTOR_OPT_ENUM || !o->parse);
+            /* a parser names an enum's values, or checks a string's own syntax */
+            ck_assert(o->type == ACTOR_OPT_ENUM || o->type == ACTOR_OPT_STRING || !o->parse);
+            if (o->type == ACTOR_OPT_STRING && o->parse) /* and its syntax is described */
+                ck_assert(o->values && actor_opt_check(o, "?bad", why, sizeof why) == -EINVAL &&
+                          strstr(why, o->values));
         }
         for (int j = 0; j < n; j++) /* one start order: no two actors share a rank */
             ck_assert_int_ne(actor_info_at(j)->rank, a->rank);

@@ -74,7 +74,8 @@ START_TEST(test_target) {
     ck_assert_int_eq(kv_compress_parse("window:64", &c, NULL, 0), 0);
     ck_assert_int_eq(kv_compress_target(&c, 64, 64, 10, true, 16), 64); /* within budget */
     ck_assert_int_eq(kv_compress_target(&c, 65, 65, 10, true, 16), 49); /* 64 - 15 */
-    ck_assert_int_eq(kv_compress_target(&c, 1000, 1000, 1000, false, 1), 64);
+    ck_assert_int_eq(kv_compress_target(&c, 1000, 1000, 1000, true, 1), 64);
+    ck_assert_int_eq(kv_compress_target(&c, 1000, 1000, 1200, false, 1), 1000); /* prompt */
     ck_assert_int_eq(kv_compress_parse("h2o:50%", &c, NULL, 0), 0);
     ck_assert_int_eq(kv_compress_target(&c, 100, 200, 10, true, 16), 100);
     ck_assert_int_eq(kv_compress_target(&c, 101, 200, 10, true, 16), 85);

@@ -163,6 +163,31 @@ START_TEST(kv_cap_and_batch_cap_gate_admission) {
 }
 END_TEST
 
+/* A request under KV compression reserves max(prompt, cap) positions, never more than
+ * prompt + max_tokens: four such fit where two uncapped ones did. */
+START_TEST(capped_footprint) {
+    sched_batch_config_t c = s_cfg();
+    c.max_queue = 8;
+    sched_batch_t *s = sched_batch_new(&c);
+    sched_batch_item_t it[8];
+    /* (100 + 28) positions uncapped: 8 blocks; capped at 48: the prompt, 7 blocks; capped
+     * at 60 with a 40-token prompt: 4 blocks */
+    ck_assert_int_eq(sched_batch_submit_capped(s, 1, 100, 28, 48, NULL), 0);
+    ck_assert_int_eq(sched_batch_submit_capped(s, 2, 40, 400, 60, NULL), 0);
+    ck_assert_int_eq(sched_batch_submit_capped(s, 3, 40, 400, 60, NULL), 0);
+    ck_assert_int_eq(sched_batch_load(s).kv_free_blocks, 16 - 7 - 4 - 4);
+    ck_assert_int_eq(sched_batch_submit_capped(s, 4, 10, 6, 60, NULL), 0); /* 16 < cap: 1 */
+    sched_batch_plan(s, it, 8);
+    sched_batch_load_t l = sched_batch_load(s);
+    ck_assert_int_eq(l.n_running, 4);
+    ck_assert_int_eq(l.kv_free_blocks, 0);
+    ck_assert_int_eq(sched_batch_submit_capped(s, 5, 10, 6, -1, NULL), -EINVAL);
+    /* the context limit still counts every position */
+    ck_assert_int_eq(sched_batch_submit_capped(s, 6, 400, 200, 60, NULL), -E2BIG);
+    sched_batch_destroy(&s);
+}
+END_TEST
+
 START_TEST(run_to_completion_random) {
     /* Many requests of random sizes: every one finishes with exactly its prompt
      * computed once and max_tokens generated, positions strictly in order. */
@@ -328,6 +353,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, chunked_prefill_then_decode);
     tcase_add_test(tc, new_requests_join_running_batch);
     tcase_add_test(tc, kv_cap_and_batch_cap_gate_admission);
+    tcase_add_test(tc, capped_footprint);
     tcase_add_test(tc, run_to_completion_random);
     tcase_add_test(tc, priority_orders_admission);
     tcase_add_test(tc, preemption_makes_room);
