@@ -26,9 +26,12 @@ typedef struct {
     int ctx;              /* --ctx: tokens per chunk */
     int score;            /* --score: scored tokens at the end of each chunk */
     int chunks;           /* --chunks */
+    int skip;             /* --skip-chunks */
     int ubatch;           /* --ubatch: prompt tokens per forward pass */
     int step;             /* --step: tokens per forward pass after the prompt */
     int generate;         /* --generate N: continue -f's text greedily instead */
+    int speed;            /* --speed N: time N decoded tokens after --ctx tokens instead */
+    int reps;             /* -r: --speed's runs */
     bool json;            /* --json */
 } s_kvq_opts_t;
 
@@ -87,6 +90,14 @@ static const cli_flag_t s_kvq_flags[] = {
              .max = 1 << 20,
              .help = "chunks scored (consecutive slices of the text)",
              .field = S_Q(chunks)}},
+    {.name = "skip-chunks",
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 0,
+             .max = 1 << 20,
+             .help = "start at the text's chunk N (0-based), so that a long measurement can "
+                     "run one chunk per command",
+             .field = S_Q(skip)}},
     {.name = "ubatch",
      .arg = "N",
      .opt = {.type = ACTOR_OPT_INT,
@@ -110,6 +121,24 @@ static const cli_flag_t s_kvq_flags[] = {
                      "each policy, one JSON line each ({\"policy\", \"text\", \"tokens\", "
                      "\"rows\"})",
              .field = S_Q(generate)}},
+    {.name = "speed",
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 0,
+             .max = 1 << 16,
+             .help = "time decoding instead: after the first --ctx tokens of the text (not "
+                     "timed, compressed as the policy says), N greedy tokens one per forward "
+                     "pass, under the full cache and each policy; prints tokens/s (median, "
+                     "min, max of -r runs) and the rows held at the end",
+             .field = S_Q(speed)}},
+    {.name = "reps",
+     .short_name = 'r',
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 1,
+             .max = 1000,
+             .help = "with --speed: runs per policy",
+             .field = S_Q(reps)}},
     {.name = "json",
      .arg = NULL,
      .value = "1",
@@ -276,10 +305,12 @@ static int s_compare(s_kvq_cfg_t *c, cli_runner_t *r, kv_cache_t *kv, s_pol_t *p
                      const int32_t *ids, int n_ids) {
     const s_kvq_opts_t *o = &c->q;
     const int nv = model_config(r->model)->n_vocab, ns = o->score - 1;
-    int chunks = n_ids / o->ctx < o->chunks ? n_ids / o->ctx : o->chunks;
+    int avail = n_ids / o->ctx - o->skip;
+    int chunks = avail < o->chunks ? avail : o->chunks;
     if (chunks < 1) {
-        fprintf(stderr, "strata kv-quality: the text has %d tokens, fewer than one chunk of %d\n",
-                n_ids, o->ctx);
+        fprintf(stderr,
+                "strata kv-quality: the text has %d tokens: no chunk of %d after skipping %d\n",
+                n_ids, o->ctx, o->skip);
         return 1;
     }
     float *full = malloc((size_t)ns * nv * sizeof *full), *mine = malloc((size_t)ns * nv * 4);
@@ -294,7 +325,7 @@ static int s_compare(s_kvq_cfg_t *c, cli_runner_t *r, kv_cache_t *kv, s_pol_t *p
     const bool bos = !o->ids && model_tokenizer_bos(r->tok) >= 0 && model_tokenizer_add_bos(r->tok);
     int rc = ok ? 0 : -ENOMEM;
     for (int ch = 0; !rc && ch < chunks; ch++) {
-        memcpy(chunk, ids + (size_t)ch * o->ctx, (size_t)o->ctx * sizeof *chunk);
+        memcpy(chunk, ids + (size_t)(o->skip + ch) * o->ctx, (size_t)o->ctx * sizeof *chunk);
         if (bos)
             chunk[0] = model_tokenizer_bos(r->tok);
         kv_compress_t none = {0};
@@ -412,6 +443,59 @@ static int s_generate(s_kvq_cfg_t *c, cli_runner_t *r, kv_cache_t *kv, s_pol_t *
     return rc ? 1 : 0;
 }
 
+/* --speed: decode tokens/s after --ctx tokens, under the full cache and each policy. */
+static int s_speed(s_kvq_cfg_t *c, cli_runner_t *r, kv_cache_t *kv, s_pol_t *pols, int np,
+                   const int32_t *ids, int n_ids) {
+    const s_kvq_opts_t *o = &c->q;
+    const int nv = model_config(r->model)->n_vocab, N = o->speed;
+    if (n_ids < o->ctx) {
+        fprintf(stderr, "strata kv-quality: the text has %d tokens, fewer than --ctx %d\n", n_ids,
+                o->ctx);
+        return 1;
+    }
+    float *lg = malloc((size_t)nv * sizeof *lg);
+    double *tg = malloc((size_t)o->reps * sizeof *tg);
+    int rc = lg && tg ? 0 : -ENOMEM;
+    if (!o->json && !rc)
+        printf("%-28s %8s %10s %10s %10s %12s\n", "policy", "depth", "tok/s", "min", "max",
+               "rows held");
+    for (int k = -1; !rc && k < np; k++) {
+        kv_compress_t none = {0};
+        int rows = 0;
+        for (int rep = 0; !rc && rep < o->reps; rep++) {
+            s_run_t u;
+            rc = s_run_start(&u, r, kv, k < 0 ? &none : &pols[k].p, o->ctx);
+            if (!rc)
+                rc = s_run_prompt(&u, ids, lg);
+            double t0 = cli_now();
+            for (int i = 0; !rc && i < N; i++) {
+                int32_t t = s_argmax(lg, nv);
+                rc = s_run_step(&u, &t, 1, lg);
+            }
+            tg[rep] = N / (cli_now() - t0);
+            rows = u.rows;
+            s_run_end(&u);
+        }
+        if (rc)
+            break;
+        qsort(tg, (size_t)o->reps, sizeof *tg, s_dcmp);
+        const char *name = k < 0 ? "none" : pols[k].name;
+        double med = o->reps % 2 ? tg[o->reps / 2] : (tg[o->reps / 2 - 1] + tg[o->reps / 2]) / 2;
+        if (o->json)
+            printf("{\"policy\":\"%s\",\"depth\":%d,\"tokens\":%d,\"runs\":%d,"
+                   "\"tg_median\":%.4g,\"tg_min\":%.4g,\"tg_max\":%.4g,\"rows\":%d}\n",
+                   name, o->ctx, N, o->reps, med, tg[0], tg[o->reps - 1], rows);
+        else
+            printf("%-28s %8d %10.2f %10.2f %10.2f %12d\n", name, o->ctx, med, tg[0],
+                   tg[o->reps - 1], rows);
+        fflush(stdout);
+    }
+    if (rc)
+        fprintf(stderr, "strata kv-quality: %s\n", strerror(-rc));
+    free(lg), free(tg);
+    return rc ? 1 : 0;
+}
+
 /* Parse the ';'-separated list into pols.  The count, or -1 after a message. */
 static int s_policies(const char *list, s_pol_t *pols) {
     int np = 0;
@@ -442,12 +526,48 @@ static int s_policies(const char *list, s_pol_t *pols) {
     return np;
 }
 
+/* The token ids to run: --ids as given, or -f's text tokenized (with --generate, with the
+ * BOS the model asks for).  NULL after a message. */
+static int32_t *s_load_ids(const s_kvq_opts_t *o, cli_runner_t *r, const char *text, size_t len,
+                           int *n_out) {
+    const int n_vocab = model_config(r->model)->n_vocab;
+    int n = 0;
+    int32_t *ids = NULL;
+    if (o->ids) {
+        ids = cli_parse_ids(o->ids, &n);
+        for (int i = 0; ids && i < n; i++)
+            if (ids[i] < 0 || ids[i] >= n_vocab) {
+                free(ids);
+                ids = NULL;
+            }
+        if (!ids || n < 1) {
+            free(ids);
+            fprintf(stderr, "strata kv-quality: bad value for --ids: token ids below %d\n",
+                    n_vocab);
+            return NULL;
+        }
+    } else {
+        bool bos =
+            o->generate && model_tokenizer_bos(r->tok) >= 0 && model_tokenizer_add_bos(r->tok);
+        n = model_tokenizer_encode(r->tok, text, len, bos, false, NULL, 0);
+        ids = n > 0 ? malloc((size_t)n * sizeof *ids) : NULL;
+        if (!ids || model_tokenizer_encode(r->tok, text, len, bos, false, ids, n) != n) {
+            free(ids);
+            fprintf(stderr, "strata kv-quality: cannot tokenize '%s'\n", o->file);
+            return NULL;
+        }
+    }
+    *n_out = n;
+    return ids;
+}
+
 int cmd_kv_quality(int argc, char **argv) {
     s_kvq_cfg_t c;
     memset(&c, 0, sizeof c);
     cli_model_opts_default(&c.m);
     cli_kv_opts_default(&c.kv);
     c.q.ctx = 2048, c.q.score = 256, c.q.chunks = 1, c.q.ubatch = 512, c.q.step = 16;
+    c.q.reps = 5;
     int next, rc = cli_flags_parse(&s_kvq_cmd, argc, argv, &c, &next);
     if (rc != CLI_PARSED)
         return rc;
@@ -463,7 +583,7 @@ int cmd_kv_quality(int argc, char **argv) {
     int np = s_policies(c.q.policies, pols);
     if (np < 0)
         return 2;
-    if (np == 0 && !c.q.generate) {
+    if (np == 0 && !c.q.generate && !c.q.speed) {
         fprintf(stderr, "strata kv-quality: --kv-compress names no policy to compare\n");
         return 2;
     }
@@ -486,35 +606,15 @@ int cmd_kv_quality(int argc, char **argv) {
     const model_config_t *cfg = model_config(r.model);
     rc = 1;
     int n_ids = 0;
-    int32_t *ids = NULL;
-    if (c.q.ids) {
-        ids = cli_parse_ids(c.q.ids, &n_ids);
-        for (int i = 0; ids && i < n_ids; i++)
-            if (ids[i] < 0 || ids[i] >= cfg->n_vocab) {
-                free(ids);
-                ids = NULL;
-            }
-        if (!ids || n_ids < 1) {
-            fprintf(stderr, "strata kv-quality: bad value for --ids: token ids below %d\n",
-                    cfg->n_vocab);
-            goto out;
-        }
-    } else {
-        bool bos =
-            c.q.generate && model_tokenizer_bos(r.tok) >= 0 && model_tokenizer_add_bos(r.tok);
-        n_ids = model_tokenizer_encode(r.tok, text, len, bos, false, NULL, 0);
-        ids = n_ids > 0 ? malloc((size_t)n_ids * sizeof *ids) : NULL;
-        if (!ids || model_tokenizer_encode(r.tok, text, len, bos, false, ids, n_ids) != n_ids) {
-            fprintf(stderr, "strata kv-quality: cannot tokenize '%s'\n", c.q.file);
-            goto out;
-        }
-    }
+    int32_t *ids = s_load_ids(&c.q, &r, text, len, &n_ids);
+    if (!ids)
+        goto out;
     if (cfg->swa_window > 0 && np > 0) {
         fprintf(stderr, "strata kv-quality: this model has sliding-window layers; KV "
                         "compression runs on full-attention models only\n");
         goto out;
     }
-    int max_ctx = c.q.generate ? n_ids + c.q.generate : c.q.ctx;
+    int max_ctx = c.q.generate ? n_ids + c.q.generate : c.q.ctx + c.q.speed;
     kern_type_t kv_type = (kern_type_t)kv_fmt_pool_type(c.kv.kv_fmt);
     int ub = c.q.ubatch > c.q.step ? c.q.ubatch : c.q.step;
     if (!cli_runner_reserve(&r, "kv-quality", max_ctx, ub, c.m.threads, kv_type))
@@ -532,6 +632,7 @@ int cmd_kv_quality(int argc, char **argv) {
     kern_kv_pool_free(&r.kv);
     r.kv = *kv_cache_pool(kv);
     rc = c.q.generate ? s_generate(&c, &r, kv, pols, np, ids, n_ids)
+         : c.q.speed  ? s_speed(&c, &r, kv, pols, np, ids, n_ids)
                       : s_compare(&c, &r, kv, pols, np, ids, n_ids);
     memset(&r.kv, 0, sizeof r.kv);
     kv_cache_destroy(&kv);

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""bench_kv_compress.py - what in-sequence KV compression (issue 26, docs/KV_COMPRESSION.md)
+costs in quality and buys in speed and memory, for BENCHMARKS.md.
+
+Parts (--part, default all; each writes its rows when it ends and is skipped on a rerun
+with the same options, so a stopped run resumes from the last finished chunk):
+
+  quality  `strata kv-quality` over tests/data/alice29_ch1-6.txt (public domain) at each
+           --ctx (2048, 4096, 8192 by default; --chunks-per-ctx slices of each, the last
+           256 tokens of a slice scored): for window, h2o and snapkv at 50 %, 25 % and
+           12.5 % budgets, KL(full || policy) (mean, p99, max), perplexity with and
+           without, top-token agreement, rows held.  One chunk = one (ctx, slice): a
+           JSON line per policy in quality-ctxC-sI.jsonl.
+  needle   passkey retrieval: a five-digit number hidden at depths 10..90 % of a --needle-ctx
+           token filler (the passkey test's "The grass is green..." lines), then "What is
+           the pass key? The pass key is", 8 greedy tokens under the full cache and each
+           policy (`kv-quality --generate`); a trial passes when the digits come out first.
+           --trials per depth; one JSON line per (trial, policy) in needle-dD.jsonl.
+  speed    decode tokens/s at --speed-ctx depths (64 tokens one per forward pass after the
+           depth's prompt, `strata kv-quality --speed`, median of 5 runs) for the full cache
+           and each policy at 25 %, and the cost of collecting attention weights alone (h2o
+           at a budget above the depth, which drops nothing).
+
+No timing runs beside another benchmark: the quality and needle parts measure no time;
+the speed part takes /tmp/strata-bench.lock.  Output: bench/results/DATE-kv-compress/
+(--out) with summary.md (the tables), the raw rows and the provenance (commit, CPU).
+"""
+import argparse
+import datetime
+import fcntl
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import bench_kv_common as C  # noqa: E402
+
+TEXT = os.path.join(ROOT, "tests", "data", "alice29_ch1-6.txt")
+KINDS = ["window", "h2o", "snapkv"]
+BUDGETS = ["50%", "25%", "12.5%"]
+
+
+def policies(budgets=BUDGETS):
+    return [k + ":" + b for b in budgets for k in KINDS]
+
+
+def run_json(cmd, timeout):
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError("%s failed (%d): %s" % (" ".join(cmd[:3]), out.returncode,
+                                                   out.stderr[-800:]))
+    return [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
+
+
+def part_quality(a, out):
+    rows = []
+    for ctx in a.ctx:
+        for i in range(a.chunks_per_ctx.get(ctx, 1)):
+            path = os.path.join(out, "quality-ctx%d-s%d.jsonl" % (ctx, i))
+            if not os.path.exists(path):
+                print("quality: ctx %d slice %d ..." % (ctx, i), flush=True)
+                got = run_json([a.bin, "kv-quality", "-f", TEXT, "--ctx", str(ctx), "--score",
+                                "256", "--skip-chunks", str(i), "--chunks", "1", "-t",
+                                str(a.threads), "--kv-compress", ";".join(policies()),
+                                "--json"], 900)
+                C.write_atomic(path, "".join(json.dumps(r) + "\n" for r in got))
+            rows += [dict(r, slice=i) for r in C.read_jsonl(path)]
+    return rows
+
+
+FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. "
+          "There and back again. ")
+
+
+def needle_prompt(bin_path, n_tokens, depth, key):
+    """A prompt of about n_tokens tokens with the pass key at depth (0..1) of it."""
+    per = len(C.tokenize(bin_path, FILLER, False))
+    n_fill = max(1, (n_tokens - 60) // per)
+    at = int(round(depth * n_fill))
+    needle = "The pass key is %d. Remember it. %d is the pass key. " % (key, key)
+    head = ("There is important info hidden inside a lot of irrelevant text. Find it and "
+            "memorize it. I will quiz you about the important information there. ")
+    return (head + FILLER * at + needle + FILLER * (n_fill - at) +
+            "What is the pass key? The pass key is")
+
+
+def part_needle(a, out):
+    rows = []
+    pols = policies(a.needle_budgets)
+    for d in a.depths:
+        path = os.path.join(out, "needle-ctx%d-d%d.jsonl" % (a.needle_ctx, d))
+        done = C.read_jsonl(path) if os.path.exists(path) else []
+        have = {r["trial"] for r in done}
+        for t in range(a.trials):
+            if t in have:
+                continue
+            rng = random.Random(1000 * d + t)
+            key = rng.randint(10000, 99999)
+            sub = os.path.join(out, "needle.txt")
+            C.write_atomic(sub, needle_prompt(a.bin, a.needle_ctx, d / 100, key))
+            got = run_json([a.bin, "kv-quality", "-f", sub, "--generate", "8", "-t",
+                            str(a.threads), "--kv-compress", ";".join(pols)], 600)
+            os.unlink(sub)
+            lines = []
+            for r in got:
+                m = re.search(r"\d+", r["text"])
+                ok = bool(m) and m.group(0) == str(key)
+                lines.append(json.dumps({"trial": t, "depth": d, "key": key, "policy": r["policy"],
+                                         "text": r["text"], "ok": ok, "rows": r["rows"],
+                                         "positions": r["positions"]}) + "\n")
+            with open(path, "a") as f:
+                f.write("".join(lines))
+            print("needle: depth %d%% trial %d: %s" % (d, t, " ".join(
+                "%s=%d" % (json.loads(x)["policy"], json.loads(x)["ok"]) for x in lines)),
+                flush=True)
+        rows += C.read_jsonl(path)
+    return rows
+
+
+def part_speed(a, out):
+    rows = []
+    pols = ["%s:25%%" % k for k in KINDS]
+    for depth in a.speed_ctx:
+        path = os.path.join(out, "speed-d%d.jsonl" % depth)
+        if not os.path.exists(path):
+            with open("/tmp/strata-bench.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                print("speed: depth %d ..." % depth, flush=True)
+                # h2o with a budget above the depth drops nothing: the cost of collecting
+                # the attention weights alone
+                got = run_json([a.bin, "kv-quality", "-f", TEXT, "--ctx", str(depth), "--speed",
+                                "64", "-r", "5", "-t", str(a.threads), "--json", "--kv-compress",
+                                ";".join(["h2o:%d" % (4 * depth)] + pols)], 900)
+            C.write_atomic(path, "".join(json.dumps(r) + "\n" for r in got))
+        rows += C.read_jsonl(path)
+    return rows
+
+
+def summary(a, out, q, nd, sp):
+    lines = ["# In-sequence KV compression (issue 26)", ""]
+    lines += C.provenance(a.bin, sys.argv)
+    if q:
+        lines += ["", "## Quality vs the full cache (`strata kv-quality`, alice29, last 256 "
+                  "tokens of each slice scored)", "",
+                  "| ctx | slices | policy | mean KL | p99 KL | max KL | ppl | ppl full | "
+                  "top-1 | rows held |", "|---|---|---|---|---|---|---|---|---|---|"]
+        by = {}
+        for r in q:
+            by.setdefault((r["ctx"], r["policy"]), []).append(r)
+        for (ctx, p), rs in sorted(by.items(), key=lambda kv: (kv[0][0], pol_key(kv[0][1]))):
+            n = sum(r["scored"] for r in rs)
+            w = lambda k: sum(r[k] * r["scored"] for r in rs) / n  # noqa: E731
+            lines.append("| %d | %d | %s | %.4f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f |" % (
+                ctx, len(rs), p, w("mean_kl"), max(r["p99_kl"] for r in rs),
+                max(r["max_kl"] for r in rs), w("ppl"), w("ppl_full"), w("top1"), w("rows")))
+    if nd:
+        lines += ["", "## Needle (pass key) retrieval, %d-token prompts" % a.needle_ctx, "",
+                  "| policy | " + " | ".join("%d%%" % d for d in a.depths) + " | all |",
+                  "|---|" + "---|" * (len(a.depths) + 1)]
+        pols = sorted({r["policy"] for r in nd}, key=pol_key)
+        for p in pols:
+            cells, tot, ok = [], 0, 0
+            for d in a.depths:
+                rs = [r for r in nd if r["policy"] == p and r["depth"] == d]
+                k = sum(r["ok"] for r in rs)
+                cells.append("%d/%d" % (k, len(rs)))
+                tot += len(rs)
+                ok += k
+            lines.append("| %s | %s | %.2f |" % (p, " | ".join(cells), ok / tot if tot else 0))
+    if sp:
+        lines += ["", "## Decode speed (`strata kv-quality --speed 64 -r 5 --ctx DEPTH`)", "",
+                  "| depth | policy | tokens/s (median) | range | vs none |", "|---|---|---|---|---|"]
+        base = {r["depth"]: r["tg_median"] for r in sp if r["policy"] == "none"}
+        for r in sorted(sp, key=lambda r: (r["depth"], pol_key(r["policy"]))):
+            lines.append("| %d | %s | %.1f | %.1f..%.1f | %.3f |" % (
+                r["depth"], r["policy"], r["tg_median"], r["tg_min"], r["tg_max"],
+                r["tg_median"] / base[r["depth"]] if r["depth"] in base else float("nan")))
+    C.write_atomic(os.path.join(out, "summary.md"), "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def pol_key(p):
+    order = {"none": 0, "window": 1, "h2o": 2, "snapkv": 3}
+    kind, _, b = p.partition(":")
+    try:
+        bv = -float(b.split(",")[0].rstrip("%"))
+    except ValueError:
+        bv = 0
+    return (bv, order.get(kind, 9), p)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "strata"))
+    ap.add_argument("--out", default=os.path.join(
+        ROOT, "bench", "results", datetime.date.today().isoformat() + "-kv-compress"))
+    ap.add_argument("--part", choices=["all", "quality", "needle", "speed", "summary"],
+                    default="all")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx", type=int, nargs="+", default=[2048, 4096, 8192])
+    ap.add_argument("--chunks-per-ctx", default="2048:4,4096:2,8192:1",
+                    help="slices per context length, CTX:N,...")
+    ap.add_argument("--needle-ctx", type=int, default=1024)
+    ap.add_argument("--needle-budgets", nargs="+", default=["50%", "25%"])
+    ap.add_argument("--depths", type=int, nargs="+", default=[10, 30, 50, 70, 90])
+    ap.add_argument("--trials", type=int, default=50)
+    ap.add_argument("--speed-ctx", type=int, nargs="+", default=[2048, 8192])
+    a = ap.parse_args()
+    a.chunks_per_ctx = {int(k): int(v) for k, v in
+                        (x.split(":") for x in a.chunks_per_ctx.split(","))}
+    os.makedirs(a.out, exist_ok=True)
+    q = part_quality(a, a.out) if a.part in ("all", "quality") else load(a.out, "quality-")
+    nd = part_needle(a, a.out) if a.part in ("all", "needle") else load(a.out, "needle-")
+    sp = part_speed(a, a.out) if a.part in ("all", "speed") else load(a.out, "speed-")
+    summary(a, a.out, q, nd, sp)
+    return 0
+
+
+def load(out, prefix):
+    rows = []
+    for f in sorted(os.listdir(out)):
+        if f.startswith(prefix) and f.endswith(".jsonl"):
+            rows += C.read_jsonl(os.path.join(out, f))
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(main())
