@@ -668,7 +668,21 @@ int kv_cache_compact(kv_cache_t *self, kv_seq_t *seq, int rows, int keep,
         }
     }
     if (first < keep) {
-        int rc = kv_cache_reserve(self, seq, first, rows); /* copy shared blocks */
+        /* Rows are written into blocks first / B .. (keep - 1) / B only (the later ones
+         * are read, then released).  Those must be private: a block shared with another
+         * sequence is copied; one only the index holds is copied while free blocks last,
+         * else taken back from the index (the prefix cache loses it, memory stays put). */
+        const int b0 = first / B, b1 = (keep - 1) / B;
+        int shared = 0;
+        for (int b = b0; b <= b1; b++)
+            shared += s_shared(self, seq->blocks[b]);
+        if (shared > self->n_free)
+            for (int b = b0; b <= b1; b++) {
+                s_block_t *blk = &self->blk[seq->blocks[b]];
+                if (blk->refs == 1 && blk->published)
+                    s_index_del(self, seq->blocks[b]);
+            }
+        int rc = kv_cache_reserve(self, seq, first, keep); /* copy what is still shared */
         if (rc)
             return rc;
         const kern_type_t type = self->pool.type;

@@ -144,11 +144,12 @@ int kv_cache_truncate(kv_cache_t *self, kv_seq_t *seq, int n_positions);
 /* In-sequence compression (kvstore/kv_compress.h): of seq's first `rows` rows, each
  * (layer, KV head) group g (g = layer * n_head_kv + head) keeps the rows
  * keep_rows[g * keep .. g * keep + keep) (ascending, each < rows), moved to its rows
- * 0 .. keep-1 (K and V alike); the table then holds keep rows.  A shared block in the
- * changed range is copied first, so other sequences and the prefix index still see every
- * position; seq's blocks from the first changed one on are never published after
- * (seq->compacted, n_exact).  Host pools only.  0; -EINVAL; -ENOSPC (no block for a
- * copy: nothing changed); -ENOTSUP (a backend pool). */
+ * 0 .. keep-1 (K and V alike); the table then holds keep rows.  A block the moves write
+ * into that another sequence holds is copied first, so it still sees every position; one
+ * that only the prefix index holds is copied too while free blocks last, else taken out
+ * of the index (no memory needed).  seq's blocks from the first changed one on are never
+ * published after (seq->compacted, n_exact).  Host pools only.  0; -EINVAL; -ENOSPC (no
+ * block for a copy: nothing moved); -ENOTSUP (a backend pool). */
 int kv_cache_compact(kv_cache_t *self, kv_seq_t *seq, int rows, int keep, const int32_t *keep_rows);
 /* Drop seq's references and free its table (seq left empty; safe twice).
  * Published blocks stay cached; private ones are freed. */

@@ -15,7 +15,11 @@ with the same options, so a stopped run resumes from the last finished chunk):
            token filler (the passkey test's "The grass is green..." lines), then "What is
            the pass key? The pass key is", 8 greedy tokens under the full cache and each
            policy (`kv-quality --generate`); a trial passes when the digits come out first.
-           --trials per depth; one JSON line per (trial, policy) in needle-dD.jsonl.
+           The peer: llama.cpp's llama-server on the same GGUF refuses a prompt longer than
+           its context (its context shift acts on generation only), so it gets the prompt
+           as its context shift would keep it -- the first 4 tokens (--keep 4) and the most
+           recent rest of the budget.  --trials per depth; one JSON line per (trial,
+           policy) in needle-ctxN-dD.jsonl.
   speed    decode tokens/s at --speed-ctx depths (64 tokens one per forward pass after the
            depth's prompt, `strata kv-quality --speed`, median of 5 runs) for the full cache
            and each policy at 25 %, and the cost of collecting attention weights alone (h2o
@@ -29,11 +33,15 @@ import argparse
 import datetime
 import fcntl
 import json
+import math
 import os
 import random
 import re
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -88,7 +96,72 @@ def needle_prompt(bin_path, n_tokens, depth, key):
             "What is the pass key? The pass key is")
 
 
+class LlamaServer:
+    """The llama.cpp peer's llama-server on the same GGUF (context --needle-ctx + 64, one
+    slot, greedy): a context manager; complete(ids, n) -> text."""
+
+    def __init__(self, a):
+        peer = subprocess.run([os.path.join(ROOT, "scripts", "peer-bin"), "--tool",
+                               "llama-server"], capture_output=True, text=True)
+        if peer.returncode != 0:
+            raise SystemExit("no llama.cpp peer: " + peer.stderr)
+        self.port = C.free_port()
+        self.cmd = [os.path.join(peer.stdout.strip(), "llama-server"), "-m", a.model, "-c",
+                    str(a.needle_ctx + 64), "-np", "1", "-t", str(a.threads), "--port",
+                    str(self.port), "--no-webui"]
+
+    def __enter__(self):
+        self.log = open(os.path.join("/tmp", "llama-server-needle.log"), "w")
+        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=self.log)
+        for _ in range(600):
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/health" % self.port,
+                                            timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(0.1)
+        raise SystemExit("llama-server did not start")
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait()
+        self.log.close()
+
+    def complete(self, ids, n):
+        body = {"prompt": ids, "n_predict": n, "temperature": 0, "top_k": 1,
+                "cache_prompt": False}
+        req = urllib.request.Request("http://127.0.0.1:%d/completion" % self.port,
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return json.loads(r.read())["content"]
+
+
+def peer_rows(peer, a, prompt, key, trial, d):
+    """llama.cpp at each budget: its server refuses a prompt longer than its context (context
+    shift acts on generation only), so the prompt goes in as its context shift would have
+    kept it -- the first 4 tokens (--keep 4) and the most recent rest of the budget."""
+    ids = C.tokenize(a.bin, prompt, False)
+    out = []
+    for b in a.needle_budgets:
+        keep = math.ceil(float(b.rstrip("%")) / 100 * len(ids))
+        text = peer.complete(ids[:4] + ids[len(ids) - (keep - 4):], 8)
+        m = re.search(r"\d+", text)
+        out.append({"trial": trial, "depth": d, "key": key, "policy": "llama.cpp keep4:" + b,
+                    "text": text, "ok": bool(m) and m.group(0) == str(key), "rows": keep,
+                    "positions": len(ids)})
+    return out
+
+
 def part_needle(a, out):
+    with LlamaServer(a) as peer:
+        a.peer = peer
+        return needle_trials(a, out)
+
+
+def needle_trials(a, out):
     rows = []
     pols = policies(a.needle_budgets)
     for d in a.depths:
@@ -105,7 +178,8 @@ def part_needle(a, out):
             got = run_json([a.bin, "kv-quality", "-f", sub, "--generate", "8", "-t",
                             str(a.threads), "--kv-compress", ";".join(pols)], 600)
             os.unlink(sub)
-            lines = []
+            prompt = needle_prompt(a.bin, a.needle_ctx, d / 100, key)
+            lines = [json.dumps(r) + "\n" for r in peer_rows(a.peer, a, prompt, key, t, d)]
             for r in got:
                 m = re.search(r"\d+", r["text"])
                 ok = bool(m) and m.group(0) == str(key)
@@ -201,6 +275,8 @@ def main():
     ap.add_argument("--part", choices=["all", "quality", "needle", "speed", "summary"],
                     default="all")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", default=os.environ.get("STRATA_MODEL") or os.path.join(
+        os.path.expanduser("~"), ".cache", "strata", "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--ctx", type=int, nargs="+", default=[2048, 4096, 8192])
     ap.add_argument("--chunks-per-ctx", default="2048:4,4096:2,8192:1",
                     help="slices per context length, CTX:N,...")

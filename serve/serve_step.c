@@ -144,7 +144,10 @@ int serve_step_kv_cap(const serve_step_t *self, const serve_step_seq_t *s) {
     int b = kv_compress_budget(&s->kvc.policy, s->n_prompt + s->max_tokens - s->n_carried);
     if (s->kvc.policy.kind == KV_COMPRESS_SNAPKV) /* the prompt's rows; generated ones kept */
         b = kv_compress_budget(&s->kvc.policy, s->n_prompt) + s->max_tokens - s->n_carried;
-    return b + self->block_size + 1 + (self->cfg.spec ? MODEL_SPEC_MAX_K : 0);
+    /* and the prompt's first decode step, should its compaction have to wait a step */
+    int k = 1 + (self->cfg.spec ? MODEL_SPEC_MAX_K : 0);
+    int after = b + self->block_size + k, first = s->n_prompt + k;
+    return after > first ? after : first;
 }
 
 int serve_step_admit(serve_step_t *self, serve_step_seq_t *s, const char **why) {

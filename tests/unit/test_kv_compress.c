@@ -7,8 +7,9 @@
  * the rest, ties to the earlier row; snapkv: max-pooled weights).  The cache: every
  * (layer, KV head) group's kept rows end up packed at the front of its slabs, K and V and
  * the INT8 scales alike; a block shared with another sequence or the prefix index is
- * copied first (the other reader still sees every position); the compacted blocks are
- * never published; the invariants hold throughout. */
+ * copied first (the other reader still sees every position), or, with no free block, one
+ * only the index holds is taken back from it; the compacted blocks are never published;
+ * the invariants hold throughout. */
 #include "kv_cache.h"
 #include "kv_compress.h"
 #include "test_util.h"
@@ -283,6 +284,40 @@ static void s_compact_case(int fmt) {
     kv_cache_destroy(&kc);
 }
 
+/* No free block for a copy: the blocks the moves write into, held by the index alone, are
+ * taken back from it instead (the prefix cache loses them; nothing is allocated). */
+START_TEST(test_compact_full_pool) {
+    kern_kv_shape_t shape = {L, H, D, BS};
+    kv_cache_config_t cc = {KV_FMT_F32, BS, 6, KV_POLICY_LRU, true, NULL};
+    kv_cache_t *kc = kv_cache_new(&shape, &cc);
+    int32_t toks[24];
+    for (int i = 0; i < 24; i++)
+        toks[i] = 7 + i;
+    kv_seq_t a = {0};
+    ck_assert_int_eq(kv_cache_reserve(kc, &a, 0, 24), 0);
+    s_write(kc, &a, 0, 24);
+    ck_assert_int_eq(kv_cache_publish(kc, &a, toks, 24, false, 0), 0);
+    ck_assert_int_eq(kv_cache_stats(kc).n_free, 0);
+    ck_assert_int_eq(kv_cache_match(kc, toks, 24), 24);
+    enum { KEEP = 12 };
+    int32_t keep[L * H * KEEP];
+    for (int g = 0; g < L * H; g++)
+        for (int i = 0; i < KEEP; i++)
+            keep[g * KEEP + i] = i < 6 ? i : 12 + i; /* rows 0..5, 18..23 */
+    ck_assert_int_eq(kv_cache_compact(kc, &a, 24, KEEP, keep), 0);
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < KEEP; i++)
+                s_expect(kc, &a, l, h, i, keep[i]);
+    ck_assert_int_eq(kv_cache_stats(kc).cow_copies, 0);
+    ck_assert_int_eq(kv_cache_match(kc, toks, 24), 4); /* block 0 is still there */
+    s_check(kc, &a, NULL);
+    kv_cache_release(kc, &a);
+    s_check(kc, NULL, NULL);
+    kv_cache_destroy(&kc);
+}
+END_TEST
+
 START_TEST(test_compact_f32) {
     s_compact_case(KV_FMT_F32);
 }
@@ -300,6 +335,7 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, test_target);
     tcase_add_test(tc, test_select);
     tcase_add_test(tc, test_compact_f32);
+    tcase_add_test(tc, test_compact_full_pool);
     tcase_add_test(tc, test_compact_i8);
     suite_add_tcase(s, tc);
     return s;
