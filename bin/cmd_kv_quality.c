@@ -9,6 +9,7 @@
 #include "cli_flags.h"
 #include "kv_cache.h"
 #include "kv_compress.h"
+#include "kv_kivi.h"
 
 #include <errno.h>
 #include <math.h>
@@ -66,7 +67,10 @@ static const cli_flag_t s_kvq_flags[] = {
      .opt = {.type = ACTOR_OPT_STRING,
              .help = "policies to compare with the full cache, separated by ';': "
                      "window:BUDGET, h2o:BUDGET, snapkv:BUDGET (BUDGET: rows, or a "
-                     "percentage of the positions seen; options ,sink=N ,recent=N ,pool=N)",
+                     "percentage of the positions seen; options ,sink=N ,recent=N ,pool=N), "
+                     "or kivi4 / kivi2 (KIVI's quantization, blocks rounded through it in "
+                     "place once older than ,residual=N positions: kvstore/kv_kivi.h; the KV "
+                     "type must be f32 or f16)",
              .field = S_Q(policies)}},
     {.name = "ctx",
      .short_name = 'c',
@@ -174,12 +178,14 @@ typedef struct {
     kv_compress_seq_t cs;
     int rows, n, n_prompt; /* KV rows held, positions run, prompt positions */
     int32_t *slot;         /* (ubatch) */
+    const kv_kivi_t *kivi; /* KIVI (with no compression), or NULL */
+    int sealed;            /* rows already rounded through it (whole blocks) */
 } s_run_t;
 
 static int s_run_start(s_run_t *u, cli_runner_t *r, kv_cache_t *kv, const kv_compress_t *p,
-                       int n_prompt) {
+                       const kv_kivi_t *kivi, int n_prompt) {
     memset(u, 0, sizeof *u);
-    u->r = r, u->kv = kv, u->n_prompt = n_prompt;
+    u->r = r, u->kv = kv, u->n_prompt = n_prompt, u->kivi = kivi;
     const model_config_t *cfg = model_config(r->model);
     u->slot = malloc((size_t)r->ubatch * sizeof *u->slot);
     if (!u->slot)
@@ -191,6 +197,54 @@ static void s_run_end(s_run_t *u) {
     kv_cache_release(u->kv, &u->seq);
     kv_compress_seq_free(&u->cs);
     free(u->slot);
+}
+
+/* One (layer, K|V, head) slab of block_size rows of the pool as floats (put: back). */
+static void s_slab_rows(const kern_kv_pool_t *pool, uint8_t *slab, int D, float *buf, bool put) {
+    for (int i = 0; i < pool->block_size * D; i++) {
+        if (pool->type == KERN_F32) {
+            if (put)
+                memcpy(slab + 4 * (size_t)i, &buf[i], 4);
+            else
+                memcpy(&buf[i], slab + 4 * (size_t)i, 4);
+        } else { /* KERN_F16 */
+            kern_f16_t h;
+            if (put) {
+                h = kern_f32_to_f16(buf[i]);
+                memcpy(slab + 2 * (size_t)i, &h, 2);
+            } else {
+                memcpy(&h, slab + 2 * (size_t)i, 2);
+                buf[i] = kern_f16_to_f32(h);
+            }
+        }
+    }
+}
+
+/* KIVI: every whole block older than the residual window is rounded through the
+ * quantizer in place, once (keys per channel over the block, values per row). */
+static void s_kivi_seal(s_run_t *u) {
+    const kern_kv_pool_t *pool = kv_cache_pool(u->kv);
+    const kern_kv_shape_t *sh = kv_cache_shape(u->kv);
+    const int B = pool->block_size, D = sh->head_dim, H = sh->n_head_kv;
+    const size_t slab = kern_kv_slab_bytes(pool->type, B, D);
+    float buf[KV_MAX_BLOCK_TOKENS * 256];
+    if ((size_t)B * D > sizeof buf / sizeof *buf)
+        return;
+    for (; u->sealed + B <= u->rows - u->kivi->residual; u->sealed += B) {
+        uint8_t *blk = pool->base + (size_t)u->seq.blocks[u->sealed / B] * pool->block_bytes;
+        for (int l = 0; l < sh->n_layer; l++)
+            for (int h = 0; h < H; h++) {
+                uint8_t *ks = blk + ((size_t)(l * 2 + 0) * H + h) * slab;
+                uint8_t *vs = blk + ((size_t)(l * 2 + 1) * H + h) * slab;
+                s_slab_rows(pool, ks, D, buf, false);
+                kv_kivi_keys(buf, B, D, (size_t)D, u->kivi->bits);
+                s_slab_rows(pool, ks, D, buf, true);
+                s_slab_rows(pool, vs, D, buf, false);
+                for (int r = 0; r < B; r++)
+                    kv_kivi_values(buf + (size_t)r * D, D, u->kivi->v_group, u->kivi->bits);
+                s_slab_rows(pool, vs, D, buf, true);
+            }
+    }
 }
 
 /* Run tokens[0..m) (m <= ubatch) at the next positions; logits of every one into out
@@ -217,6 +271,8 @@ static int s_run_step(s_run_t *u, const int32_t *tokens, int m, float *out) {
     if (rc < 0)
         return rc;
     u->rows = rc;
+    if (u->kivi)
+        s_kivi_seal(u);
     return 0;
 }
 
@@ -240,6 +296,8 @@ static int s_run_prompt(s_run_t *u, const int32_t *tokens, float *last) {
 
 typedef struct {
     kv_compress_t p;
+    bool has_kivi; /* KIVI instead of a compression policy */
+    kv_kivi_t kivi;
     char name[KV_COMPRESS_SPEC_MAX];
     double *kl; /* (n_scored) */
     double nll, rows;
@@ -274,11 +332,11 @@ static int s_dcmp(const void *a, const void *b) {
 /* Scored positions of a chunk: P .. ctx-2 predict P+1 .. ctx-1 (P = ctx - score), each
  * computed after the prompt ran and compression had its say. */
 static int s_chunk_logits(cli_runner_t *r, kv_cache_t *kv, const kv_compress_t *p,
-                          const int32_t *chunk, const s_kvq_opts_t *o, float *logits,
-                          double *rows_sum) {
+                          const kv_kivi_t *kivi, const int32_t *chunk, const s_kvq_opts_t *o,
+                          float *logits, double *rows_sum) {
     const int nv = model_config(r->model)->n_vocab, P = o->ctx - o->score;
     s_run_t u;
-    int rc = s_run_start(&u, r, kv, p, P);
+    int rc = s_run_start(&u, r, kv, p, kivi, P);
     if (!rc)
         rc = s_run_prompt(&u, chunk, NULL);
     for (int i = P; !rc && i < o->ctx - 1; i += o->step) {
@@ -329,14 +387,15 @@ static int s_compare(s_kvq_cfg_t *c, cli_runner_t *r, kv_cache_t *kv, s_pol_t *p
         if (bos)
             chunk[0] = model_tokenizer_bos(r->tok);
         kv_compress_t none = {0};
-        rc = s_chunk_logits(r, kv, &none, chunk, o, full, &full_rows);
+        rc = s_chunk_logits(r, kv, &none, NULL, chunk, o, full, &full_rows);
         for (int i = 0; !rc && i < ns; i++) {
             s_log_softmax(full + (size_t)i * nv, lpf, nv);
             full_nll -= lpf[chunk[o->ctx - o->score + 1 + i]];
         }
         for (int k = 0; !rc && k < np; k++) {
             s_pol_t *q = &pols[k];
-            rc = s_chunk_logits(r, kv, &q->p, chunk, o, mine, &q->rows);
+            rc = s_chunk_logits(r, kv, &q->p, q->has_kivi ? &q->kivi : NULL, chunk, o, mine,
+                                &q->rows);
             if (!rc && ch == 0 && k == 0 && o->lg_out)
                 rc = s_write_logits(o->lg_out, mine, ns, nv);
             for (int i = 0; !rc && i < ns; i++) {
@@ -404,7 +463,8 @@ static int s_generate(s_kvq_cfg_t *c, cli_runner_t *r, kv_cache_t *kv, s_pol_t *
     for (int k = -1; !rc && k < np; k++) {
         kv_compress_t none = {0};
         s_run_t u;
-        rc = s_run_start(&u, r, kv, k < 0 ? &none : &pols[k].p, n_ids);
+        rc = s_run_start(&u, r, kv, k < 0 ? &none : &pols[k].p,
+                         k >= 0 && pols[k].has_kivi ? &pols[k].kivi : NULL, n_ids);
         if (!rc)
             rc = s_run_prompt(&u, ids, lg);
         int n = 0;
@@ -464,7 +524,8 @@ static int s_speed(s_kvq_cfg_t *c, cli_runner_t *r, kv_cache_t *kv, s_pol_t *pol
         int rows = 0;
         for (int rep = 0; !rc && rep < o->reps; rep++) {
             s_run_t u;
-            rc = s_run_start(&u, r, kv, k < 0 ? &none : &pols[k].p, o->ctx);
+            rc = s_run_start(&u, r, kv, k < 0 ? &none : &pols[k].p,
+                             k >= 0 && pols[k].has_kivi ? &pols[k].kivi : NULL, o->ctx);
             if (!rc)
                 rc = s_run_prompt(&u, ids, lg);
             double t0 = cli_now();
@@ -516,6 +577,16 @@ static int s_policies(const char *list, s_pol_t *pols) {
         }
         s_pol_t *q = &pols[np];
         memset(q, 0, sizeof *q);
+        if (!strncmp(t, "kivi", 4)) { /* KV quantization in place of a compression policy */
+            if (kv_kivi_parse(t, &q->kivi, err, sizeof err)) {
+                fprintf(stderr, "strata kv-quality: bad value for --kv-compress: %s\n", err);
+                return -1;
+            }
+            q->has_kivi = true;
+            kv_kivi_format(&q->kivi, q->name, sizeof q->name);
+            np++;
+            continue;
+        }
         if (kv_compress_parse(t, &q->p, err, sizeof err)) {
             fprintf(stderr, "strata kv-quality: bad value for --kv-compress: %s\n", err);
             return -1;
@@ -615,6 +686,12 @@ int cmd_kv_quality(int argc, char **argv) {
         goto out;
     }
     int max_ctx = c.q.generate ? n_ids + c.q.generate : c.q.ctx + c.q.speed;
+    for (int k = 0; k < np; k++)
+        if (pols[k].has_kivi && c.kv.kv_fmt == KV_FMT_I8) {
+            fprintf(stderr, "strata kv-quality: %s rounds F32 or F16 KV (--kv-type f32|f16)\n",
+                    pols[k].name);
+            goto out;
+        }
     kern_type_t kv_type = (kern_type_t)kv_fmt_pool_type(c.kv.kv_fmt);
     int ub = c.q.ubatch > c.q.step ? c.q.ubatch : c.q.step;
     if (!cli_runner_reserve(&r, "kv-quality", max_ctx, ub, c.m.threads, kv_type))

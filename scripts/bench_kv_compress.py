@@ -11,6 +11,8 @@ with the same options, so a stopped run resumes from the last finished chunk):
            12.5 % budgets, KL(full || policy) (mean, p99, max), perplexity with and
            without, top-token agreement, rows held.  One chunk = one (ctx, slice): a
            JSON line per policy in quality-ctxC-sI.jsonl.
+  kivi     the same for KIVI's 4- and 2-bit quantization (kivi-ctxC-sI.jsonl), its blocks
+           rounded through the quantizer in place once older than 32 positions.
   needle   passkey retrieval: a five-digit number hidden at depths 10..90 % of a --needle-ctx
            token filler (the passkey test's "The grass is green..." lines), then "What is
            the pass key? The pass key is", 8 greedy tokens under the full cache and each
@@ -49,6 +51,7 @@ import bench_kv_common as C  # noqa: E402
 
 TEXT = os.path.join(ROOT, "tests", "data", "alice29_ch1-6.txt")
 KINDS = ["window", "h2o", "snapkv"]
+KIVI = ["kivi4", "kivi2"]  # KIVI's quantization (simulated in place: kvstore/kv_kivi.h)
 BUDGETS = ["50%", "25%", "12.5%"]
 
 
@@ -64,16 +67,16 @@ def run_json(cmd, timeout):
     return [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
 
 
-def part_quality(a, out):
+def part_quality(a, out, kind="quality", pols=None):
     rows = []
     for ctx in a.ctx:
         for i in range(a.chunks_per_ctx.get(ctx, 1)):
-            path = os.path.join(out, "quality-ctx%d-s%d.jsonl" % (ctx, i))
+            path = os.path.join(out, "%s-ctx%d-s%d.jsonl" % (kind, ctx, i))
             if not os.path.exists(path):
-                print("quality: ctx %d slice %d ..." % (ctx, i), flush=True)
+                print("%s: ctx %d slice %d ..." % (kind, ctx, i), flush=True)
                 got = run_json([a.bin, "kv-quality", "-f", TEXT, "--ctx", str(ctx), "--score",
                                 "256", "--skip-chunks", str(i), "--chunks", "1", "-t",
-                                str(a.threads), "--kv-compress", ";".join(policies()),
+                                str(a.threads), "--kv-compress", ";".join(pols or policies()),
                                 "--json"], 900)
                 C.write_atomic(path, "".join(json.dumps(r) + "\n" for r in got))
             rows += [dict(r, slice=i) for r in C.read_jsonl(path)]
@@ -145,11 +148,12 @@ def peer_rows(peer, a, prompt, key, trial, d):
     kept it -- the first 4 tokens (--keep 4) and the most recent rest of the budget."""
     ids = C.tokenize(a.bin, prompt, False)
     out = []
-    for b in a.needle_budgets:
+    for b in ["100%"] + a.needle_budgets:  # 100 %: the whole prompt, the peer's reference
         keep = math.ceil(float(b.rstrip("%")) / 100 * len(ids))
         text = peer.complete(ids[:4] + ids[len(ids) - (keep - 4):], 8)
         m = re.search(r"\d+", text)
-        out.append({"trial": trial, "depth": d, "key": key, "policy": "llama.cpp keep4:" + b,
+        name = "llama.cpp" if b == "100%" else "llama.cpp keep4:" + b
+        out.append({"trial": trial, "depth": d, "key": key, "policy": name,
                     "text": text, "ok": bool(m) and m.group(0) == str(key), "rows": keep,
                     "positions": len(ids)})
     return out
@@ -253,12 +257,58 @@ def summary(a, out, q, nd, sp):
             lines.append("| %d | %s | %.1f | %.1f..%.1f | %.3f |" % (
                 r["depth"], r["policy"], r["tg_median"], r["tg_min"], r["tg_max"],
                 r["tg_median"] / base[r["depth"]] if r["depth"] in base else float("nan")))
+    if q:
+        plot_svg(q, os.path.join(out, "quality.svg"))
     C.write_atomic(os.path.join(out, "summary.md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
+def plot_svg(q, path):
+    """quality.svg: mean KL against the budget, one panel per context length, one line per
+    policy kind (log scale; no plotting library needed)."""
+    ctxs = sorted({r["ctx"] for r in q})
+    colors = {"window": "#1f77b4", "h2o": "#d62728", "snapkv": "#2ca02c"}
+    budgets = [12.5, 25.0, 50.0]
+    W, H, pad = 300, 240, 50
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
+           'font-family="sans-serif" font-size="11">' % (W * len(ctxs), H + 40)]
+    lo, hi = math.log10(0.005), math.log10(0.5)
+    for i, ctx in enumerate(ctxs):
+        x0 = i * W
+        X = lambda b: x0 + pad + (budgets.index(b)) * (W - pad - 20) / 2  # noqa: E731
+        Y = lambda v: 20 + (hi - math.log10(max(v, 1e-4))) / (hi - lo) * (H - 40)  # noqa: E731
+        out.append('<text x="%d" y="14">context %d: mean KL vs the full cache</text>' % (
+            x0 + pad - 30, ctx))
+        for v in (0.01, 0.03, 0.1, 0.3):
+            out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>'
+                       '<text x="%d" y="%.1f" text-anchor="end">%g</text>' % (
+                           x0 + pad, x0 + W - 20, Y(v), Y(v), x0 + pad - 4, Y(v) + 4, v))
+        for b in budgets:
+            out.append('<text x="%.1f" y="%d" text-anchor="middle">%g%%</text>' % (
+                X(b), H - 2, b))
+        for kind, col in colors.items():
+            pts = []
+            for b in budgets:
+                rs = [r for r in q if r["ctx"] == ctx and r["policy"] == "%s:%g%%" % (kind, b)]
+                if rs:
+                    n = sum(r["scored"] for r in rs)
+                    pts.append((X(b), Y(sum(r["mean_kl"] * r["scored"] for r in rs) / n)))
+            if pts:
+                out.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>' % (
+                    col, " ".join("%.1f,%.1f" % p for p in pts)))
+                out += ['<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>' % (x, y, col)
+                        for x, y in pts]
+        for j, (kind, col) in enumerate(colors.items()):
+            out.append('<text x="%d" y="%d" fill="%s">%s</text>' % (
+                x0 + W - 70, 34 + 14 * j, col, kind))
+    out.append("</svg>")
+    C.write_atomic(path, "\n".join(out) + "\n")
+
+
 def pol_key(p):
     order = {"none": 0, "window": 1, "h2o": 2, "snapkv": 3}
+    if p in ("none", "llama.cpp"):
+        return (-1000.0, 0 if p == "none" else 1, p)
     kind, _, b = p.partition(":")
     try:
         bv = -float(b.split(",")[0].rstrip("%"))
@@ -272,7 +322,7 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "strata"))
     ap.add_argument("--out", default=os.path.join(
         ROOT, "bench", "results", datetime.date.today().isoformat() + "-kv-compress"))
-    ap.add_argument("--part", choices=["all", "quality", "needle", "speed", "summary"],
+    ap.add_argument("--part", choices=["all", "quality", "kivi", "needle", "speed", "summary"],
                     default="all")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", default=os.environ.get("STRATA_MODEL") or os.path.join(
@@ -290,6 +340,8 @@ def main():
                         (x.split(":") for x in a.chunks_per_ctx.split(","))}
     os.makedirs(a.out, exist_ok=True)
     q = part_quality(a, a.out) if a.part in ("all", "quality") else load(a.out, "quality-")
+    q += (part_quality(a, a.out, "kivi", KIVI) if a.part in ("all", "kivi")
+          else load(a.out, "kivi-"))
     nd = part_needle(a, a.out) if a.part in ("all", "needle") else load(a.out, "needle-")
     sp = part_speed(a, a.out) if a.part in ("all", "speed") else load(a.out, "speed-")
     summary(a, a.out, q, nd, sp)

@@ -12,6 +12,7 @@
  * the invariants hold throughout. */
 #include "kv_cache.h"
 #include "kv_compress.h"
+#include "kv_kivi.h"
 #include "test_util.h"
 
 #include <check.h>
@@ -328,6 +329,71 @@ START_TEST(test_compact_i8) {
 }
 END_TEST
 
+/* KIVI's quantizer: specs; keys per channel and values per group, each within half a
+ * step of its group's range (scale = (max - min) / (2^bits - 1), F16 rounded), the ends
+ * of every group's range kept, a constant group exact; 2 bits coarser than 4. */
+START_TEST(test_kivi) {
+    kv_kivi_t k;
+    char err[160], buf[64];
+    ck_assert_int_eq(kv_kivi_parse("kivi4", &k, err, sizeof err), 0);
+    ck_assert(k.bits == 4 && k.residual == 32 && k.v_group == 32);
+    ck_assert_int_eq(kv_kivi_parse("kivi2,residual=64,group=16", &k, err, sizeof err), 0);
+    ck_assert(k.bits == 2 && k.residual == 64 && k.v_group == 16);
+    kv_kivi_format(&k, buf, sizeof buf);
+    ck_assert_str_eq(buf, "kivi2,residual=64,group=16");
+    const char *bad[] = {"kivi3",         "kivi",        "kivi4,", "kivi4,residual=-1",
+                         "kivi4,group=0", "kivi4,foo=2", "kivi44"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        ck_assert_msg(kv_kivi_parse(bad[i], &k, err, sizeof err) == -EINVAL, "%s", bad[i]);
+    enum { N = 16, DD = 64 };
+    uint64_t rng = 3;
+    double err_sum[2] = {0, 0};
+    for (int bits = 4, bi = 0; bits >= 2; bits -= 2, bi++) {
+        float x[N * DD], y[N * DD];
+        for (int i = 0; i < N * DD; i++)
+            x[i] = y[i] = test_rand_f32(&rng, -3, 3) * (i % DD == 5 ? 20 : 1); /* an outlier
+                                                                                  channel */
+        kv_kivi_keys(y, N, DD, DD, bits);
+        for (int d = 0; d < DD; d++) {
+            float mn = INFINITY, mx = -INFINITY;
+            for (int r = 0; r < N; r++) {
+                mn = fminf(mn, x[r * DD + d]);
+                mx = fmaxf(mx, x[r * DD + d]);
+            }
+            float step = (mx - mn) / (float)((1 << bits) - 1);
+            for (int r = 0; r < N; r++) {
+                float e = fabsf(y[r * DD + d] - x[r * DD + d]);
+                ck_assert_msg(e <= step * 0.5f * 1.01f + fabsf(mn) * 1e-3f + 1e-3f,
+                              "bits %d channel %d row %d: error %g, step %g", bits, d, r, e, step);
+                err_sum[bi] += e;
+            }
+        }
+        float v[DD], w[DD];
+        for (int i = 0; i < DD; i++)
+            v[i] = w[i] = test_rand_f32(&rng, -1, 1);
+        kv_kivi_values(w, DD, 32, bits);
+        for (int g = 0; g < DD; g += 32) {
+            float mn = INFINITY, mx = -INFINITY;
+            for (int i = g; i < g + 32; i++)
+                mn = fminf(mn, v[i]), mx = fmaxf(mx, v[i]);
+            float step = (mx - mn) / (float)((1 << bits) - 1);
+            for (int i = g; i < g + 32; i++)
+                ck_assert(fabsf(w[i] - v[i]) <= step * 0.5f * 1.01f + 1e-3f);
+        }
+    }
+    ck_assert(err_sum[1] > 2 * err_sum[0]); /* 2 bits are coarser */
+    float c[32];
+    for (int i = 0; i < 32; i++)
+        c[i] = 0.75f;
+    kv_kivi_values(c, 32, 32, 2);
+    for (int i = 0; i < 32; i++)
+        ck_assert(c[i] == 0.75f);
+    k = (kv_kivi_t){4, 32, 32};
+    /* 16 x 64 at 4 bits: codes 2 x 512, per-channel pairs 256, per (row, group) 16 x 2 x 4 */
+    ck_assert_int_eq(kv_kivi_block_bytes(&k, 16, 64), 1024 + 256 + 128);
+}
+END_TEST
+
 static Suite *s_suite(void) {
     Suite *s = suite_create("kv_compress");
     TCase *tc = tcase_create("core");
@@ -336,6 +402,7 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, test_select);
     tcase_add_test(tc, test_compact_f32);
     tcase_add_test(tc, test_compact_full_pool);
+    tcase_add_test(tc, test_kivi);
     tcase_add_test(tc, test_compact_i8);
     suite_add_tcase(s, tc);
     return s;
