@@ -141,12 +141,13 @@ int serve_step_kv_cap(const serve_step_t *self, const serve_step_seq_t *s) {
         return 0;
     /* after the prompt: the budget, a block of rows between compactions, a step's token
      * and its drafts */
-    int b = kv_compress_budget(&s->kvc.policy, s->n_prompt + s->max_tokens - s->n_carried);
+    const int kp = s->n_prompt - s->n_carried; /* its own prompt (s_kv_prompt) */
+    int b = kv_compress_budget(&s->kvc.policy, kp + s->max_tokens);
     if (s->kvc.policy.kind == KV_COMPRESS_SNAPKV) /* the prompt's rows; generated ones kept */
-        b = kv_compress_budget(&s->kvc.policy, s->n_prompt) + s->max_tokens - s->n_carried;
+        b = kv_compress_budget(&s->kvc.policy, kp) + s->max_tokens;
     /* and the prompt's first decode step, should its compaction have to wait a step */
     int k = 1 + (self->cfg.spec ? MODEL_SPEC_MAX_K : 0);
-    int after = b + self->block_size + k, first = s->n_prompt + k;
+    int after = b + self->block_size + k, first = kp + k;
     return after > first ? after : first;
 }
 
@@ -364,15 +365,34 @@ static void s_verify(serve_step_t *st, serve_step_seq_t *s, const sched_batch_it
         st->sink.decoded(st->sink.arg, s);
 }
 
+/* The prompt as KV compression sees it: the request's own prompt, without the tokens it
+ * generated before a preemption or before it was resumed here (n_carried), which it
+ * recomputes one per step, compressed as they were the first time (s_kv_chunk). */
+static int s_kv_prompt(const serve_step_seq_t *s) {
+    return s->n_prompt - s->n_carried;
+}
+
+/* A compressed request's prefill item: its own prompt in any chunks, but the carried
+ * tokens one per step, so that each is computed over the rows it had the first time and
+ * the compressed state, a deterministic function of the tokens, comes out the same. */
+static void s_kv_chunk(const serve_step_seq_t *s, sched_batch_item_t *it) {
+    const int kp = s_kv_prompt(s);
+    if (it->pos0 >= kp)
+        it->n = 1;
+    else if (it->pos0 + it->n > kp)
+        it->n = kp - it->pos0;
+    it->sample = it->pos0 + it->n == s->n_prompt;
+}
+
 /* Compress s's KV if its policy says so now (before its next tokens reserve rows): the
  * rows it drops are counted in kv_dropped.  A failure (no block for a copy-on-write)
  * leaves it uncompressed until the next step. */
 static void s_compress(serve_step_t *st, serve_step_seq_t *s) {
-    const int rows = s->n_computed - s->kv_dropped;
+    const int rows = s->n_computed - s->kv_dropped, kp = s_kv_prompt(s);
     if (rows <= 0)
         return;
-    int r = kv_compress_run(&s->kvc, st->cfg.kv, &s->kv, rows, s->n_computed, s->n_prompt,
-                            s->n_computed >= s->n_prompt);
+    int r =
+        kv_compress_run(&s->kvc, st->cfg.kv, &s->kv, rows, s->n_computed, kp, s->n_computed >= kp);
     if (r < 0) {
         s_count(st, "kv_compress.failed", 1);
         return;
@@ -421,8 +441,11 @@ static void s_attach(serve_step_t *st, serve_step_seq_t *s, sched_batch_item_t *
     s->skip = 0;
     if (!it->prefill || it->pos0 != 0 || s->embed_sum) /* an embedding pools every position */
         return;
-    /* a policy ranking rows by attention needs the queries of what it ranks to run */
-    int lim = kv_compress_cached_max(&s->kvc.policy, s->n_prompt);
+    /* a policy ranking rows by attention needs the queries of what it ranks to run, and
+     * carried tokens are recomputed one per step (s_kv_chunk) */
+    int lim = s->kvc.policy.kind == KV_COMPRESS_NONE
+                  ? s->n_prompt
+                  : kv_compress_cached_max(&s->kvc.policy, s_kv_prompt(s));
     int c = lim > 0 ? kv_cache_attach_prefix(st->cfg.kv, &s->kv, s->hist,
                                              lim < s->n_prompt ? lim + 1 : s->n_prompt)
                     : 0;
@@ -452,8 +475,11 @@ static int s_assemble(serve_step_t *st, int n_items, bool *any_hidden) {
         serve_step_seq_t *s = it->user;
         if (s->fresh)
             s_attach(st, s, it);
-        if (s->kvc.policy.kind != KV_COMPRESS_NONE && !s->embed_sum)
+        if (s->kvc.policy.kind != KV_COMPRESS_NONE && !s->embed_sum) {
+            if (it->prefill)
+                s_kv_chunk(s, it);
             s_compress(st, s);
+        }
         const int d = s->kv_dropped; /* position p is row p - d */
         if (kv_cache_reserve(st->cfg.kv, &s->kv, it->pos0 - d, it->pos0 + it->n - d)) {
             /* cannot happen while the scheduler's accounting holds: every
@@ -480,7 +506,7 @@ static int s_assemble(serve_step_t *st, int n_items, bool *any_hidden) {
         }
         s->n_draft = nd; /* what this step verifies */
         int from;
-        float *w = kv_compress_seq_weights(&s->kvc, s->n_prompt, &from);
+        float *w = kv_compress_seq_weights(&s->kvc, s_kv_prompt(s), &from);
         st->b_seqs[k] = (model_seq_view_t){s->kv.blocks, s->kv.n, w, s->kvc.w_stride, from};
         for (int j = 0; j < it->n; j++, nt++) {
             st->b_tok[nt] = s->hist[it->pos0 + j];

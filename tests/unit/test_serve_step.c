@@ -447,6 +447,59 @@ START_TEST(preempted_resumes_identically) {
 }
 END_TEST
 
+/* Under KV compression a preempted request recomputes its own prompt, then the tokens it
+ * had generated one per step, compacting as it did the first time: its output is the same
+ * as an uninterrupted run's (greedy, each policy at a budget far below its length). */
+START_TEST(compressed_preempted_resumes_identically) {
+    const char *specs[] = {"window:12", "h2o:12", "snapkv:10,recent=4"};
+    const int32_t pa[18] = {504, 3458, 282, 4649, 314, 3575, 30,  504,  3458,
+                            282, 4649, 314, 3575, 30,  1117, 288, 1435, 30};
+    const int32_t pb[5] = {1, 339, 1435, 288, 1117};
+    for (int k = 0; k < 3; k++) {
+        int32_t alone[24];
+        int n_alone = 0;
+        for (int pre = 0; pre < 2; pre++) { /* uninterrupted, then preempted */
+            s_world_t w;
+            s_world_init(&w, test_model_path(), 1, 16, true, false);
+            const model_config_t *cfg = model_config(w.model);
+            kv_compress_t pol;
+            ck_assert_int_eq(kv_compress_parse(specs[k], &pol, NULL, 0), 0);
+            s_req_t a, b;
+            s_req_init(&a, 1, pa, 18, 24);
+            s_req_init(&b, 2, pb, 5, 4);
+            ck_assert_int_eq(
+                kv_compress_seq_init(&a.seq.kvc, &pol, cfg->n_layer * cfg->n_head_kv, 64), 0);
+            a.seq.priority = 5;
+            ck_assert_int_eq(serve_step_admit(w.step, &a.seq, NULL), 0);
+            for (int i = 0; i < 12 && !a.freed; i++) /* its prompt, then 11 tokens */
+                ck_assert_int_gt(s_run(&w), 0);
+            ck_assert_int_gt(a.seq.kv_dropped, 0); /* compacted before the preemption */
+            if (pre) {
+                ck_assert_int_eq(serve_step_admit(w.step, &b.seq, NULL), 0);
+                ck_assert_int_gt(s_run(&w), 0);
+                ck_assert_int_eq(a.seq.preemptions, 1);
+            }
+            for (int i = 0; i < 128 && !(a.freed && (b.freed || !pre)); i++)
+                ck_assert_int_gt(s_run(&w), 0);
+            ck_assert_int_eq(w.errors, 0);
+            if (!pre) {
+                n_alone = a.n_got;
+                memcpy(alone, a.got, sizeof(int32_t) * (size_t)n_alone);
+            } else {
+                ck_assert_int_eq(a.n_got, n_alone);
+                for (int i = 0; i < n_alone; i++)
+                    ck_assert_msg(a.got[i] == alone[i], "%s: token %d is %d, uninterrupted %d",
+                                  specs[k], i, a.got[i], alone[i]);
+            }
+            kv_cache_release(w.kv, &a.seq.kv);
+            kv_cache_release(w.kv, &b.seq.kv);
+            kv_compress_seq_free(&a.seq.kvc);
+            s_world_free(&w);
+        }
+    }
+}
+END_TEST
+
 /* A draft whose first token is the model's and whose second is not: the decode pass
  * verifies it, emits the accepted token and the target's own next one, and keeps the
  * KV of those positions only; generation then goes on exactly as plain greedy. */
@@ -519,6 +572,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tm, verify_draft_rolls_back);
     tcase_add_test(tm, step_sampled_equals_reference);
     tcase_add_test(tm, preempted_resumes_identically);
+    tcase_add_test(tm, compressed_preempted_resumes_identically);
     TCase *td = test_tcase_model(s, "model on the seam");
     tcase_set_timeout(td, 300);
     tcase_add_unchecked_fixture(td, s_dev_on, s_dev_off);
