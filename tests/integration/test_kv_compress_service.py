@@ -15,11 +15,15 @@ policy.  Checked:
      gets the uncompressed answer (with its prompt's blocks from the prefix cache);
   4. the worker's kv_compress option is the default of requests that name none;
   5. with speculative decoding (ngram drafts) every policy's answer is unchanged;
-  6. bad specs are refused: native error bad_request, HTTP 400 naming kv_compress; a bad
+  6. process mode, both workers SIGKILLed after 12 tokens: the frontend resumes the
+     request, its new worker recomputes the carried tokens one per step, and the answer is
+     still kv-quality's (window and h2o);
+  7. bad specs are refused: native error bad_request, HTTP 400 naming kv_compress; a bad
      worker option and compression on a sliding-window model (Gemma 3) are refused too.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,7 +54,9 @@ def library(prompt_file, policies):
     return {r["policy"]: r["tokens"] for r in rows}, {r["policy"]: r for r in rows}
 
 
-def generate(endpoint, rid, prompt, policy=None, trace=False):
+def generate(endpoint, rid, prompt, policy=None, trace=False, kill_after=0, kill=None):
+    """Token ids and the final event of one greedy request (kill: called once after
+    kill_after tokens)."""
     c = U.Client(U.zmq.Context.instance(), endpoint)
     try:
         m = {"type": "generate", "v": 1, "id": rid, "prompt": prompt, "max_tokens": N_GEN,
@@ -63,6 +69,8 @@ def generate(endpoint, rid, prompt, policy=None, trace=False):
             e = c.recv(timeout=300 * U.TIMEOUT_SCALE)
             if e["type"] == "token":
                 toks.append(e["token"])
+                if kill and len(toks) == kill_after:
+                    kill()
             elif e["type"] == "trace":
                 steps = e["steps"]
             elif e["type"] in ("done", "error"):
@@ -155,6 +163,27 @@ def main():
         U.check(sum(v for k, v in st.items() if k.endswith("spec.accepted")) > 0,
                 "no draft was accepted: speculation was not exercised")
         print("the worker's default applies; speculation leaves every policy's answer unchanged")
+    # process mode: both workers SIGKILLed mid-stream; the frontend resumes the request,
+    # whose worker recomputes the carried tokens one per step, compacting as the first time
+    with tempfile.TemporaryDirectory() as d:
+        port = U.free_port()
+        topo = U.process_topology(d, port, defaults="threads=1 max_batch=4 kv_blocks=512 "
+                                  "kv_compress=window:96")
+        s = U.Server(["--topology", topo])
+        s.port, s.endpoint = port, "tcp://127.0.0.1:%d" % port
+        with s:
+            U.wait_for(lambda: U.health(s.endpoint)["ok"], 30 * U.TIMEOUT_SCALE, "health ok")
+            for p in ["window:96", "h2o:96"]:
+                got, done = generate(s.endpoint, "kill-" + p, prompt, p, kill_after=12,
+                                     kill=lambda: [os.kill(pid, signal.SIGKILL) for pid in
+                                                   (U.actor_pids(s.read_log(), w)[-1]
+                                                    for w in ("worker0", "worker1"))])
+                U.check(done["type"] == "done", "%s after the kill: %s" % (p, done))
+                U.check(got == want[p], "%s resumed after a kill: the answer changed\n"
+                        "  got  %s\n  want %s" % (p, got, want[p]))
+            U.check(U.stats(s.endpoint).get("frontend.resumed", 0) >= 2,
+                    "the kills resumed no request")
+        print("SIGKILL of the workers mid-stream: the resumed answers are unchanged")
     # refusals at start
     bad = subprocess.run([U.BIN, "serve", "--no-tiers", "--kv-compress", "h2o:0%",
                           "--endpoint", "tcp://127.0.0.1:%d" % U.free_port()],
