@@ -333,6 +333,9 @@ KX_INLINE float *s_score_keep(const kern_attn_args_t *a, int h, int p) {
     return a->weights ? a->scratch + (size_t)h * (a->n_ctx - a->pos0) + (p - a->pos0) : NULL;
 }
 
+#ifdef KX_ISA_AVX512
+KX_INLINE void s_weights_add(const kern_attn_args_t *a, int h, float m, float l);
+#else
 KX_INLINE void s_weights_add(const kern_attn_args_t *a, int h, float m, float l) {
     const int n = a->n_ctx - a->pos0;
     const float *sc = a->scratch + (size_t)h * n;
@@ -347,6 +350,7 @@ KX_INLINE void s_weights_add(const kern_attn_args_t *a, int h, float m, float l)
     for (; j < n; j++)
         w[j] += expf(sc[j] - m) * inv;
 }
+#endif
 
 /* head_dim a multiple of 8, any n_q: tiles of 8 positions, heads in groups
  * of up to 8 (each group reads K and V once), outputs accumulated in out. */
@@ -747,6 +751,22 @@ KX_INLINE __m512 s_exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_maskz_scalef_ps(ok, p, n);
+}
+
+/* s_weights_add (above) sixteen positions at a time. */
+KX_INLINE void s_weights_add(const kern_attn_args_t *a, int h, float m, float l) {
+    const int n = a->n_ctx - a->pos0;
+    const float *sc = a->scratch + (size_t)h * n;
+    float *w = a->weights;
+    const float inv = 1.0f / l;
+    const __m512 mv = _mm512_set1_ps(m), iv = _mm512_set1_ps(inv);
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 p = _mm512_mul_ps(s_exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + j), mv)), iv);
+        _mm512_storeu_ps(w + j, _mm512_add_ps(_mm512_loadu_ps(w + j), p));
+    }
+    for (; j < n; j++)
+        w[j] += expf(sc[j] - m) * inv;
 }
 
 /* o[h] += p[h][j] * (row v) for the NQ heads; p[h] at pb + 64 h. */
