@@ -1,0 +1,143 @@
+/* test_serve_semcache.c - the semantic cache's store (serve/serve_semcache.h): the exact
+ * layer; the semantic layer answering only at or above the error bound's threshold and
+ * only within the request's context (the same question after another conversation is a
+ * miss); expiry; the least recently used entry evicted when full; invalidation by name
+ * prefix and by tag; the time-sensitive TTL rule. */
+#include "serve_semcache.h"
+#include "test_util.h"
+
+#include <check.h>
+#include <math.h>
+#include <string.h>
+
+enum { DIM = 8 };
+
+/* A unit vector at angle a (radians) from e0 in the (e0, e1) plane. */
+static void s_vec(float *v, double a) {
+    memset(v, 0, sizeof(float) * DIM);
+    v[0] = (float)cos(a), v[1] = (float)sin(a);
+}
+
+/* A bound that passes thresholds down to about 0.9: every verified pair at s >= 0.9 was
+ * right, every one below wrong. */
+static serve_semcache_bound_t *s_bound(void) {
+    serve_semcache_bound_t *b = serve_semcache_bound_new(4096, 50, 0.05);
+    for (int i = 0; i < 3000; i++) {
+        float s = 0.5f + 0.5f * (float)i / 3000;
+        serve_semcache_bound_observe(b, s, s >= 0.9f);
+    }
+    return b;
+}
+
+START_TEST(test_layers) {
+    serve_semcache_bound_t *b = s_bound();
+    serve_semcache_config_t cfg = {DIM, 16};
+    serve_semcache_t *c = serve_semcache_new(&cfg, b);
+    float q0[DIM], near[DIM], far[DIM];
+    s_vec(q0, 0), s_vec(near, 0.2), s_vec(far, 0.7); /* cos 0.980, 0.765 */
+    serve_semcache_key_t k0 = {.context = 7, .exact = 100, .emb = q0};
+    ck_assert_int_ge(serve_semcache_put(c, &k0, "req-1", "geo", "Paris", 5, 0, 1000), 0);
+    serve_semcache_hit_t h;
+    /* exact */
+    ck_assert_int_eq(serve_semcache_lookup(c, &k0, 0, 2000, &h), SERVE_SEMCACHE_EXACT);
+    ck_assert(h.answer_len == 5 && !memcmp(h.answer, "Paris", 5));
+    ck_assert_str_eq(h.name, "req-1");
+    /* semantic: near passes the threshold, far does not */
+    serve_semcache_key_t kn = {7, 101, near}, kf = {7, 102, far};
+    ck_assert_int_eq(serve_semcache_lookup(c, &kn, 0.05, 3000, &h), SERVE_SEMCACHE_SEMANTIC);
+    ck_assert(fabs(h.similarity - cos(0.2)) < 1e-5);
+    ck_assert(h.threshold > 0.85 && h.threshold <= 0.98);
+    ck_assert_str_eq(h.name, "req-1");
+    ck_assert_int_eq(serve_semcache_lookup(c, &kf, 0.05, 3000, &h), SERVE_SEMCACHE_MISS);
+    ck_assert_int_eq(h.entry, 0); /* the nearest is still reported, for verification */
+    ck_assert(h.answer == NULL);
+    /* delta 0: the exact layer only */
+    ck_assert_int_eq(serve_semcache_lookup(c, &kn, 0, 3000, &h), SERVE_SEMCACHE_MISS);
+    /* another context: a miss, nothing near */
+    serve_semcache_key_t ko = {8, 103, q0};
+    ck_assert_int_eq(serve_semcache_lookup(c, &ko, 0.05, 3000, &h), SERVE_SEMCACHE_MISS);
+    ck_assert(h.entry == -1 && h.similarity == -2);
+    /* an exact hash under another context is not an exact hit either */
+    serve_semcache_key_t kx = {9, 100, NULL};
+    ck_assert_int_eq(serve_semcache_lookup(c, &kx, 0.05, 3000, &h), SERVE_SEMCACHE_MISS);
+    /* before any verification no semantic hit at all */
+    serve_semcache_bound_t *empty = serve_semcache_bound_new(100, 50, 0.05);
+    serve_semcache_t *c2 = serve_semcache_new(&cfg, empty);
+    serve_semcache_put(c2, &k0, "req-1", NULL, "Paris", 5, 0, 1000);
+    ck_assert_int_eq(serve_semcache_lookup(c2, &kn, 0.05, 3000, &h), SERVE_SEMCACHE_MISS);
+    ck_assert(h.threshold > 1);
+    serve_semcache_destroy(&c2);
+    serve_semcache_bound_destroy(&empty);
+    serve_semcache_destroy(&c);
+    serve_semcache_bound_destroy(&b);
+}
+END_TEST
+
+START_TEST(test_expiry_lru_invalidate) {
+    serve_semcache_bound_t *b = s_bound();
+    serve_semcache_config_t cfg = {DIM, 3};
+    serve_semcache_t *c = serve_semcache_new(&cfg, b);
+    float v[DIM];
+    s_vec(v, 0);
+    serve_semcache_key_t k[4];
+    for (int i = 0; i < 4; i++)
+        k[i] = (serve_semcache_key_t){(uint64_t)i, 200 + (uint64_t)i, v};
+    serve_semcache_hit_t h;
+    /* expiry: a TTL of 10 us */
+    ck_assert_int_ge(serve_semcache_put(c, &k[0], "kb:weather", "volatile", "sunny", 5, 10, 100),
+                     0);
+    ck_assert_int_eq(serve_semcache_lookup(c, &k[0], 0, 109, &h), SERVE_SEMCACHE_EXACT);
+    ck_assert_int_eq(serve_semcache_lookup(c, &k[0], 0, 110, &h), SERVE_SEMCACHE_MISS);
+    ck_assert_int_eq(serve_semcache_count(c), 0);
+    /* LRU: three entries, the first used again, a fourth evicts the second */
+    serve_semcache_put(c, &k[0], "kb:a", "x,geo", "A", 1, 0, 1000);
+    serve_semcache_put(c, &k[1], "kb:b", "geo", "B", 1, 0, 1001);
+    serve_semcache_put(c, &k[2], "req-9", NULL, "C", 1, 0, 1002);
+    ck_assert_int_eq(serve_semcache_lookup(c, &k[0], 0, 1003, &h), SERVE_SEMCACHE_EXACT);
+    serve_semcache_put(c, &k[3], "req-10", "geo", "D", 1, 0, 1004);
+    ck_assert_int_eq(serve_semcache_count(c), 3);
+    ck_assert_int_eq(serve_semcache_lookup(c, &k[1], 0, 1005, &h), SERVE_SEMCACHE_MISS);
+    ck_assert_int_eq(serve_semcache_lookup(c, &k[0], 0, 1005, &h), SERVE_SEMCACHE_EXACT);
+    /* invalidation: by tag and prefix together, by prefix, everything */
+    ck_assert_int_eq(serve_semcache_invalidate(c, "req-", "geo"), 1); /* req-10 */
+    ck_assert_int_eq(serve_semcache_invalidate(c, "kb:", NULL), 1);   /* kb:a */
+    ck_assert_int_eq(serve_semcache_count(c), 1);
+    ck_assert_int_eq(serve_semcache_invalidate(c, NULL, NULL), 1);
+    ck_assert_int_eq(serve_semcache_count(c), 0);
+    /* a put with the same exact hash replaces */
+    serve_semcache_put(c, &k[0], "a", NULL, "old", 3, 0, 2000);
+    serve_semcache_put(c, &k[0], "a", NULL, "new", 3, 0, 2001);
+    ck_assert_int_eq(serve_semcache_count(c), 1);
+    serve_semcache_lookup(c, &k[0], 0, 2002, &h);
+    ck_assert(!memcmp(h.answer, "new", 3));
+    serve_semcache_destroy(&c);
+    serve_semcache_bound_destroy(&b);
+}
+END_TEST
+
+START_TEST(test_ttl_rule) {
+    const char *volatile_q[] = {"What is the weather today?", "Latest news on the election",
+                                "price of BTC", "Who won the final in 2024?", "what's up NOW"};
+    const char *stable_q[] = {"What is the capital of France?", "Do you know the boiling point?",
+                              "Explain photosynthesis.", "How many legs does a spider have?",
+                              "Summarise 1984 by Orwell"};
+    for (int i = 0; i < 5; i++) {
+        ck_assert_msg(serve_semcache_ttl(volatile_q[i], strlen(volatile_q[i]), 1000, 10) == 10,
+                      "%s", volatile_q[i]);
+        ck_assert_msg(serve_semcache_ttl(stable_q[i], strlen(stable_q[i]), 1000, 10) == 1000, "%s",
+                      stable_q[i]);
+    }
+}
+END_TEST
+
+static Suite *s_suite(void) {
+    Suite *s = suite_create("semcache");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_layers);
+    tcase_add_test(tc, test_expiry_lru_invalidate);
+    tcase_add_test(tc, test_ttl_rule);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TEST_MAIN(s_suite)
