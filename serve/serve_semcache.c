@@ -7,9 +7,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 typedef struct {
     bool used;
@@ -252,4 +255,186 @@ int64_t serve_semcache_ttl(const char *text, size_t len, int64_t default_us, int
         i = j;
     }
     return default_us;
+}
+
+/* ---- persistence: "SMC1", dim, entries, observations; each entry: context, exact,
+ * expires, has_emb, three string lengths, the strings, the embedding; each observation:
+ * similarity, correct; then the XXH64 of all that.  Little-endian, as the host writes it
+ * (the file is the host's own). */
+
+#define S_MAGIC 0x31434d53u /* "SMC1" */
+
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+} s_buf_t;
+
+static int s_put(s_buf_t *b, const void *x, size_t n) {
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 4096;
+        while (cap < b->n + n)
+            cap *= 2;
+        uint8_t *q = realloc(b->p, cap);
+        if (!q)
+            return -ENOMEM;
+        b->p = q, b->cap = cap;
+    }
+    memcpy(b->p + b->n, x, n);
+    b->n += n;
+    return 0;
+}
+
+int serve_semcache_save(const serve_semcache_t *c, const char *path, uint64_t now_us) {
+    s_buf_t b = {0};
+    uint32_t head[4] = {S_MAGIC, (uint32_t)c->cfg.dim, 0, 0};
+    int rc = s_put(&b, head, sizeof head);
+    uint32_t n_entries = 0;
+    for (int i = 0; !rc && i < c->cfg.max_entries; i++) {
+        const s_entry_t *e = &c->e[i];
+        if (!e->used || s_expired(e, now_us))
+            continue;
+        uint64_t f[3] = {e->context, e->exact, e->expires_us};
+        uint32_t l[4] = {e->has_emb, (uint32_t)strlen(e->name),
+                         e->tags ? (uint32_t)strlen(e->tags) : 0, (uint32_t)e->answer_len};
+        rc = s_put(&b, f, sizeof f) || s_put(&b, l, sizeof l) || s_put(&b, e->name, l[1]) ||
+             s_put(&b, e->tags ? e->tags : "", l[2]) || s_put(&b, e->answer, l[3]) ||
+             (e->has_emb &&
+              s_put(&b, c->emb + (size_t)i * c->cfg.dim, (size_t)c->cfg.dim * sizeof(float)));
+        n_entries++;
+    }
+    float s;
+    bool ok;
+    uint32_t n_obs = 0;
+    for (int i = 0; !rc && serve_semcache_bound_at(c->bound, i, &s, &ok); i++, n_obs++) {
+        uint8_t o = ok;
+        rc = s_put(&b, &s, sizeof s) || s_put(&b, &o, 1);
+    }
+    if (!rc) {
+        memcpy(b.p + 8, &n_entries, 4);
+        memcpy(b.p + 12, &n_obs, 4);
+        uint64_t h = XXH64(b.p, b.n, 0);
+        rc = s_put(&b, &h, sizeof h);
+    }
+    if (rc) {
+        free(b.p);
+        return -ENOMEM;
+    }
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        free(b.p);
+        return -ENAMETOOLONG;
+    }
+    FILE *f = fopen(tmp, "wb");
+    rc = !f ? -errno : fwrite(b.p, 1, b.n, f) != b.n ? -EIO : 0;
+    if (f && (fflush(f) || fsync(fileno(f))) && !rc)
+        rc = -EIO;
+    if (f && fclose(f) && !rc)
+        rc = -EIO;
+    if (!rc && rename(tmp, path))
+        rc = -errno;
+    if (rc)
+        unlink(tmp);
+    free(b.p);
+    return rc;
+}
+
+/* Take n bytes at *at of the file's body (end: where the checksum starts). */
+static const uint8_t *s_take(const uint8_t *p, size_t end, size_t *at, size_t n) {
+    if (n > end - *at)
+        return NULL;
+    const uint8_t *q = p + *at;
+    *at += n;
+    return q;
+}
+
+int serve_semcache_load(serve_semcache_t *c, const char *path, uint64_t now_us) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -errno;
+    uint8_t *p = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 65536;
+            uint8_t *q = realloc(p, cap);
+            if (!q) {
+                free(p);
+                fclose(f);
+                return -ENOMEM;
+            }
+            p = q;
+        }
+        size_t got = fread(p + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    fclose(f);
+    int rc = -EBADMSG;
+    uint64_t h;
+    uint32_t head[4];
+    if (n < sizeof head + sizeof h)
+        goto out;
+    size_t end = n - sizeof h, at = sizeof head;
+    memcpy(&h, p + end, sizeof h);
+    memcpy(head, p, sizeof head);
+    if (XXH64(p, end, 0) != h || head[0] != S_MAGIC)
+        goto out;
+    if ((int)head[1] != c->cfg.dim) {
+        rc = -EINVAL;
+        goto out;
+    }
+    /* check every record fits before loading any */
+    for (int pass = 0; pass < 2; pass++) {
+        at = sizeof head;
+        int loaded = 0;
+        for (uint32_t i = 0; i < head[2]; i++) {
+            const uint8_t *fx = s_take(p, end, &at, 24), *lx = s_take(p, end, &at, 16);
+            if (!fx || !lx)
+                goto out;
+            uint64_t fv[3];
+            uint32_t l[4];
+            memcpy(fv, fx, sizeof fv);
+            memcpy(l, lx, sizeof l);
+            const uint8_t *name = s_take(p, end, &at, l[1]), *tags = s_take(p, end, &at, l[2]);
+            const uint8_t *ans = s_take(p, end, &at, l[3]);
+            const uint8_t *emb =
+                l[0] ? s_take(p, end, &at, (size_t)c->cfg.dim * sizeof(float)) : NULL;
+            if (!name || !tags || !ans || (l[0] && !emb) || l[0] > 1)
+                goto out;
+            if (pass == 0 || (fv[2] && now_us >= fv[2]))
+                continue;
+            char *nm = s_dup((const char *)name, l[1]), *tg = s_dup((const char *)tags, l[2]);
+            float *e = NULL;
+            if (emb && (e = malloc((size_t)c->cfg.dim * sizeof *e)))
+                memcpy(e, emb, (size_t)c->cfg.dim * sizeof *e);
+            serve_semcache_key_t k = {fv[0], fv[1], e};
+            int64_t ttl = fv[2] ? (int64_t)(fv[2] - now_us) : 0;
+            int r = nm && tg && (e || !emb)
+                        ? serve_semcache_put(c, &k, nm, l[2] ? tg : NULL, (const char *)ans, l[3],
+                                             ttl, now_us)
+                        : -ENOMEM;
+            free(nm), free(tg), free(e);
+            if (r < 0) {
+                rc = r;
+                goto out;
+            }
+            loaded++;
+        }
+        for (uint32_t i = 0; i < head[3]; i++) {
+            const uint8_t *ox = s_take(p, end, &at, 5);
+            if (!ox)
+                goto out;
+            float s;
+            memcpy(&s, ox, 4);
+            if (pass == 1)
+                serve_semcache_bound_observe(c->bound, s, ox[4] != 0);
+        }
+        if (at != end)
+            goto out;
+        rc = loaded;
+    }
+out:
+    free(p);
+    return rc;
 }

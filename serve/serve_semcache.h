@@ -69,6 +69,16 @@ int serve_semcache_invalidate(serve_semcache_t *self, const char *prefix, const 
 /* Entries held (expired ones not yet dropped included). */
 int serve_semcache_count(const serve_semcache_t *self);
 
+/* Persistence: every live entry and the error bound's observations to path, written to
+ * path.tmp and renamed over it, ending with an XXH64 checksum of everything before it.
+ * 0 or -errno. */
+int serve_semcache_save(const serve_semcache_t *self, const char *path, uint64_t now_us);
+/* Read what serve_semcache_save wrote into an empty cache (entries, and the observations
+ * into its bound).  A file whose checksum, magic or sizes do not match is refused whole
+ * (-EBADMSG, nothing loaded); another embedding width is -EINVAL; a missing file -ENOENT.
+ * Entries expired by now_us are skipped.  Returns the entries loaded. */
+int serve_semcache_load(serve_semcache_t *self, const char *path, uint64_t now_us);
+
 /* The time to live of an answer to question text (len bytes): short_us when the question
  * is time-sensitive -- it names a moment or a fast-changing quantity ("today", "now",
  * "current", "latest", "this week", "price", "weather", "score", "news", "stock", a year

@@ -62,6 +62,15 @@ void serve_semcache_bound_observe(serve_semcache_bound_t *b, float s, bool corre
     b->version++;
 }
 
+bool serve_semcache_bound_at(const serve_semcache_bound_t *b, int i, float *s, bool *correct) {
+    if (i < 0 || i >= b->n)
+        return false;
+    int at = b->n < b->keep ? i : (b->head + i) % b->keep; /* full: the oldest is at head */
+    *s = b->s[at];
+    *correct = b->ok[at];
+    return true;
+}
+
 int serve_semcache_bound_count(const serve_semcache_bound_t *b, int *wrong) {
     int w = 0;
     for (int i = 0; i < b->n; i++)

@@ -44,6 +44,8 @@ void serve_semcache_bound_observe(serve_semcache_bound_t *self, float s, bool co
 /* The threshold for a wrong-hit rate of at most delta (0 < delta < 1): a hit needs a
  * similarity >= the returned value; above 1 when no threshold passes yet. */
 double serve_semcache_bound_threshold(serve_semcache_bound_t *self, double delta);
+/* Observation i (0: the oldest held) into *s and *correct; false past the last. */
+bool serve_semcache_bound_at(const serve_semcache_bound_t *self, int i, float *s, bool *correct);
 /* Observations held, and the wrong ones among them. */
 int serve_semcache_bound_count(const serve_semcache_bound_t *self, int *wrong);
 

@@ -2,13 +2,18 @@
  * layer; the semantic layer answering only at or above the error bound's threshold and
  * only within the request's context (the same question after another conversation is a
  * miss); expiry; the least recently used entry evicted when full; invalidation by name
- * prefix and by tag; the time-sensitive TTL rule. */
+ * prefix and by tag; the time-sensitive TTL rule; persistence (checksummed, refused whole
+ * when damaged). */
 #include "serve_semcache.h"
 #include "test_util.h"
 
 #include <check.h>
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { DIM = 8 };
 
@@ -130,12 +135,70 @@ START_TEST(test_ttl_rule) {
 }
 END_TEST
 
+/* Save, load into a new cache: the same answers (exact and semantic: the observations came
+ * too), expired entries left out; a flipped byte, a truncated file, another width refused. */
+START_TEST(test_persist) {
+    char dir[] = "/tmp/strata-semcache-XXXXXX", path[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/cache.smc", dir);
+    serve_semcache_bound_t *b = s_bound();
+    serve_semcache_config_t cfg = {DIM, 16};
+    serve_semcache_t *c = serve_semcache_new(&cfg, b);
+    float v[DIM], near[DIM];
+    s_vec(v, 0), s_vec(near, 0.2);
+    serve_semcache_key_t k0 = {1, 300, v}, k1 = {1, 301, NULL}, k2 = {2, 302, v};
+    serve_semcache_put(c, &k0, "kb:capital", "geo,kb", "Paris", 5, 0, 100);
+    serve_semcache_put(c, &k1, "req-3", NULL, "", 0, 0, 100);
+    serve_semcache_put(c, &k2, "req-4", NULL, "soon gone", 9, 50, 100);
+    ck_assert_int_eq(serve_semcache_save(c, path, 120), 0);
+    serve_semcache_bound_t *b2 = serve_semcache_bound_new(4096, 50, 0.05);
+    serve_semcache_t *d = serve_semcache_new(&cfg, b2);
+    ck_assert_int_eq(serve_semcache_load(d, path, 160), 2); /* req-4 expired at 150 */
+    ck_assert_int_eq(serve_semcache_bound_count(b2, NULL), 3000);
+    serve_semcache_hit_t h;
+    serve_semcache_key_t kn = {1, 399, near};
+    ck_assert_int_eq(serve_semcache_lookup(d, &kn, 0.05, 170, &h), SERVE_SEMCACHE_SEMANTIC);
+    ck_assert(h.answer_len == 5 && !memcmp(h.answer, "Paris", 5));
+    ck_assert_str_eq(h.name, "kb:capital");
+    ck_assert_int_eq(serve_semcache_lookup(d, &k1, 0, 170, &h), SERVE_SEMCACHE_EXACT);
+    ck_assert_int_eq(h.answer_len, 0);
+    ck_assert_int_eq(serve_semcache_invalidate(d, NULL, "kb"), 1); /* tags came back too */
+    /* damage: a flipped byte, a truncation, another width */
+    FILE *f = fopen(path, "r+b");
+    fseek(f, 40, SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, 40, SEEK_SET);
+    fputc(ch ^ 1, f);
+    fclose(f);
+    serve_semcache_t *e = serve_semcache_new(&cfg, b2);
+    ck_assert_int_eq(serve_semcache_load(e, path, 170), -EBADMSG);
+    ck_assert_int_eq(serve_semcache_count(e), 0);
+    ck_assert_int_eq(serve_semcache_save(c, path, 120), 0);
+    ck_assert_int_eq(truncate(path, 100), 0);
+    ck_assert_int_eq(serve_semcache_load(e, path, 170), -EBADMSG);
+    ck_assert_int_eq(serve_semcache_save(c, path, 120), 0);
+    serve_semcache_config_t other = {DIM * 2, 16};
+    serve_semcache_t *w = serve_semcache_new(&other, b2);
+    ck_assert_int_eq(serve_semcache_load(w, path, 170), -EINVAL);
+    ck_assert_int_eq(serve_semcache_load(w, "/nonexistent/x", 170), -ENOENT);
+    serve_semcache_destroy(&w);
+    serve_semcache_destroy(&e);
+    serve_semcache_destroy(&d);
+    serve_semcache_destroy(&c);
+    serve_semcache_bound_destroy(&b2);
+    serve_semcache_bound_destroy(&b);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *s_suite(void) {
     Suite *s = suite_create("semcache");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_layers);
     tcase_add_test(tc, test_expiry_lru_invalidate);
     tcase_add_test(tc, test_ttl_rule);
+    tcase_add_test(tc, test_persist);
     suite_add_tcase(s, tc);
     return s;
 }
