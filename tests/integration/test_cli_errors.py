@@ -148,6 +148,33 @@ def main():
         expect_error("perplexity: missing text", ["perplexity", "-f", os.path.join(d, "none.txt")], "cannot read")
         expect_error("perplexity: bad --kv-type", ["perplexity", "-f", text, "--kv-type", "int4"], "int4")
         expect_error("perplexity: bad --kv-tier-type", ["perplexity", "-f", text, "--kv-tier-type", "q9"], "q9")
+        # kv-quality (in-sequence KV compression)
+        expect_error("kv-quality: no input", ["kv-quality", "--kv-compress", "window:50%"],
+                     "give -f FILE or --ids LIST")
+        expect_error("kv-quality: no policy", ["kv-quality", "-f", text], "names no policy")
+        expect_error("kv-quality: bad policy", ["kv-quality", "-f", text, "--kv-compress", "lru:5"],
+                     "bad value for --kv-compress")
+        expect_error("kv-quality: bad budget", ["kv-quality", "-f", text, "--kv-compress",
+                                                "h2o:100%"], "percentage above 0 and below 100")
+        expect_error("kv-quality: bad kivi", ["kv-quality", "-f", text, "--kv-compress", "kivi3"],
+                     "kivi4 or kivi2")
+        expect_error("kv-quality: score over ctx", ["kv-quality", "-f", text, "--ctx", "64",
+                                                    "--score", "64", "--kv-compress", "window:8"],
+                     "leaves no prompt")
+        expect_error("kv-quality: missing text", ["kv-quality", "-f", os.path.join(d, "none.txt"),
+                                                  "--kv-compress", "window:8"], "cannot read")
+        if HAVE_MODEL:
+            expect_error("kv-quality: ids out of range", ["kv-quality", "--ids", "1 2 999999",
+                                                          "--kv-compress", "window:8"],
+                         "bad value for --ids")
+            expect_error("kv-quality: kivi on int8 KV", ["kv-quality", "-f", text, "--kv-type",
+                                                         "int8", "--kv-compress", "kivi4"],
+                         "rounds F32 or F16 KV")
+            expect_error("kv-quality: text shorter than a chunk",
+                         ["kv-quality", "-f", text, "--ctx", "100000", "--score", "256",
+                          "--kv-compress", "window:8"], "no chunk of 100000")
+        expect_error("serve: bad --kv-compress", ["serve", "--kv-compress", "h2o:0%"],
+                     "--kv-compress h2o:0%")
         # the service's KV store and speculative-decoding flags
         expect_error("serve: bad --kv-type", ["serve", "--kv-type", "int4"], "--kv-type")
         expect_error("serve: bad --kv-policy", ["serve", "--kv-policy", "fifo"], "--kv-policy")
@@ -188,7 +215,7 @@ def main():
                              why if cuda else "has no CUDA",
                              env={"STRATA_CUDA_MODULE": path})
     for c in ("generate", "perplexity", "bench-model", "quantize", "tokenize", "detokenize", "logits",
-              "serve", "bench-kv-ssd", "synth-model"):
+              "serve", "bench-kv-ssd", "synth-model", "kv-quality"):
         p = subprocess.run([BIN, c, "--help"], capture_output=True, text=True, timeout=30)
         ok = p.returncode == 0 and "usage:" in p.stdout
         print(f"{'ok  ' if ok else 'FAIL'} {c} --help")
