@@ -64,6 +64,10 @@ const actor_opt_t actor_frontend_opts[] = {
      "a worker that answers no heartbeat for this long is hung: its requests move to the "
      "others (0: never)",
      .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, hang_timeout_ms)},
+    {"cache_wait_ms", ACTOR_OPT_INT, "250", 1, 60000, NULL,
+     "a cacheable request waits this long for the semcache's answer, then is generated "
+     "(docs/SEMCACHE.md)",
+     .field = ACTOR_OPT_FIELD(actor_frontend_cfg_t, cache_wait_ms)},
     {"progress_ms", ACTOR_OPT_INT, "10000", 100, 3600000, NULL,
      "forward progress (health, /progressz): a worker that holds requests and produced no "
      "token for this long has stalled (docs/OPERATIONS.md)",
@@ -113,7 +117,7 @@ void actor_frontend_cancel(actor_frontend_t *f, serve_request_t *r, const char *
  * encoder refuses (e.g. text that is not UTF-8) is never dropped in silence: the
  * request ends there with an `internal` error and is cancelled.  An event that
  * finds the client's queue full (a client that does not read) is dropped, and the
- * request is cancelled: it ends with the error s_end gives a slow reader. */
+ * request is cancelled: it ends with the error actor_frontend_end gives a slow reader. */
 static void s_to_client(actor_frontend_t *f, serve_request_t *r, int type, const void *m) {
     if (r->gone || r->slow)
         return;
@@ -162,9 +166,7 @@ bool actor_frontend_final_slow(actor_frontend_t *f, serve_request_t *r) {
     return true;
 }
 
-/* Send r's final event (done or error) and remove r.  A slow reader gets an error
- * instead (see s_to_client), and r stays until it could be queued. */
-static void s_end(actor_frontend_t *f, serve_request_t *r, int type, const void *m) {
+void actor_frontend_end(actor_frontend_t *f, serve_request_t *r, int type, const void *m) {
     if (f->audit) {
         const msg_done_t *d = type == MSG_DONE ? m : NULL;
         const msg_error_t *e = type == MSG_ERROR ? m : NULL;
@@ -183,7 +185,9 @@ static void s_end(actor_frontend_t *f, serve_request_t *r, int type, const void 
                             .timings = d ? &d->timings : NULL,
                             .trace = r->trace,
                             .trace_len = r->trace_len,
-                            .resumes = r->attempts - 1};
+                            .resumes = r->attempts - 1,
+                            .cache_kind = d && d->cache ? msg_cache_kind_names[d->cache] : NULL,
+                            .cache_entry = d && d->cache ? d->cache_entry : NULL};
         if (audit_log_append(f->audit, &a))
             actor_counters_add(f->counters, "audit.failed", 1);
         else
@@ -196,7 +200,17 @@ static void s_end(actor_frontend_t *f, serve_request_t *r, int type, const void 
 
 /* Send r's current attempt to the tokenizer: the client's generate and the
  * completion tokens delivered so far.  A full queue is retried after a backoff. */
+static void s_done_cancelled(actor_frontend_t *f, serve_request_t *r);
+
 void actor_frontend_submit(actor_frontend_t *f, serve_request_t *r) {
+    if (r->cache_state == SERVE_CACHE_LOOKUP) { /* the semcache did not answer in time */
+        r->cache_state = SERVE_CACHE_NONE;
+        actor_counters_add(f->counters, "cache.timeouts", 1);
+        if (r->cancel_sent) {
+            s_done_cancelled(f, r);
+            return;
+        }
+    }
     if (r->embed) {
         msg_embed_request_t e;
         msg_embed_request_init(&e);
@@ -236,7 +250,7 @@ static void s_fail(actor_frontend_t *f, serve_request_t *r, int code, const char
     char name[48];
     snprintf(name, sizeof name, "failed.%s", msg_code_name(code) ? msg_code_name(code) : "?");
     actor_counters_add(f->counters, name, 1);
-    s_end(f, r, MSG_ERROR, &x);
+    actor_frontend_end(f, r, MSG_ERROR, &x);
 }
 
 /* End r here with done "cancelled" (its attempt is gone, and it was cancelled). */
@@ -251,7 +265,7 @@ static void s_done_cancelled(actor_frontend_t *f, serve_request_t *r) {
     }
     d.usage.completion_tokens = r->n_tokens;
     actor_counters_add(f->counters, "finished.cancelled", 1);
-    s_end(f, r, MSG_DONE, &d);
+    actor_frontend_end(f, r, MSG_DONE, &d);
 }
 
 /* r's current attempt is lost (why: a counter name): stop it and go on under a new
@@ -301,7 +315,7 @@ void actor_frontend_resubmit(actor_frontend_t *f, serve_request_t *r, const char
 /* A traced request's final event came: send its `trace` (the frontend's steps, the
  * final attempt's chain, the delivery) with the spans of the completion copied from
  * the prompt or the messages. */
-static void s_send_trace(actor_frontend_t *f, serve_request_t *r, const msg_text_event_t *te) {
+void actor_frontend_trace(actor_frontend_t *f, serve_request_t *r, const msg_text_event_t *te) {
     msg_trace_t t;
     if (serve_events_trace(r, te, base_now_us(), &t))
         return;
@@ -364,15 +378,16 @@ static void s_on_text(void *self, const msg_text_event_t *te) {
     if (!te->finish)
         return;
     if (r->gen.trace)
-        s_send_trace(f, r, te);
+        actor_frontend_trace(f, r, te);
     msg_done_t d;
     if (serve_events_done(r, te, &d))
         actor_counters_add(f->counters, "tool_calls.oom", 1); /* said as text only */
+    actor_frontend_cache_store(f, r, te);
     char name[48];
     snprintf(name, sizeof name, "finished.%s", msg_finish_name(te->finish));
     actor_counters_add(f->counters, name, 1);
     serve_metrics_req_observe(f->metrics, &d);
-    s_end(f, r, MSG_DONE, &d);
+    actor_frontend_end(f, r, MSG_DONE, &d);
     serve_events_done_clear(&d);
 }
 
@@ -391,7 +406,7 @@ static void s_on_embedding(void *self, const msg_work_embedding_t *m) {
     e.dim = m->dim;
     e.prompt_tokens = m->prompt_tokens;
     actor_counters_add(f->counters, "finished.embed", 1);
-    s_end(f, r, MSG_EMBEDDING, &e);
+    actor_frontend_end(f, r, MSG_EMBEDDING, &e);
 }
 
 static void s_on_work_error(void *self, const msg_work_error_t *e) {
@@ -520,6 +535,10 @@ int actor_frontend_main(actor_env_t *env) {
         p->push = actor_sock_outbound(t, "frontend", n, ACTOR_HWM_ADMIT);
     }
     for (int i = 0; i < f.n_peers; i++)
+        if (!strcmp(f.peers[i].name, "semcache"))
+            f.to_cache = f.peers[i].push;
+    f.cache_wait_us = (uint64_t)conf->cache_wait_ms * 1000 * BASE_TIMEOUT_SCALE;
+    for (int i = 0; i < f.n_peers; i++)
         if (!f.peers[i].push) {
             actor_env_fail(env, "frontend: cannot connect to %s", f.peers[i].name);
             s_cleanup(&f);
@@ -597,6 +616,8 @@ int actor_frontend_main(actor_env_t *env) {
     actor_loop_handle_worker_down(f.loop, actor_frontend_on_worker_down);
     actor_loop_handle_work_status(f.loop, s_on_status);
     actor_loop_handle_drain(f.loop, actor_frontend_on_drain);
+    actor_loop_handle_cache_answer(f.loop, actor_frontend_on_cache_answer);
+    actor_loop_handle_cache_done(f.loop, actor_frontend_on_cache_done);
     actor_loop_timer(f.loop, ACTOR_FRONTEND_PING_US / 1000, actor_frontend_heartbeat);
     actor_loop_timer(f.loop, 100, actor_frontend_watch);
     actor_loop_idle(f.loop, s_idle);

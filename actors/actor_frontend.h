@@ -47,6 +47,7 @@ typedef struct {
     bool audit_text;           /* keep prompt and completion text in audit records */
     int hang_timeout_ms;       /* a worker that answers no heartbeat for this long is hung */
     int progress_ms;           /* a worker holding requests without a token this long stalls */
+    int cache_wait_ms;         /* how long a request waits for the semcache's answer */
 } actor_frontend_cfg_t;
 
 int actor_frontend_main(actor_env_t *env);

@@ -167,7 +167,8 @@ static void s_on_generate(actor_frontend_t *f, const uint8_t *ident, size_t iden
     r->fd_gen = fd >= 0 && fd < ACTOR_FRONTEND_MAX_FD && f->fd_gen ? f->fd_gen[fd] : 0;
     if (client_key)
         snprintf(r->client_key, sizeof r->client_key, "%s", client_key);
-    actor_frontend_submit(f, r);
+    if (!actor_frontend_cache_lookup(f, r))
+        actor_frontend_submit(f, r);
 }
 
 /* An embed: a request of the table like a generate (so that a lost worker or a cancel
@@ -301,6 +302,10 @@ void actor_frontend_on_client(void *self, zsock_t *sock) {
                                            MSG_CODE_NOT_FOUND, "no running request with this id");
             break;
         }
+        case MSG_CACHE_PUT:
+        case MSG_CACHE_INVALIDATE:
+            actor_frontend_on_cache_op(f, ident, ident_len, &m);
+            break;
         case MSG_STATS:
             actor_frontend_on_stats(f, ident, ident_len);
             break;

@@ -55,7 +55,9 @@ typedef struct {
     zsock_t *monitor;                              /* PAIR: socket events of clients */
     zsock_t *in;                                   /* inbound PULL (internal) */
     zsock_t *to_tok;                               /* PUSH to the tokenizer */
-    actor_frontend_peer_t *peers;                  /* (n_peers) */
+    zsock_t *to_cache;            /* PUSH to the semcache actor (a peer's), or NULL: none */
+    uint64_t cache_wait_us;       /* a request waits this long for the semcache's answer */
+    actor_frontend_peer_t *peers; /* (n_peers) */
     int n_peers;
     serve_requests_t *reqs; /* the request table */
     uint64_t accept_us;     /* an attempt not accepted by a worker by then is resubmitted */
@@ -103,6 +105,31 @@ void actor_frontend_submit(actor_frontend_t *f, serve_request_t *r);
  * rid from the tokens delivered.  delay_us: wait that long first (0: at once). */
 void actor_frontend_resubmit(actor_frontend_t *f, serve_request_t *r, const char *why,
                              uint64_t delay_us);
+
+/* Send r's final event (done or error) and remove r.  A slow reader gets an error
+ * instead, and r stays until it could be queued. */
+void actor_frontend_end(actor_frontend_t *f, serve_request_t *r, int type, const void *m);
+
+/* A traced request's final event came (te: the final attempt's, or NULL): send its
+ * `trace` (the frontend's steps, the final attempt's chain, the delivery). */
+void actor_frontend_trace(actor_frontend_t *f, serve_request_t *r, const msg_text_event_t *te);
+
+/* ---- the answer cache's side (actor_frontend_cache.c, docs/SEMCACHE.md) */
+
+/* Ask the semcache about r before it is submitted: true when asked (r then waits for
+ * cache_answer, at most cache_wait_us, and is submitted when none comes); false when r
+ * is not cached (no semcache, cache off, not cacheable): submit it. */
+bool actor_frontend_cache_lookup(actor_frontend_t *f, serve_request_t *r);
+/* The semcache's answer: a hit ends r with the cached answer; a miss submits it. */
+void actor_frontend_on_cache_answer(void *self, const msg_cache_answer_t *m);
+/* r finished (te: its final event): keep its answer when the semcache asked for it. */
+void actor_frontend_cache_store(actor_frontend_t *f, serve_request_t *r,
+                                const msg_text_event_t *te);
+/* A client's cache_put (a knowledge-base record) or cache_invalidate, passed on. */
+void actor_frontend_on_cache_op(actor_frontend_t *f, const uint8_t *ident, size_t ident_len,
+                                const msg_any_t *m);
+/* The semcache's answer to a client's operation. */
+void actor_frontend_on_cache_done(void *self, const msg_cache_done_t *m);
 
 /* ---- the clients' side (actor_frontend_clients.c) */
 

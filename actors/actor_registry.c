@@ -10,6 +10,7 @@
 #include "actor_metrics.h"
 #include "actor_prefetch.h"
 #include "actor_router.h"
+#include "actor_semcache.h"
 #include "actor_tokenizer.h"
 #include "actor_worker.h"
 
@@ -42,6 +43,8 @@ static const actor_info_t s_actors[] = {
      "KV tier manager: T1 DRAM pool and T2 SSD files shared by every worker"},
     {"prefetcher", actor_prefetch_main, actor_prefetch_opts, sizeof(actor_prefetch_cfg_t), 20,
      "promotes a prompt's cached KV towards its worker; keeps chat sessions warm"},
+    {"semcache", actor_semcache_main, actor_semcache_opts, sizeof(actor_semcache_cfg_t), 45,
+     "answer cache: exact, knowledge-base and semantic hits within an error bound"},
     {"metrics", actor_metrics_main, actor_metrics_opts, sizeof(actor_metrics_cfg_t), 40,
      "serves the stats as Prometheus metrics over HTTP, with a status page"},
     {"http", actor_http_main, actor_http_opts, sizeof(actor_http_cfg_t), 100,

@@ -698,6 +698,11 @@ static cJSON *s_request_json(const audit_log_t *self, const audit_record_t *rec,
         cJSON_AddNullToObject(o, "trace");
     }
     cJSON_AddNumberToObject(o, "resumes", rec->resumes);
+    if (rec->cache_kind) { /* provenance of an answer that was not generated */
+        cJSON *c = cJSON_AddObjectToObject(o, "cache");
+        cJSON_AddStringToObject(c, "kind", rec->cache_kind);
+        cJSON_AddStringToObject(c, "entry", rec->cache_entry ? rec->cache_entry : "");
+    }
     return o;
 }
 

@@ -136,9 +136,12 @@ typedef struct {
     const msg_timings_ms_t *timings; /* done: as sent, or NULL */
     const void *trace;               /* the request's trace event bytes, or NULL (not traced) */
     size_t trace_len;
-    int resumes;      /* attempts after the first (resubmissions, client resumes) */
-    uint64_t time_us; /* the final event's wall-clock time (µs since the epoch,
-                         CLOCK_REALTIME); 0: now */
+    int resumes;             /* attempts after the first (resubmissions, client resumes) */
+    const char *cache_kind;  /* answered from the answer cache: "exact", "semantic", "kb";
+                                NULL: generated (the record has no "cache" key) */
+    const char *cache_entry; /* then the entry: the request id or knowledge-base record */
+    uint64_t time_us;        /* the final event's wall-clock time (µs since the epoch,
+                                CLOCK_REALTIME); 0: now */
 } audit_record_t;
 
 typedef struct audit_log_t audit_log_t;

@@ -129,6 +129,13 @@ static const s_flag_t s_flags[] = {
     {"expert-timeout-ms", 0, "worker<N>", "expert_timeout_ms", "N", NULL, 0, NULL, NULL},
     {"moe-dispatch", 0, "router", "moe_dispatch", "MODE", NULL, 0, NULL, NULL},
     {"moe-capacity", 0, "router", "moe_capacity", "F", NULL, 0, NULL, NULL},
+    {"semcache", 0, "semcache", "mode", "MODE", NULL, 0,
+     "run the answer cache (docs/SEMCACHE.md); MODE is what a request that names no cache "
+     "mode gets: off (only requests that ask are cached), exact or semantic",
+     "Answer cache:"},
+    {"semcache-delta", 0, "semcache", "delta", "D", NULL, 0, NULL, NULL},
+    {"semcache-path", 0, "semcache", "path", "FILE", NULL, 0, NULL, NULL},
+    {"semcache-entries", 0, "semcache", "entries", "N", NULL, 0, NULL, NULL},
     {"metrics", 0, "metrics", "listen", "HOST:PORT", NULL, 0,
      "serve Prometheus metrics (/metrics) and a status page (/) over HTTP on HOST:PORT "
      "(docs/METRICS.md)",
@@ -563,8 +570,8 @@ static bool s_thread_topology(s_serve_t *s, actor_topology_t *topo) {
     actor_topo_entry_t *d = actor_topology_add(topo, "defaults", "-");
     for (int r = 0; r < S_N_FLAGS; r++) {
         const s_flag_t *x = &s_flags[r];
-        if (!x->key || !strcmp(x->actor, "supervisor") ||
-            !strcmp(x->actor, "metrics") || /* on its own line, below */
+        if (!x->key || !strcmp(x->actor, "supervisor") || !strcmp(x->actor, "metrics") ||
+            !strcmp(x->actor, "semcache") || /* their own lines */
             (!s->vals[r][0] && (!strcmp(x->actor, "draft") || !strcmp(x->actor, "http"))))
             continue;
         if (s->vals[r][0]) {
@@ -589,6 +596,15 @@ static bool s_thread_topology(s_serve_t *s, actor_topology_t *topo) {
         for (int r = 0; r < S_N_FLAGS; r++)
             if (s_flags[r].key && !strcmp(s_flags[r].actor, "metrics") && s->vals[r][0])
                 actor_topology_set(m, s_flags[r].key, s->vals[r]);
+    }
+    if (VAL("semcache")) {
+        actor_topo_entry_t *m = s_add(topo, "semcache");
+        for (int r = 0; r < S_N_FLAGS; r++)
+            if (s_flags[r].key && !strcmp(s_flags[r].actor, "semcache") && s->vals[r][0])
+                actor_topology_set(m, s_flags[r].key, s->vals[r]);
+    } else if (VAL("semcache-delta") || VAL("semcache-path") || VAL("semcache-entries")) {
+        fprintf(stderr, "strata serve: --semcache-* options need --semcache MODE\n");
+        return false;
     }
     if (s->tiers) {
         s_add(topo, "kvtier");

@@ -10,6 +10,7 @@
 #ifndef MSG_ANY_H
 #define MSG_ANY_H
 
+#include "msg_cache.h"
 #include "msg_client.h"
 #include "msg_ctl.h"
 #include "msg_embed.h"

@@ -9,6 +9,7 @@
 #ifndef MSG_CLIENT_H
 #define MSG_CLIENT_H
 
+#include "msg_cache.h"
 #include "msg_types.h"
 
 /* one chat message of generate.messages */
@@ -64,6 +65,13 @@ typedef struct {
     char tool_choice[MSG_MAX_TOOL_NAME_BYTES + 1]; /* "" (auto), "none", "auto", "required",
                                                       or the name of the function to call */
     bool parallel_tool_calls; /* default true: 1..8 calls; false: exactly one */
+    /* the answer cache (docs/SEMCACHE.md) */
+    int cache;           /* msg_cache_mode_t: default (the server's), off, exact, semantic */
+    double cache_delta;  /* the wrong-hit rate allowed a semantic hit, (0, 0.5]; 0: the server's */
+    bool has_cache_ttl;  /* cache_ttl_s was given */
+    int64_t cache_ttl_s; /* how long this answer stays valid (0: never expires) */
+    char cache_tags[MSG_MAX_CACHE_TAGS_BYTES + 1]; /* comma-separated tags of the entry */
+    bool cache_sampled; /* a sampled request without a seed may be cached (off: it is not) */
 } msg_generate_t;
 
 /* 2 cancel: stop the generation with this id (answered by its done, "cancelled") */
@@ -155,6 +163,9 @@ typedef struct {
     int n_logprobs;
     msg_tool_call_t *tool_calls; /* (n_tool_calls) a generate with tools answered by calls */
     int n_tool_calls;            /* 0..MSG_MAX_TOOL_CALLS */
+    int cache;                   /* msg_cache_kind_t: answered from the cache (0: generated) */
+    char cache_entry[MSG_MAX_ID_BYTES + 1]; /* then the entry: a request id or a KB record */
+    float cache_similarity;                 /* and the similarity it matched with */
 } msg_done_t;
 
 /* 7 error: a request failed (it ends that request: no done follows) */

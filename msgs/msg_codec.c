@@ -909,6 +909,17 @@ static bool s_present(const msg_field_t *f, const void *m) {
         return S_AT(m, f->off, char)[0] != 0;
     case MSG_F_BOOL:
         return *S_AT(m, f->off, bool);
+    case MSG_F_INT:
+    case MSG_F_ENUM:
+        return *S_AT(m, f->off, int) != 0;
+    case MSG_F_I64:
+        return *S_AT(m, f->off, int64_t) != 0;
+    case MSG_F_U64:
+        return *S_AT(m, f->off, uint64_t) != 0;
+    case MSG_F_FLOAT:
+        return *S_AT(m, f->off, float) != 0;
+    case MSG_F_DOUBLE:
+        return *S_AT(m, f->off, double) != 0;
     default:
         return true;
     }

@@ -36,6 +36,9 @@
     X(trace, TRACE, 11, 1, MSG_FAMILY_CLIENT)                                                      \
     X(embed, EMBED, 12, 1, MSG_FAMILY_CLIENT)                                                      \
     X(embedding, EMBEDDING, 13, 1, MSG_FAMILY_CLIENT)                                              \
+    X(cache_put, CACHE_PUT, 14, 1, MSG_FAMILY_CLIENT)                                              \
+    X(cache_invalidate, CACHE_INVALIDATE, 15, 1, MSG_FAMILY_CLIENT)                                \
+    X(cache_reply, CACHE_REPLY, 16, 1, MSG_FAMILY_CLIENT)                                          \
     /* internal: actor <-> actor */                                                                \
     X(tok_request, TOK_REQUEST, 20, 1, MSG_FAMILY_INTERNAL)                                        \
     X(work_request, WORK_REQUEST, 21, 1, MSG_FAMILY_INTERNAL)                                      \
@@ -64,6 +67,12 @@
     /* embeddings (msg_embed.h) */                                                                 \
     X(embed_request, EMBED_REQUEST, 49, 1, MSG_FAMILY_INTERNAL)                                    \
     X(work_embedding, WORK_EMBEDDING, 50, 1, MSG_FAMILY_INTERNAL)                                  \
+    /* the answer cache (msg_cache.h) */                                                           \
+    X(cache_lookup, CACHE_LOOKUP, 56, 1, MSG_FAMILY_INTERNAL)                                      \
+    X(cache_answer, CACHE_ANSWER, 57, 1, MSG_FAMILY_INTERNAL)                                      \
+    X(cache_store, CACHE_STORE, 58, 1, MSG_FAMILY_INTERNAL)                                        \
+    X(cache_drop, CACHE_DROP, 59, 1, MSG_FAMILY_INTERNAL)                                          \
+    X(cache_done, CACHE_DONE, 60, 1, MSG_FAMILY_INTERNAL)                                          \
     /* control: supervisor/parent <-> actor */                                                     \
     X(ready, READY, 40, 1, MSG_FAMILY_CTL)                                                         \
     X(ping, PING, 41, 1, MSG_FAMILY_CTL)                                                           \

@@ -68,7 +68,17 @@ typedef struct {
     int32_t *embed_ids; /* (n_embed_ids) the input's token ids, or NULL; owned */
     int n_embed_ids;
     serve_openai_tools_t tools; /* a generate with tools: its text is kept, done says the calls */
+    /* the answer cache (docs/SEMCACHE.md) */
+    int cache_state;            /* SERVE_CACHE_* */
+    uint64_t cache_verify_hash; /* the nearest entry's answer hash, checked against this one's */
+    float cache_verify_sim;     /* and its similarity */
 } serve_request_t;
+
+enum {
+    SERVE_CACHE_NONE = 0,   /* not cached: generated, nothing kept */
+    SERVE_CACHE_LOOKUP = 1, /* waiting for the semcache's answer (retry_at_us: the deadline) */
+    SERVE_CACHE_STORE = 2,  /* missed (or a hit being verified): the answer is kept when done */
+};
 
 /* The timing rules, from the frontend's options. */
 typedef struct {

@@ -195,6 +195,11 @@ int serve_semcache_lookup(serve_semcache_t *c, const serve_semcache_key_t *key, 
     }
     hit->entry = best;
     hit->similarity = best_s;
+    if (best >= 0) { /* the nearest's answer, for a verification (LRU order unchanged) */
+        hit->answer = c->e[best].answer;
+        hit->answer_len = c->e[best].answer_len;
+        hit->name = c->e[best].name;
+    }
     if (best < 0 || !(delta > 0 && delta < 1))
         return SERVE_SEMCACHE_MISS;
     hit->threshold = serve_semcache_bound_threshold(c->bound, delta);

@@ -41,9 +41,10 @@ typedef struct {
     int entry;          /* the entry answered from; on a miss the nearest one (-1: none) */
     float similarity;   /* to the nearest entry of the context (-2 when there is none) */
     double threshold;   /* the threshold the semantic layer used (> 1: none yet) */
-    const char *answer; /* the answer (valid until the cache next changes), or NULL */
+    const char *answer; /* the answer (valid until the cache next changes); on a miss the
+                           nearest entry's (what a verification compares), or NULL */
     size_t answer_len;
-    const char *name; /* the entry's name (a request id or a knowledge-base record) */
+    const char *name; /* the entry's name (a request id or a knowledge-base record), or NULL */
 } serve_semcache_hit_t;
 
 /* bound: the error bound the semantic layer asks (borrowed; outlives the cache).  NULL on

@@ -17,7 +17,7 @@ BIN = os.environ.get("STRATA_BIN", "build/strata")
 SRC = os.environ.get("STRATA_SRC", ".")
 MODEL = testenv.model_candidate()
 ACTORS = ["frontend", "tokenizer", "router", "worker<N>", "draft", "kvtier", "prefetcher",
-          "metrics", "http", "expert<N>"]
+          "semcache", "metrics", "http", "expert<N>"]
 failures = []
 
 

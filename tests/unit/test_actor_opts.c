@@ -114,8 +114,8 @@ END_TEST
 /* Every registered actor has a function, a purpose and a table whose defaults
  * pass their own checks. */
 START_TEST(registry) {
-    const char *names[] = {"frontend", "tokenizer",  "router",  "worker<N>", "draft",
-                           "kvtier",   "prefetcher", "metrics", "http",      "expert<N>"};
+    const char *names[] = {"frontend",   "tokenizer", "router",  "worker<N>", "draft",    "kvtier",
+                           "prefetcher", "semcache",  "metrics", "http",      "expert<N>"};
     const int n_names = (int)(sizeof names / sizeof names[0]);
     int n = 0;
     char why[256];

@@ -282,6 +282,63 @@ static void fill(int type, msg_any_t *a) {
         a->u.work_embedding.prompt_tokens = 2;
         break;
     }
+    case MSG_CACHE_PUT:
+        strcpy(a->u.cache_put.id, "kb-1");
+        a->u.cache_put.question = "Who wrote Hamlet?";
+        a->u.cache_put.question_len = strlen(a->u.cache_put.question);
+        a->u.cache_put.answer = "Shakespeare";
+        a->u.cache_put.answer_len = strlen(a->u.cache_put.answer);
+        strcpy(a->u.cache_put.tags, "plays,authors");
+        a->u.cache_put.ttl_s = 3600;
+        break;
+    case MSG_CACHE_INVALIDATE:
+        strcpy(a->u.cache_invalidate.id, "inv-1");
+        strcpy(a->u.cache_invalidate.tag, "plays");
+        break;
+    case MSG_CACHE_REPLY:
+        strcpy(a->u.cache_reply.id, "kb-1");
+        a->u.cache_reply.count = 1;
+        a->u.cache_reply.entries = 12;
+        break;
+    case MSG_CACHE_LOOKUP:
+        a->u.cache_lookup.rid = 77;
+        a->u.cache_lookup.context = 1;
+        a->u.cache_lookup.exact = 2;
+        a->u.cache_lookup.text = "Who wrote Hamlet?";
+        a->u.cache_lookup.text_len = strlen(a->u.cache_lookup.text);
+        a->u.cache_lookup.delta = 0.05;
+        a->u.cache_lookup.mode = MSG_CACHE_ON_SEMANTIC;
+        break;
+    case MSG_CACHE_ANSWER:
+        a->u.cache_answer.rid = 77;
+        a->u.cache_answer.kind = MSG_CACHE_SEMANTIC;
+        a->u.cache_answer.answer = "Shakespeare";
+        a->u.cache_answer.answer_len = strlen(a->u.cache_answer.answer);
+        strcpy(a->u.cache_answer.name, "req-1");
+        a->u.cache_answer.similarity = 0.97f;
+        a->u.cache_answer.threshold = 0.95;
+        a->u.cache_answer.lookup_us = 900;
+        break;
+    case MSG_CACHE_STORE:
+        a->u.cache_store.rid = 77;
+        a->u.cache_store.exact = 2;
+        a->u.cache_store.text = "Who wrote Hamlet?";
+        a->u.cache_store.text_len = strlen(a->u.cache_store.text);
+        a->u.cache_store.answer = "Shakespeare";
+        a->u.cache_store.answer_len = strlen(a->u.cache_store.answer);
+        strcpy(a->u.cache_store.name, "req-1");
+        a->u.cache_store.ttl_s = -1;
+        break;
+    case MSG_CACHE_DROP:
+        strcpy(a->u.cache_drop.client, "00ab");
+        strcpy(a->u.cache_drop.id, "inv-1");
+        a->u.cache_drop.all = true;
+        break;
+    case MSG_CACHE_DONE:
+        strcpy(a->u.cache_done.client, "00ab");
+        strcpy(a->u.cache_done.id, "inv-1");
+        a->u.cache_done.count = 3;
+        break;
     default: /* stats, health, stop, stats_query: no fields */
         break;
     }

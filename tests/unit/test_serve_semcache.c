@@ -55,7 +55,7 @@ START_TEST(test_layers) {
     ck_assert_str_eq(h.name, "req-1");
     ck_assert_int_eq(serve_semcache_lookup(c, &kf, 0.05, 3000, &h), SERVE_SEMCACHE_MISS);
     ck_assert_int_eq(h.entry, 0); /* the nearest is still reported, for verification */
-    ck_assert(h.answer == NULL);
+    ck_assert(h.answer_len == 5 && !memcmp(h.answer, "Paris", 5)); /* the nearest's */
     /* delta 0: the exact layer only */
     ck_assert_int_eq(serve_semcache_lookup(c, &kn, 0, 3000, &h), SERVE_SEMCACHE_MISS);
     /* another context: a miss, nothing near */
