@@ -13,6 +13,7 @@ typedef struct {
 int cmd_bench_kv_ssd(int argc, char **argv);  /* bin/cmd_bench_kv.c */
 int cmd_moefy(int argc, char **argv);         /* bin/cmd_moefy.c */
 int cmd_chat_template(int argc, char **argv); /* bin/cmd_tokenize.c */
+int cmd_kb(int argc, char **argv);            /* bin/cmd_kb.c */
 static const s_cmd_t s_cmds[] = {
     {"serve", cmd_serve, "run the inference service (ZeroMQ + MessagePack, continuous batching)"},
     {"actor", cmd_actor, "run one actor of a topology as its own process"},
@@ -29,6 +30,7 @@ static const s_cmd_t s_cmds[] = {
     {"detokenize", cmd_detokenize, "print the text of token ids read from stdin"},
     {"chat-template", cmd_chat_template, "print a conversation as the model's template renders it"},
     {"client", cmd_client, "send a request to a running strata server (stream the answer)"},
+    {"kb", cmd_kb, "load a knowledge base into a running server's answer cache; invalidate"},
     {"audit", cmd_audit, "verify the audit log's hash chain; show one request's record"},
     {"synth-model", cmd_synth_model,
      "write a random-weight model of a real shape (speed measurements without a download)"},
