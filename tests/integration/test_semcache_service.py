@@ -157,8 +157,9 @@ def embedding(c, text):
     return np.frombuffer(r["embedding"], dtype="<f4")
 
 
-def semantic_similarity(c):
+def semantic_similarity(c, answer):
     q2 = "What are the three primary colors?"
+    before = stats(c)
     r, trace = chat(c, "semantic", user(q2), cache="semantic", trace=True)
     step = [s for s in trace["steps"] if s["actor"] == "semcache"]
     u.check(len(step) == 1 and step[0]["what"] == "cache_miss",
@@ -170,8 +171,60 @@ def semantic_similarity(c):
     cos = float(np.dot(ea, eb) / np.linalg.norm(ea) / np.linalg.norm(eb))
     u.check(abs(sim - cos) < 2e-3, "the similarity is the embeddings' cosine: %.4f vs %.4f"
             % (sim, cos))
+    # the miss had a neighbour: its fresh answer was compared with the neighbour's (after
+    # whitespace normalisation) and the outcome recorded for the error bound
+    same = " ".join(r["text"].split()) == " ".join(answer.split())
+    after = stats(c)
+    key = "semcache.verified." + ("same" if same else "different")
+    u.check(after.get("semcache.observations", 0) == before.get("semcache.observations", 0) + 1
+            and after.get(key, 0) == before.get(key, 0) + 1,
+            "one verified outcome, %s: %r" % (key, after))
     print("semantic layer: nearest similarity %.3f = the service's embeddings' cosine %.3f"
           % (sim, cos))
+
+
+PARIS = ["What is the capital of France?", "Which city is France's capital?",
+         "Name the capital city of France.", "France's capital is which city?",
+         "Tell me the capital of France.", "What's the capital city of France?"]
+
+
+def semantic_hits(verify):
+    """The semantic layer end to end, made deterministic: a grammar makes every answer
+    "Paris." (the same context for all), so every verified outcome is "same"; with alpha
+    0.5, delta 0.5 and min_obs 1 a threshold passes after 3 of them (Clopper-Pearson: 3
+    of 3 correct bound the wrong rate by 1 - 0.5^(1/3) = 0.21 <= 0.5).  The first request
+    misses with nothing near, the next three miss with a neighbour (each a verification),
+    then the rest are semantic hits -- or, with verify=1, are generated anyway and
+    verified (more observations)."""
+    os.environ.update(STRATA_SEMCACHE_ALPHA="0.5", STRATA_SEMCACHE_MIN_OBS="1",
+                      STRATA_SEMCACHE_VERIFY=str(verify))
+    try:
+        with u.Server(["--semcache", "semantic", "--semcache-delta", "0.5", "--threads", "1",
+                       "--no-tiers"]) as s:
+            c = u.Client(zmq.Context.instance(), s.endpoint)
+            kinds = []
+            for i, q in enumerate(PARIS):
+                r, trace = chat(c, "p%d" % i, user(q), max_tokens=16, grammar='root ::= "Paris."',
+                                trace=True)
+                u.check(r["text"] == "Paris." and r["finish_reason"] == "eos", "%r" % r)
+                step = [x for x in trace["steps"] if x["actor"] == "semcache"][0]
+                kinds.append(r.get("cache", step["what"]))
+                if r.get("cache") == "semantic":
+                    th = float(step["why"].split("threshold ")[1].split()[0])
+                    u.check(r["cache_similarity"] >= th, "a hit is at or above the threshold")
+            want = ["cache_miss"] * 4 + (["cache_verify"] * 2 if verify else ["semantic"] * 2)
+            u.check(kinds == want, "verify=%d: %r, want %r" % (verify, kinds, want))
+            st = stats(c)
+            n_obs = 3 + (2 if verify else 0)
+            u.check(st.get("semcache.observations") == n_obs and
+                    st.get("semcache.verified.same") == n_obs and
+                    not st.get("semcache.observations.different"),
+                    "every verification counted as the same answer: %r" % st)
+            c.close()
+    finally:
+        for k in ("ALPHA", "MIN_OBS", "VERIFY"):
+            os.environ.pop("STRATA_SEMCACHE_" + k, None)
+    print("semantic layer, verify=%d: %s" % (verify, kinds))
 
 
 def process_mode_kill(d, answer):
@@ -226,7 +279,7 @@ def main():
             answer = exact_and_context(c)
             bounded()
             knowledge_base(c, s.endpoint, d)
-            semantic_similarity(c)
+            semantic_similarity(c, answer)
             c.close()
         audit_has_cache(audit)
         bounded()
@@ -240,6 +293,9 @@ def main():
             u.check("cache" not in r, "the server's default mode off: generated")
             c.close()
         print("persistence: the exact hit survives a restart")
+        bounded()
+        semantic_hits(0)
+        semantic_hits(1)
         bounded()
         process_mode_kill(d, answer)
     print("ok")
