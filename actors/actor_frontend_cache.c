@@ -113,7 +113,7 @@ static void s_hit(actor_frontend_t *f, serve_request_t *r, const msg_cache_answe
     msg_done_t d;
     msg_done_init(&d);
     msg_set_str(d.id, sizeof d.id, r->id);
-    d.finish_reason = MSG_FINISH_EOS; /* only answers that ended by themselves are kept */
+    d.finish_reason = m->finish ? m->finish : MSG_FINISH_EOS; /* as the answer ended */
     d.text = r->text ? r->text : "";
     d.text_len = r->text_len;
     d.cache = m->kind;
@@ -157,8 +157,8 @@ void actor_frontend_cache_store(actor_frontend_t *f, serve_request_t *r,
         return;
     r->cache_state = SERVE_CACHE_NONE;
     serve_semcache_req_t k;
-    if (te->finish != MSG_FINISH_EOS || !r->text || serve_semcache_req_key(&r->gen, &k)) {
-        actor_counters_add(f->counters, "cache.not_kept", 1); /* cut short, or stopped */
+    if (te->finish == MSG_FINISH_CANCELLED || !r->text || serve_semcache_req_key(&r->gen, &k)) {
+        actor_counters_add(f->counters, "cache.not_kept", 1); /* cancelled: not an answer */
         return;
     }
     msg_cache_store_t s;
@@ -173,6 +173,7 @@ void actor_frontend_cache_store(actor_frontend_t *f, serve_request_t *r,
     msg_set_str(s.name, sizeof s.name, r->id);
     msg_set_str(s.tags, sizeof s.tags, r->gen.cache_tags);
     s.ttl_s = r->gen.has_cache_ttl ? r->gen.cache_ttl_s : -1;
+    s.finish = te->finish;
     s.verify_hash = r->cache_verify_hash;
     s.verify_sim = r->cache_verify_sim;
     if (!r->text_len)

@@ -171,6 +171,7 @@ static void s_on_lookup(void *self, const msg_cache_lookup_t *q) {
         snprintf(a.name, sizeof a.name, "%s", h.name ? h.name : "");
     }
     a.kind = kind;
+    a.finish = kind != MSG_CACHE_MISS ? h.meta : 0;
     if (kind == SERVE_SEMCACHE_SEMANTIC && s_uniform(c) < c->cfg->verify) {
         a.verify = true; /* answered by generation; the fresh answer is compared */
         actor_counters_add(c->counters, "verify.sampled", 1);
@@ -222,6 +223,8 @@ static void s_on_store(void *self, const msg_cache_store_t *m) {
                                 s_embed(c, m->text, m->text_len)};
     int rc = serve_semcache_put(c->cache, &key, m->name, m->tags[0] ? m->tags : NULL, m->answer,
                                 m->answer_len, ttl_us, now);
+    if (rc >= 0)
+        rc = serve_semcache_set_meta(c->cache, rc, m->finish); /* how it ended, for its hits */
     if (rc < 0) {
         actor_counters_add(c->counters, "stores.failed", 1);
         s_done(c, m->client, m->id, 0, MSG_CODE_INTERNAL, strerror(-rc));

@@ -23,6 +23,12 @@ const char *const msg_cache_mode_names[4] = {"default", "off", "exact", "semanti
     { .key = k, .kind = MSG_F_U64, .flags = fl, .off = offsetof(T, m) }
 #define S_COUNT(T, k, m)                                                                           \
     { .key = k, .kind = MSG_F_INT, .off = offsetof(T, m), .lo = 0, .hi = INT32_MAX }
+/* how a kept answer ended: eos, length or stop (0: eos) */
+#define S_FINISH(T)                                                                                \
+    {                                                                                              \
+        .key = "finish", .kind = MSG_F_INT, .flags = OPT, .off = offsetof(T, finish), .lo = 0,     \
+        .hi = MSG_FINISH_STOP                                                                      \
+    }
 #define S_SCHEMA(name, T, fields, check)                                                           \
     const msg_schema_t msg_schema_##name = {#name, sizeof(T), fields, MSG_NFIELDS(fields),         \
                                             NULL,  check}
@@ -121,6 +127,7 @@ static const msg_field_t s_answer_fields[] = {
      .flags = OPT,
      .off = offsetof(msg_cache_answer_t, verify)},
     {.key = "store", .kind = MSG_F_BOOL, .flags = OPT, .off = offsetof(msg_cache_answer_t, store)},
+    S_FINISH(msg_cache_answer_t),
     S_U64(msg_cache_answer_t, "nearest_hash", nearest_hash, OPT),
     {.key = "lookup_us",
      .kind = MSG_F_I64,
@@ -155,6 +162,7 @@ static const msg_field_t s_store_fields[] = {
      .off = offsetof(msg_cache_store_t, ttl_s),
      .lo = -1,
      .hi = MSG_MAX_CACHE_TTL_S},
+    S_FINISH(msg_cache_store_t),
     S_U64(msg_cache_store_t, "verify_hash", verify_hash, OPT),
     {.key = "verify_sim",
      .kind = MSG_F_FLOAT,

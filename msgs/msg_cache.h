@@ -83,6 +83,7 @@ typedef struct {
     double threshold;                /* the semantic layer's threshold (> 1: none yet) */
     bool verify;                     /* a sampled hit: generate anyway and store the answer */
     bool store;                      /* keep the answer once generated (cache_store) */
+    int finish;                      /* a hit: how the answer ended (msg_finish_t; 0: eos) */
     uint64_t nearest_hash;           /* the nearest entry's normalised answer (0: none) */
     int64_t lookup_us;               /* the lookup's time */
 } msg_cache_answer_t;
@@ -102,6 +103,7 @@ typedef struct {
     char name[MSG_MAX_ID_BYTES + 1];
     char tags[MSG_MAX_CACHE_TAGS_BYTES + 1];
     int64_t ttl_s;        /* -1: the server's rule; 0: never expires */
+    int finish;           /* how the answer ended (msg_finish_t: eos, length, stop; 0: eos) */
     uint64_t verify_hash; /* the lookup's nearest_hash: the answer is compared with it */
     float verify_sim;     /* the lookup's similarity */
 } msg_cache_store_t;

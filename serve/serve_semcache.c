@@ -22,6 +22,7 @@ typedef struct {
     uint64_t expires_us; /* 0: never */
     uint64_t last_us;    /* last stored or answered from: the LRU order */
     bool has_emb;
+    uint8_t meta; /* the caller's (serve_semcache_set_meta) */
 } s_entry_t;
 
 struct serve_semcache_t {
@@ -135,6 +136,13 @@ int serve_semcache_put(serve_semcache_t *c, const serve_semcache_key_t *key, con
     return i;
 }
 
+int serve_semcache_set_meta(serve_semcache_t *c, int entry, int meta) {
+    if (entry < 0 || entry >= c->cfg.max_entries || !c->e[entry].used || meta < 0 || meta > 255)
+        return -EINVAL;
+    c->e[entry].meta = (uint8_t)meta;
+    return 0;
+}
+
 /* x . y over n floats, eight partial sums (the compiler keeps them in vector lanes). */
 static float s_dot(const float *x, const float *y, int n) {
     float acc[8] = {0};
@@ -158,6 +166,7 @@ static void s_answer(serve_semcache_t *c, int i, int kind, uint64_t now, serve_s
     h->answer = e->answer;
     h->answer_len = e->answer_len;
     h->name = e->name;
+    h->meta = e->meta;
 }
 
 int serve_semcache_lookup(serve_semcache_t *c, const serve_semcache_key_t *key, double delta,
@@ -199,6 +208,7 @@ int serve_semcache_lookup(serve_semcache_t *c, const serve_semcache_key_t *key, 
         hit->answer = c->e[best].answer;
         hit->answer_len = c->e[best].answer_len;
         hit->name = c->e[best].name;
+        hit->meta = c->e[best].meta;
     }
     if (best < 0 || !(delta > 0 && delta < 1))
         return SERVE_SEMCACHE_MISS;
@@ -299,7 +309,7 @@ int serve_semcache_save(const serve_semcache_t *c, const char *path, uint64_t no
         if (!e->used || s_expired(e, now_us))
             continue;
         uint64_t f[3] = {e->context, e->exact, e->expires_us};
-        uint32_t l[4] = {e->has_emb, (uint32_t)strlen(e->name),
+        uint32_t l[4] = {e->has_emb | (uint32_t)e->meta << 1, (uint32_t)strlen(e->name),
                          e->tags ? (uint32_t)strlen(e->tags) : 0, (uint32_t)e->answer_len};
         rc = s_put(&b, f, sizeof f) || s_put(&b, l, sizeof l) || s_put(&b, e->name, l[1]) ||
              s_put(&b, e->tags ? e->tags : "", l[2]) || s_put(&b, e->answer, l[3]) ||
@@ -403,9 +413,10 @@ int serve_semcache_load(serve_semcache_t *c, const char *path, uint64_t now_us) 
             memcpy(l, lx, sizeof l);
             const uint8_t *name = s_take(p, end, &at, l[1]), *tags = s_take(p, end, &at, l[2]);
             const uint8_t *ans = s_take(p, end, &at, l[3]);
+            bool has_emb = l[0] & 1; /* and the meta byte above it */
             const uint8_t *emb =
-                l[0] ? s_take(p, end, &at, (size_t)c->cfg.dim * sizeof(float)) : NULL;
-            if (!name || !tags || !ans || (l[0] && !emb) || l[0] > 1)
+                has_emb ? s_take(p, end, &at, (size_t)c->cfg.dim * sizeof(float)) : NULL;
+            if (!name || !tags || !ans || (has_emb && !emb) || l[0] > 511)
                 goto out;
             if (pass == 0 || (fv[2] && now_us >= fv[2]))
                 continue;
@@ -424,6 +435,7 @@ int serve_semcache_load(serve_semcache_t *c, const char *path, uint64_t now_us) 
                 rc = r;
                 goto out;
             }
+            serve_semcache_set_meta(c, r, (int)(l[0] >> 1));
             loaded++;
         }
         for (uint32_t i = 0; i < head[3]; i++) {

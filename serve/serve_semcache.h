@@ -45,6 +45,7 @@ typedef struct {
                            nearest entry's (what a verification compares), or NULL */
     size_t answer_len;
     const char *name; /* the entry's name (a request id or a knowledge-base record), or NULL */
+    int meta;         /* the entry's meta (serve_semcache_set_meta) */
 } serve_semcache_hit_t;
 
 /* bound: the error bound the semantic layer asks (borrowed; outlives the cache).  NULL on
@@ -60,6 +61,9 @@ void serve_semcache_destroy(serve_semcache_t **self_p);
 int serve_semcache_put(serve_semcache_t *self, const serve_semcache_key_t *key, const char *name,
                        const char *tags, const char *answer, size_t answer_len, int64_t ttl_us,
                        uint64_t now_us);
+/* Keep a small value (0..255) with entry (what put returned): the actor keeps how the
+ * answer ended.  Saved and loaded with the entry.  0 or -EINVAL. */
+int serve_semcache_set_meta(serve_semcache_t *self, int entry, int meta);
 /* Look key up with a wrong-hit rate of at most delta for semantic hits (0 < delta < 1;
  * delta 0: the exact layer only).  Expired entries are dropped on the way.  The kind. */
 int serve_semcache_lookup(serve_semcache_t *self, const serve_semcache_key_t *key, double delta,

@@ -74,11 +74,17 @@ def stats(c):
 def exact_and_context(c):
     a, _ = chat(c, "first", user(Q))
     u.check("cache" not in a, "the first request is generated: %r" % a)
-    u.check(a["finish_reason"] == "eos", "the answer ends by itself (kept): %r" % a)
     b, _ = chat(c, "second", user(Q))
     u.check(b.get("cache") == "exact" and b.get("cache_entry") == "first",
             "the same request is an exact hit of the first: %r" % b)
     u.check(b["text"] == a["text"], "the hit answers the first's text")
+    # an answer cut by max_tokens is kept too, and its hit says so (the limit is context)
+    cut1, _ = chat(c, "cut-1", user(Q), max_tokens=5)
+    cut2, _ = chat(c, "cut-2", user(Q), max_tokens=5)
+    u.check(cut1["finish_reason"] == "length" and cut2.get("cache") == "exact" and
+            cut2["finish_reason"] == "length" and cut2["text"] == cut1["text"],
+            "a cut answer is kept and its hit says length: %r %r" % (cut1, cut2))
+    u.check(a["text"].startswith(cut1["text"]), "the cut answer is the whole one's start")
     other = [{"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "Hi."}] + user(Q)
     d, _ = chat(c, "other-context", other)
     u.check("cache" not in d, "the same question after another conversation is generated")

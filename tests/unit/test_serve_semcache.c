@@ -147,7 +147,12 @@ START_TEST(test_persist) {
     float v[DIM], near[DIM];
     s_vec(v, 0), s_vec(near, 0.2);
     serve_semcache_key_t k0 = {1, 300, v}, k1 = {1, 301, NULL}, k2 = {2, 302, v};
-    serve_semcache_put(c, &k0, "kb:capital", "geo,kb", "Paris", 5, 0, 100);
+    ck_assert_int_eq(
+        serve_semcache_set_meta(
+            c, serve_semcache_put(c, &k0, "kb:capital", "geo,kb", "Paris", 5, 0, 100), 200),
+        0);
+    ck_assert_int_eq(serve_semcache_set_meta(c, 0, 256), -EINVAL);
+    ck_assert_int_eq(serve_semcache_set_meta(c, 99, 1), -EINVAL); /* no such entry */
     serve_semcache_put(c, &k1, "req-3", NULL, "", 0, 0, 100);
     serve_semcache_put(c, &k2, "req-4", NULL, "soon gone", 9, 50, 100);
     ck_assert_int_eq(serve_semcache_save(c, path, 120), 0);
@@ -160,8 +165,10 @@ START_TEST(test_persist) {
     ck_assert_int_eq(serve_semcache_lookup(d, &kn, 0.05, 170, &h), SERVE_SEMCACHE_SEMANTIC);
     ck_assert(h.answer_len == 5 && !memcmp(h.answer, "Paris", 5));
     ck_assert_str_eq(h.name, "kb:capital");
+    ck_assert_int_eq(h.meta, 200); /* the meta came back */
     ck_assert_int_eq(serve_semcache_lookup(d, &k1, 0, 170, &h), SERVE_SEMCACHE_EXACT);
     ck_assert_int_eq(h.answer_len, 0);
+    ck_assert_int_eq(h.meta, 0);
     ck_assert_int_eq(serve_semcache_invalidate(d, NULL, "kb"), 1); /* tags came back too */
     /* damage: a flipped byte, a truncation, another width */
     FILE *f = fopen(path, "r+b");
