@@ -116,7 +116,7 @@ static const float *s_embed(s_cache_t *c, const char *text, size_t len) {
     c->memo_next = (c->memo_next + 1) % S_MEMO;
     uint64_t t0 = base_now_us();
     int rc = model_embedder_text(c->emb, text, len, m->emb);
-    actor_counters_add(c->counters, "embed.us", (int64_t)(base_now_us() - t0));
+    actor_counters_add(c->counters, "embed_us", (int64_t)(base_now_us() - t0));
     actor_counters_add(c->counters, rc > 0 ? "embed.done" : "embed.failed", 1);
     m->key = key;
     m->ok = rc > 0;
@@ -186,7 +186,7 @@ static void s_on_lookup(void *self, const msg_cache_lookup_t *q) {
     static const char *const names[] = {"misses", "hits.exact", "hits.semantic", "hits.kb"};
     actor_counters_add(c->counters, names[kind], 1);
     a.lookup_us = (int64_t)(base_now_us() - t0);
-    actor_counters_add(c->counters, "lookup.us", a.lookup_us);
+    actor_counters_add(c->counters, "lookup_us", a.lookup_us);
     if (actor_send(c->to_front, MSG_CACHE_ANSWER, &a))
         actor_counters_add(c->counters, "answers.dropped", 1);
 }

@@ -64,6 +64,12 @@ static const char *const s_gauges[] = {
     "moe.replicas.*",
     "moe.capacity_permille.*",
     "moe.load_rows_per_s.*",
+    /* the answer cache (docs/SEMCACHE.md) */
+    "entries",
+    "loaded",
+    "observations",
+    "observations.different",
+    "threshold.milli",
 };
 
 /* One sample to write. */

@@ -51,6 +51,21 @@ START_TEST(render_counters_gauges_units) {
 }
 END_TEST
 
+START_TEST(render_semcache) { /* the answer cache's gauges and counters */
+    msg_counter_t c[] = {{"semcache.entries", 5},
+                         {"semcache.threshold.milli", 930},
+                         {"semcache.hits.exact", 2},
+                         {"semcache.embed_us", 2500}};
+    char *out = s_render(c, 4);
+    ck_assert_ptr_nonnull(strstr(out, "# TYPE strata_semcache_entries gauge\n"));
+    ck_assert_ptr_nonnull(strstr(out, "# TYPE strata_semcache_threshold_milli gauge\n"));
+    ck_assert_ptr_nonnull(strstr(out, "# TYPE strata_semcache_hits_exact_total counter\n"));
+    ck_assert_ptr_nonnull(
+        strstr(out, "strata_semcache_embed_seconds_total{actor=\"semcache\"} 0.0025\n"));
+    free(out);
+}
+END_TEST
+
 START_TEST(render_histogram) {
     /* buckets in any order; an incomplete triple (no .sum) stays plain counters */
     msg_counter_t c[] = {
@@ -142,6 +157,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("metrics");
     tcase_add_test(tc, render_counters_gauges_units);
     tcase_add_test(tc, render_histogram);
+    tcase_add_test(tc, render_semcache);
     tcase_add_test(tc, request_histograms_end_to_end);
     suite_add_tcase(s, tc);
     return test_run_suite(argc, argv, s, CK_FORK_GETENV);

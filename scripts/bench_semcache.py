@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""bench_semcache.py - what the answer cache (issue 28, docs/SEMCACHE.md) buys and what it
+costs, for BENCHMARKS.md.
+
+Parts (--part, default all; each chunk writes its rows when it ends and is skipped on a
+rerun with the same options, so a stopped run resumes from the last finished chunk):
+
+  latency  one client, `strata serve --semcache exact`: --latency-n distinct questions of
+           tests/data/semcache_pairs.jsonl asked once (generated, then kept) and again
+           (exact hits): client-side latency of each, p50/p99 (latency.jsonl).
+  replay   a replayed workload at --concurrency clients: --replay-n single-turn chat
+           requests drawn with a seed from the pair set's questions -- each one a repeat of
+           an earlier question with probability --repeat (0.30: production caches report
+           20-45 %% hits), the paraphrase of an earlier question with probability
+           --paraphrase (0.10; the pair set's positives), else a new question -- served by
+           `strata serve` without the semcache, with `--semcache exact` and with
+           `--semcache semantic` (cold: the error bound starts with no verified outcome, as
+           a fresh server does); requests/s, hit rate, latency by outcome
+           (replay-MODE-rR.jsonl, --runs R each).
+  eval     `strata semcache-eval` on the pair set: the embedding's ROC AUC, the threshold,
+           hit and wrong-hit rates at delta 1/2/5 %% over random calibration/test splits
+           (eval.json, pairs.csv), and the exact index's cost at 10k/100k/1M entries
+           (index.json).
+
+Timing parts take /tmp/strata-bench.lock.  Output: bench/results/DATE-semcache/ (--out):
+summary.md (the tables), the raw rows, the provenance (commit, CPU).
+"""
+import argparse
+import datetime
+import fcntl
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import bench_kv_common as C  # noqa: E402
+import zmq  # noqa: E402
+
+PAIRS = os.path.join(ROOT, "tests", "data", "semcache_pairs.jsonl")
+MODES = ["none", "exact", "semantic"]
+
+
+def pairs():
+    return C.read_jsonl(PAIRS)
+
+
+def questions():
+    seen, out = set(), []
+    for p in pairs():
+        for q in (p["a"], p["b"]):
+            if q not in seen:
+                seen.add(q)
+                out.append(q)
+    return out
+
+
+def workload(a):
+    """(question, how it was drawn) for each request of the replay."""
+    rng = random.Random(a.seed)
+    pool = questions()
+    rng.shuffle(pool)
+    para = {}
+    for p in pairs():
+        if p["same"]:
+            para.setdefault(p["a"], []).append(p["b"])
+            para.setdefault(p["b"], []).append(p["a"])
+    fresh, asked, out = iter(pool), [], []
+    for _ in range(a.replay_n):
+        x = rng.random()
+        if asked and x < a.repeat:
+            out.append((rng.choice(asked), "repeat"))
+            continue
+        cands = [q for q in asked if para.get(q)]
+        if cands and x < a.repeat + a.paraphrase:
+            q = rng.choice(para[rng.choice(cands)])
+            kind = "paraphrase"
+        else:
+            q, kind = next(fresh), "new"
+        asked.append(q)
+        out.append((q, kind))
+    return out
+
+
+def ask(sock, rid, q, a, mode):
+    m = {"type": "generate", "v": 1, "id": rid, "max_tokens": a.max_tokens, "temperature": 0,
+         "stream": False, "messages": [{"role": "user", "content": q}]}
+    if mode != "none":
+        m["cache"] = mode
+    t0 = time.perf_counter()
+    sock.send(C.msgpack.packb(m))
+    if not sock.poll(300000):
+        raise RuntimeError("no answer to %s" % rid)
+    d = C.msgpack.unpackb(sock.recv())
+    if d.get("type") != "done":
+        raise RuntimeError("%s: %r" % (rid, d))
+    return {"id": rid, "q": q, "ms": (time.perf_counter() - t0) * 1000,
+            "cache": d.get("cache", "generated"), "finish": d["finish_reason"],
+            "completion_tokens": d["usage"]["completion_tokens"]}
+
+
+def serve_args(a, mode):
+    args = ["--threads", str(a.threads), "--no-tiers"]
+    return args + (["--semcache", "off"] if mode != "none" else [])
+
+
+def part_latency(a, out):
+    path = os.path.join(out, "latency.jsonl")
+    if os.path.exists(path):
+        return
+    qs = questions()[:a.latency_n]
+    print("latency: %d questions, generated then hit ..." % len(qs), flush=True)
+    with C.Serve(a.bin, serve_args(a, "exact"), os.path.join(out, "serve-latency.log")) as s:
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(s.endpoint)
+        rows = [dict(ask(sock, "g%d" % i, q, a, "exact"), round=1) for i, q in enumerate(qs)]
+        rows += [dict(ask(sock, "h%d" % i, q, a, "exact"), round=2) for i, q in enumerate(qs)]
+        sock.close()
+    C.write_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def replay_one(a, out, mode, run):
+    path = os.path.join(out, "replay-%s-r%d.jsonl" % (mode, run))
+    if os.path.exists(path):
+        return
+    work = workload(a)
+    print("replay: %s, run %d, %d requests at %d clients ..." % (mode, run, len(work),
+                                                               a.concurrency), flush=True)
+    rows, lock, nxt = [], threading.Lock(), [0]
+    with C.Serve(a.bin, serve_args(a, mode), os.path.join(out, "serve-replay.log")) as s:
+        def client(k):
+            sock = zmq.Context.instance().socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(s.endpoint)
+            while True:
+                with lock:
+                    i = nxt[0]
+                    nxt[0] += 1
+                if i >= len(work):
+                    break
+                r = ask(sock, "r%d" % i, work[i][0], a, mode)
+                r.update(i=i, drawn=work[i][1], client=k, t_end=time.time())
+                with lock:
+                    rows.append(r)
+            sock.close()
+        t0 = time.time()
+        ts = [threading.Thread(target=client, args=(k,)) for k in range(a.concurrency)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        wall = time.time() - t0
+        st = C.stats(s.endpoint)
+    rows.sort(key=lambda r: r["i"])
+    head = {"mode": mode, "run": run, "wall_s": wall, "requests": len(rows),
+            "counters": {k: v for k, v in st.items() if "cache" in k}}
+    C.write_atomic(path, json.dumps(head) + "\n" + "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def part_replay(a, out):
+    for run in range(a.runs):
+        for mode in MODES:
+            replay_one(a, out, mode, run)
+
+
+def part_eval(a, out):
+    path = os.path.join(out, "eval.json")
+    if not os.path.exists(path):
+        print("eval: semcache-eval on the pair set ...", flush=True)
+        subprocess.run([a.bin, "semcache-eval", "--splits", str(a.splits), "--json",
+                        path + ".tmp", "--csv-pairs", os.path.join(out, "pairs.csv"), "-t",
+                        str(a.threads)], check=True, timeout=900)
+        os.replace(path + ".tmp", path)
+    path = os.path.join(out, "index.json")
+    if not os.path.exists(path):
+        print("eval: the exact index at %s entries ..." % a.index, flush=True)
+        subprocess.run([a.bin, "semcache-eval", "--index", a.index, "--json", path + ".tmp"],
+                       check=True, timeout=900)
+        os.replace(path + ".tmp", path)
+
+
+def ms_stats(xs):
+    return "%.1f / %.1f" % (C.pct(xs, 50), C.pct(xs, 99)) if xs else "-"
+
+
+def summary(a, out):
+    lines = ["# Answer cache (issue 28)", ""] + C.provenance(a.bin, sys.argv) + [""]
+    path = os.path.join(out, "latency.jsonl")
+    if os.path.exists(path):
+        rows = C.read_jsonl(path)
+        gen = [r["ms"] for r in rows if r["round"] == 1]
+        hit = [r["ms"] for r in rows if r["round"] == 2 and r["cache"] == "exact"]
+        lines += ["## Hit vs generation, one client (ms, p50 / p99)", "",
+                  "| | requests | latency p50 / p99 ms |", "|---|---|---|",
+                  "| generated (max_tokens %d) | %d | %s |" % (a.max_tokens, len(gen),
+                                                              ms_stats(gen)),
+                  "| exact hit | %d of %d | %s |" % (len(hit), len(gen), ms_stats(hit)), ""]
+    reps = {}
+    for mode in MODES:
+        for run in range(a.runs):
+            p = os.path.join(out, "replay-%s-r%d.jsonl" % (mode, run))
+            if os.path.exists(p):
+                reps.setdefault(mode, []).append(C.read_jsonl(p))
+    if reps:
+        lines += ["## Replayed workload (%d requests, %d clients, repeat %.0f %%, paraphrase "
+                  "%.0f %%)" % (a.replay_n, a.concurrency, a.repeat * 100, a.paraphrase * 100),
+                  "", "| semcache | runs | requests/s (median, range) | hits (exact / kb / "
+                  "semantic) | generated p50 / p99 ms | hit p50 / p99 ms |",
+                  "|---|---|---|---|---|---|"]
+        for mode, runs in reps.items():
+            rps = sorted(r[0]["requests"] / r[0]["wall_s"] for r in runs)
+            rows = [x for r in runs for x in r[1:]]
+            n = len(rows)
+            hits = {k: sum(1 for x in rows if x["cache"] == k) for k in ("exact", "kb",
+                                                                          "semantic")}
+            lines.append("| %s | %d | %.2f (%.2f..%.2f) | %.1f %% (%d / %d / %d) | %s | %s |" % (
+                mode, len(runs), C.pct(rps, 50), rps[0], rps[-1],
+                100.0 * sum(hits.values()) / n, hits["exact"], hits["kb"], hits["semantic"],
+                ms_stats([x["ms"] for x in rows if x["cache"] == "generated"]),
+                ms_stats([x["ms"] for x in rows if x["cache"] != "generated"])))
+        lines.append("")
+    C.write_atomic(os.path.join(out, "summary.md"), "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", default="all", choices=["all", "latency", "replay", "eval",
+                                                      "summary"])
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "strata"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results",
+                                                  datetime.date.today().isoformat() +
+                                                  "-semcache"))
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--latency-n", type=int, default=40)
+    ap.add_argument("--replay-n", type=int, default=200)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--repeat", type=float, default=0.30)
+    ap.add_argument("--paraphrase", type=float, default=0.10)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--splits", type=int, default=20)
+    ap.add_argument("--index", default="10000,100000,1000000")
+    a = ap.parse_args()
+    if not (0 <= a.repeat and 0 <= a.paraphrase and a.repeat + a.paraphrase < 1):
+        sys.exit("bench-semcache: --repeat and --paraphrase must be >= 0 with a sum below 1")
+    os.makedirs(a.out, exist_ok=True)
+    C.check_config(a.out, {k: v for k, v in vars(a).items() if k not in ("part", "bin", "out")})
+    with open("/tmp/strata-bench.lock", "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        if a.part in ("all", "latency"):
+            part_latency(a, a.out)
+        if a.part in ("all", "replay"):
+            part_replay(a, a.out)
+        if a.part in ("all", "eval"):
+            part_eval(a, a.out)
+    summary(a, a.out)
+
+
+if __name__ == "__main__":
+    main()
