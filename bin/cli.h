@@ -76,8 +76,9 @@ int cmd_audit(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_actor(int argc, char **argv);
 int cmd_bench_serve(int argc, char **argv);
-int cmd_grammar(int argc, char **argv); /* bin/cmd_grammar.c */
-int cmd_ctl(int argc, char **argv);     /* bin/cmd_ctl.c */
+int cmd_grammar(int argc, char **argv);       /* bin/cmd_grammar.c */
+int cmd_ctl(int argc, char **argv);           /* bin/cmd_ctl.c */
+int cmd_semcache_eval(int argc, char **argv); /* bin/cmd_semcache_eval.c */
 
 /* The default control endpoint of the server whose client endpoint is client_ep (and
  * host, or NULL): ipc://$XDG_RUNTIME_DIR/strata-ctl-PORT[-HOST] (else under /tmp), PORT

@@ -23,6 +23,8 @@ static const s_cmd_t s_cmds[] = {
     {"generate", cmd_generate, "generate text from a prompt with a GGUF model"},
     {"perplexity", cmd_perplexity, "perplexity of a model over a text file"},
     {"kv-quality", cmd_kv_quality, "what in-sequence KV compression costs in quality"},
+    {"semcache-eval", cmd_semcache_eval,
+     "the semantic cache offline: AUC, the error bound on held-out pairs, search cost"},
     {"bench-model", cmd_bench_model, "prompt-processing and generation speed (tokens/s)"},
     {"quantize", cmd_quantize, "rewrite a GGUF with another weight type"},
     {"moefy", cmd_moefy, "split a dense model's FFNs into experts + routers (MoEfication)"},
@@ -43,7 +45,7 @@ static void s_usage(FILE *f) {
     fprintf(f, "usage: strata COMMAND [options]    (strata COMMAND --help for its options)\n\n"
                "commands:\n");
     for (size_t i = 0; i < sizeof s_cmds / sizeof s_cmds[0]; i++)
-        fprintf(f, "  %-12s %s\n", s_cmds[i].name, s_cmds[i].help);
+        fprintf(f, "  %-13s %s\n", s_cmds[i].name, s_cmds[i].help);
     fprintf(f,
             "\nWith no -m, commands use the default model: %s\n"
             "-m takes a GGUF path, or a model name: the start of a file name in the model\n"

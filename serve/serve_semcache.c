@@ -32,6 +32,7 @@ struct serve_semcache_t {
     float *emb;                    /* (max_entries, dim) */
     base_map_t by_exact;           /* exact hash -> entry */
     int n;                         /* entries used */
+    int hint;                      /* where the search for a free slot starts */
 };
 
 serve_semcache_t *serve_semcache_new(const serve_semcache_config_t *cfg,
@@ -83,8 +84,18 @@ static bool s_expired(const s_entry_t *e, uint64_t now) {
     return e->expires_us && now >= e->expires_us;
 }
 
-/* A slot for a new entry: a free one, else an expired one, else the least recently used. */
+/* A slot for a new entry: a free one (searched from the hint on, so that filling the cache
+ * costs O(1) a put, not a scan of the entries before it), else an expired one, else the
+ * least recently used. */
 static int s_slot(serve_semcache_t *c, uint64_t now) {
+    const int max = c->cfg.max_entries;
+    for (int k = 0; c->n < max && k < max; k++) {
+        int i = (c->hint + k) % max;
+        if (!c->e[i].used) {
+            c->hint = (i + 1) % max;
+            return i;
+        }
+    }
     int lru = -1;
     for (int i = 0; i < c->cfg.max_entries; i++) {
         const s_entry_t *e = &c->e[i];

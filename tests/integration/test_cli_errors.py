@@ -173,6 +173,26 @@ def main():
             expect_error("kv-quality: text shorter than a chunk",
                          ["kv-quality", "-f", text, "--ctx", "100000", "--score", "256",
                           "--kv-compress", "window:8"], "no chunk of 100000")
+        # semcache-eval (the semantic cache measured offline): its input is checked before
+        # the model loads
+        expect_error("semcache-eval: missing pair file",
+                     ["semcache-eval", "-f", os.path.join(d, "none.jsonl")], "cannot read")
+        bad = os.path.join(d, "bad.jsonl")
+        open(bad, "w").write('{"a": "Hi?", "b": "Hello?", "same": true, "kind": "paraphrase"}\n'
+                             '{"a": "Hi?", "b": \n')
+        expect_error("semcache-eval: malformed line", ["semcache-eval", "-f", bad],
+                     bad + ":2: not a JSON object")
+        open(bad, "w").write('{"a": "Hi?", "b": "Hello?", "same": "yes", "kind": "paraphrase"}\n')
+        expect_error("semcache-eval: same not a bool", ["semcache-eval", "-f", bad],
+                     bad + ':1: "same" must be true or false')
+        expect_error("semcache-eval: --calib-frac out of range",
+                     ["semcache-eval", "--calib-frac", "1.5"], "bad value for --calib-frac")
+        for deltas in ("0.01,abc", "0", "0.05,", "1"):
+            expect_error(f"semcache-eval: bad --deltas {deltas}",
+                         ["semcache-eval", "--deltas", deltas], "bad value for --deltas")
+        for index in ("0", "1000,-5", "10.5"):
+            expect_error(f"semcache-eval: bad --index {index}",
+                         ["semcache-eval", "--index", index], "bad value for --index")
         expect_error("serve: bad --kv-compress", ["serve", "--kv-compress", "h2o:0%"],
                      "--kv-compress h2o:0%")
         # the service's KV store and speculative-decoding flags
@@ -215,7 +235,7 @@ def main():
                              why if cuda else "has no CUDA",
                              env={"STRATA_CUDA_MODULE": path})
     for c in ("generate", "perplexity", "bench-model", "quantize", "tokenize", "detokenize", "logits",
-              "serve", "bench-kv-ssd", "synth-model", "kv-quality"):
+              "serve", "bench-kv-ssd", "synth-model", "kv-quality", "semcache-eval"):
         p = subprocess.run([BIN, c, "--help"], capture_output=True, text=True, timeout=30)
         ok = p.returncode == 0 and "usage:" in p.stdout
         print(f"{'ok  ' if ok else 'FAIL'} {c} --help")
