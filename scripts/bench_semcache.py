@@ -18,9 +18,12 @@ rerun with the same options, so a stopped run resumes from the last finished chu
            a fresh server does); requests/s, hit rate, latency by outcome
            (replay-MODE-rR.jsonl, --runs R each).
   eval     `strata semcache-eval` on the pair set: the embedding's ROC AUC, the threshold,
-           hit and wrong-hit rates at delta 1/2/5 %% over random calibration/test splits
-           (eval.json, pairs.csv), and the exact index's cost at 10k/100k/1M entries
-           (index.json).
+           hit and wrong-hit rates at delta 1/2/5/10/20 %% over random calibration/test
+           splits (eval.json, pairs.csv; the summary adds what fixed thresholds, as gateways
+           use, would give on the same pairs); and on a larger generated set of paraphrases
+           against unrelated questions only (scripts/make-semcache-pairs --per-kind 1000,
+           the other kinds dropped: traffic the embedding can separate), eval-easy.json.
+  index    the exact index's cost at --index entries (10k/100k/1M; index.json).
 
 Timing parts take /tmp/strata-bench.lock.  Output: bench/results/DATE-semcache/ (--out):
 summary.md (the tables), the raw rows, the provenance (commit, CPU).
@@ -168,14 +171,36 @@ def part_replay(a, out):
             replay_one(a, out, mode, run)
 
 
+DELTAS = "0.01,0.02,0.05,0.1,0.2"
+
+
+def run_eval(a, out, name, pairs_file, csv):
+    path = os.path.join(out, name)
+    if os.path.exists(path):
+        return
+    print("eval: semcache-eval on %s ..." % pairs_file, flush=True)
+    subprocess.run([a.bin, "semcache-eval", "-f", pairs_file, "--splits", str(a.splits),
+                    "--deltas", DELTAS, "--json", path + ".tmp", "--csv-pairs",
+                    os.path.join(out, csv), "-t", str(a.threads)], check=True, timeout=900,
+                   stdout=subprocess.DEVNULL)
+    os.replace(path + ".tmp", path)
+
+
 def part_eval(a, out):
-    path = os.path.join(out, "eval.json")
-    if not os.path.exists(path):
-        print("eval: semcache-eval on the pair set ...", flush=True)
-        subprocess.run([a.bin, "semcache-eval", "--splits", str(a.splits), "--json",
-                        path + ".tmp", "--csv-pairs", os.path.join(out, "pairs.csv"), "-t",
-                        str(a.threads)], check=True, timeout=900)
-        os.replace(path + ".tmp", path)
+    run_eval(a, out, "eval.json", PAIRS, "pairs.csv")
+    easy = os.path.join(out, "pairs-easy.jsonl")
+    if not os.path.exists(easy):
+        big = os.path.join(out, "pairs-large.jsonl.tmp")
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make-semcache-pairs"),
+                        "--out", big, "--per-kind", "1000"], check=True, timeout=120,
+                       stdout=subprocess.DEVNULL)
+        rows = [r for r in C.read_jsonl(big) if r["kind"] in ("paraphrase", "unrelated")]
+        os.remove(big)
+        C.write_atomic(easy, "".join(json.dumps(r) + "\n" for r in rows))
+    run_eval(a, out, "eval-easy.json", easy, "pairs-easy.csv")
+
+
+def part_index(a, out):
     path = os.path.join(out, "index.json")
     if not os.path.exists(path):
         print("eval: the exact index at %s entries ..." % a.index, flush=True)
@@ -224,15 +249,85 @@ def summary(a, out):
                 ms_stats([x["ms"] for x in rows if x["cache"] == "generated"]),
                 ms_stats([x["ms"] for x in rows if x["cache"] != "generated"])))
         lines.append("")
+    lines += eval_tables(out)
     C.write_atomic(os.path.join(out, "summary.md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def fixed_thresholds(csv_path):
+    import csv
+    with open(csv_path) as f:
+        rows = [(float(r["similarity"]), r["same"] == "1") for r in csv.DictReader(f)]
+    pos = sum(1 for _, y in rows if y)
+    out = ["| fixed threshold | hits | wrong hits | wrong-hit rate | recall |", "|---|---|---|---|---|"]
+    for t in (0.80, 0.85, 0.90, 0.95, 0.98, 0.99):
+        hits = [y for s, y in rows if s >= t]
+        wrong = sum(1 for y in hits if not y)
+        out.append("| %.2f | %d | %d | %s | %.3f |" % (
+            t, len(hits), wrong, "%.3f" % (wrong / len(hits)) if hits else "-",
+            (len(hits) - wrong) / pos if pos else 0))
+    return out
+
+
+def bound_table(ev):
+    b = ev["bound"]
+    out = ["%d splits: %d calibration / %d test pairs, alpha %g, min_obs %d" % (
+        b["splits"], b["calib_pairs"], b["test_pairs"], b["alpha"], b["min_obs"]), "",
+        "| delta | median threshold | splits with none | median hit rate | median recall | "
+        "hits (pooled) | wrong | wrong-hit rate (upper 95 %) | splits above delta |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for d in b["deltas"]:
+        th = d["median_threshold"]
+        out.append("| %g | %s | %d | %.3f | %.3f | %d | %d | %s | %d (%d flagged) |" % (
+            d["delta"], "none" if th is None else "%.2f" % th, d["splits_no_threshold"],
+            d["median_hit_rate"], d["median_recall"], d["hits"], d["wrong"],
+            "-" if d["pooled_wrong_rate"] is None else "%.4f (%.4f)" % (
+                d["pooled_wrong_rate"], d["pooled_wrong_upper"]),
+            d["splits_above_delta"], d["splits_flagged"]))
+    return out
+
+
+def eval_tables(out):
+    lines = []
+    for name, csv_name, title in (("eval.json", "pairs.csv", "the labelled pair set"),
+                                  ("eval-easy.json", "pairs-easy.csv",
+                                   "paraphrases vs unrelated questions only")):
+        p = os.path.join(out, name)
+        if not os.path.exists(p):
+            continue
+        with open(p) as f:
+            ev = json.load(f)
+        auc = ev["auc"]
+        lines += ["## The semantic layer on %s (%d pairs, %d same)" % (title, ev["pairs"],
+                                                                    ev["positive"]), "",
+                  "Embedding: %s, mean-pooled final hidden state (width %d).  ROC AUC of "
+                  "similarity vs same: %.4f%s." % (
+                      os.path.basename(ev["model"]), ev["dim"], auc["all"],
+                      "".join("; vs %s %.4f" % kv for kv in sorted(auc["by_kind"].items()))),
+                  ""] + bound_table(ev) + [""]
+        if os.path.exists(os.path.join(out, csv_name)):
+            lines += ["What fixed thresholds give on all of these pairs (no calibration, no "
+                      "guarantee):", ""] + fixed_thresholds(os.path.join(out, csv_name)) + [""]
+    p = os.path.join(out, "index.json")
+    if os.path.exists(p):
+        with open(p) as f:
+            ix = json.load(f)["index"]
+        lines += ["## The exact index (a dot product per entry)", "",
+                  "| entries | width | lookup p50 / p99 us | lookups/s | table MiB |",
+                  "|---|---|---|---|---|"]
+        for r in ix:
+            lines.append("| %d | %d | %.0f / %.0f | %.0f | %.0f |" % (
+                r["entries"], r["dim"], r["p50_us"], r["p99_us"], r["lookups_per_s"],
+                r["table_bytes"] / 2 ** 20))
+        lines.append("")
+    return lines
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", default="all", choices=["all", "latency", "replay", "eval",
-                                                      "summary"])
+                                                      "index", "summary"])
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "strata"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results",
                                                   datetime.date.today().isoformat() +
@@ -261,6 +356,8 @@ def main():
             part_replay(a, a.out)
         if a.part in ("all", "eval"):
             part_eval(a, a.out)
+        if a.part in ("all", "index"):
+            part_index(a, a.out)
     summary(a, a.out)
 
 
