@@ -5,7 +5,7 @@
  * daemon, the table of HTTP requests and the DEALER.  This file is the frontend's side
  * (what is sent, the events that come back, resume, the loop); actor_http_server.c is the
  * HTTP side (libmicrohttpd's callbacks and the answers' bytes); actor_http_int.h what they
- * share.
+ * share; actor_http_cache.c the answer cache's route.
  *
  * Threads: one.  libmicrohttpd runs in "external polling" mode with epoll:
  * its epoll fd is one more source of the actor loop (actor_loop_fd), and the
@@ -259,7 +259,8 @@ unsigned actor_http_submit(actor_http_t *h, actor_http_req_t *r, serve_openai_ba
                                    .logprobs = g->logprobs,
                                    .tools = q->tools,
                                    .functions = q->functions,
-                                   .echo = r->echo};
+                                   .echo = r->echo,
+                                   .cache = g->cache};
     memcpy(r->areq.id, r->id, sizeof r->areq.id);
     memcpy(g->id, r->id, sizeof g->id);
     if (q->n == 1 && !(r->ans = serve_answer_new(&r->areq, 0))) {
@@ -557,8 +558,9 @@ static void s_on_upstream(void *self, zsock_t *sock) {
     case MSG_HEALTH_REPLY:
         serve_probes_take(&h->probes, &m.u.health_reply, base_now_us());
         break;
-    default:
-        actor_counters_add(h->counters, "upstream.unexpected", 1);
+    default: /* POST /v1/cache/invalidate's answer, or unexpected */
+        if (m.type != MSG_CACHE_REPLY || !actor_http_on_cache_reply(h, &m.u.cache_reply))
+            actor_counters_add(h->counters, "upstream.unexpected", 1);
     }
     msg_any_clear(&m);
 }

@@ -82,10 +82,11 @@ typedef struct actor_http_req_t {
     int n_emb_got;
     int emb_tokens; /* prompt tokens of all inputs */
     /* n > 1: the parent holds the choices, each child one of them */
-    serve_choices_t *choices;        /* parent: the merge, or NULL (n = 1) */
-    struct actor_http_req_t **kids;  /* parent: (n) the children, choice order */
-    struct actor_http_req_t *parent; /* child: the request it is a choice of (conn is NULL) */
-    int choice;                      /* child: its index; else 0 */
+    serve_choices_t *choices;         /* parent: the merge, or NULL (n = 1) */
+    struct actor_http_req_t **kids;   /* parent: (n) the children, choice order */
+    struct actor_http_req_t *parent;  /* child: the request it is a choice of (conn is NULL) */
+    int choice;                       /* child: its index; else 0 */
+    int cache_dropped, cache_entries; /* POST /v1/cache/invalidate: its cache_reply */
 } actor_http_req_t;
 
 struct actor_http_t {
@@ -133,6 +134,16 @@ int actor_http_embed_send(actor_http_t *h, actor_http_req_t *r, int i);
 void actor_http_embed_forget(actor_http_t *h, actor_http_req_t *r, bool cancel);
 /* The answers of r's choices, in index order, into a (SERVE_CHOICES_MAX); how many. */
 int actor_http_answers(actor_http_req_t *r, serve_answer_t **a);
+
+/* ---- the answer cache's route (actor_http_cache.c) */
+
+/* Parse r's body as POST /v1/cache/invalidate's and send its cache_invalidate (r->id set).
+ * 0, or an HTTP status to answer with (and b). */
+unsigned actor_http_invalidate_submit(actor_http_t *h, actor_http_req_t *r, serve_openai_bad_t *b);
+/* A cache_reply came: its request ends (woken).  True: handled (an orphan is counted). */
+bool actor_http_on_cache_reply(actor_http_t *h, const msg_cache_reply_t *m);
+/* The answer of a finished invalidation: {"dropped", "entries"}.  NULL when out of memory. */
+cJSON *actor_http_invalidate_answer(const actor_http_req_t *r);
 
 /* ---- the HTTP side (actor_http_server.c) */
 

@@ -229,14 +229,16 @@ static enum MHD_Result s_respond_stream(actor_http_req_t *r) {
     return rc;
 }
 
-/* The answer: one choice, or n (a child each, in index order). */
+/* The answer: one choice, or n (a child each, in index order); X-Strata-Cache when the
+ * cache gave it or was asked for (serve_answer_cache_header). */
 static enum MHD_Result s_respond_json(actor_http_req_t *r) {
     serve_answer_t *a[SERVE_CHOICES_MAX];
     int n = actor_http_answers(r, a);
     cJSON *o = serve_answer_json(a, n, &r->usage);
     if (!o)
         return s_error(r, 500, NULL, "internal", "out of memory");
-    return s_queue_json(r, 200, o, NULL, NULL);
+    const char *hit = serve_answer_cache_header(a, n);
+    return s_queue_json(r, 200, o, hit ? "X-Strata-Cache" : NULL, hit);
 }
 
 static enum MHD_Result s_respond_models(actor_http_req_t *r) {
@@ -284,7 +286,8 @@ static enum MHD_Result s_respond_probe(actor_http_req_t *r) {
     return s_queue_json(r, (unsigned)status, o, NULL, NULL);
 }
 
-/* A chat or legacy completion: parse, send the generate, wait for its events. */
+/* A chat or legacy completion (or a cache invalidation): parse, send the generate (the
+ * cache_invalidate), wait for its events. */
 static enum MHD_Result s_respond_generate(actor_http_req_t *r) {
     actor_http_t *h = r->h;
     if (r->too_big)
@@ -300,7 +303,9 @@ static enum MHD_Result s_respond_generate(actor_http_req_t *r) {
     }
     cJSON_Delete(body);
     serve_openai_bad_t b = {{0}, {0}};
-    unsigned status = actor_http_submit(h, r, &b);
+    unsigned status = r->route == SERVE_HANDLER_CACHE_INVALIDATE
+                          ? actor_http_invalidate_submit(h, r, &b)
+                          : actor_http_submit(h, r, &b);
     base_buf_free(&r->body);
     if (status)
         return s_error(r, status, status == 400 ? b.param : NULL,
@@ -369,6 +374,7 @@ static enum MHD_Result (*const s_handlers[SERVE_HANDLER_N])(actor_http_req_t *r)
     [SERVE_HANDLER_PROGRESSZ] = s_respond_probe,
     [SERVE_HANDLER_RESPONSES] = s_respond_generate,
     [SERVE_HANDLER_RESPONSE] = s_respond_response,
+    [SERVE_HANDLER_CACHE_INVALIDATE] = s_respond_generate, /* sent on, answered at its reply */
 };
 
 /* A CORS preflight (OPTIONS with CORS on): 204 with the Access-Control-Allow-* headers
@@ -479,6 +485,8 @@ static enum MHD_Result s_on_request(void *cls, struct MHD_Connection *conn, cons
             return s_error_from_code(r);
         if (r->embq && r->finished)
             return s_respond_embedded(r);
+        if (r->route == SERVE_HANDLER_CACHE_INVALIDATE && r->finished)
+            return s_queue_json(r, 200, actor_http_invalidate_answer(r), NULL, NULL);
         if (r->stream && (r->started || r->finished))
             return s_respond_stream(r);
         if (!r->stream && r->finished)

@@ -13,6 +13,7 @@
 #include "serve_answer.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,9 @@ struct serve_answer_t {
     bool item_open; /* Responses: the message item and its text part were added */
     bool failed;    /* Responses: the stream ended with response.failed */
     bool oom;       /* an allocation failed: the caller ends the request */
+    int cache;      /* done.cache: msg_cache_kind_t (0: generated) */
+    char cache_entry[MSG_MAX_ID_BYTES + 1]; /* done.cache_entry */
+    float cache_similarity;                 /* done.cache_similarity */
 };
 
 serve_answer_t *serve_answer_new(const serve_answer_req_t *req, int index) {
@@ -552,6 +556,9 @@ int serve_answer_token(serve_answer_t *a, const msg_token_t *t, base_buf_t *out)
 int serve_answer_done(serve_answer_t *a, msg_done_t *d, base_buf_t *out) {
     a->finish = d->finish_reason;
     a->done = true;
+    a->cache = d->cache > MSG_CACHE_MISS && d->cache <= MSG_CACHE_KB ? d->cache : MSG_CACHE_MISS;
+    memcpy(a->cache_entry, d->cache_entry, sizeof a->cache_entry);
+    a->cache_similarity = d->cache_similarity;
     if (!a->req->stream) {
         if (d->text && base_buf_add(&a->text, d->text, d->text_len))
             return -ENOMEM;
@@ -633,6 +640,26 @@ int serve_answer_stream_error(serve_answer_t *a, int code, const char *message, 
 
 /* ---- whole answers */
 
+/* strata_cache of a cached answer into o; nothing for a generated one. */
+static void s_cache_info(const serve_answer_t *a, cJSON *o) {
+    if (a->cache == MSG_CACHE_MISS)
+        return;
+    cJSON *c = cJSON_AddObjectToObject(o, "strata_cache");
+    cJSON_AddStringToObject(c, "hit", msg_cache_kind_names[a->cache]);
+    cJSON_AddStringToObject(c, "entry", a->cache_entry);
+    /* a float: 4 decimals say it (0.97, not 0.9700000286102295) */
+    cJSON_AddNumberToObject(c, "similarity", round((double)a->cache_similarity * 1e4) / 1e4);
+}
+
+const char *serve_answer_cache_header(serve_answer_t *const *a, int n) {
+    if (n < 1)
+        return NULL;
+    if (a[0]->cache != MSG_CACHE_MISS)
+        return msg_cache_kind_names[a[0]->cache];
+    int asked = a[0]->req->cache;
+    return asked == MSG_CACHE_ONLY_EXACT || asked == MSG_CACHE_ON_SEMANTIC ? "miss" : NULL;
+}
+
 /* The choice object of a (chat: message; completions: text). */
 static cJSON *s_choice(serve_answer_t *a) {
     bool chat = a->req->api == SERVE_ANSWER_CHAT;
@@ -677,14 +704,22 @@ static cJSON *s_choice(serve_answer_t *a) {
 cJSON *serve_answer_json(serve_answer_t *const *a, int n, const msg_usage_t *u) {
     if (n < 1)
         return NULL;
-    if (a[0]->req->api == SERVE_ANSWER_RESPONSES)
-        return s_response(a[0], s_status(a[0]), u, NULL);
+    if (a[0]->req->api == SERVE_ANSWER_RESPONSES) {
+        cJSON *o = s_response(a[0], s_status(a[0]), u, NULL);
+        s_cache_info(a[0], o);
+        return o;
+    }
     bool chat = a[0]->req->api == SERVE_ANSWER_CHAT;
     cJSON *o = s_head(a[0], chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    for (int i = 0; i < n; i++)
-        cJSON_AddItemToArray(choices, s_choice(a[i]));
+    for (int i = 0; i < n; i++) {
+        cJSON *c = s_choice(a[i]);
+        if (n > 1)
+            s_cache_info(a[i], c);
+        cJSON_AddItemToArray(choices, c);
+    }
     cJSON_AddItemToObject(o, "usage", serve_openai_usage(u));
+    s_cache_info(a[0], o);
     return o;
 }
 

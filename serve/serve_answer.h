@@ -41,6 +41,7 @@ typedef struct {
                           message.function_call and finish_reason "function_call" */
     const cJSON *echo; /* Responses: the request's fields the response object repeats
                           (instructions, tools, temperature, ...; serve_responses), or NULL */
+    int cache;         /* msg_cache_mode_t of the generate (serve_answer_cache_header) */
 } serve_answer_req_t;
 
 typedef struct serve_answer_t serve_answer_t;
@@ -70,8 +71,16 @@ int serve_answer_stream_end(serve_answer_t *const *a, int n, const msg_usage_t *
 int serve_answer_stream_error(serve_answer_t *a, int code, const char *message, base_buf_t *out);
 
 /* The whole non-streamed answer of n choices (all done): chat.completion,
- * text_completion, or the response object.  NULL when out of memory. */
+ * text_completion, or the response object.  An answer the cache gave (done.cache) says so
+ * in strata_cache, {hit: exact|semantic|kb, entry, similarity}: the first choice's at the
+ * top, and with n > 1 each cached choice's in its choice object (docs/HTTP.md, "The answer
+ * cache").  NULL when out of memory. */
 cJSON *serve_answer_json(serve_answer_t *const *a, int n, const msg_usage_t *u);
+
+/* The X-Strata-Cache header of a non-streamed answer of n choices (the first choice's):
+ * "exact", "semantic" or "kb" when the cache gave it; "miss" when it was generated and the
+ * request asked for the cache (exact or semantic); NULL otherwise (no header). */
+const char *serve_answer_cache_header(serve_answer_t *const *a, int n);
 
 /* The answer of a (done) as the assistant's turn of a chat: {"role": "assistant",
  * "content": text} or {"role": "assistant", "tool_calls": [...]} (Responses keeps it for a

@@ -95,6 +95,20 @@ static const serve_openai_field_t s_fields[] = {
     {"kv_compress", BOTH, SERVE_OPENAI_STRING, 0, 0, SERVE_OPENAI_MAP, NULL,
      "kv_compress (an extension): in-sequence KV compression, none | window:B | h2o:B | "
      "snapkv:B, B rows or a percentage (docs/KV_COMPRESSION.md); default: the worker's"},
+    /* the answer cache (docs/SEMCACHE.md; extensions, docs/HTTP.md "The answer cache") */
+    {"cache", BOTH, SERVE_OPENAI_STRING, 0, 0, SERVE_OPENAI_MAP, NULL,
+     "cache: exact | semantic | off (default: the server's --semcache mode)"},
+    {"cache_delta", BOTH, SERVE_OPENAI_NUMBER, 0, 0.5, SERVE_OPENAI_MAP, NULL,
+     "cache_delta: the wrong-hit rate a semantic hit may have, (0, 0.5] (default: the server's)"},
+    {"cache_ttl", BOTH, SERVE_OPENAI_INTEGER, 0, MSG_MAX_CACHE_TTL_S, SERVE_OPENAI_MAP, NULL,
+     "cache_ttl_s: seconds the answer stays in the cache, 0 never expires (default: the "
+     "server's rule)"},
+    {"cache_tags", BOTH, SERVE_OPENAI_STRING_OR_ARRAY, 0, 0, SERVE_OPENAI_MAP, NULL,
+     "cache_tags: the entry's tags, comma-separated or an array of strings without commas, "
+     "at most 128 bytes joined"},
+    {"cache_sampled", BOTH, SERVE_OPENAI_BOOL, 0, 0, SERVE_OPENAI_MAP, NULL,
+     "cache_sampled: a sampled request without a seed may be cached (it is then generated "
+     "with seed 0, as a native generate without one)"},
     /* harmless: they cannot change the answer */
     {"model", BOTH, SERVE_OPENAI_STRING, 0, 0, SERVE_OPENAI_ACCEPT, NULL,
      "one model is served; the answer names it"},
@@ -636,7 +650,7 @@ static void s_sampling(msg_generate_t *g, const cJSON *root, const serve_openai_
         g->sampling.presence_penalty = (float)v;
     if (s_number(root, "frequency_penalty", &v))
         g->sampling.frequency_penalty = (float)v;
-    g->has_seed = true; /* always: choice i of n uses it + i (serve_choices) */
+    g->has_seed = true; /* choice i of n uses it + i (serve_choices); s_cache may drop it */
     g->sampling.seed = seed;
     if (s_number(root, "seed", &v))
         g->sampling.seed = v >= S_SEED_MAX ? UINT64_MAX : (uint64_t)v;
@@ -1088,6 +1102,82 @@ static int s_tools(serve_openai_request_t *req, const cJSON *root, serve_openai_
     return s_tools_turn(req, turn, b);
 }
 
+/* cache_tags (a string or an array, checked by its row): comma-separated into g. */
+static int s_cache_tags(msg_generate_t *g, const cJSON *f, serve_openai_bad_t *b) {
+    char *o = g->cache_tags;
+    size_t n = 0, cap = sizeof g->cache_tags;
+    if (cJSON_IsString(f)) {
+        if ((n = strlen(f->valuestring)) >= cap)
+            return serve_openai_bad(b, "cache_tags", "'cache_tags' is longer than %d bytes",
+                                    MSG_MAX_CACHE_TAGS_BYTES);
+        memcpy(o, f->valuestring, n + 1);
+        return 0;
+    }
+    const cJSON *t;
+    cJSON_ArrayForEach(t, f) {
+        if (!cJSON_IsString(t) || !t->valuestring[0] || strchr(t->valuestring, ','))
+            return serve_openai_bad(b, "cache_tags",
+                                    "'cache_tags': expected non-empty strings without commas, "
+                                    "got %s",
+                                    cJSON_IsString(t) ? "one empty or with a comma"
+                                                      : serve_openai_json_type(t));
+        size_t len = strlen(t->valuestring);
+        if (n + (n > 0) + len >= cap)
+            return serve_openai_bad(b, "cache_tags", "'cache_tags' is longer than %d bytes joined",
+                                    MSG_MAX_CACHE_TAGS_BYTES);
+        if (n)
+            o[n++] = ',';
+        memcpy(o + n, t->valuestring, len + 1);
+        n += len;
+    }
+    return 0;
+}
+
+/* The answer cache's fields, after s_sampling (its seed).  The gateway draws a seed when
+ * the body gives none (OpenAI: a fresh sample each time), and a drawn seed would make two
+ * equal requests two keys (serve_semcache_req): a greedy request, whose answer no seed
+ * changes, and one with cache_sampled go without one (seed 0, as a native generate
+ * without a seed), and another sampled request without a seed is never cached (cache
+ * off: its answer could be found again by no one). */
+static int s_cache(msg_generate_t *g, const cJSON *root, serve_openai_bad_t *b) {
+    const cJSON *f;
+    double v;
+    int rc;
+    if ((f = s_field(root, "cache"))) { /* a string (the table's type check) */
+        g->cache = -1;
+        for (int m = MSG_CACHE_OFF; m <= MSG_CACHE_ON_SEMANTIC; m++)
+            if (!strcmp(f->valuestring, msg_cache_mode_names[m]))
+                g->cache = m;
+        if (g->cache < 0)
+            return serve_openai_bad(b, "cache",
+                                    "'cache': expected \"exact\", \"semantic\" or \"off\", "
+                                    "got \"%.32s\"",
+                                    f->valuestring);
+    }
+    if (s_number(root, "cache_delta", &v)) {
+        if (!(v > 0))
+            return serve_openai_bad(b, "cache_delta", "'cache_delta': %g is out of range (0, 0.5]",
+                                    v);
+        g->cache_delta = v;
+    }
+    if (s_number(root, "cache_ttl", &v)) {
+        g->has_cache_ttl = true;
+        g->cache_ttl_s = (int64_t)v;
+    }
+    if ((f = s_field(root, "cache_tags")) && (rc = s_cache_tags(g, f, b)))
+        return rc;
+    g->cache_sampled = (f = s_field(root, "cache_sampled")) && cJSON_IsTrue(f);
+    if (s_field(root, "seed"))
+        return 0;
+    if (g->sampling.temperature <= 0 || g->cache_sampled) {
+        g->has_seed = false; /* n > 1: serve_choices gives each choice its seed 0 + i */
+        g->sampling.seed = 0;
+    } else {
+        g->cache = MSG_CACHE_OFF;
+    }
+    return 0;
+}
+
 static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
                        const serve_openai_defaults_t *def, uint64_t seed, serve_openai_bad_t *b) {
     const cJSON *root = req->root, *f;
@@ -1145,6 +1235,8 @@ static int s_translate(serve_openai_request_t *req, serve_openai_api_t api,
     if (s_number(root, "max_completion_tokens", &v))
         g->max_tokens = (int)v, g->fit_context = false;
     s_sampling(g, root, def, seed);
+    if ((rc = s_cache(g, root, b)))
+        return rc;
     double n = 1;
     s_number(root, "n", &n);
     req->n = (int)n;
@@ -1225,6 +1317,51 @@ void serve_openai_request_clear(serve_openai_request_t *req) {
     req->gen.n_messages = 0;
     cJSON_Delete(req->root);
     req->root = NULL;
+}
+
+/* ---- POST /v1/cache/invalidate */
+
+/* One key of the body into out: prefix and tag non-empty strings that fit, all a boolean. */
+static int s_invalidate_key(const cJSON *k, msg_cache_invalidate_t *out, serve_openai_bad_t *b) {
+    const char *name = k->string;
+    char *dst = !strcmp(name, "prefix") ? out->prefix : !strcmp(name, "tag") ? out->tag : NULL;
+    size_t cap = dst == out->prefix ? sizeof out->prefix : sizeof out->tag;
+    if (!dst && strcmp(name, "all"))
+        return serve_openai_bad(
+            b, name, "'%.64s' is not a field of /v1/cache/invalidate (prefix, tag, all)", name);
+    if (cJSON_IsNull(k))
+        return 0;
+    if (!dst) {
+        if (!cJSON_IsBool(k))
+            return serve_openai_bad(b, name, "'all': expected a boolean, got %s",
+                                    serve_openai_json_type(k));
+        out->all = cJSON_IsTrue(k);
+        return 0;
+    }
+    if (!cJSON_IsString(k) || !k->valuestring[0] || strlen(k->valuestring) >= cap)
+        return serve_openai_bad(b, name, "'%s': expected a string of 1..%zu bytes", name, cap - 1);
+    memcpy(dst, k->valuestring, strlen(k->valuestring) + 1);
+    return 0;
+}
+
+int serve_openai_invalidate_parse(const char *body, size_t len, msg_cache_invalidate_t *out,
+                                  serve_openai_bad_t *bad) {
+    memset(bad, 0, sizeof *bad);
+    out->prefix[0] = out->tag[0] = 0;
+    out->all = false;
+    cJSON *root = body && strlen(body) == len ? cJSON_ParseWithLength(body, len) : NULL;
+    if (!root) {
+        serve_openai_bad(bad, "", "the body is not valid JSON");
+        return -EBADMSG;
+    }
+    int rc = cJSON_IsObject(root) ? 0 : serve_openai_bad(bad, "", "the body must be a JSON object");
+    const cJSON *k;
+    for (k = rc ? NULL : root->child; k && !rc; k = k->next)
+        rc = s_invalidate_key(k, out, bad);
+    if (!rc && !out->prefix[0] && !out->tag[0] && !out->all)
+        rc = serve_openai_bad(bad, "", "give at least one of prefix, tag, all (true)");
+    cJSON_Delete(root);
+    return rc;
 }
 
 /* ---- answers */

@@ -147,15 +147,28 @@ int serve_openai_tools_compile(const cJSON *tools, const cJSON *choice, const cJ
 
 /* Parse body (len bytes; body[len] must be its NUL) as a request of api and translate it
  * into req->gen.  seed: the seed to use when the body gives none (OpenAI draws a fresh
- * sample every time: the caller passes a random one).  0; -EBADMSG when the body is not
- * JSON (bad says at which byte); -EINVAL when a field is wrong, unsupported or unknown
- * (bad names it); -ENOMEM.  req is cleared first, and must be cleared after whatever the
- * result. */
+ * sample every time: the caller passes a random one); a greedy request, or one with
+ * cache_sampled, goes without one (seed 0), so that equal requests are equal generates and
+ * the answer cache can find them (docs/HTTP.md, "The answer cache").  0; -EBADMSG when the body is
+ * not JSON (bad says at which byte); -EINVAL when a field is wrong, unsupported or unknown (bad
+ * names it); -ENOMEM.  req is cleared first, and must be cleared after whatever the result. */
 int serve_openai_request_parse(serve_openai_request_t *req, serve_openai_api_t api,
                                const char *body, size_t len, const serve_openai_defaults_t *def,
                                uint64_t seed, serve_openai_bad_t *bad);
 /* Frees what parse made; safe twice, and on a zeroed request. */
 void serve_openai_request_clear(serve_openai_request_t *req);
+
+/* The body of POST /v1/cache/invalidate (docs/HTTP.md, "The answer cache"): {prefix?, tag?,
+ * all?}, at least one of them, into out (out->id is the caller's, left as it was).  0;
+ * -EBADMSG when the body is not JSON; -EINVAL with bad naming the field. */
+int serve_openai_invalidate_parse(const char *body, size_t len, msg_cache_invalidate_t *out,
+                                  serve_openai_bad_t *bad);
+
+/* The body of POST /v1/cache/invalidate (body[len] must be its NUL; docs/HTTP.md, "The answer
+ * cache"), {prefix?, tag?, all?} with at least one of them, into out (out->id is the
+ * caller's, left as it was).  0; -EBADMSG when the body is not JSON; -EINVAL with bad. */
+int serve_openai_invalidate_parse(const char *body, size_t len, msg_cache_invalidate_t *out,
+                                  serve_openai_bad_t *bad);
 
 /* OpenAI's finish_reason of a msg_finish_t: "length" or "stop". */
 const char *serve_openai_finish(int finish);

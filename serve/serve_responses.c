@@ -140,7 +140,12 @@ static const s_row_t s_rows[] = {
     {"parallel_tool_calls", S_CHAT, NULL},
     {"temperature", S_CHAT, NULL},
     {"top_p", S_CHAT, NULL},
-    {"seed", S_CHAT, NULL}, /* strata's extension, as in chat */
+    {"seed", S_CHAT, NULL},  /* strata's extension, as in chat */
+    {"cache", S_CHAT, NULL}, /* the answer cache's extensions, as in chat */
+    {"cache_delta", S_CHAT, NULL},
+    {"cache_ttl", S_CHAT, NULL},
+    {"cache_tags", S_CHAT, NULL},
+    {"cache_sampled", S_CHAT, NULL},
     {"metadata", S_ACCEPT, NULL},
     {"user", S_ACCEPT, NULL},
     {"safety_identifier", S_ACCEPT, NULL},

@@ -16,6 +16,7 @@ static const serve_route_t s_routes[] = {
     {"/v1/responses", false, "POST", true, SERVE_HANDLER_RESPONSES},
     {"/v1/responses/", true, "GET", true, SERVE_HANDLER_RESPONSE},
     {"/v1/responses/", true, "DELETE", true, SERVE_HANDLER_RESPONSE},
+    {"/v1/cache/invalidate", false, "POST", true, SERVE_HANDLER_CACHE_INVALIDATE},
     {"/health", false, "GET", false, SERVE_HANDLER_HEALTH}, /* probes carry no key */
     {"/readyz", false, "GET", false, SERVE_HANDLER_HEALTH},
     {"/livez", false, "GET", false, SERVE_HANDLER_LIVEZ},
@@ -29,6 +30,7 @@ static const serve_route_t s_routes[] = {
     {"/responses", false, "POST", true, SERVE_HANDLER_RESPONSES},
     {"/responses/", true, "GET", true, SERVE_HANDLER_RESPONSE},
     {"/responses/", true, "DELETE", true, SERVE_HANDLER_RESPONSE},
+    {"/cache/invalidate", false, "POST", true, SERVE_HANDLER_CACHE_INVALIDATE},
 };
 #define S_N_ROUTES (int)(sizeof s_routes / sizeof s_routes[0])
 

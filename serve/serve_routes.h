@@ -22,6 +22,7 @@ typedef enum {
     SERVE_HANDLER_PROGRESSZ,   /* forward progress */
     SERVE_HANDLER_RESPONSES,   /* an OpenAI response: POST /v1/responses (serve_responses) */
     SERVE_HANDLER_RESPONSE,    /* a kept response: GET or DELETE /v1/responses/{id} */
+    SERVE_HANDLER_CACHE_INVALIDATE, /* drop answer-cache entries: POST /v1/cache/invalidate */
     SERVE_HANDLER_N
 } serve_handler_t;
 

@@ -498,6 +498,90 @@ START_TEST(responses_calls_and_incomplete) {
 }
 END_TEST
 
+/* ---- the answer cache (docs/HTTP.md, "The answer cache") */
+
+/* A non-streamed answer of text whose done says cache kind (entry, similarity). */
+static void s_done_cached(serve_answer_t *a, const char *text, int kind, const char *entry,
+                          float sim) {
+    msg_done_t d = {.finish_reason = MSG_FINISH_EOS,
+                    .text = strdup(text),
+                    .text_len = strlen(text),
+                    .cache = kind,
+                    .cache_similarity = sim};
+    snprintf(d.cache_entry, sizeof d.cache_entry, "%s", entry);
+    ck_assert_int_eq(serve_answer_done(a, &d, NULL), 0);
+    ck_assert_ptr_null(d.text); /* taken */
+}
+
+/* An answer from the cache says so in strata_cache and the header; a generated one has
+ * no strata_cache, and its header says miss only when the request asked for the cache. */
+START_TEST(cache_hit_said) {
+    serve_answer_req_t q = s_req(SERVE_ANSWER_CHAT, false);
+    q.cache = MSG_CACHE_ONLY_EXACT;
+    serve_answer_t *a = serve_answer_new(&q, 0);
+    s_done_cached(a, "Paris.", MSG_CACHE_EXACT, "chatcmpl-x1", 1.0f);
+    msg_usage_t u = {0};
+    cJSON *o = serve_answer_json(&a, 1, &u);
+    ck_assert_str_eq(s_str(o, "choices.0.message.content"), "Paris.");
+    ck_assert_str_eq(s_str(o, "strata_cache.hit"), "exact");
+    ck_assert_str_eq(s_str(o, "strata_cache.entry"), "chatcmpl-x1");
+    ck_assert(s_get(o, "strata_cache.similarity")->valuedouble == 1.0);
+    ck_assert_ptr_null(s_get(o, "choices.0.strata_cache")); /* n = 1: at the top only */
+    ck_assert_str_eq(serve_answer_cache_header(&a, 1), "exact");
+    cJSON_Delete(o);
+    serve_answer_destroy(&a);
+    /* semantic: the similarity in 4 decimals */
+    a = serve_answer_new(&q, 0);
+    s_done_cached(a, "Paris.", MSG_CACHE_SEMANTIC, "chatcmpl-x2", 0.97f);
+    o = serve_answer_json(&a, 1, &u);
+    ck_assert_str_eq(s_str(o, "strata_cache.hit"), "semantic");
+    ck_assert(s_get(o, "strata_cache.similarity")->valuedouble == 0.97);
+    ck_assert_str_eq(serve_answer_cache_header(&a, 1), "semantic");
+    cJSON_Delete(o);
+    serve_answer_destroy(&a);
+    /* generated: no strata_cache; miss when asked for, else no header */
+    a = serve_answer_new(&q, 0);
+    s_done_cached(a, "Paris.", MSG_CACHE_MISS, "", -2);
+    o = serve_answer_json(&a, 1, &u);
+    ck_assert_ptr_null(s_get(o, "strata_cache"));
+    ck_assert_str_eq(serve_answer_cache_header(&a, 1), "miss");
+    cJSON_Delete(o);
+    q.cache = MSG_CACHE_DEFAULT;
+    ck_assert_ptr_null(serve_answer_cache_header(&a, 1));
+    q.cache = MSG_CACHE_OFF;
+    ck_assert_ptr_null(serve_answer_cache_header(&a, 1));
+    serve_answer_destroy(&a);
+}
+END_TEST
+
+/* n > 1: the top says the first choice's, each choice its own; legacy completions and
+ * Responses say it the same way. */
+START_TEST(cache_choices_and_apis) {
+    serve_answer_req_t q = s_req(SERVE_ANSWER_COMPLETIONS, false);
+    serve_answer_t *a[2] = {serve_answer_new(&q, 0), serve_answer_new(&q, 1)};
+    s_done_cached(a[0], "x", MSG_CACHE_MISS, "", -2);
+    s_done_cached(a[1], "y", MSG_CACHE_KB, "faq-1", 0.9f);
+    msg_usage_t u = {0};
+    cJSON *o = serve_answer_json(a, 2, &u);
+    ck_assert_ptr_null(s_get(o, "strata_cache"));
+    ck_assert_ptr_null(s_get(o, "choices.0.strata_cache"));
+    ck_assert_str_eq(s_str(o, "choices.1.strata_cache.hit"), "kb");
+    ck_assert_str_eq(s_str(o, "choices.1.strata_cache.entry"), "faq-1");
+    ck_assert_ptr_null(serve_answer_cache_header(a, 2));
+    cJSON_Delete(o);
+    serve_answer_destroy(&a[0]);
+    serve_answer_destroy(&a[1]);
+    q = s_req(SERVE_ANSWER_RESPONSES, false);
+    a[0] = serve_answer_new(&q, 0);
+    s_done_cached(a[0], "Paris.", MSG_CACHE_EXACT, "resp_x", 1.0f);
+    o = serve_answer_json(a, 1, &u);
+    ck_assert_str_eq(s_str(o, "object"), "response");
+    ck_assert_str_eq(s_str(o, "strata_cache.hit"), "exact");
+    cJSON_Delete(o);
+    serve_answer_destroy(&a[0]);
+}
+END_TEST
+
 static Suite *s_suite(void) {
     Suite *s = suite_create("serve_answer");
     TCase *tc = tcase_create("serve_answer");
@@ -510,6 +594,8 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, stream_error);
     tcase_add_test(tc, responses_stream_order);
     tcase_add_test(tc, responses_calls_and_incomplete);
+    tcase_add_test(tc, cache_hit_said);
+    tcase_add_test(tc, cache_choices_and_apis);
     suite_add_tcase(s, tc);
     return s;
 }

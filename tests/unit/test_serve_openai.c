@@ -676,6 +676,142 @@ START_TEST(table_covered) {
 }
 END_TEST
 
+/* ---- the answer cache's extension fields (docs/HTTP.md, "The answer cache") */
+
+START_TEST(cache_fields) {
+    /* absent: the server's mode, delta and TTL, no tags */
+    ck_assert_int_eq(s_chat(", \"temperature\": 0"), 0);
+    const msg_generate_t *g = &s_req.gen;
+    ck_assert_int_eq(g->cache, MSG_CACHE_DEFAULT);
+    ck_assert(g->cache_delta == 0);
+    ck_assert(!g->has_cache_ttl);
+    ck_assert_str_eq(g->cache_tags, "");
+    ck_assert(!g->cache_sampled);
+    /* each one, on both endpoints */
+    ck_assert_int_eq(s_chat(", \"temperature\": 0, \"cache\": \"exact\", \"cache_delta\": 0.02, "
+                            "\"cache_ttl\": 3600, \"cache_tags\": \"faq,en\""),
+                     0);
+    ck_assert_int_eq(g->cache, MSG_CACHE_ONLY_EXACT);
+    ck_assert_double_eq_tol(g->cache_delta, 0.02, 1e-12);
+    ck_assert(g->has_cache_ttl);
+    ck_assert_int_eq(g->cache_ttl_s, 3600);
+    ck_assert_str_eq(g->cache_tags, "faq,en");
+    ck_assert_int_eq(s_compl(", \"temperature\": 0, \"cache\": \"semantic\", \"cache_ttl\": 0"), 0);
+    ck_assert_int_eq(g->cache, MSG_CACHE_ON_SEMANTIC);
+    ck_assert(g->has_cache_ttl); /* 0: never expires, not "the server's" */
+    ck_assert_int_eq(g->cache_ttl_s, 0);
+    ck_assert_int_eq(s_chat(", \"cache\": \"off\", \"cache_delta\": 0.5"), 0);
+    ck_assert_int_eq(g->cache, MSG_CACHE_OFF);
+    ck_assert(g->cache_delta == 0.5);
+    /* tags as an array: joined with commas */
+    ck_assert_int_eq(s_chat(", \"cache_tags\": [\"faq\", \"en\", \"v2\"]"), 0);
+    ck_assert_str_eq(g->cache_tags, "faq,en,v2");
+    ck_assert_int_eq(s_chat(", \"cache_tags\": []"), 0);
+    ck_assert_str_eq(g->cache_tags, "");
+    char tags[256]; /* 128 bytes joined: the limit */
+    snprintf(tags, sizeof tags, ", \"cache_tags\": [\"%063d\", \"%064d\"]", 0, 0);
+    ck_assert_int_eq(s_chat(tags), 0);
+    ck_assert_uint_eq(strlen(g->cache_tags), MSG_MAX_CACHE_TAGS_BYTES);
+    ck_assert_int_eq(s_chat(", \"cache_sampled\": true"), 0);
+    ck_assert(g->cache_sampled);
+}
+END_TEST
+
+/* A bad value of each one: 400 naming it. */
+START_TEST(cache_fields_refused) {
+    s_refused(s_chat(", \"cache\": \"bogus\""), "cache");
+    s_refused(s_chat(", \"cache\": \"default\""), "cache"); /* absent is the default */
+    s_refused(s_chat(", \"cache\": true"), "cache");
+    s_refused(s_compl(", \"cache\": \"EXACT\""), "cache");
+    s_refused(s_chat(", \"cache_delta\": 0"), "cache_delta");
+    s_refused(s_chat(", \"cache_delta\": 0.6"), "cache_delta");
+    s_refused(s_chat(", \"cache_delta\": -0.1"), "cache_delta");
+    s_refused(s_chat(", \"cache_delta\": \"0.1\""), "cache_delta");
+    s_refused(s_chat(", \"cache_ttl\": -1"), "cache_ttl");
+    s_refused(s_chat(", \"cache_ttl\": 31536001"), "cache_ttl");
+    s_refused(s_chat(", \"cache_ttl\": 1.5"), "cache_ttl");
+    s_refused(s_compl(", \"cache_ttl\": \"60\""), "cache_ttl");
+    s_refused(s_chat(", \"cache_tags\": 7"), "cache_tags");
+    s_refused(s_chat(", \"cache_tags\": [\"a,b\"]"), "cache_tags");
+    s_refused(s_chat(", \"cache_tags\": [\"a\", \"\"]"), "cache_tags");
+    s_refused(s_chat(", \"cache_tags\": [\"a\", 1]"), "cache_tags");
+    char tags[256];
+    snprintf(tags, sizeof tags, ", \"cache_tags\": \"%0129d\"", 0);
+    s_refused(s_chat(tags), "cache_tags");
+    snprintf(tags, sizeof tags, ", \"cache_tags\": [\"%064d\", \"%064d\"]", 0, 0);
+    s_refused(s_chat(tags), "cache_tags"); /* 129 bytes joined */
+    s_refused(s_chat(", \"cache_sampled\": 1"), "cache_sampled");
+}
+END_TEST
+
+/* The seed the gateway draws would make two equal requests two cache keys: a greedy
+ * request and one with cache_sampled go without one; another sampled request without a
+ * seed is never cached. */
+START_TEST(cache_and_seed) {
+    const msg_generate_t *g = &s_req.gen;
+    ck_assert_int_eq(s_chat(", \"temperature\": 0, \"cache\": \"exact\""), 0);
+    ck_assert(!g->has_seed);
+    ck_assert_uint_eq(g->sampling.seed, 0);
+    ck_assert_int_eq(g->cache, MSG_CACHE_ONLY_EXACT);
+    ck_assert_int_eq(s_chat(", \"top_p\": 0"), 0); /* greedy too */
+    ck_assert(!g->has_seed);
+    ck_assert_int_eq(s_chat(", \"temperature\": 0.7, \"cache_sampled\": true"), 0);
+    ck_assert(!g->has_seed);
+    ck_assert_int_eq(g->cache, MSG_CACHE_DEFAULT);
+    ck_assert_int_eq(s_chat(", \"temperature\": 0.7, \"cache\": \"exact\""), 0);
+    ck_assert(g->has_seed);
+    ck_assert_uint_eq(g->sampling.seed, SEED);
+    ck_assert_int_eq(g->cache, MSG_CACHE_OFF);
+    /* a seed given: kept, and the cache as asked */
+    ck_assert_int_eq(s_chat(", \"temperature\": 0.7, \"seed\": 9, \"cache\": \"exact\""), 0);
+    ck_assert(g->has_seed);
+    ck_assert_uint_eq(g->sampling.seed, 9);
+    ck_assert_int_eq(g->cache, MSG_CACHE_ONLY_EXACT);
+    ck_assert_int_eq(s_chat(", \"temperature\": 0, \"seed\": 9"), 0);
+    ck_assert(g->has_seed);
+}
+END_TEST
+
+/* POST /v1/cache/invalidate's body: prefix, tag, all; at least one. */
+START_TEST(cache_invalidate_body) {
+    msg_cache_invalidate_t v;
+    msg_cache_invalidate_init(&v);
+    snprintf(v.id, sizeof v.id, "op1");
+    const char *ok = "{\"prefix\": \"chatcmpl-\", \"tag\": \"faq\"}";
+    ck_assert_int_eq(serve_openai_invalidate_parse(ok, strlen(ok), &v, &s_why), 0);
+    ck_assert_str_eq(v.prefix, "chatcmpl-");
+    ck_assert_str_eq(v.tag, "faq");
+    ck_assert(!v.all);
+    ck_assert_str_eq(v.id, "op1"); /* the caller's */
+    ok = "{\"all\": true, \"tag\": null}";
+    ck_assert_int_eq(serve_openai_invalidate_parse(ok, strlen(ok), &v, &s_why), 0);
+    ck_assert(v.all);
+    ck_assert_str_eq(v.prefix, "");
+    ck_assert_str_eq(v.tag, "");
+    static const struct {
+        const char *body, *param;
+    } bad[] = {
+        {"{}", ""}, /* nothing to drop */
+        {"{\"all\": false}", ""},
+        {"[1]", ""},
+        {"{\"all\": 1}", "all"},
+        {"{\"prefix\": \"\"}", "prefix"},
+        {"{\"prefix\": 3}", "prefix"},
+        {"{\"tag\": [\"a\"]}", "tag"},
+        {"{\"all\": true, \"everything\": true}", "everything"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = serve_openai_invalidate_parse(bad[i].body, strlen(bad[i].body), &v, &s_why);
+        ck_assert_msg(rc == -EINVAL, "%s: %d", bad[i].body, rc);
+        ck_assert_str_eq(s_why.param, bad[i].param);
+    }
+    char big[160];
+    snprintf(big, sizeof big, "{\"prefix\": \"%065d\"}", 0); /* 65 bytes: an id has 64 */
+    s_refused(serve_openai_invalidate_parse(big, strlen(big), &v, &s_why), "prefix");
+    ck_assert_int_eq(serve_openai_invalidate_parse("{", 1, &v, &s_why), -EBADMSG);
+}
+END_TEST
+
 /* A field strata does not know could change the answer: refused, naming it. */
 START_TEST(unknown_fields_refused) {
     s_refused(s_chat(", \"ignore_eos\": true"), "ignore_eos");
@@ -747,6 +883,10 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, unimplemented_fields_one_by_one);
     tcase_add_test(tc, table_covered);
     tcase_add_test(tc, n_choices);
+    tcase_add_test(tc, cache_fields);
+    tcase_add_test(tc, cache_fields_refused);
+    tcase_add_test(tc, cache_and_seed);
+    tcase_add_test(tc, cache_invalidate_body);
     tcase_add_test(tc, unknown_fields_refused);
     tcase_add_test(tc, not_json_or_not_object);
     tcase_add_test(tc, first_error_by_table_order);

@@ -21,6 +21,10 @@ START_TEST(find_each_endpoint) {
     ck_assert_int_eq(serve_routes_find("/health", "GET", &r), 0);
     ck_assert_int_eq(r->handler, SERVE_HANDLER_HEALTH);
     ck_assert(!r->auth); /* probes carry no key */
+    ck_assert_int_eq(serve_routes_find("/v1/cache/invalidate", "POST", &r), 0);
+    ck_assert_int_eq(r->handler, SERVE_HANDLER_CACHE_INVALIDATE);
+    ck_assert(r->auth); /* it drops what others cached: a key when there are keys */
+    ck_assert_int_eq(serve_routes_find("/v1/cache/invalidate", "GET", &r), -EOPNOTSUPP);
 }
 END_TEST
 
