@@ -22,7 +22,8 @@ static void s_add_sampling(XXH64_state_t *h, const msg_sampling_t *s, bool has_s
     const float f[] = {
         s->temperature,      s->top_p, s->min_p, s->repeat_penalty, s->presence_penalty,
         s->frequency_penalty};
-    const int64_t i[] = {s->top_k, s->repeat_last_n, has_seed, has_seed ? (int64_t)s->seed : 0};
+    bool seeded = has_seed && s->temperature > 0; /* greedy: the seed changes nothing */
+    const int64_t i[] = {s->top_k, s->repeat_last_n, seeded, seeded ? (int64_t)s->seed : 0};
     s_add(h, f, sizeof f);
     s_add(h, i, sizeof i);
 }

@@ -2,8 +2,9 @@
  * docs/SEMCACHE.md), computed by the frontend from the client's generate:
  *   context   everything that changes the answer besides the question: the conversation
  *             before the last turn (the system prompt included), max_tokens, the sampling
- *             parameters and seed, stop strings, logit bias, the grammar or schema, the KV
- *             compression policy (the semcache actor adds the served model);
+ *             parameters and a sampled request's seed, stop strings, logit bias, the
+ *             grammar or schema, the KV compression policy (the semcache actor adds the
+ *             served model);
  *   exact     the context and the question, byte for byte: the exact layer;
  *   kb_exact  a single-turn chat's question, normalised (case, spacing, final punctuation):
  *             what a knowledge-base record's question is keyed by (0: not single-turn);

@@ -78,6 +78,8 @@ START_TEST(test_keys) {
     s1.has_seed = s2.has_seed = true;
     s1.sampling.seed = 1, s2.sampling.seed = 2;
     ck_assert(s_key(&s1).context != s_key(&s2).context);
+    s1.sampling.temperature = s2.sampling.temperature = 0; /* greedy: the seed changes nothing */
+    ck_assert(s_key(&s1).context == s_key(&s2).context);
     /* what does not change the answer does not change the key */
     msg_generate_t p = s_gen("What is the capital of France?", 0);
     p.priority = 50;
