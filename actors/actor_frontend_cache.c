@@ -174,6 +174,7 @@ void actor_frontend_cache_store(actor_frontend_t *f, serve_request_t *r,
     msg_set_str(s.tags, sizeof s.tags, r->gen.cache_tags);
     s.ttl_s = r->gen.has_cache_ttl ? r->gen.cache_ttl_s : -1;
     s.finish = te->finish;
+    s.mode = r->gen.cache;
     s.verify_hash = r->cache_verify_hash;
     s.verify_sim = r->cache_verify_sim;
     if (!r->text_len)

@@ -219,8 +219,12 @@ static void s_on_store(void *self, const msg_cache_store_t *m) {
         m->ttl_s >= 0 ? m->ttl_s * 1000000
                       : serve_semcache_ttl(m->text, m->text_len, (int64_t)c->cfg->ttl_s * 1000000,
                                            (int64_t)c->cfg->short_ttl_s * 1000000);
+    /* embedded when the semantic layer may look for it: a record, or the answer to a request
+     * that asked for that layer (an exact-only entry costs no embedding pass) */
+    int mode = m->mode == MSG_CACHE_DEFAULT ? c->cfg->mode : m->mode;
+    bool embed = m->kb || mode == MSG_CACHE_ON_SEMANTIC;
     serve_semcache_key_t key = {s_ctx(c, m->kb ? SERVE_SEMCACHE_KB_CONTEXT : m->context), m->exact,
-                                s_embed(c, m->text, m->text_len)};
+                                embed ? s_embed(c, m->text, m->text_len) : NULL};
     int rc = serve_semcache_put(c->cache, &key, m->name, m->tags[0] ? m->tags : NULL, m->answer,
                                 m->answer_len, ttl_us, now);
     if (rc >= 0)

@@ -104,6 +104,8 @@ typedef struct {
     char tags[MSG_MAX_CACHE_TAGS_BYTES + 1];
     int64_t ttl_s;        /* -1: the server's rule; 0: never expires */
     int finish;           /* how the answer ended (msg_finish_t: eos, length, stop; 0: eos) */
+    int mode;             /* the request's cache mode (msg_cache_mode_t): embedded only when
+                             it resolves to semantic (a record: always) */
     uint64_t verify_hash; /* the lookup's nearest_hash: the answer is compared with it */
     float verify_sim;     /* the lookup's similarity */
 } msg_cache_store_t;

@@ -4,6 +4,7 @@
 #include "serve_semcache.h"
 
 #include "base_map.h"
+#include "kern_ops.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -13,6 +14,8 @@
 #include <strings.h>
 #include <unistd.h>
 #include <xxhash.h>
+
+#define S_CHUNK 1024 /* rows a scan scores at once */
 
 typedef struct {
     bool used;
@@ -29,7 +32,10 @@ struct serve_semcache_t {
     serve_semcache_config_t cfg;
     serve_semcache_bound_t *bound; /* borrowed */
     s_entry_t *e;                  /* (max_entries) */
-    float *emb;                    /* (max_entries, dim) */
+    uint16_t *emb;                 /* (max_entries, dim) F16: half the bytes a scan reads */
+    float *sims;                   /* (S_CHUNK) a scan's similarities */
+    const kern_ops_t *ops;         /* the CPU's kernels: the scan is their F16 gemm */
+    int hi;                        /* 1 + the highest slot ever used: the scan's end */
     base_map_t by_exact;           /* exact hash -> entry */
     int n;                         /* entries used */
     int hint;                      /* where the search for a free slot starts */
@@ -46,7 +52,9 @@ serve_semcache_t *serve_semcache_new(const serve_semcache_config_t *cfg,
     c->bound = bound;
     c->e = calloc((size_t)cfg->max_entries, sizeof *c->e);
     c->emb = malloc((size_t)cfg->max_entries * cfg->dim * sizeof *c->emb);
-    if (!c->e || !c->emb || base_map_init(&c->by_exact, (size_t)cfg->max_entries))
+    c->sims = malloc(S_CHUNK * sizeof *c->sims);
+    c->ops = kern_ops_best();
+    if (!c->e || !c->emb || !c->sims || base_map_init(&c->by_exact, (size_t)cfg->max_entries))
         serve_semcache_destroy(&c);
     return c;
 }
@@ -71,6 +79,7 @@ void serve_semcache_destroy(serve_semcache_t **self_p) {
         s_drop(c, i);
     free(c->e);
     free(c->emb);
+    free(c->sims);
     base_map_free(&c->by_exact);
     free(c);
     *self_p = NULL;
@@ -141,7 +150,9 @@ int serve_semcache_put(serve_semcache_t *c, const serve_semcache_key_t *key, con
     e->last_us = now_us;
     e->has_emb = key->emb != NULL;
     if (key->emb)
-        memcpy(c->emb + (size_t)i * c->cfg.dim, key->emb, (size_t)c->cfg.dim * sizeof *c->emb);
+        c->ops->quant_row(KERN_F16, key->emb, c->emb + (size_t)i * c->cfg.dim, c->cfg.dim);
+    if (i >= c->hi)
+        c->hi = i + 1;
     base_map_put(&c->by_exact, key->exact, (uint64_t)i); /* sized for every entry: no growth */
     c->n++;
     return i;
@@ -152,21 +163,6 @@ int serve_semcache_set_meta(serve_semcache_t *c, int entry, int meta) {
         return -EINVAL;
     c->e[entry].meta = (uint8_t)meta;
     return 0;
-}
-
-/* x . y over n floats, eight partial sums (the compiler keeps them in vector lanes). */
-static float s_dot(const float *x, const float *y, int n) {
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            acc[j] += x[i + j] * y[i + j];
-    float s = 0;
-    for (int j = 0; j < 8; j++)
-        s += acc[j];
-    for (; i < n; i++)
-        s += x[i] * y[i];
-    return s;
 }
 
 static void s_answer(serve_semcache_t *c, int i, int kind, uint64_t now, serve_semcache_hit_t *h) {
@@ -199,19 +195,25 @@ int serve_semcache_lookup(serve_semcache_t *c, const serve_semcache_key_t *key, 
     }
     if (!key->emb)
         return SERVE_SEMCACHE_MISS;
-    int best = -1;
+    int best = -1, dim = c->cfg.dim;
     float best_s = -2;
-    for (int i = 0; i < c->cfg.max_entries; i++) {
-        const s_entry_t *e = &c->e[i];
-        if (!e->used || !e->has_emb || e->context != key->context)
-            continue;
-        if (s_expired(e, now_us)) {
-            s_drop(c, i);
-            continue;
+    for (int r0 = 0; r0 < c->hi; r0 += S_CHUNK) { /* a chunk of rows at a time */
+        int nr = c->hi - r0 < S_CHUNK ? c->hi - r0 : S_CHUNK, any = 0;
+        for (int i = r0; i < r0 + nr; i++) {
+            const s_entry_t *e = &c->e[i];
+            if (e->used && e->has_emb && e->context == key->context && s_expired(e, now_us))
+                s_drop(c, i);
+            any += e->used && e->has_emb && e->context == key->context;
         }
-        float s = s_dot(key->emb, c->emb + (size_t)i * c->cfg.dim, c->cfg.dim);
-        if (s > best_s)
-            best_s = s, best = i;
+        if (!any)
+            continue;
+        c->ops->gemm(KERN_F16, dim, nr, 1, c->emb + (size_t)r0 * dim, (size_t)dim * 2, key->emb,
+                     (size_t)dim * sizeof(float), c->sims, (size_t)nr);
+        for (int i = r0; i < r0 + nr; i++) {
+            const s_entry_t *e = &c->e[i];
+            if (e->used && e->has_emb && e->context == key->context && c->sims[i - r0] > best_s)
+                best_s = c->sims[i - r0], best = i;
+        }
     }
     hit->entry = best;
     hit->similarity = best_s;
@@ -312,6 +314,9 @@ static int s_put(s_buf_t *b, const void *x, size_t n) {
 
 int serve_semcache_save(const serve_semcache_t *c, const char *path, uint64_t now_us) {
     s_buf_t b = {0};
+    float *row = malloc((size_t)c->cfg.dim * sizeof *row);
+    if (!row)
+        return -ENOMEM;
     uint32_t head[4] = {S_MAGIC, (uint32_t)c->cfg.dim, 0, 0};
     int rc = s_put(&b, head, sizeof head);
     uint32_t n_entries = 0;
@@ -322,10 +327,11 @@ int serve_semcache_save(const serve_semcache_t *c, const char *path, uint64_t no
         uint64_t f[3] = {e->context, e->exact, e->expires_us};
         uint32_t l[4] = {e->has_emb | (uint32_t)e->meta << 1, (uint32_t)strlen(e->name),
                          e->tags ? (uint32_t)strlen(e->tags) : 0, (uint32_t)e->answer_len};
+        if (e->has_emb) /* the file keeps F32 (the format does not depend on the store's) */
+            c->ops->dequant_row(KERN_F16, c->emb + (size_t)i * c->cfg.dim, row, c->cfg.dim);
         rc = s_put(&b, f, sizeof f) || s_put(&b, l, sizeof l) || s_put(&b, e->name, l[1]) ||
              s_put(&b, e->tags ? e->tags : "", l[2]) || s_put(&b, e->answer, l[3]) ||
-             (e->has_emb &&
-              s_put(&b, c->emb + (size_t)i * c->cfg.dim, (size_t)c->cfg.dim * sizeof(float)));
+             (e->has_emb && s_put(&b, row, (size_t)c->cfg.dim * sizeof(float)));
         n_entries++;
     }
     float s;
@@ -341,6 +347,7 @@ int serve_semcache_save(const serve_semcache_t *c, const char *path, uint64_t no
         uint64_t h = XXH64(b.p, b.n, 0);
         rc = s_put(&b, &h, sizeof h);
     }
+    free(row);
     if (rc) {
         free(b.p);
         return -ENOMEM;

@@ -163,8 +163,13 @@ def embedding(c, text):
     return np.frombuffer(r["embedding"], dtype="<f4")
 
 
-def semantic_similarity(c, answer):
-    q2 = "What are the three primary colors?"
+def semantic_similarity(c):
+    # an entry the semantic layer may find: the answer of a request that asked for it (an
+    # exact request's answer is not embedded)
+    q1, q2 = "Which three colors are primary?", "What are the three primary colors?"
+    first, trace = chat(c, "semantic-1", user(q1), cache="semantic", trace=True)
+    u.check(not first.get("cache"), "the first semantic request is generated: %r" % first)
+    answer = first["text"]
     before = stats(c)
     r, trace = chat(c, "semantic", user(q2), cache="semantic", trace=True)
     step = [s for s in trace["steps"] if s["actor"] == "semcache"]
@@ -173,7 +178,7 @@ def semantic_similarity(c, answer):
     why = step[0]["why"]
     sim = float(why.split("similarity ")[1].split(",")[0])
     # the cache embeds the question alone (the last user turn), as an `embed` of its text
-    ea, eb = embedding(c, Q), embedding(c, q2)
+    ea, eb = embedding(c, q1), embedding(c, q2)
     cos = float(np.dot(ea, eb) / np.linalg.norm(ea) / np.linalg.norm(eb))
     u.check(abs(sim - cos) < 2e-3, "the similarity is the embeddings' cosine: %.4f vs %.4f"
             % (sim, cos))
@@ -285,7 +290,7 @@ def main():
             answer = exact_and_context(c)
             bounded()
             knowledge_base(c, s.endpoint, d)
-            semantic_similarity(c, answer)
+            semantic_similarity(c)
             c.close()
         audit_has_cache(audit)
         bounded()

@@ -199,6 +199,50 @@ START_TEST(test_persist) {
 }
 END_TEST
 
+/* The scan over more rows than one chunk, entries of two contexts interleaved: the nearest
+ * of the query's context as a brute-force float search finds it (within F16 rounding). */
+START_TEST(test_scan_chunks) {
+    enum { N = 2600, W = 64 };
+    serve_semcache_bound_t *b = serve_semcache_bound_new(64, 1, 0.05);
+    serve_semcache_config_t cfg = {W, N};
+    serve_semcache_t *c = serve_semcache_new(&cfg, b);
+    float *v = malloc((size_t)N * W * sizeof *v), q[W];
+    unsigned seed = 7;
+    for (int i = 0; i <= N; i++) {
+        float *x = i < N ? v + (size_t)i * W : q, n = 0;
+        for (int j = 0; j < W; j++) {
+            seed = seed * 1103515245u + 12345u;
+            x[j] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+            n += x[j] * x[j];
+        }
+        for (int j = 0; j < W; j++)
+            x[j] /= sqrtf(n);
+        if (i < N) {
+            serve_semcache_key_t k = {(uint64_t)(i % 3 == 0 ? 2 : 1), (uint64_t)(1000 + i), x};
+            ck_assert_int_ge(serve_semcache_put(c, &k, "e", NULL, "a", 1, 0, 10), 0);
+        }
+    }
+    int want = -1;
+    float best = -2;
+    for (int i = 0; i < N; i++) {
+        float d = 0;
+        for (int j = 0; j < W; j++)
+            d += v[(size_t)i * W + j] * q[j];
+        if (i % 3 != 0 && d > best)
+            best = d, want = i;
+    }
+    serve_semcache_key_t kq = {1, 1, q};
+    serve_semcache_hit_t h;
+    serve_semcache_lookup(c, &kq, 0.05, 20, &h);
+    ck_assert(h.entry >= 0 && h.entry % 3 != 0); /* of its own context */
+    ck_assert_msg(fabsf(h.similarity - best) < 2e-3, "%f vs %f (entry %d, want %d)", h.similarity,
+                  best, h.entry, want);
+    free(v);
+    serve_semcache_destroy(&c);
+    serve_semcache_bound_destroy(&b);
+}
+END_TEST
+
 static Suite *s_suite(void) {
     Suite *s = suite_create("semcache");
     TCase *tc = tcase_create("core");
@@ -206,6 +250,7 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, test_expiry_lru_invalidate);
     tcase_add_test(tc, test_ttl_rule);
     tcase_add_test(tc, test_persist);
+    tcase_add_test(tc, test_scan_chunks);
     suite_add_tcase(s, tc);
     return s;
 }
