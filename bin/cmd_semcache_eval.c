@@ -147,7 +147,7 @@ static const cli_cmd_t s_eval_cmd = {
     "Pearson bounds (a split is flagged when the lower bound is above delta).\n",
     "With --index: the cost of a lookup of the store's exact search (serve/serve_semcache.c)\n"
     "over N random unit vectors in one context, no threshold passing (every lookup scans\n"
-    "every entry): p50/p99 microseconds, lookups/s, and the entry table's bytes.",
+    "every entry): p50/p99 microseconds, lookups/s, and the entry table's bytes (F16 embeddings).",
     {{cli_model_flags, offsetof(s_eval_cfg_t, m)},
      {cli_threads_flags, offsetof(s_eval_cfg_t, m)},
      {s_eval_flags, offsetof(s_eval_cfg_t, e)},
@@ -501,7 +501,7 @@ static int s_index_cost(int n, int dim, const s_eval_opts_t *o, double delta, s_
         rc = serve_semcache_put(cache, &key, "e", NULL, "", 0, 0, 1);
         rc = rc < 0 ? rc : 0;
     }
-    *c = (s_cost_t){n, dim, o->queries, .table_bytes = (double)n * dim * sizeof(float)};
+    *c = (s_cost_t){n, dim, o->queries, .table_bytes = (double)n * dim * sizeof(uint16_t)};
     c->build_s = (double)(base_now_us() - t0) * 1e-6;
     double total = 0;
     for (int q = 0; !rc && q < o->queries; q++) {
