@@ -373,7 +373,8 @@ static void s_on_text(void *self, const msg_text_event_t *te) {
     }
     if (f->audit && te->text_len)
         audit_digest_update(&r->out, te->text, te->text_len);
-    if ((!r->stream || r->gen.trace || r->tools) && te->text_len)
+    if ((!r->stream || r->gen.trace || r->tools || r->cache_state == SERVE_CACHE_STORE) &&
+        te->text_len)
         serve_requests_keep_text(r, te->text, te->text_len); /* out of memory: cut there */
     if (!te->finish)
         return;

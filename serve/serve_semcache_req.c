@@ -30,8 +30,6 @@ static void s_add_sampling(XXH64_state_t *h, const msg_sampling_t *s, bool has_s
 
 const char *serve_semcache_req_key(const msg_generate_t *g, serve_semcache_req_t *k) {
     memset(k, 0, sizeof *k);
-    if (g->stream)
-        return "stream";
     if (g->tools)
         return "tools";
     if (g->logprobs || g->top_logprobs)

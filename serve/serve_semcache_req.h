@@ -24,9 +24,10 @@ typedef struct {
     size_t text_len;
 } serve_semcache_req_t;
 
-/* g's key into *k, or why g is not cached (a short phrase for counters and traces): a
- * streamed request ("stream"), tools ("tools"), log-probabilities ("logprobs"), a sampled
- * request without a seed unless it says cache_sampled ("sampled without a seed"). */
+/* g's key into *k, or why g is not cached (a short phrase for counters and traces): tools
+ * ("tools"), log-probabilities ("logprobs"), a sampled request without a seed unless it
+ * says cache_sampled ("sampled without a seed").  A streamed request is cached (its hit
+ * is one done event carrying the text). */
 const char *serve_semcache_req_key(const msg_generate_t *g, serve_semcache_req_t *k);
 
 /* The hash of an answer with its whitespace normalised (runs of spaces, tabs and newlines

@@ -13,8 +13,8 @@ import urllib.request
 
 import serve_util as u  # first: it skips without the model, zmq or msgpack
 
-# answered in far fewer than 200 tokens, so that the answer ends by itself (only answers that
-# finished by end-of-generation are kept); the default model loops on "the capital of France"
+# answered in far fewer than 200 tokens, so that the answer ends by itself; the default model
+# loops on "the capital of France"
 QUESTION = "What is 12 times 12?"
 
 
@@ -101,6 +101,39 @@ def test_bad_values(base):
     print("bad values: 400 naming the field")
 
 
+def stream(base, q):
+    """A streamed chat request: (the content deltas, the finish reason)."""
+    body = {"model": u.MODEL_ID, "messages": [{"role": "user", "content": q}], "temperature": 0,
+            "max_tokens": 200, "stream": True, "cache": "exact"}
+    req = urllib.request.Request(base + "/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    deltas, finish = [], None
+    with urllib.request.urlopen(req, timeout=120) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("data: {"):
+                ch = json.loads(line[6:])["choices"][0]
+                if ch["delta"].get("content"):
+                    deltas.append(ch["delta"]["content"])
+                finish = ch.get("finish_reason") or finish
+    return deltas, finish
+
+
+def test_stream_hit(base):
+    """A streamed request is cached too: the first streams token by token, the second is the
+    kept answer in one chunk, the same text."""
+    q = "What is 7 times 8?"
+    d1, f1 = stream(base, q)
+    deadline = time.time() + 10
+    while True:
+        d2, f2 = stream(base, q)
+        if len(d2) == 1 or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    u.check(len(d1) > 1 and len(d2) == 1 and "".join(d1) == d2[0] and f1 == f2,
+            "a streamed hit is the kept text in one chunk: %r vs %r" % (d1, d2))
+    print("streamed: the hit is one chunk with the first answer's text")
+
+
 def main():
     t_start = time.time()
     hport = u.free_port()
@@ -110,6 +143,7 @@ def main():
         u.wait_for(lambda: post_health(base), 30, "/health 200")
         test_bad_values(base)
         test_invalidate(base, test_exact_hit(base))
+        test_stream_hit(base)
     print("ok (%.1f s)" % (time.time() - t_start))
 
 
