@@ -138,7 +138,7 @@ def check_index(bin_, d):
     x = doc["index"][0] if doc.get("index") else {}
     ok = (x.get("entries") == 1000 and x.get("dim") == 64 and x.get("queries") == 20
           and 0 < x["p50_us"] <= x["p99_us"] and x["lookups_per_s"] > 0
-          and x["table_bytes"] == 1000 * 64 * 4 and "auc" not in doc)
+          and x["table_bytes"] == 1000 * 64 * 2 and "auc" not in doc)
     check("--index JSON: entries, width, p50 <= p99, table bytes; no model run", ok, doc)
     line = [l for l in p.stdout.splitlines() if l.split()[:1] == ["1000"]]
     check("--index table has the row", len(line) == 1 and len(line[0].split()) == 7, p.stdout)
