@@ -81,6 +81,11 @@ const actor_opt_t actor_semcache_opts[] = {
     {"entries", ACTOR_OPT_INT, "100000", 1, 10000000, NULL,
      "answers kept; the least recently used goes beyond",
      .field = ACTOR_OPT_FIELD(actor_semcache_cfg_t, entries)},
+    {"ann_min", ACTOR_OPT_INT, "0", 0, 10000000, NULL,
+     "> 0: keep an approximate (HNSW) index of the embedded entries and search it instead of "
+     "scanning them all once there are this many (docs/SEMCACHE.md: costs and recall); 0: "
+     "always the exact scan",
+     .field = ACTOR_OPT_FIELD(actor_semcache_cfg_t, ann_min)},
     {"ttl_s", ACTOR_OPT_INT, "86400", 0, 31536000, NULL,
      "how long an answer stays valid unless the request says (0: never expires)",
      .field = ACTOR_OPT_FIELD(actor_semcache_cfg_t, ttl_s)},
@@ -271,6 +276,7 @@ static void s_on_stats(void *self) {
     s_cache_t *c = self;
     int wrong = 0, n = serve_semcache_bound_count(c->bound, &wrong);
     actor_counters_set(c->counters, "entries", serve_semcache_count(c->cache));
+    actor_counters_set(c->counters, "ann.entries", serve_semcache_indexed(c->cache));
     actor_counters_set(c->counters, "observations", n);
     actor_counters_set(c->counters, "observations.different", wrong);
     double t = serve_semcache_bound_threshold(c->bound, c->cfg->delta);
@@ -304,7 +310,7 @@ static int s_open(s_cache_t *c, const char *path, char *err, size_t errlen) {
     for (int i = 0; i < S_MEMO; i++)
         if (!(c->memo[i].emb = malloc((size_t)dim * sizeof(float))))
             return snprintf(err, errlen, "out of memory"), -ENOMEM;
-    serve_semcache_config_t sc = {dim, c->cfg->entries};
+    serve_semcache_config_t sc = {dim, c->cfg->entries, c->cfg->ann_min};
     c->bound = serve_semcache_bound_new(c->cfg->keep, c->cfg->min_obs, c->cfg->alpha);
     c->cache = c->bound ? serve_semcache_new(&sc, c->bound) : NULL;
     if (!c->cache)

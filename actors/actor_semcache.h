@@ -35,6 +35,7 @@ typedef struct {
     int keep;             /* verified outcomes kept (the most recent) */
     double verify;        /* share of semantic hits checked by generating anyway */
     int entries;          /* the size bound (LRU beyond) */
+    int ann_min;          /* > 0: an HNSW index, searched from this many embedded entries on */
     int ttl_s;            /* an answer's time to live (0: never expires) */
     int short_ttl_s;      /* a time-sensitive question's */
     const char *path;     /* persistence file; unset: none */

@@ -33,6 +33,7 @@ typedef struct {
     const char *pairs;  /* -f: the pair file (JSON lines) */
     const char *deltas; /* --deltas "0.01,0.02,0.05" */
     const char *index;  /* --index "10000,100000" */
+    const char *ann;    /* --ann "10000,100000": the approximate index measured at these N */
     const char *json;   /* --json FILE */
     const char *csv;    /* --csv-pairs FILE */
     double calib_frac;  /* share of the pairs the bound is calibrated on */
@@ -104,6 +105,13 @@ static const cli_flag_t s_eval_flags[] = {
                      "comma-separated list (e.g. 10000,100000,1000000); without -f only this "
                      "runs and no model is loaded",
              .field = S_E(index)}},
+    {.name = "ann",
+     .arg = "LIST",
+     .opt = {.type = ACTOR_OPT_STRING,
+             .help = "build the store's approximate (HNSW) index over N random entries, for "
+                     "each N of the list, and measure its lookups and its recall@1 against the "
+                     "exact search on near-duplicate queries (an entry plus noise)",
+             .field = S_E(ann)}},
     {.name = "dim",
      .arg = "N",
      .opt = {.type = ACTOR_OPT_INT,
@@ -135,7 +143,7 @@ static const cli_flag_t s_eval_flags[] = {
 static const cli_cmd_t s_eval_cmd = {
     "semcache-eval",
     "usage: strata semcache-eval [-m MODEL] [-f PAIRS] [--deltas LIST] [--splits N] [options]\n"
-    "       strata semcache-eval --index N[,N...] [--dim N] [--queries N]\n"
+    "       strata semcache-eval --index N[,N...] [--ann N[,N...]] [--dim N] [--queries N]\n"
     "\n"
     "Measures the semantic cache's layer offline.  Every question of the pair file is\n"
     "embedded as the service embeds requests (model/model_embedder: the mean of the final\n"
@@ -488,7 +496,7 @@ static void s_rand_unit(float *v, int dim, uint64_t *st) {
  * lookup that did not scan). */
 static int s_index_cost(int n, int dim, const s_eval_opts_t *o, double delta, s_cost_t *c) {
     uint64_t st = (uint64_t)o->seed * 0x2545f4914f6cdd1dull + (uint64_t)n;
-    serve_semcache_config_t sc = {dim, n};
+    serve_semcache_config_t sc = {dim, n, 0};
     serve_semcache_bound_t *b = serve_semcache_bound_new(1, o->min_obs, o->alpha);
     serve_semcache_t *cache = b ? serve_semcache_new(&sc, b) : NULL;
     float *v = malloc((size_t)dim * sizeof *v);
@@ -528,8 +536,6 @@ static int s_index_cost(int n, int dim, const s_eval_opts_t *o, double delta, s_
     return rc;
 }
 
-/* ---- output */
-
 /* A number, or null when it is NaN or infinite. */
 static void s_jnum(cJSON *o, const char *k, double v) {
     if (isfinite(v))
@@ -537,6 +543,112 @@ static void s_jnum(cJSON *o, const char *k, double v) {
     else
         cJSON_AddNullToObject(o, k);
 }
+
+/* --ann: the approximate index over n random entries: its build time, lookup times and
+ * recall@1 on o->queries near-duplicate queries (a stored entry plus noise, similarity
+ * about 0.9) against a brute-force search of the same float vectors. */
+typedef struct {
+    int entries, queries, found;
+    double build_s, p50_us, p99_us, recall, mean_sim;
+} s_ann_cost_t;
+
+/* Brute force: the entry of v (n rows of dim) most similar to q. */
+static int s_nearest(const float *v, int n, int dim, const float *q) {
+    int best = -1;
+    double bs = -3;
+    for (int i = 0; i < n; i++) {
+        double d = 0;
+        for (int k = 0; k < dim; k++)
+            d += (double)v[(size_t)i * dim + k] * q[k];
+        if (d > bs)
+            bs = d, best = i;
+    }
+    return best;
+}
+
+static int s_ann_cost(int n, int dim, const s_eval_opts_t *o, s_ann_cost_t *c) {
+    uint64_t st = (uint64_t)o->seed * 0x9e3779b97f4a7c15ull + (uint64_t)n;
+    serve_semcache_config_t sc = {dim, n, 1}; /* the index from the first entry on */
+    serve_semcache_bound_t *b = serve_semcache_bound_new(1, o->min_obs, o->alpha);
+    serve_semcache_t *cache = b ? serve_semcache_new(&sc, b) : NULL;
+    float *v = malloc((size_t)n * dim * sizeof *v), *q = malloc((size_t)dim * sizeof *q);
+    double *us = malloc((size_t)o->queries * sizeof *us);
+    int rc = cache && v && q && us ? 0 : -ENOMEM;
+    uint64_t t0 = base_now_us();
+    for (int i = 0; !rc && i < n; i++) {
+        s_rand_unit(v + (size_t)i * dim, dim, &st);
+        serve_semcache_key_t key = {1, (uint64_t)i + 1, v + (size_t)i * dim};
+        rc = serve_semcache_put(cache, &key, "e", NULL, "", 0, 0, 1) < 0 ? -ENOMEM : 0;
+    }
+    *c = (s_ann_cost_t){n, o->queries, 0, (double)(base_now_us() - t0) * 1e-6, 0, 0, 0, 0};
+    if (!rc && serve_semcache_indexed(cache) != n)
+        rc = -EPROTO;
+    double sims = 0;
+    for (int t = 0; !rc && t < o->queries; t++) {
+        int target = (int)(s_rand(&st) % (uint64_t)n);
+        s_rand_unit(q, dim, &st); /* noise, then the entry: similarity about 0.9 */
+        double nn = 0;
+        for (int k = 0; k < dim; k++) {
+            q[k] = v[(size_t)target * dim + k] + 0.5f * q[k];
+            nn += (double)q[k] * q[k];
+        }
+        for (int k = 0; k < dim; k++)
+            q[k] = (float)(q[k] / sqrt(nn));
+        serve_semcache_key_t key = {1, (1ull << 63) | (uint64_t)t, q};
+        serve_semcache_hit_t h;
+        uint64_t a = base_now_ns();
+        serve_semcache_lookup(cache, &key, 0.05, 1, &h);
+        us[t] = (double)(base_now_ns() - a) * 1e-3;
+        c->found += h.entry == s_nearest(v, n, dim, q);
+        sims += h.similarity;
+    }
+    if (!rc) {
+        qsort(us, (size_t)o->queries, sizeof *us, s_dcmp);
+        c->p50_us = s_median(us, sizeof *us, 0, o->queries);
+        c->p99_us = us[(int)floor(0.99 * (o->queries - 1))];
+        c->recall = (double)c->found / o->queries;
+        c->mean_sim = sims / o->queries;
+    }
+    free(v), free(q), free(us);
+    serve_semcache_destroy(&cache);
+    serve_semcache_bound_destroy(&b);
+    return rc;
+}
+
+/* --ann: every N measured, printed, into j.  false after a line. */
+static bool s_ann_eval(const s_eval_opts_t *o, const int *ns, int nn, int dim, cJSON *j) {
+    printf("approximate index (HNSW, M 16, ef_construction 100, ef 128, 32 candidates): dim %d, "
+           "%d near-duplicate queries\n",
+           dim, o->queries);
+    printf("%10s %10s %10s %10s %10s %10s\n", "entries", "build s", "p50 us", "p99 us", "recall@1",
+           "mean sim");
+    cJSON *arr = cJSON_AddArrayToObject(j, "ann");
+    for (int i = 0; i < nn; i++) {
+        s_ann_cost_t c;
+        int rc = s_ann_cost(ns[i], dim, o, &c);
+        if (rc) {
+            fprintf(stderr, "strata semcache-eval: --ann %d: %s\n", ns[i],
+                    rc == -ENOMEM ? "out of memory" : "the index was not built");
+            return false;
+        }
+        printf("%10d %10.2f %10.2f %10.2f %10.3f %10.3f\n", c.entries, c.build_s, c.p50_us,
+               c.p99_us, c.recall, c.mean_sim);
+        fflush(stdout);
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "entries", c.entries);
+        cJSON_AddNumberToObject(x, "dim", dim);
+        cJSON_AddNumberToObject(x, "queries", c.queries);
+        s_jnum(x, "build_s", c.build_s);
+        s_jnum(x, "p50_us", c.p50_us);
+        s_jnum(x, "p99_us", c.p99_us);
+        s_jnum(x, "recall_at_1", c.recall);
+        s_jnum(x, "mean_similarity", c.mean_sim);
+        cJSON_AddItemToArray(arr, x);
+    }
+    return true;
+}
+
+/* ---- output */
 
 /* A CSV field: quoted, quotes doubled. */
 static void s_csv_field(FILE *f, const char *s) {
@@ -837,12 +949,16 @@ int cmd_semcache_eval(int argc, char **argv) {
     double deltas[S_MAX_DELTAS], idx[S_MAX_INDEX];
     int ns[S_MAX_INDEX], nd = s_list("deltas", c.e.deltas, 0, 1, false, deltas, S_MAX_DELTAS);
     int ni = c.e.index ? s_list("index", c.e.index, 1, 1e8, true, idx, S_MAX_INDEX) : 0;
-    if (nd < 0 || ni < 0)
+    double ann[S_MAX_INDEX];
+    int na_[S_MAX_INDEX], na = c.e.ann ? s_list("ann", c.e.ann, 1, 1e8, true, ann, S_MAX_INDEX) : 0;
+    if (nd < 0 || ni < 0 || na < 0)
         return 2;
     for (int i = 0; i < ni; i++)
         ns[i] = (int)idx[i];
-    /* --index alone (no -f given) measures the store only: no pairs, no model */
-    bool pairs = !c.e.index || c.e.pairs != s_default_pairs;
+    for (int i = 0; i < na; i++)
+        na_[i] = (int)ann[i];
+    /* --index / --ann alone (no -f given) measure the store only: no pairs, no model */
+    bool pairs = (!c.e.index && !c.e.ann) || c.e.pairs != s_default_pairs;
     s_set_t s = {0};
     cJSON *j = cJSON_CreateObject();
     int model_dim = 0;
@@ -853,6 +969,8 @@ int cmd_semcache_eval(int argc, char **argv) {
     int dim = c.e.dim ? c.e.dim : model_dim ? model_dim : S_NO_DIM; /* --dim, the model's */
     if (ok && ni)
         ok = s_index_eval(&c.e, ns, ni, dim, deltas[0], j);
+    if (ok && na)
+        ok = s_ann_eval(&c.e, na_, na, dim, j);
     if (ok && c.e.json)
         ok = s_write_json(c.e.json, j);
     cJSON_Delete(j);

@@ -24,6 +24,8 @@ rerun with the same options, so a stopped run resumes from the last finished chu
            against unrelated questions only (scripts/make-semcache-pairs --per-kind 1000,
            the other kinds dropped: traffic the embedding can separate), eval-easy.json.
   index    the exact index's cost at --index entries (10k/100k/1M; index.json).
+  ann      the approximate (HNSW) index at --ann entries (10k/100k): build time, lookup
+           times, recall@1 against the exact search on near-duplicate queries (ann.json).
 
 Timing parts take /tmp/strata-bench.lock.  Output: bench/results/DATE-semcache/ (--out):
 summary.md (the tables), the raw rows, the provenance (commit, CPU).
@@ -209,6 +211,15 @@ def part_index(a, out):
         os.replace(path + ".tmp", path)
 
 
+def part_ann(a, out):
+    path = os.path.join(out, "ann.json")
+    if not os.path.exists(path):
+        print("ann: the approximate index at %s entries ..." % a.ann, flush=True)
+        subprocess.run([a.bin, "semcache-eval", "--ann", a.ann, "--json", path + ".tmp"],
+                       check=True, timeout=900)
+        os.replace(path + ".tmp", path)
+
+
 def ms_stats(xs):
     return "%.1f / %.1f" % (C.pct(xs, 50), C.pct(xs, 99)) if xs else "-"
 
@@ -320,6 +331,18 @@ def eval_tables(out):
                 r["entries"], r["dim"], r["p50_us"], r["p99_us"], r["lookups_per_s"],
                 r["table_bytes"] / 2 ** 20))
         lines.append("")
+    p = os.path.join(out, "ann.json")
+    if os.path.exists(p):
+        with open(p) as f:
+            ann = json.load(f)["ann"]
+        lines += ["## The approximate index (HNSW: M 16, ef_construction 100, ef 128, 32 "
+                  "candidates)", "",
+                  "| entries | build s | lookup p50 / p99 us | recall@1 (near-duplicate queries) |",
+                  "|---|---|---|---|"]
+        for r in ann:
+            lines.append("| %d | %.1f | %.0f / %.0f | %.3f |" % (
+                r["entries"], r["build_s"], r["p50_us"], r["p99_us"], r["recall_at_1"]))
+        lines.append("")
     return lines
 
 
@@ -327,7 +350,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", default="all", choices=["all", "latency", "replay", "eval",
-                                                      "index", "summary"])
+                                                      "index", "ann", "summary"])
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "strata"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results",
                                                   datetime.date.today().isoformat() +
@@ -343,6 +366,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--splits", type=int, default=20)
     ap.add_argument("--index", default="10000,100000,1000000")
+    ap.add_argument("--ann", default="10000,100000")
     a = ap.parse_args()
     if not (0 <= a.repeat and 0 <= a.paraphrase and a.repeat + a.paraphrase < 1):
         sys.exit("bench-semcache: --repeat and --paraphrase must be >= 0 with a sum below 1")
@@ -358,6 +382,8 @@ def main():
             part_eval(a, a.out)
         if a.part in ("all", "index"):
             part_index(a, a.out)
+        if a.part in ("all", "ann"):
+            part_ann(a, a.out)
     summary(a, a.out)
 
 

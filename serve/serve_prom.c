@@ -66,6 +66,7 @@ static const char *const s_gauges[] = {
     "moe.load_rows_per_s.*",
     /* the answer cache (docs/SEMCACHE.md) */
     "entries",
+    "ann.entries",
     "loaded",
     "observations",
     "observations.different",

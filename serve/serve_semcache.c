@@ -5,6 +5,7 @@
 
 #include "base_map.h"
 #include "kern_ops.h"
+#include "serve_semcache_ann.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -15,7 +16,11 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define S_CHUNK 1024 /* rows a scan scores at once */
+#define S_CHUNK 1024  /* rows a scan scores at once */
+#define S_ANN_K 32    /* candidates the approximate index is asked for */
+#define S_ANN_EF 128  /* its search beam */
+#define S_ANN_M 16    /* its graph's degree */
+#define S_ANN_EFC 100 /* its build beam */
 
 typedef struct {
     bool used;
@@ -36,6 +41,9 @@ struct serve_semcache_t {
     float *sims;                   /* (S_CHUNK) a scan's similarities */
     const kern_ops_t *ops;         /* the CPU's kernels: the scan is their F16 gemm */
     int hi;                        /* 1 + the highest slot ever used: the scan's end */
+    int n_emb;                     /* entries with an embedding */
+    serve_semcache_ann_t *ann;     /* the approximate index, once n_emb reached ann_min */
+    float *row;                    /* (dim) an embedding back in F32 */
     base_map_t by_exact;           /* exact hash -> entry */
     int n;                         /* entries used */
     int hint;                      /* where the search for a free slot starts */
@@ -53,8 +61,12 @@ serve_semcache_t *serve_semcache_new(const serve_semcache_config_t *cfg,
     c->e = calloc((size_t)cfg->max_entries, sizeof *c->e);
     c->emb = malloc((size_t)cfg->max_entries * cfg->dim * sizeof *c->emb);
     c->sims = malloc(S_CHUNK * sizeof *c->sims);
+    c->row = malloc((size_t)cfg->dim * sizeof *c->row);
+    if (cfg->ann_min > 0) /* kept from the first entry on, searched from ann_min on */
+        c->ann = serve_semcache_ann_new(cfg->dim, cfg->max_entries, S_ANN_M, S_ANN_EFC);
     c->ops = kern_ops_best();
-    if (!c->e || !c->emb || !c->sims || base_map_init(&c->by_exact, (size_t)cfg->max_entries))
+    if (!c->e || !c->emb || !c->sims || !c->row || cfg->ann_min < 0 ||
+        (cfg->ann_min > 0 && !c->ann) || base_map_init(&c->by_exact, (size_t)cfg->max_entries))
         serve_semcache_destroy(&c);
     return c;
 }
@@ -67,8 +79,22 @@ static void s_drop(serve_semcache_t *c, int i) {
     if (base_map_get(&c->by_exact, e->exact, &v) && (int)v == i)
         base_map_del(&c->by_exact, e->exact);
     free(e->name), free(e->tags), free(e->answer);
+    if (e->has_emb) {
+        c->n_emb--;
+        if (c->ann)
+            serve_semcache_ann_remove(c->ann, i);
+    }
     memset(e, 0, sizeof *e);
     c->n--;
+}
+
+/* Index entry i's embedding (the F16 row back in F32) in the approximate index.  A
+ * failure (no memory) drops the index: the exact scan answers from then on. */
+static void s_ann_note(serve_semcache_t *c, int i) {
+    int dim = c->cfg.dim;
+    c->ops->dequant_row(KERN_F16, c->emb + (size_t)i * dim, c->row, dim);
+    if (serve_semcache_ann_add(c->ann, i, c->row))
+        serve_semcache_ann_destroy(&c->ann);
 }
 
 void serve_semcache_destroy(serve_semcache_t **self_p) {
@@ -80,6 +106,8 @@ void serve_semcache_destroy(serve_semcache_t **self_p) {
     free(c->e);
     free(c->emb);
     free(c->sims);
+    free(c->row);
+    serve_semcache_ann_destroy(&c->ann);
     base_map_free(&c->by_exact);
     free(c);
     *self_p = NULL;
@@ -87,6 +115,10 @@ void serve_semcache_destroy(serve_semcache_t **self_p) {
 
 int serve_semcache_count(const serve_semcache_t *self) {
     return self->n;
+}
+
+int serve_semcache_indexed(const serve_semcache_t *c) {
+    return c->ann ? serve_semcache_ann_count(c->ann) : 0;
 }
 
 static bool s_expired(const s_entry_t *e, uint64_t now) {
@@ -149,10 +181,14 @@ int serve_semcache_put(serve_semcache_t *c, const serve_semcache_key_t *key, con
     e->expires_us = ttl_us ? now_us + (uint64_t)ttl_us : 0;
     e->last_us = now_us;
     e->has_emb = key->emb != NULL;
-    if (key->emb)
-        c->ops->quant_row(KERN_F16, key->emb, c->emb + (size_t)i * c->cfg.dim, c->cfg.dim);
     if (i >= c->hi)
         c->hi = i + 1;
+    if (key->emb) {
+        c->ops->quant_row(KERN_F16, key->emb, c->emb + (size_t)i * c->cfg.dim, c->cfg.dim);
+        c->n_emb++;
+        if (c->ann)
+            s_ann_note(c, i);
+    }
     base_map_put(&c->by_exact, key->exact, (uint64_t)i); /* sized for every entry: no growth */
     c->n++;
     return i;
@@ -197,7 +233,19 @@ int serve_semcache_lookup(serve_semcache_t *c, const serve_semcache_key_t *key, 
         return SERVE_SEMCACHE_MISS;
     int best = -1, dim = c->cfg.dim;
     float best_s = -2;
-    for (int r0 = 0; r0 < c->hi; r0 += S_CHUNK) { /* a chunk of rows at a time */
+    if (c->ann && c->n_emb >= c->cfg.ann_min) { /* approximate: the best candidate of the
+                                                   request's context, if any */
+        int labels[S_ANN_K];
+        float sims[S_ANN_K];
+        int n = serve_semcache_ann_search(c->ann, key->emb, S_ANN_K, S_ANN_EF, labels, sims);
+        for (int j = 0; j < n; j++) {
+            const s_entry_t *e = &c->e[labels[j]];
+            if (e->used && e->has_emb && e->context == key->context && !s_expired(e, now_us) &&
+                sims[j] > best_s)
+                best_s = sims[j], best = labels[j];
+        }
+    }
+    for (int r0 = 0; best < 0 && r0 < c->hi; r0 += S_CHUNK) { /* exact: a chunk at a time */
         int nr = c->hi - r0 < S_CHUNK ? c->hi - r0 : S_CHUNK, any = 0;
         for (int i = r0; i < r0 + nr; i++) {
             const s_entry_t *e = &c->e[i];

@@ -7,7 +7,9 @@
  *   exact    a hash of the whole rendered request (context included): the exact layer;
  *   emb      an L2-normalised embedding of the request (the semantic layer; optional).
  * A lookup tries the exact layer, then the nearest entry of the same context by cosine
- * similarity (an exact search: a dot product per entry of the context), which answers only
+ * similarity (an exact search: a dot product per entry; past ann_min embedded entries an
+ * approximate one, falling back to the exact search when none of the approximate
+ * candidates is of the request's context), which answers only
  * when its similarity reaches the error bound's threshold for the caller's delta
  * (serve_semcache_bound.h).  Entries expire (a TTL each, from serve_semcache_ttl: shorter
  * for time-sensitive questions), are invalidated by name prefix or tag, and the least
@@ -26,6 +28,10 @@ typedef struct serve_semcache_t serve_semcache_t;
 typedef struct {
     int dim;         /* embedding width (> 0) */
     int max_entries; /* the size bound (> 0) */
+    int ann_min;     /* > 0: every embedded entry is also put in an approximate index (HNSW,
+                        serve_semcache_ann.h), which the semantic layer searches instead of
+                        scanning them all once there are ann_min of them; 0: none, always
+                        the exact scan */
 } serve_semcache_config_t;
 
 typedef struct {
@@ -73,6 +79,8 @@ int serve_semcache_lookup(serve_semcache_t *self, const serve_semcache_key_t *ke
 int serve_semcache_invalidate(serve_semcache_t *self, const char *prefix, const char *tag);
 /* Entries held (expired ones not yet dropped included). */
 int serve_semcache_count(const serve_semcache_t *self);
+/* Entries in the approximate index (0 without one). */
+int serve_semcache_indexed(const serve_semcache_t *self);
 
 /* Persistence: every live entry and the error bound's observations to path, written to
  * path.tmp and renamed over it, ending with an XXH64 checksum of everything before it.

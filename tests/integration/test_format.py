@@ -12,7 +12,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import testenv  # noqa: E402
 
-EXTS = (".c", ".h", ".cu")
+EXTS = (".c", ".h", ".cu", ".cc")
 SKIP_DIRS = {".git", "build", "build-asan"}
 
 

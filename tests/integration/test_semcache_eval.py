@@ -129,8 +129,9 @@ def check_bound(np, doc, sim, same, alpha):
 
 def check_index(bin_, d):
     j = os.path.join(d, "index.json")
-    p = subprocess.run([bin_, "semcache-eval", "--index", "1000", "--queries", "20", "--dim", "64",
-                        "--json", j], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([bin_, "semcache-eval", "--index", "1000", "--ann", "2000", "--queries",
+                        "20", "--dim", "64", "--json", j], capture_output=True, text=True,
+                       timeout=60)
     check("--index run exits 0", p.returncode == 0, p.stderr)
     if p.returncode:
         return
@@ -142,6 +143,11 @@ def check_index(bin_, d):
     check("--index JSON: entries, width, p50 <= p99, table bytes; no model run", ok, doc)
     line = [l for l in p.stdout.splitlines() if l.split()[:1] == ["1000"]]
     check("--index table has the row", len(line) == 1 and len(line[0].split()) == 7, p.stdout)
+    # the approximate index: near-duplicate queries of 64-wide random entries are found
+    a = doc["ann"][0] if doc.get("ann") else {}
+    check("--ann JSON: entries, recall@1 against the brute force, times",
+          a.get("entries") == 2000 and a.get("queries") == 20 and a["recall_at_1"] >= 0.9
+          and 0 < a["p50_us"] <= a["p99_us"] and a["build_s"] > 0, doc)
 
 
 def main():

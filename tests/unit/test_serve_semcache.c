@@ -36,7 +36,7 @@ static serve_semcache_bound_t *s_bound(void) {
 
 START_TEST(test_layers) {
     serve_semcache_bound_t *b = s_bound();
-    serve_semcache_config_t cfg = {DIM, 16};
+    serve_semcache_config_t cfg = {DIM, 16, 0};
     serve_semcache_t *c = serve_semcache_new(&cfg, b);
     float q0[DIM], near[DIM], far[DIM];
     s_vec(q0, 0), s_vec(near, 0.2), s_vec(far, 0.7); /* cos 0.980, 0.765 */
@@ -80,7 +80,7 @@ END_TEST
 
 START_TEST(test_expiry_lru_invalidate) {
     serve_semcache_bound_t *b = s_bound();
-    serve_semcache_config_t cfg = {DIM, 3};
+    serve_semcache_config_t cfg = {DIM, 3, 0};
     serve_semcache_t *c = serve_semcache_new(&cfg, b);
     float v[DIM];
     s_vec(v, 0);
@@ -142,7 +142,7 @@ START_TEST(test_persist) {
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/cache.smc", dir);
     serve_semcache_bound_t *b = s_bound();
-    serve_semcache_config_t cfg = {DIM, 16};
+    serve_semcache_config_t cfg = {DIM, 16, 0};
     serve_semcache_t *c = serve_semcache_new(&cfg, b);
     float v[DIM], near[DIM];
     s_vec(v, 0), s_vec(near, 0.2);
@@ -184,7 +184,7 @@ START_TEST(test_persist) {
     ck_assert_int_eq(truncate(path, 100), 0);
     ck_assert_int_eq(serve_semcache_load(e, path, 170), -EBADMSG);
     ck_assert_int_eq(serve_semcache_save(c, path, 120), 0);
-    serve_semcache_config_t other = {DIM * 2, 16};
+    serve_semcache_config_t other = {DIM * 2, 16, 0};
     serve_semcache_t *w = serve_semcache_new(&other, b2);
     ck_assert_int_eq(serve_semcache_load(w, path, 170), -EINVAL);
     ck_assert_int_eq(serve_semcache_load(w, "/nonexistent/x", 170), -ENOENT);
@@ -204,7 +204,7 @@ END_TEST
 START_TEST(test_scan_chunks) {
     enum { N = 2600, W = 64 };
     serve_semcache_bound_t *b = serve_semcache_bound_new(64, 1, 0.05);
-    serve_semcache_config_t cfg = {W, N};
+    serve_semcache_config_t cfg = {W, N, 0};
     serve_semcache_t *c = serve_semcache_new(&cfg, b);
     float *v = malloc((size_t)N * W * sizeof *v), q[W];
     unsigned seed = 7;
@@ -243,6 +243,90 @@ START_TEST(test_scan_chunks) {
 }
 END_TEST
 
+/* A random unit vector of w floats (seed advanced). */
+static void s_rand_unit(float *x, int w, unsigned *seed) {
+    float n = 0;
+    for (int j = 0; j < w; j++) {
+        *seed = *seed * 1103515245u + 12345u;
+        x[j] = (float)((*seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+        n += x[j] * x[j];
+    }
+    for (int j = 0; j < w; j++)
+        x[j] /= sqrtf(n);
+}
+
+/* Past ann_min embedded entries the semantic layer searches the HNSW index: a query near
+ * an entry finds the brute-force nearest of its context (recall over 60 queries), never
+ * an entry of another context, never a dropped one, and a reused slot's new vector. */
+START_TEST(test_ann) {
+    enum { N = 3000, W = 48, Q = 60 };
+    serve_semcache_bound_t *b = serve_semcache_bound_new(64, 1, 0.05);
+    serve_semcache_config_t cfg = {W, N + 10, 100};
+    serve_semcache_t *c = serve_semcache_new(&cfg, b);
+    float *v = malloc((size_t)N * W * sizeof *v), q[W], noise[W];
+    unsigned seed = 11;
+    char name[32];
+    for (int i = 0; i < N; i++) {
+        s_rand_unit(v + (size_t)i * W, W, &seed);
+        serve_semcache_key_t k = {(uint64_t)(i % 2 ? 2 : 1), (uint64_t)(5000 + i),
+                                  v + (size_t)i * W};
+        snprintf(name, sizeof name, "%s-%d", i % 10 == 0 ? "gone" : "kept", i);
+        ck_assert_int_eq(serve_semcache_put(c, &k, name, NULL, "a", 1, 0, 10), i);
+    }
+    ck_assert_int_eq(serve_semcache_indexed(c), N); /* built at 100, every one since */
+    int found = 0;
+    for (int t = 0; t < Q; t++) {
+        int target = 2 * ((t * 97) % (N / 2)); /* an entry of context 1 */
+        s_rand_unit(noise, W, &seed);
+        float n = 0;
+        for (int j = 0; j < W; j++) {
+            q[j] = v[(size_t)target * W + j] + 0.3f * noise[j];
+            n += q[j] * q[j];
+        }
+        for (int j = 0; j < W; j++)
+            q[j] /= sqrtf(n);
+        int want = -1;
+        float best = -2;
+        for (int i = 0; i < N; i += 2) {
+            float d = 0;
+            for (int j = 0; j < W; j++)
+                d += v[(size_t)i * W + j] * q[j];
+            if (d > best)
+                best = d, want = i;
+        }
+        serve_semcache_key_t kq = {1, 1, q};
+        serve_semcache_hit_t h;
+        serve_semcache_lookup(c, &kq, 0.05, 20, &h);
+        ck_assert(h.entry >= 0 && h.entry % 2 == 0); /* its own context only */
+        found += h.entry == want;
+    }
+    ck_assert_msg(found >= Q * 9 / 10, "recall %d of %d", found, Q);
+    /* dropped entries are never found; a reused slot answers with its new vector */
+    ck_assert_int_eq(serve_semcache_invalidate(c, "gone-", NULL), N / 10);
+    ck_assert_int_eq(serve_semcache_indexed(c), N - N / 10);
+    for (int t = 0; t < 20; t++) {
+        serve_semcache_key_t kq = {1, 1, v + (size_t)(20 * t) * W}; /* exactly a gone entry */
+        serve_semcache_hit_t h;
+        serve_semcache_lookup(c, &kq, 0.05, 20, &h);
+        ck_assert(h.entry >= 0 && h.entry % 10 != 0 && h.similarity < 0.999f);
+    }
+    float fresh[W];
+    s_rand_unit(fresh, W, &seed);
+    serve_semcache_key_t kn = {1, 99999, fresh};
+    int slot = serve_semcache_put(c, &kn, "fresh", NULL, "b", 1, 0, 30);
+    ck_assert(slot >= 0);
+    serve_semcache_key_t kq = {1, 2, fresh};
+    serve_semcache_hit_t h;
+    serve_semcache_lookup(c, &kq, 0.05, 40, &h);
+    ck_assert_int_eq(h.entry, slot);
+    ck_assert(h.similarity > 0.999f);
+    ck_assert_int_eq(serve_semcache_indexed(c), N - N / 10 + 1);
+    free(v);
+    serve_semcache_destroy(&c);
+    serve_semcache_bound_destroy(&b);
+}
+END_TEST
+
 static Suite *s_suite(void) {
     Suite *s = suite_create("semcache");
     TCase *tc = tcase_create("core");
@@ -251,6 +335,7 @@ static Suite *s_suite(void) {
     tcase_add_test(tc, test_ttl_rule);
     tcase_add_test(tc, test_persist);
     tcase_add_test(tc, test_scan_chunks);
+    tcase_add_test(tc, test_ann);
     suite_add_tcase(s, tc);
     return s;
 }
