@@ -352,8 +352,18 @@ void actor_frontend_on_monitor(void *self, zsock_t *sock) {
             }
         } else if (event == ZMQ_EVENT_ACCEPTED) {
             actor_counters_add(f->counters, "clients.accepted", 1);
-            if (tracked)
-                f->fd_gen[value]++;
+            if (tracked) {
+                /* the event may come after the connection's first messages (the monitor is
+                 * another socket): a live request on this fd of the current generation is
+                 * this connection's -- the previous one's were cancelled at its DISCONNECTED,
+                 * which the monitor delivered before this ACCEPTED */
+                uint32_t old = f->fd_gen[value]++;
+                for (int i = 0; i < serve_requests_slots(f->reqs); i++) {
+                    serve_request_t *r = serve_requests_at(f->reqs, i);
+                    if (r->rid && !r->gone && r->fd == value && r->fd_gen == old)
+                        r->fd_gen = f->fd_gen[value];
+                }
+            }
         }
     }
     zmsg_destroy(&msg);
