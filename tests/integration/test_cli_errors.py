@@ -197,6 +197,12 @@ def main():
                      "--kv-compress h2o:0%")
         # the service's KV store and speculative-decoding flags
         expect_error("serve: bad --kv-type", ["serve", "--kv-type", "int4"], "--kv-type")
+        expect_error("serve: bad --semcache", ["serve", "--semcache", "bogus"],
+                     "expected off|exact|semantic")
+        expect_error("serve: --semcache-delta out of range",
+                     ["serve", "--semcache", "exact", "--semcache-delta", "2"], "out of range")
+        expect_error("serve: --semcache-path without --semcache",
+                     ["serve", "--semcache-path", "/tmp/x"], "need --semcache MODE")
         expect_error("serve: bad --kv-policy", ["serve", "--kv-policy", "fifo"], "--kv-policy")
         expect_error("serve: bad --t2-type", ["serve", "--t2-type", "q3"], "--t2-type")
         expect_error("serve: bad --t1-blocks", ["serve", "--t1-blocks", "0"], "--t1-blocks")
