@@ -10,6 +10,7 @@
 #include "model_embedder.h"
 #include "serve_semcache.h"
 #include "serve_semcache_bound.h"
+#include "serve_semcache_req.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -43,6 +44,8 @@ typedef struct {
     int seed;           /* of the splits and of --index's vectors */
     int dim;            /* --index's width (0: the model's, else S_NO_DIM) */
     int queries;        /* --index's timed lookups */
+    int answers;        /* > 0: "same" is the model's greedy answers (this many tokens at most)
+                           being equal after whitespace normalisation, not the labels */
 } s_eval_opts_t;
 
 typedef struct {
@@ -58,6 +61,15 @@ static const cli_flag_t s_eval_flags[] = {
      .opt = {.type = ACTOR_OPT_PATH,
              .help = "labelled pairs, one JSON object a line: {\"a\", \"b\", \"same\", \"kind\"}",
              .field = S_E(pairs)}},
+    {.name = "answers",
+     .arg = "N",
+     .opt = {.type = ACTOR_OPT_INT,
+             .min = 0,
+             .max = 1024,
+             .help = "judge a pair as the service verifies a hit: the same when the model's "
+                     "greedy answers to both (chat template, at most N tokens) are equal after "
+                     "whitespace normalisation, instead of its label (0: the labels)",
+             .field = S_E(answers)}},
     {.name = "deltas",
      .arg = "LIST",
      .opt = {.type = ACTOR_OPT_STRING,
@@ -852,6 +864,59 @@ static bool s_index_eval(const s_eval_opts_t *o, const int *ns, int nn, int dim,
 
 /* Embed the pairs with the model, then the AUCs and the bound.  The model's width in *dim.
  * false after a line. */
+/* Text t's greedy answer (the chat template, at most n tokens) as its normalised hash, with
+ * r reserved for it; logits: (n_vocab) scratch, ids: (n) scratch.  0, or -1 after a line. */
+static int s_answer(cli_runner_t *r, const char *t, int n, float *logits, int32_t *ids,
+                    uint64_t *hash) {
+    model_chat_msg_t m = {"user", t};
+    char *rendered = model_tokenizer_chat(r->tok, &m, 1, true);
+    int nv = model_config(r->model)->n_vocab, np = 0, k = 0;
+    int32_t *toks = malloc((size_t)r->max_ctx * sizeof *toks);
+    if (rendered && toks)
+        np = model_tokenizer_encode(r->tok, rendered, strlen(rendered),
+                                    model_tokenizer_add_bos(r->tok), true, toks, r->max_ctx);
+    int rc = np > 0 && np + n <= r->max_ctx ? cli_runner_eval(r, toks, np, 0, false, logits) : -1;
+    for (; !rc && k < n; k++) {
+        int32_t best = 0;
+        for (int v = 1; v < nv; v++)
+            best = logits[v] > logits[best] ? v : best;
+        if (model_tokenizer_is_eog(r->tok, best))
+            break;
+        ids[k] = best;
+        rc = k + 1 < n ? cli_runner_eval(r, &ids[k], 1, np + k, false, logits) : 0;
+    }
+    char *text = rc ? NULL : model_tokenizer_decode(r->tok, ids, k);
+    if (text)
+        *hash = serve_semcache_answer_hash(text, strlen(text));
+    else
+        fprintf(stderr, "strata semcache-eval: cannot answer '%.60s'%s\n", t,
+                rendered ? "" : ": the model has no chat template strata knows");
+    free(text), free(toks), free(rendered);
+    return text ? 0 : -1;
+}
+
+/* --answers: every pair's "same" from the model's answers; *agree: the pairs where that
+ * equals the label.  false after a line. */
+static bool s_relabel(cli_runner_t *r, s_set_t *s, int n, int threads, int *agree) {
+    int nv = model_config(r->model)->n_vocab;
+    float *logits = malloc((size_t)nv * sizeof *logits);
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    uint64_t *h = malloc((size_t)s->n_text * sizeof *h);
+    bool ok = logits && ids && h &&
+              cli_runner_reserve(r, "semcache-eval", 512 + n, 512, threads, KERN_F16);
+    for (int i = 0; ok && i < s->n_text; i++)
+        ok = !s_answer(r, s->text[i], n, logits, ids, &h[i]);
+    *agree = 0;
+    for (int i = 0; ok && i < s->n; i++) {
+        bool same = h[s->p[i].ta] == h[s->p[i].tb];
+        *agree += same == s->p[i].same;
+        s->n_pos += (int)same - (int)s->p[i].same;
+        s->p[i].same = same;
+    }
+    free(logits), free(ids), free(h);
+    return ok;
+}
+
 static bool s_pairs_eval(const s_eval_cfg_t *c, s_set_t *s, const double *deltas, int nd, cJSON *j,
                          int *dim) {
     cli_runner_t r;
@@ -868,9 +933,19 @@ static bool s_pairs_eval(const s_eval_cfg_t *c, s_set_t *s, const double *deltas
         fprintf(stderr, "strata semcache-eval: %s\n", err);
     ok = ok && s_embed_all(s, emb);
     model_embedder_destroy(&emb);
+    int agree = 0;
+    uint64_t t0 = base_now_us();
+    ok = ok && (!c->e.answers || s_relabel(&r, s, c->e.answers, c->m.threads, &agree));
     cli_runner_close(&r);
     if (!ok)
         return false;
+    if (c->e.answers) {
+        printf("oracle: the model's greedy answers (at most %d tokens; %.1f s): %d pairs the same "
+               "(%d of %d agree with the labels)\n",
+               c->e.answers, (double)(base_now_us() - t0) * 1e-6, s->n_pos, agree, s->n);
+        cJSON_AddNumberToObject(j, "answers_agree_with_labels", agree);
+    }
+    cJSON_AddStringToObject(j, "oracle", c->e.answers ? "answers" : "labels");
     *dim = s->dim;
     printf("%d pairs (%d same) from %s; %d texts embedded in %.2f s (%s, width %d)\n", s->n,
            s->n_pos, c->e.pairs, s->n_text, s->embed_s, c->m.model, s->dim);

@@ -23,6 +23,9 @@ rerun with the same options, so a stopped run resumes from the last finished chu
            use, would give on the same pairs); and on a larger generated set of paraphrases
            against unrelated questions only (scripts/make-semcache-pairs --per-kind 1000,
            the other kinds dropped: traffic the embedding can separate), eval-easy.json.
+           And the pair set judged as the service verifies a hit: "same" when the model's
+           greedy answers (48 tokens) are equal after whitespace normalisation
+           (eval-answers.json).
   index    the exact index's cost at --index entries (10k/100k/1M; index.json).
   ann      the approximate (HNSW) index at --ann entries (10k/100k): build time, lookup
            times, recall@1 against the exact search on near-duplicate queries (ann.json).
@@ -176,15 +179,15 @@ def part_replay(a, out):
 DELTAS = "0.01,0.02,0.05,0.1,0.2"
 
 
-def run_eval(a, out, name, pairs_file, csv):
+def run_eval(a, out, name, pairs_file, csv, extra=()):
     path = os.path.join(out, name)
     if os.path.exists(path):
         return
-    print("eval: semcache-eval on %s ..." % pairs_file, flush=True)
+    print("eval: semcache-eval on %s %s..." % (pairs_file, " ".join(extra)), flush=True)
     subprocess.run([a.bin, "semcache-eval", "-f", pairs_file, "--splits", str(a.splits),
                     "--deltas", DELTAS, "--json", path + ".tmp", "--csv-pairs",
-                    os.path.join(out, csv), "-t", str(a.threads)], check=True, timeout=900,
-                   stdout=subprocess.DEVNULL)
+                    os.path.join(out, csv), "-t", str(a.threads)] + list(extra), check=True,
+                   timeout=900, stdout=subprocess.DEVNULL)
     os.replace(path + ".tmp", path)
 
 
@@ -200,6 +203,8 @@ def part_eval(a, out):
         os.remove(big)
         C.write_atomic(easy, "".join(json.dumps(r) + "\n" for r in rows))
     run_eval(a, out, "eval-easy.json", easy, "pairs-easy.csv")
+    # "the same" as the service verifies it: the model's greedy answers equal
+    run_eval(a, out, "eval-answers.json", PAIRS, "pairs-answers.csv", ["--answers", "48"])
 
 
 def part_index(a, out):
@@ -302,7 +307,10 @@ def eval_tables(out):
     lines = []
     for name, csv_name, title in (("eval.json", "pairs.csv", "the labelled pair set"),
                                   ("eval-easy.json", "pairs-easy.csv",
-                                   "paraphrases vs unrelated questions only")):
+                                   "paraphrases vs unrelated questions only"),
+                                  ("eval-answers.json", "pairs-answers.csv",
+                                   "the pair set, judged by the model's own answers (48 "
+                                   "greedy tokens, equal after whitespace normalisation)")):
         p = os.path.join(out, name)
         if not os.path.exists(p):
             continue

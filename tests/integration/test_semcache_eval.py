@@ -150,6 +150,39 @@ def check_index(bin_, d):
           and 0 < a["p50_us"] <= a["p99_us"] and a["build_s"] > 0, doc)
 
 
+def check_answers(bin_, model, d, keep):
+    """--answers: "same" is the model's greedy answers being equal (whitespace aside); the
+    oracle is `strata generate --chat --greedy` on the first pairs' two questions."""
+    few = os.path.join(d, "few.jsonl")
+    with open(few, "w") as f:
+        for o in keep[:4] + keep[-2:]:
+            f.write(json.dumps(o) + "\n")
+    j, c = os.path.join(d, "ans.json"), os.path.join(d, "ans.csv")
+    p = subprocess.run([bin_, "semcache-eval", "-m", model, "-t", "2", "-f", few, "--answers",
+                        "24", "--splits", "1", "--json", j, "--csv-pairs", c],
+                       capture_output=True, text=True, timeout=120)
+    check("--answers run exits 0", p.returncode == 0, p.stderr)
+    if p.returncode:
+        return
+    doc = json.load(open(j))
+    rows = list(csv.DictReader(open(c, encoding="utf-8")))
+    gen = {}
+
+    def answer(q):
+        if q not in gen:
+            out = subprocess.run([bin_, "generate", "-m", model, "--chat", "--greedy", "-n", "24",
+                                  "-t", "2", "-p", q], capture_output=True, text=True, timeout=120)
+            gen[q] = " ".join(out.stdout.split())
+        return gen[q]
+    want = [str(int(answer(r["a"]) == answer(r["b"]))) for r in rows]
+    check("--answers: same iff `strata generate` answers both alike",
+          [r["same"] for r in rows] == want and doc["oracle"] == "answers"
+          and doc["positive"] == want.count("1")
+          and doc["answers_agree_with_labels"] == sum(
+              w == str(int(o["same"])) for w, o in zip(want, keep[:4] + keep[-2:])),
+          (rows, want, doc.get("answers_agree_with_labels")))
+
+
 def main():
     testenv.require("numpy")
     import numpy as np
@@ -177,6 +210,7 @@ def main():
         sim, same = check_auc(np, doc, rows)
         check_bound(np, doc, sim, same, alpha)
         check_index(bin_, d)
+        check_answers(bin_, model, d, keep)
     print(f"{'PASS' if not failures else 'FAIL'}: {len(failures)} failures")
     return 1 if failures else 0
 
