@@ -19,7 +19,8 @@
 
 typedef struct {
     const char *endpoint;
-    const char *prefix, *tag; /* invalidate */
+    const char *server_key, *client_key; /* CURVE (docs/SECURITY.md) */
+    const char *prefix, *tag;            /* invalidate */
     bool all;
     double timeout_s;
 } s_kb_opts_t;
@@ -33,6 +34,16 @@ static const cli_flag_t s_kb_flags[] = {
              .help = "the server's client endpoint",
              .field = S_OPT(endpoint)},
      .def_text = "tcp://127.0.0.1:5555"},
+    {.name = "server-key",
+     .arg = "FILE",
+     .opt = {.type = ACTOR_OPT_PATH,
+             .help = "CURVE: the server's public key (zcert file)",
+             .field = S_OPT(server_key)}},
+    {.name = "client-key",
+     .arg = "FILE",
+     .opt = {.type = ACTOR_OPT_PATH,
+             .help = "CURVE: this client's key pair (NAME.key_secret)",
+             .field = S_OPT(client_key)}},
     {.name = "prefix",
      .arg = "P",
      .opt = {.type = ACTOR_OPT_STRING,
@@ -211,10 +222,10 @@ static int s_send(zsock_t *s, int type, const void *m) {
     return f && zframe_send(&f, s, 0) == 0 ? 0 : (fprintf(stderr, "strata kb: cannot send\n"), -1);
 }
 
-/* The next answer: 1 a cache_reply (*count, *entries), 0 an error (printed, with the
- * line its id names when lines), -1 silence or garbage (printed). */
-static int s_recv(zsock_t *s, zpoller_t *p, const s_kb_opts_t *o, bool lines, int *count,
-                  int *entries) {
+/* The next answer: 1 a cache_reply (*count, *entries), 0 an error (printed unless quiet,
+ * with the line its id names when lines), -1 silence or garbage (printed). */
+static int s_recv(zsock_t *s, zpoller_t *p, const s_kb_opts_t *o, bool lines, bool quiet,
+                  int *count, int *entries) {
     if (!zpoller_wait(p, (int)(o->timeout_s * 1000))) {
         fprintf(stderr, "strata kb: no answer from %s within %.1f s (is `strata serve` running?)\n",
                 o->endpoint, o->timeout_s);
@@ -235,7 +246,9 @@ static int s_recv(zsock_t *s, zpoller_t *p, const s_kb_opts_t *o, bool lines, in
         *entries = m.u.cache_reply.entries;
         out = 1;
     } else if (m.type == MSG_ERROR) {
-        if (lines)
+        if (quiet)
+            ;
+        else if (lines)
             fprintf(stderr, "strata kb: line %s: %s\n", m.u.error.id, m.u.error.message);
         else
             fprintf(stderr, "strata kb: %s\n", m.u.error.message);
@@ -250,7 +263,7 @@ static int s_recv(zsock_t *s, zpoller_t *p, const s_kb_opts_t *o, bool lines, in
 
 /* load: every record, S_WINDOW in flight.  The exit status. */
 static int s_load(zsock_t *s, zpoller_t *p, const s_kb_opts_t *o, const char *path) {
-    int n, sent = 0, answered = 0, stored = 0, entries = 0, *lines;
+    int n, sent = 0, answered = 0, stored = 0, refused = 0, entries = 0, *lines;
     cJSON **roots = s_read(path, &n, &lines);
     if (!roots)
         return 2;
@@ -262,11 +275,14 @@ static int s_load(zsock_t *s, zpoller_t *p, const s_kb_opts_t *o, const char *pa
             sent++;
             rc = s_send(s, MSG_CACHE_PUT, &put) ? 1 : 0;
         }
-        int count = 0, r = rc ? -1 : s_recv(s, p, o, true, &count, &entries);
-        if (r < 0)
+        int count = 0, r = rc ? -1 : s_recv(s, p, o, true, refused >= 10, &count, &entries);
+        if (r < 0) {
             rc = 1;
+            break;
+        }
         answered++;
         stored += r > 0 ? count : 0;
+        refused += r == 0;
         if (answered % 1000 == 0 || answered == n)
             fprintf(stderr, "strata kb: %d/%d records answered\n", answered, n);
     }
@@ -274,6 +290,8 @@ static int s_load(zsock_t *s, zpoller_t *p, const s_kb_opts_t *o, const char *pa
         cJSON_Delete(roots[i]);
     free(roots);
     free(lines);
+    if (refused > 10)
+        fprintf(stderr, "strata kb: ... and %d more records refused\n", refused - 10);
     if (!rc)
         printf("stored %d of %d records from %s; the cache holds %d entries\n", stored, n, path,
                entries);
@@ -298,10 +316,37 @@ static int s_invalidate(zsock_t *s, zpoller_t *p, const s_kb_opts_t *o) {
     snprintf(v.tag, sizeof v.tag, "%s", o->tag ? o->tag : "");
     v.all = o->all;
     int count = 0, entries = 0;
-    if (s_send(s, MSG_CACHE_INVALIDATE, &v) || s_recv(s, p, o, false, &count, &entries) <= 0)
+    if (s_send(s, MSG_CACHE_INVALIDATE, &v) || s_recv(s, p, o, false, false, &count, &entries) <= 0)
         return 1;
     printf("dropped %d entries; the cache holds %d\n", count, entries);
     return 0;
+}
+
+/* The DEALER to o->endpoint, a CURVE client with both keys given.  NULL after a line. */
+static zsock_t *s_connect(const s_kb_opts_t *o) {
+    if (!o->server_key != !o->client_key) {
+        fprintf(stderr, "strata kb: CURVE needs both --server-key and --client-key\n");
+        return NULL;
+    }
+    zsock_t *s = zsock_new(ZMQ_DEALER);
+    zcert_t *server = o->server_key ? zcert_load(o->server_key) : NULL;
+    zcert_t *mine = o->client_key ? zcert_load(o->client_key) : NULL;
+    bool keys = !o->server_key || (server && mine);
+    if (s && keys && mine) {
+        zcert_apply(mine, s);
+        zsock_set_curve_serverkey(s, zcert_public_txt(server));
+    }
+    bool ok = keys && s;
+    if (!keys)
+        fprintf(stderr, "strata kb: cannot read the CURVE key %s\n",
+                !server ? o->server_key : o->client_key);
+    else if (!s || (zsock_set_linger(s, 0), zsock_connect(s, "%s", o->endpoint) < 0))
+        ok = false, fprintf(stderr, "strata kb: cannot connect to %s\n", o->endpoint);
+    zcert_destroy(&server);
+    zcert_destroy(&mine);
+    if (!ok)
+        zsock_destroy(&s);
+    return s;
 }
 
 int cmd_kb(int argc, char **argv) {
@@ -323,12 +368,9 @@ int cmd_kb(int argc, char **argv) {
         fprintf(stderr, "strata kb: --prefix, --tag and --all are invalidate's\n");
         return 2;
     }
-    zsock_t *s = zsock_new(ZMQ_DEALER);
-    if (!s || (zsock_set_linger(s, 0), zsock_connect(s, "%s", o.endpoint) < 0)) {
-        fprintf(stderr, "strata kb: cannot connect to %s\n", o.endpoint);
-        zsock_destroy(&s);
+    zsock_t *s = s_connect(&o);
+    if (!s)
         return 1;
-    }
     zpoller_t *p = zpoller_new(s, NULL);
     rc = load ? s_load(s, p, &o, argv[next + 1]) : s_invalidate(s, p, &o);
     zpoller_destroy(&p);

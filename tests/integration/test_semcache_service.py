@@ -317,6 +317,11 @@ def main():
             u.check("cache" not in r, "the server's default mode off: generated")
             c.close()
         print("persistence: the exact hit survives a restart")
+        with u.Server(["--threads", "1", "--no-tiers"]) as s:  # no semcache actor
+            good = os.path.join(d, "facts.jsonl")
+            p = kb(s.endpoint, "load", good)
+            u.check(p.returncode == 1 and "runs no semcache actor" in p.stderr and
+                    "stored 0 of 3" in p.stdout, "kb load without a semcache: %r" % p.stderr)
         bounded()
         semantic_hits(0)
         semantic_hits(1)
