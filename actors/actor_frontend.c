@@ -204,8 +204,7 @@ static void s_done_cancelled(actor_frontend_t *f, serve_request_t *r);
 
 void actor_frontend_submit(actor_frontend_t *f, serve_request_t *r) {
     if (r->cache_state == SERVE_CACHE_LOOKUP) { /* the semcache did not answer in time */
-        r->cache_state = SERVE_CACHE_NONE;
-        actor_counters_add(f->counters, "cache.timeouts", 1);
+        actor_frontend_cache_timeout(f, r);
         if (r->cancel_sent) {
             s_done_cancelled(f, r);
             return;

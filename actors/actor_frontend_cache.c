@@ -18,23 +18,32 @@
 
 #define TAG ACTOR_FRONTEND_TAG
 
-/* A step of r's trace: the lookup and what came of it. */
-static void s_trace_step(actor_frontend_t *f, serve_request_t *r, const msg_cache_answer_t *m) {
-    (void)f;
+/* A new step at the end of r's trace, or NULL (not traced, full, no memory); it spans
+ * from where the chain ended to now (*from, *end), which becomes its end. */
+static msg_trace_step_t *s_step(serve_request_t *r, int64_t *from, int64_t *end) {
     if (!r->gen.trace || r->n_steps >= MSG_MAX_TRACE_STEPS / 2)
-        return;
+        return NULL;
     msg_trace_step_t *x = realloc(r->steps, (size_t)(r->n_steps + 1) * sizeof *x);
     if (!x)
-        return;
+        return NULL;
     r->steps = x;
-    int64_t end = (int64_t)(base_now_us() - r->t_arrival_us);
-    int64_t from = r->trace_end_us < end ? r->trace_end_us : end;
+    *end = (int64_t)(base_now_us() - r->t_arrival_us);
+    *from = r->trace_end_us < *end ? r->trace_end_us : *end;
+    r->trace_end_us = *end;
+    return &r->steps[r->n_steps++];
+}
+
+/* A step of r's trace: the lookup and what came of it. */
+static void s_trace_step(serve_request_t *r, const msg_cache_answer_t *m) {
+    int64_t from, end;
+    msg_trace_step_t *st = s_step(r, &from, &end);
+    if (!st)
+        return;
     char th[48];
     if (m->threshold > 1)
         snprintf(th, sizeof th, "no threshold passes yet");
     else
         snprintf(th, sizeof th, "threshold %.3f", m->threshold);
-    msg_trace_step_t *st = &r->steps[r->n_steps++];
     switch (m->kind) {
     case MSG_CACHE_EXACT:
         msg_trace_step_fill(st, "semcache", "cache_hit", from, end,
@@ -61,7 +70,18 @@ static void s_trace_step(actor_frontend_t *f, serve_request_t *r, const msg_cach
                                 m->store ? "nothing near; the answer will be kept"
                                          : "the server's cache mode is off");
     }
-    r->trace_end_us = end;
+}
+
+void actor_frontend_cache_timeout(actor_frontend_t *f, serve_request_t *r) {
+    r->cache_state = SERVE_CACHE_NONE;
+    actor_counters_add(f->counters, "cache.timeouts", 1);
+    int64_t from, end;
+    msg_trace_step_t *st = s_step(r, &from, &end);
+    if (st)
+        msg_trace_step_fill(st, "frontend", "cache_timeout", from, end,
+                            "the semcache did not answer within cache_wait_ms (%.0f ms): "
+                            "generated, nothing kept",
+                            (double)f->cache_wait_us / 1000);
 }
 
 bool actor_frontend_cache_lookup(actor_frontend_t *f, serve_request_t *r) {
@@ -134,7 +154,7 @@ void actor_frontend_on_cache_answer(void *self, const msg_cache_answer_t *m) {
         return;
     }
     r->retry_at_us = 0;
-    s_trace_step(f, r, m);
+    s_trace_step(r, m);
     if (r->cancel_sent) { /* cancelled while it waited */
         r->cache_state = SERVE_CACHE_NONE;
         actor_frontend_resubmit(f, r, "cancelled", 0); /* ends it as cancelled */

@@ -120,6 +120,8 @@ void actor_frontend_trace(actor_frontend_t *f, serve_request_t *r, const msg_tex
  * cache_answer, at most cache_wait_us, and is submitted when none comes); false when r
  * is not cached (no semcache, cache off, not cacheable): submit it. */
 bool actor_frontend_cache_lookup(actor_frontend_t *f, serve_request_t *r);
+/* r's lookup got no answer in time: it is generated (and nothing kept); a trace step. */
+void actor_frontend_cache_timeout(actor_frontend_t *f, serve_request_t *r);
 /* The semcache's answer: a hit ends r with the cached answer; a miss submits it. */
 void actor_frontend_on_cache_answer(void *self, const msg_cache_answer_t *m);
 /* r finished (te: its final event): keep its answer when the semcache asked for it. */

@@ -265,8 +265,11 @@ def process_mode_kill(d, answer):
                 "process mode: the saved cache answers after the restart: %r" % r)
         pid = u.actor_pids(s.read_log(), "semcache")[-1]
         os.kill(pid, signal.SIGKILL)
-        r, _ = chat(c, "p-during", user(Q))
-        u.check(r["text"] == answer, "with the semcache dead the request is generated: %r" % r)
+        r, trace = chat(c, "p-during", user(Q), trace=True)
+        u.check(r["text"] == answer and not r.get("cache"),
+                "with the semcache dead the request is generated: %r" % r)
+        whats = [x["what"] for x in trace["steps"]]
+        u.check("cache_timeout" in whats, "the trace says the lookup timed out: %r" % whats)
         u.wait_for(lambda: len(u.actor_pids(s.read_log(), "semcache")) > 1, 30,
                    "the supervisor restarts the semcache")
         u.wait_for(lambda: chat(c, "p-after-%f" % time.time(), user(Q))[0].get("cache") == "exact",
